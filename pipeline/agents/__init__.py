@@ -1,0 +1,1 @@
+"""Device agents: discover devices, run bundle artifacts, check, time, report results."""

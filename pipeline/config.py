@@ -1,0 +1,137 @@
+"""The one settings object: environment variables `BENCHFARM_*`, an optional TOML file, defaults.
+
+Precedence: environment, then the file named by `BENCHFARM_CONFIG` (or `./benchfarm.toml` when it
+exists), then the embedded defaults (SQLite under `./.benchfarm/`, service on 127.0.0.1:8080).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "BENCHFARM_"
+
+
+class SettingsError(RuntimeError):
+    """A setting with a wrong value; the message names the setting and where it came from."""
+
+
+class MeasurementSettings(BaseModel):
+    """Noise-based stopping for CPU timing (NVBench's defaults, shortened for CPUs)."""
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+    warmup_s: float = Field(default=0.05, ge=0)
+    min_samples: int = Field(default=10, ge=2)
+    min_time_s: float = Field(default=0.3, ge=0)
+    max_time_s: float = Field(default=3.0, gt=0)
+    max_rel_noise: float = Field(default=0.01, gt=0, lt=1, description="stop once relative stdev of the median is under this")
+
+
+class CompareSettings(BaseModel):
+    model_config = SettingsConfigDict(extra="forbid")
+
+    min_change: float = Field(default=0.05, gt=0, lt=1, description="smallest relative change called a regression")
+    max_pvalue: float = Field(default=0.01, gt=0, lt=1)
+    min_samples: int = Field(default=5, ge=2, description="fewer samples on a side: insufficient data")
+    ancestor_walk: int = Field(default=50, ge=1, description="how many first-parent ancestors to search for a base")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", validate_default=True
+    )
+
+    home: Path = Field(default=Path(".benchfarm"), description="where the embedded store, bundles and caches live")
+    database_url: str = Field(default="", description="SQLAlchemy URL; empty: SQLite at <home>/benchfarm.db")
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+    public_url: str = Field(default="", description="how people reach the service; empty: http://host:port")
+    repository: str = Field(default="", description="repository name stored with runs; empty: the checkout's folder name")
+    log_level: str = Field(default="INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
+    build_workers: int = Field(default=0, ge=0, description="parallel compile processes; 0: one per core")
+    measurement: MeasurementSettings = Field(default_factory=MeasurementSettings)
+    compare: CompareSettings = Field(default_factory=CompareSettings)
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_database(cls, value: str) -> str:
+        if value and not value.startswith(("sqlite", "postgresql")):
+            raise ValueError("must be a sqlite:// or postgresql:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _derive(self) -> Settings:
+        if not self.database_url:
+            self.database_url = f"sqlite:///{(self.home / 'benchfarm.db').as_posix()}"
+        if not self.public_url:
+            self.public_url = f"http://{self.host}:{self.port}"
+        return self
+
+    @property
+    def bundles_dir(self) -> Path:
+        return self.home / "bundles"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.home / "cache"
+
+    @property
+    def work_dir(self) -> Path:
+        return self.home / "work"
+
+
+def _config_file() -> Path | None:
+    named = os.environ.get(f"{ENV_PREFIX}CONFIG")
+    if named:
+        path = Path(named)
+        if not path.is_file():
+            raise SettingsError(f"{ENV_PREFIX}CONFIG names {path}, which is not a file")
+        return path
+    default = Path("benchfarm.toml")
+    return default if default.is_file() else None
+
+
+def _describe(error: dict[str, Any], source: str) -> str:
+    loc = [str(p) for p in error["loc"]]
+    env_name = ENV_PREFIX + "__".join(loc).upper()
+    return f"{'.'.join(loc)} (env {env_name}, or in {source}): {error['msg']}"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read settings once at start; a wrong value raises SettingsError naming it."""
+    path = _config_file()
+    file_values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            file_values = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(f"config file {path} is not valid TOML: {exc}") from None
+    unknown_env = sorted(
+        k for k in os.environ
+        if k.startswith(ENV_PREFIX) and k != f"{ENV_PREFIX}CONFIG"
+        and k[len(ENV_PREFIX):].split("__")[0].lower() not in Settings.model_fields
+    )
+    if unknown_env:
+        raise SettingsError(f"unknown setting {unknown_env[0]}; known: " + ", ".join(
+            ENV_PREFIX + name.upper() for name in Settings.model_fields))
+    try:
+        # Environment wins over the file: pydantic-settings gives init values precedence, so pass
+        # the file's values only where no environment variable sets the same field.
+        from_file = {k: v for k, v in file_values.items() if f"{ENV_PREFIX}{k.upper()}" not in os.environ}
+        return Settings(**{**from_file, **overrides})
+    except ValidationError as exc:
+        source = str(path) if path else "the config file"
+        lines = [_describe(e, source) for e in exc.errors(include_url=False)]
+        raise SettingsError("wrong setting: " + "; ".join(lines)) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return load_settings()

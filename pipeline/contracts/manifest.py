@@ -1,0 +1,155 @@
+"""Bundle manifest: what a builder produced for one suite commit, per case x target."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from pipeline.contracts.ids import CaseIdStr, TargetStr
+
+Sha = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")]
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+DType = Literal["f64", "f32", "f16", "bf16", "i64", "i32", "i8"]
+
+
+class TensorSpec(BaseModel):
+    """One argument or result of a kernel; inputs are made fresh and random on the device host."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    role: Literal["input", "output"]
+    shape: list[Annotated[int, Field(ge=1)]]
+    dtype: DType
+    init: Literal["normal", "uniform", "randint", "none"] = Field(
+        default="normal", description="how a fresh input is drawn; never zeros"
+    )
+    low: int | None = Field(default=None, description="randint: inclusive lower bound")
+    high: int | None = Field(default=None, description="randint: exclusive upper bound")
+
+    @model_validator(mode="after")
+    def _randint_bounds(self) -> TensorSpec:
+        if self.init == "randint" and (self.low is None or self.high is None or self.high <= self.low):
+            raise ValueError("init=randint needs low < high")
+        return self
+
+
+class LaunchSpec(BaseModel):
+    """How to invoke the artifact: entry point, and for GPU code the grid and resources."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    entry_point: str = Field(min_length=1)
+    arguments: list[str] = Field(description="tensor names in argument order")
+    results: list[str] = Field(default_factory=list, description="tensor names returned, in order")
+    grid: list[Annotated[int, Field(ge=1)]] | None = None
+    threads: int | None = Field(default=None, ge=1)
+    shared_bytes: int | None = Field(default=None, ge=0)
+
+
+class ReferenceSpec(BaseModel):
+    """The suite function that computes the expected output in higher precision (NumPy)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    module: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$", description="module inside the suite")
+    function: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    atol: float = Field(ge=0, allow_inf_nan=False)
+    rtol: float = Field(ge=0, allow_inf_nan=False)
+
+
+class CompileStats(BaseModel):
+    """What the compiler reported for one artifact; absent figures stay None, never 0."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    compiler: str
+    compiler_version: str
+    compile_time_s: float = Field(ge=0, allow_inf_nan=False)
+    binary_bytes: int = Field(ge=0)
+    registers: int | None = Field(default=None, ge=0)
+    spills: int | None = Field(default=None, ge=0)
+    shared_bytes: int | None = Field(default=None, ge=0)
+    flags: list[str] = Field(default_factory=list)
+
+
+class ArtifactRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(pattern=r"^[A-Za-z0-9_.\-/]+$", description="relative to the bundle root")
+    sha256: Sha256
+    size_bytes: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _stays_inside(self) -> ArtifactRef:
+        if self.path.startswith("/") or ".." in self.path.split("/"):
+            raise ValueError("artifact path must stay inside the bundle")
+        return self
+
+
+class BundleEntry(BaseModel):
+    """One case compiled for one target: an artifact and how to run it, or the compile error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    case: CaseIdStr
+    target: TargetStr
+    model: str = Field(default="", description="the model the shape comes from")
+    status: Literal["built", "failed"]
+    error: str | None = None
+    artifact: ArtifactRef | None = None
+    launch: LaunchSpec | None = None
+    tensors: list[TensorSpec] = Field(default_factory=list)
+    reference: ReferenceSpec | None = None
+    flops: int = Field(ge=0, description="floating-point operations per call, for the roofline")
+    bytes: int = Field(ge=0, description="minimum bytes moved per call, for the roofline")
+    compile: CompileStats | None = None
+
+    @model_validator(mode="after")
+    def _built_or_failed(self) -> BundleEntry:
+        if self.status == "built":
+            missing = [f for f in ("artifact", "launch", "compile", "reference") if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"a built entry needs {', '.join(missing)}")
+            if self.error is not None:
+                raise ValueError("a built entry has no error")
+            names = {t.name for t in self.tensors}
+            assert self.launch is not None
+            unknown = [n for n in self.launch.arguments + self.launch.results if n not in names]
+            if unknown:
+                raise ValueError(f"launch names unknown tensors: {', '.join(unknown)}")
+        else:
+            if not self.error:
+                raise ValueError("a failed entry needs its error")
+            if self.artifact is not None:
+                raise ValueError("a failed entry has no artifact")
+        return self
+
+
+class BundleManifest(BaseModel):
+    """The bundle's table of contents; `manifest.json` at the bundle root."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1] = 1
+    repository: str = Field(min_length=1)
+    commit: Sha
+    suite_path: str = Field(description="the suite's folder inside the repository ('.' for its root)")
+    suite_digest: str = Field(min_length=1, description="git tree id of the suite folder at the commit")
+    suite_source: str = Field(default="suite", description="bundle folder holding the suite's sources")
+    created_at: datetime
+    compilers: dict[str, str]
+    targets: list[TargetStr]
+    entries: list[BundleEntry]
+
+    @model_validator(mode="after")
+    def _unique_entries(self) -> BundleManifest:
+        seen: set[tuple[str, str]] = set()
+        for entry in self.entries:
+            key = (entry.case, entry.target)
+            if key in seen:
+                raise ValueError(f"duplicate entry {entry.case} on {entry.target}")
+            seen.add(key)
+        return self

@@ -1,0 +1,128 @@
+"""Result document: what a device agent measured for one job (DESIGN.md, "Contracts")."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from pipeline.contracts.ids import CaseIdStr, DeviceClassName, TargetStr
+from pipeline.contracts.manifest import Sha
+
+PositiveSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class DeviceInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    device_class: DeviceClassName
+    uid: str = Field(min_length=1, description="stable unique id: GPU UUID, adb serial, host id")
+    name: str = ""
+    driver: str | None = None
+    host: str = ""
+    clocks_mhz: dict[str, Finite] = Field(default_factory=dict)
+    temperature_c: Finite | None = None
+
+
+class AgentInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    version: str
+
+
+class SampleStats(BaseModel):
+    """Summary of the samples; always recomputable from them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: int = Field(ge=1)
+    median: PositiveSeconds
+    mean: PositiveSeconds
+    stdev: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    min: PositiveSeconds
+    max: PositiveSeconds
+
+
+class Correctness(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    passed: bool
+    max_abs_error: Annotated[float, Field(ge=0)]
+    max_rel_error: Annotated[float, Field(ge=0)]
+    atol: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    rtol: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    detail: str = ""
+
+
+class CaseResult(BaseModel):
+    """One case on one target: every latency sample and the statistics, or the reason there are none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    case: CaseIdStr
+    target: TargetStr
+    status: Literal["ok", "wrong", "error", "skipped"]
+    reason: str | None = None
+    metric: Literal["latency"] = "latency"
+    unit: Literal["s"] = "s"
+    samples: list[PositiveSeconds] = Field(default_factory=list)
+    sample_clocks_mhz: list[Finite] | None = Field(
+        default=None, description="SM clock read with each sample, same length as samples"
+    )
+    stats: SampleStats | None = None
+    correctness: Correctness | None = None
+    environment: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _stats_or_reason(self) -> CaseResult:
+        if self.status == "ok":
+            if not self.samples or self.stats is None:
+                raise ValueError("status ok needs samples and stats")
+            if self.stats.n != len(self.samples):
+                raise ValueError(f"stats.n is {self.stats.n} but there are {len(self.samples)} samples")
+            if self.reason is not None:
+                raise ValueError("status ok has no reason")
+            if self.correctness is not None and not self.correctness.passed:
+                raise ValueError("status ok with a failed correctness check; report it as wrong")
+        else:
+            if not self.reason:
+                raise ValueError(f"status {self.status} needs a reason")
+            if self.samples or self.stats is not None:
+                raise ValueError(f"status {self.status} carries no samples or stats")
+        if self.sample_clocks_mhz is not None and len(self.sample_clocks_mhz) != len(self.samples):
+            raise ValueError("sample_clocks_mhz must have one entry per sample")
+        return self
+
+
+class ResultDocument(BaseModel):
+    """Uploaded by an agent once per job; ingest is idempotent on (job, case, target)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1] = 1
+    run_id: str = Field(min_length=1, max_length=64)
+    job_id: str = Field(min_length=1, max_length=64)
+    repository: str = Field(min_length=1)
+    commit: Sha
+    bundle_digest: str | None = None
+    device: DeviceInfo
+    agent: AgentInfo
+    started_at: datetime
+    finished_at: datetime
+    environment: dict[str, str] = Field(default_factory=dict)
+    results: list[CaseResult]
+
+    @model_validator(mode="after")
+    def _unique_results(self) -> ResultDocument:
+        seen: set[tuple[str, str]] = set()
+        for result in self.results:
+            key = (result.case, result.target)
+            if key in seen:
+                raise ValueError(f"duplicate result for {result.case} on {result.target}")
+            seen.add(key)
+        if self.finished_at < self.started_at:
+            raise ValueError("finished_at is before started_at")
+        return self

@@ -1,0 +1,1 @@
+"""Comparison tables as people read them: terminal, and (later) pull-request comments."""

@@ -1,0 +1,1 @@
+"""The results store: models, migrations, ingestion, comparison, and the service."""
