@@ -1,0 +1,21 @@
+"""A commit as the store records it (from git on the builder, or from a webhook later)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline.contracts.manifest import Sha
+
+
+class CommitInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sha: Sha
+    parents: list[Sha] = Field(default_factory=list, description="first parent first")
+    message: str = ""
+    author: str = ""
+    committed_at: datetime
+    branch: str | None = None
+    pull_request: int | None = None
