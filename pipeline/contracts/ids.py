@@ -12,7 +12,7 @@ SCHEMA_VERSION = 1
 _PART = r"[A-Za-z0-9][A-Za-z0-9._+\-x]*"
 CASE_ID_PATTERN = rf"^{_PART}/{_PART}/{_PART}/{_PART}/{_PART}$"
 TARGET_PATTERN = r"^[a-z][a-z0-9\-]*:[A-Za-z0-9_\-]+$"
-DEVICE_CLASS_PATTERN = r"^[a-z0-9][a-z0-9\-]*$"
+DEVICE_CLASS_PATTERN = r"^[a-z0-9][a-z0-9_\-]*$"
 
 CaseIdStr = Annotated[str, StringConstraints(pattern=CASE_ID_PATTERN, max_length=400)]
 TargetStr = Annotated[str, StringConstraints(pattern=TARGET_PATTERN, max_length=100)]

@@ -1,0 +1,69 @@
+"""Settings: embedded defaults, environment and file precedence, and wrong values named at start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import SettingsError, load_settings
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for key in list(__import__("os").environ):
+        if key.startswith("BENCHFARM_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+
+
+def test_embedded_defaults() -> None:
+    settings = load_settings()
+    assert settings.database_url == "sqlite:///.benchfarm/benchfarm.db"
+    assert (settings.host, settings.port) == ("127.0.0.1", 8080)
+    assert settings.bundles_dir == Path(".benchfarm/bundles")
+
+
+def test_environment_beats_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "benchfarm.toml").write_text('port = 9000\nhost = "127.0.0.2"\n[compare]\nmin_change = 0.1\n')
+    monkeypatch.setenv("BENCHFARM_PORT", "9100")
+    settings = load_settings()
+    assert settings.port == 9100
+    assert settings.host == "127.0.0.2"
+    assert settings.compare.min_change == 0.1
+
+
+def test_nested_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BENCHFARM_MEASUREMENT__MIN_SAMPLES", "25")
+    assert load_settings().measurement.min_samples == 25
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "named"),
+    [
+        ("BENCHFARM_PORT", "eighty", "BENCHFARM_PORT"),
+        ("BENCHFARM_PORT", "70000", "BENCHFARM_PORT"),
+        ("BENCHFARM_DATABASE_URL", "mysql://x", "BENCHFARM_DATABASE_URL"),
+        ("BENCHFARM_COMPARE__MIN_CHANGE", "2", "BENCHFARM_COMPARE__MIN_CHANGE"),
+        ("BENCHFARM_PROT", "8080", "BENCHFARM_PROT"),
+    ],
+)
+def test_wrong_setting_is_named(monkeypatch: pytest.MonkeyPatch, name: str, value: str, named: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=named):
+        load_settings()
+
+
+def test_bad_config_file_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    bad = tmp_path / "conf.toml"
+    bad.write_text("port = [\n")
+    monkeypatch.setenv("BENCHFARM_CONFIG", str(bad))
+    with pytest.raises(SettingsError, match="conf.toml"):
+        load_settings()
+    monkeypatch.setenv("BENCHFARM_CONFIG", str(tmp_path / "absent.toml"))
+    with pytest.raises(SettingsError, match="absent.toml"):
+        load_settings()
+    bad.write_text("colour = 'blue'\n")
+    monkeypatch.setenv("BENCHFARM_CONFIG", str(bad))
+    with pytest.raises(SettingsError, match="colour"):
+        load_settings()
