@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "BENCHFARM_"
@@ -54,6 +54,10 @@ class Settings(BaseSettings):
     port: int = Field(default=8080, ge=1, le=65535)
     public_url: str = Field(default="", description="how people reach the service; empty: http://host:port")
     repository: str = Field(default="", description="repository name stored with runs; empty: the checkout's folder name")
+    api_token: SecretStr = Field(
+        default=SecretStr(""), description="bearer token for writes through the API; empty: API writes disabled"
+    )
+    max_upload_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, description="largest request body accepted")
     log_level: str = Field(default="INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
     build_workers: int = Field(default=0, ge=0, description="parallel compile processes; 0: one per core")
     measurement: MeasurementSettings = Field(default_factory=MeasurementSettings)

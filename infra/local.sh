@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# One-machine setup: a virtual environment in .venv with benchfarm and its compilers, then
+#   up    -> `benchfarm up`: store, in-process agent, a benchmark run of HEAD, http://127.0.0.1:8080
+#   test  -> the whole test suite (SQLite and the PostgreSQL server on 127.0.0.1:5432)
+#   shell -> only the setup; prints how to use the environment
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+mode="${1:-up}"
+shift || true
+python="${PYTHON:-python3}"
+
+if ! command -v "$python" >/dev/null; then
+  echo "benchfarm setup: $python not found; install Python 3.11 or newer" >&2; exit 2
+fi
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "benchfarm setup: $("$python" --version) is too old; benchfarm needs Python >= 3.11 (set PYTHON=...)" >&2; exit 2
+fi
+if ! command -v git >/dev/null; then
+  echo "benchfarm setup: git not found; the suite is benchmarked at git commits (apt-get install git)" >&2; exit 2
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "benchfarm setup: creating .venv" >&2
+  "$python" -m venv .venv || { echo "benchfarm setup: python venv failed (Debian: apt-get install python3-venv)" >&2; exit 2; }
+fi
+# Reinstall only when the declared dependencies changed.
+stamp=".venv/.benchfarm-installed"
+want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "benchfarm setup: installing benchfarm and its dependencies into .venv (first time: a few minutes)" >&2
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e ".[test]"
+  echo "$want" > "$stamp"
+fi
+
+case "$mode" in
+  up)
+    exec .venv/bin/benchfarm up "$@"
+    ;;
+  test)
+    set +e
+    .venv/bin/python -m pytest "$@"
+    status=$?
+    set -e
+    if [ "$status" -eq 5 ]; then
+      echo "benchfarm test: pytest collected no tests; that is a failure here" >&2
+      exit 1
+    fi
+    exit "$status"
+    ;;
+  shell)
+    echo "ready: . .venv/bin/activate && benchfarm --help"
+    ;;
+  *)
+    echo "usage: bash infra/local.sh [up|test|shell] [args...]" >&2; exit 2
+    ;;
+esac

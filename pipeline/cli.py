@@ -1,0 +1,202 @@
+"""`benchfarm`: the one command. Each subcommand parses its flags and calls one module; no logic here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from pipeline import __version__
+from pipeline.config import Settings, SettingsError, load_settings
+
+err_console = Console(stderr=True)
+out_console = Console()
+
+
+class CliError(RuntimeError):
+    """A user-facing failure: printed as one line, exit status 1."""
+
+
+def _split_targets(text: str | None) -> list[str] | None:
+    return [t.strip() for t in text.split(",") if t.strip()] if text else None
+
+
+@contextmanager
+def _progress_bar() -> Iterator[Callable[[str, int, int], None]]:
+    """A live progress display on stderr; yields the (description, done, total) callback."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=False) as bar:
+        tasks: dict[str, int] = {}
+
+        def report(description: str, done: int, total: int) -> None:
+            stage = description.split(":", 1)[0]
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(description, total=max(total, 1))
+            bar.update(tasks[stage], description=description, completed=done, total=max(total, 1))
+
+        yield report
+
+
+def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.local_pipeline import run_pipeline
+    from pipeline.pr_comments.table import terminal_table
+    from pipeline.results.db import open_store
+
+    engine = open_store(settings.database_url)
+    with _progress_bar() as progress:
+        outcome = run_pipeline(
+            settings=settings, engine=engine, suite=Path(args.suite), ref=args.ref,
+            targets=_split_targets(args.targets), progress=progress,
+        )
+    for comparison in outcome.comparisons:
+        out_console.print(terminal_table(comparison))
+    for device_class, error in outcome.failed_jobs.items():
+        err_console.print(f"[bold red]job on {device_class} failed:[/] {error}", markup=True, highlight=False)
+    out_console.print(f"run {outcome.run_id} of {outcome.repository}@{outcome.sha[:10]} stored in {settings.database_url}")
+    return 1 if outcome.failed_jobs else 0
+
+
+def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.embedded import serve_embedded
+
+    serve_embedded(settings, suite=Path(args.suite), ref=args.ref, run_on_start=not args.no_run)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.embedded import serve_embedded
+
+    serve_embedded(settings, suite=None, ref="HEAD", run_on_start=False)
+    return 0
+
+
+def cmd_build(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.agents.devices import discover_local_devices
+    from pipeline.build.bundle import build_bundle
+    from pipeline.build.suite_loader import locate_suite, resolve_commit
+    from pipeline.local_pipeline import plan_targets
+
+    location = locate_suite(Path(args.suite))
+    sha = resolve_commit(location, args.commit)
+    targets = _split_targets(args.targets) or plan_targets(discover_local_devices(), None)
+    out = Path(args.out) if args.out else settings.bundles_dir
+    with _progress_bar() as progress:
+        bundle_dir, manifest = build_bundle(
+            location=location, sha=sha, targets=targets, out_dir=out, cache_dir=settings.cache_dir,
+            workers=settings.build_workers, progress=progress,
+        )
+    failed = [e for e in manifest.entries if e.status == "failed"]
+    out_console.print(f"bundle {bundle_dir}: {len(manifest.entries) - len(failed)} built, {len(failed)} failed")
+    for entry in failed:
+        out_console.print(f"  failed {entry.case} on {entry.target}: {(entry.error or '').splitlines()[-1:]}", markup=False)
+    return 0
+
+
+def cmd_devices(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.agents.devices import discover_local_devices
+
+    for device in discover_local_devices():
+        cls = device.device_class
+        out_console.print(f"{cls.name}\t{cls.kind}\t{','.join(cls.targets)}\t{device.info.name}", markup=False)
+    return 0
+
+
+def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.results.db import open_store
+
+    open_store(settings.database_url)
+    out_console.print(f"{settings.database_url}: migrated to the newest revision", markup=False)
+    return 0
+
+
+def cmd_schemas(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.contracts import SCHEMA_DIR, SCHEMA_MODELS, schema_of, write_schemas
+
+    if args.write:
+        for path in write_schemas():
+            out_console.print(str(path), markup=False)
+        return 0
+    stale = [n for n in SCHEMA_MODELS
+             if json.loads((SCHEMA_DIR / f"{n}.schema.json").read_text()) != schema_of(n)]
+    if stale:
+        raise CliError(f"stale schemas: {', '.join(stale)}; run `benchfarm schemas --write`")
+    out_console.print(f"{len(SCHEMA_MODELS)} schemas current in {SCHEMA_DIR}", markup=False)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from pipeline.local_pipeline import DEFAULT_SUITE
+
+    parser = argparse.ArgumentParser(prog="benchfarm", description="Continuous benchmarking for GPU and mobile kernels.")
+    parser.add_argument("--version", action="version", version=f"benchfarm {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def suite_flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--suite", default=str(DEFAULT_SUITE), help="suite folder in a git checkout (default: this repository's kernels/)")
+
+    p = sub.add_parser("run", help="build the suite at a commit, run it on this machine, store and compare")
+    suite_flags(p)
+    p.add_argument("--ref", default="HEAD", help="commit or ref of the suite checkout (default HEAD)")
+    p.add_argument("--targets", help="comma-separated targets (default: all this machine runs)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("up", help="the embedded service: store, in-process agent, a run of HEAD, web UI")
+    suite_flags(p)
+    p.add_argument("--ref", default="HEAD")
+    p.add_argument("--no-run", action="store_true", help="serve only; do not benchmark on start")
+    p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("serve", help="the service alone (API and pages)")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("build", help="compile the suite at a commit into a bundle")
+    suite_flags(p)
+    p.add_argument("--commit", default="HEAD")
+    p.add_argument("--targets", help="comma-separated targets (default: this machine's)")
+    p.add_argument("--out", help="bundle folder parent (default <home>/bundles)")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("devices", help="list this machine's devices and their device classes")
+    p.set_defaults(func=cmd_devices)
+
+    p = sub.add_parser("db", help="database maintenance")
+    p.add_argument("action", choices=["upgrade"])
+    p.set_defaults(func=cmd_db)
+
+    p = sub.add_parser("schemas", help="check (or --write) the committed JSON Schemas")
+    p.add_argument("--write", action="store_true")
+    p.set_defaults(func=cmd_schemas)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = load_settings()
+        logging.getLogger("pipeline").setLevel(logging.DEBUG if args.verbose else settings.log_level)
+        return int(args.func(args, settings))
+    except SettingsError as exc:
+        err_console.print(f"benchfarm: {exc}", markup=False, highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # every failure a user can cause ends in one line naming it
+        if args.verbose:
+            err_console.print_exception()
+        hint = "" if args.verbose else " (-v shows the traceback)"
+        err_console.print(f"benchfarm {args.command}: error: {exc}{hint}", markup=False, highlight=False)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

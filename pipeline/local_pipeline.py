@@ -1,0 +1,141 @@
+"""The whole pipeline on one machine: build the suite at a commit, run it on local devices, store, compare.
+
+`benchfarm run` calls `run_pipeline` in the foreground; `benchfarm up` calls it from its in-process
+agent thread. Each stage writes its state to the store (run and job status), so a failure is
+recorded with its reason and nothing half-ingested is left behind (each ingest is one transaction).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy.engine import Engine
+
+from pipeline.agents.devices import LocalDevice, discover_local_devices
+from pipeline.agents.local import run_bundle
+from pipeline.build.bundle import build_bundle
+from pipeline.build.suite_loader import SuiteLocation, commit_history, locate_suite, resolve_commit
+from pipeline.config import Settings
+from pipeline.contracts import Target
+from pipeline.results import ingest
+from pipeline.results.compare import Comparison, compare
+from pipeline.results.db import session_scope
+
+log = logging.getLogger(__name__)
+
+ProgressFn = Callable[[str, int, int], None]
+
+DEFAULT_SUITE = Path(__file__).resolve().parent.parent / "kernels"
+
+
+class PipelineError(RuntimeError):
+    """A stage could not proceed; the message says which and why."""
+
+
+@dataclass
+class PipelineOutcome:
+    run_id: str
+    sha: str
+    repository: str
+    comparisons: list[Comparison] = field(default_factory=list)
+    failed_jobs: dict[str, str] = field(default_factory=dict)
+
+
+def _no_progress(description: str, done: int, total: int) -> None:
+    log.info("%s (%d/%d)", description, done, total)
+
+
+def plan_targets(devices: Sequence[LocalDevice], only: Sequence[str] | None) -> list[str]:
+    """The targets this machine can run, optionally narrowed to `only` (unknown names are an error)."""
+    available = sorted({t for d in devices for t in d.device_class.targets})
+    if not only:
+        return available
+    for name in only:
+        Target.parse(name)
+    missing = [t for t in only if t not in available]
+    if missing:
+        raise PipelineError(f"no local device runs target {', '.join(missing)}; this machine has {', '.join(available)}")
+    return list(only)
+
+
+def repository_name(settings: Settings, location: SuiteLocation) -> str:
+    return settings.repository or location.repo_root.name
+
+
+def run_pipeline(
+    *,
+    settings: Settings,
+    engine: Engine,
+    suite: Path = DEFAULT_SUITE,
+    ref: str = "HEAD",
+    targets: Sequence[str] | None = None,
+    devices: Sequence[LocalDevice] | None = None,
+    progress: ProgressFn = _no_progress,
+) -> PipelineOutcome:
+    location = locate_suite(suite)
+    sha = resolve_commit(location, ref)
+    devices = list(devices) if devices is not None else discover_local_devices()
+    chosen = plan_targets(devices, targets)
+    devices = [d for d in devices if set(d.device_class.targets) & set(chosen)]
+    if not devices:
+        raise PipelineError("no local device can run any of the chosen targets")
+    repo = repository_name(settings, location)
+
+    with session_scope(engine) as session:
+        repository = ingest.upsert_repository(session, name=repo)
+        ingest.record_commits(session, repository=repository, commits=commit_history(location, sha))
+        for device in devices:
+            ingest.upsert_device_class(session, device.device_class)
+            ingest.upsert_device(session, info=device.info)
+        run = ingest.create_run(
+            session, repository=repository, commit_sha=sha, kind="local",
+            device_classes=[d.device_class.name for d in devices],
+        )
+        run_id = run.id
+        jobs = {job.device_class.name: job.id for job in run.jobs}
+    outcome = PipelineOutcome(run_id=run_id, sha=sha, repository=repo)
+    log.info("run %s: %s at %s on %s", run_id, repo, sha[:10], ", ".join(jobs))
+
+    try:
+        bundle_dir, manifest = build_bundle(
+            location=location, sha=sha, targets=chosen, out_dir=settings.bundles_dir,
+            cache_dir=settings.cache_dir, workers=settings.build_workers, progress=progress,
+        )
+        with session_scope(engine) as session:
+            ingest.ingest_manifest(session, manifest=manifest, path=str(bundle_dir))
+    except Exception as exc:
+        _fail_jobs(engine, jobs.values(), f"build failed: {exc}")
+        raise PipelineError(f"build of {sha[:10]} failed: {exc}") from exc
+
+    for device in devices:
+        job_id = jobs[device.device_class.name]
+        with session_scope(engine) as session:
+            ingest.set_job_status(session, job_id=job_id, status="running", agent="embedded")
+        try:
+            document = run_bundle(
+                bundle_dir=bundle_dir, manifest=manifest, device=device, run_id=run_id, job_id=job_id,
+                settings=settings.measurement, progress=progress,
+            )
+            with session_scope(engine) as session:
+                ingest.ingest_result(session, document=document)
+                ingest.set_job_status(session, job_id=job_id, status="done")
+        except Exception as exc:  # a failed job is recorded with its reason; the others go on
+            log.exception("job %s on %s failed", job_id, device.device_class.name)
+            _fail_jobs(engine, [job_id], str(exc))
+            outcome.failed_jobs[device.device_class.name] = str(exc)
+            continue
+        with session_scope(engine) as session:
+            outcome.comparisons.append(
+                compare(session, repository=repo, head_sha=sha, device_class=device.device_class.name,
+                        settings=settings.compare)
+            )
+    return outcome
+
+
+def _fail_jobs(engine: Engine, job_ids: Iterable[str], error: str) -> None:
+    with session_scope(engine) as session:
+        for job_id in job_ids:
+            ingest.set_job_status(session, job_id=job_id, status="failed", error=error[:2000])

@@ -1,0 +1,57 @@
+"""The service: JSON API under /api/v1 and the plain pages, one FastAPI app."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.engine import Engine
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from pipeline import __version__
+from pipeline.config import Settings
+from pipeline.contracts import ContractError
+from pipeline.results.api.routes import health, results, runs, series
+from pipeline.results.ingest import IngestError
+
+__all__ = ["create_app"]
+
+
+def create_app(settings: Settings, engine: Engine) -> FastAPI:
+    from pipeline.results.web import pages
+
+    app = FastAPI(title="benchfarm", version=__version__,
+                  description="Continuous benchmarking for GPU and mobile kernels: results, series, comparisons.")
+    app.state.settings = settings
+    app.state.engine = engine
+
+    @app.middleware("http")
+    async def limit_body(request: Request, call_next):  # type: ignore[no-untyped-def]
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > settings.max_upload_bytes):
+            return JSONResponse(
+                {"error": f"request body over {settings.max_upload_bytes} bytes"}, status_code=413)
+        return await call_next(request)
+
+    @app.exception_handler(ContractError)
+    async def contract_error(request: Request, exc: ContractError) -> JSONResponse:
+        return JSONResponse({"error": f"invalid {exc.document}",
+                             "errors": [{"field": f, "reason": r} for f, r in exc.errors]}, status_code=422)
+
+    @app.exception_handler(IngestError)
+    async def ingest_error(request: Request, exc: IngestError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=422)
+
+    @app.exception_handler(RequestValidationError)
+    async def request_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{"field": ".".join(str(p) for p in e["loc"]), "reason": e["msg"]} for e in exc.errors()]
+        return JSONResponse({"error": "invalid request", "errors": errors}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+    for module in (health, runs, series, results):
+        app.include_router(module.router, prefix="/api/v1")
+    app.include_router(pages.router)
+    return app
