@@ -1,0 +1,101 @@
+"""The one database helper: engine, migrations, session scope.
+
+SQLite (the embedded one-machine mode) and PostgreSQL (a farm) are both first-class:
+- SQLite: the parent folder is created, foreign keys are enforced, WAL journal (readers do not
+  block the writer), and a busy timeout so concurrent writers wait instead of failing at once;
+- PostgreSQL through psycopg 3: `postgresql://` URLs are mapped to `postgresql+psycopg://`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.orm import Session
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+# Any fixed number: serialises concurrent `migrate` calls on one PostgreSQL database.
+_MIGRATION_LOCK_KEY = 0x62656E6368  # "bench"
+
+
+def normalize_url(url: str | URL) -> URL:
+    """The URL the engine is made with: psycopg 3 for PostgreSQL."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")  # safe with WAL; a crash loses at most the last commit
+    finally:
+        cursor.close()
+
+
+def make_engine(url: str | URL, **kwargs: Any) -> Engine:
+    """An engine for a sqlite:// or postgresql:// URL, set up as the module docstring says."""
+    parsed = normalize_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        database = parsed.database
+        if database and database != ":memory:" and not database.startswith("file:"):
+            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(parsed, **kwargs)
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    if backend == "postgresql":
+        kwargs.setdefault("pool_pre_ping", True)
+        return create_engine(parsed, **kwargs)
+    raise ValueError(f"unsupported database URL {parsed.render_as_string(hide_password=True)}: use sqlite:// or postgresql://")
+
+
+def alembic_config(engine: Engine | None = None) -> Config:
+    """An Alembic configuration pointing at the packaged migrations; no alembic.ini needed."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if engine is not None:
+        config.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False).replace("%", "%%"))
+    return config
+
+
+def migrate(engine: Engine, revision: str = "head") -> None:
+    """Upgrade the database to `revision` (the newest by default); safe to call on every start."""
+    config = alembic_config(engine)
+    with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+
+
+def open_store(url: str | URL) -> Engine:
+    """make_engine + migrate: what the service and the CLI call once at start."""
+    engine = make_engine(url)
+    migrate(engine)
+    return engine
+
+
+@contextmanager
+def session_scope(engine: Engine) -> Iterator[Session]:
+    """One transaction: commit when the block succeeds, roll back on any exception, always close."""
+    session = Session(engine, expire_on_commit=False)
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()

@@ -1,0 +1,304 @@
+"""The store's tables, as typed SQLAlchemy 2.0 models.
+
+Conventions:
+- integer surrogate keys; the two tables that grow with every upload (`measurements`, `samples`)
+  use 64-bit keys (plain INTEGER on SQLite, where only INTEGER PRIMARY KEY is the row id);
+- runs and jobs are keyed by a string UUID, because agents and the API pass those ids around;
+- a foreign key column is named after the table it points to plus `_id` and holds that table's
+  surrogate key. Hence `cases.case_id` is the case's *text* id (`family/name/shape/dtype/impl`),
+  while `series.case_id` / `case_results.case_id` hold `cases.id`;
+- every timestamp is timezone-aware UTC (`UTCDateTime`);
+- constraint names come from one naming convention, so migrations name them identically.
+
+`Bundle.digest` is the sha256 of the manifest in canonical JSON (see `ingest.bundle_digest`):
+content-addressed, so re-uploading a manifest is idempotent and a rebuild of the same commit with
+different compile statistics is a second bundle.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+RUN_KINDS = ("local", "adhoc", "pr", "push", "nightly")
+RUN_STATUSES = ("queued", "running", "done", "failed")
+JOB_STATUSES = RUN_STATUSES
+CASE_STATUSES = ("ok", "wrong", "error", "skipped")
+COMPILE_STATUSES = ("built", "failed")
+
+# 64-bit on PostgreSQL; on SQLite only "INTEGER PRIMARY KEY" autoincrements (and is 64-bit anyway).
+BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(sa.TypeDecorator[datetime]):
+    """Timezone-aware UTC in and out, on both backends.
+
+    A naive datetime handed in is taken to be UTC already. PostgreSQL stores `timestamptz`;
+    SQLite stores the naive UTC text and gets its zone back on the way out.
+    """
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _one_of(column: str, values: tuple[str, ...], name: str) -> sa.CheckConstraint:
+    listed = ", ".join(f"'{v}'" for v in values)
+    return sa.CheckConstraint(f"{column} IN ({listed})", name=name)
+
+
+class Base(DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: sa.JSON(), list[str]: sa.JSON()}
+
+
+class Repository(Base):
+    __tablename__ = "repositories"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(200), unique=True)
+    url: Mapped[str | None] = mapped_column(sa.String(500))
+    default_branch: Mapped[str] = mapped_column(sa.String(200), default="main")
+
+
+class Commit(Base):
+    __tablename__ = "commits"
+    __table_args__ = (sa.UniqueConstraint("repository_id", "sha"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    repository_id: Mapped[int] = mapped_column(sa.ForeignKey("repositories.id", ondelete="CASCADE"))
+    sha: Mapped[str] = mapped_column(sa.String(40))
+    message: Mapped[str] = mapped_column(sa.Text, default="")
+    author: Mapped[str] = mapped_column(sa.String(300), default="")
+    committed_at: Mapped[datetime]
+    branch: Mapped[str | None] = mapped_column(sa.String(300))
+    pull_request: Mapped[int | None]
+
+    repository: Mapped[Repository] = relationship()
+    parents: Mapped[list[CommitParent]] = relationship(
+        order_by="CommitParent.position", cascade="all, delete-orphan", back_populates="commit"
+    )
+
+
+class CommitParent(Base):
+    """Parent shas in git order; position 0 is the first parent. The parent need not be recorded."""
+
+    __tablename__ = "commit_parents"
+
+    commit_id: Mapped[int] = mapped_column(sa.ForeignKey("commits.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(primary_key=True)
+    parent_sha: Mapped[str] = mapped_column(sa.String(40))
+
+    commit: Mapped[Commit] = relationship(back_populates="parents")
+
+
+class DeviceClassRow(Base):
+    __tablename__ = "device_classes"
+    __table_args__ = (_one_of("kind", ("cpu", "gpu", "phone"), "kind"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(100), unique=True)
+    kind: Mapped[str] = mapped_column(sa.String(16))
+    targets: Mapped[list[str]]
+    runtime: Mapped[str] = mapped_column(sa.String(32))
+    hal_driver: Mapped[str | None] = mapped_column(sa.String(64))
+    description: Mapped[str] = mapped_column(sa.Text, default="")
+
+
+class Device(Base):
+    __tablename__ = "devices"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    uid: Mapped[str] = mapped_column(sa.String(200), unique=True)
+    device_class_id: Mapped[int] = mapped_column(sa.ForeignKey("device_classes.id"))
+    name: Mapped[str] = mapped_column(sa.String(200), default="")
+    host: Mapped[str] = mapped_column(sa.String(200), default="")
+    driver: Mapped[str | None] = mapped_column(sa.String(200))
+    first_seen: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Case(Base):
+    __tablename__ = "cases"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    case_id: Mapped[str] = mapped_column(sa.String(400), unique=True)
+    family: Mapped[str] = mapped_column(sa.String(100))
+    name: Mapped[str] = mapped_column(sa.String(200))
+    shape: Mapped[str] = mapped_column(sa.String(200))
+    dtype: Mapped[str] = mapped_column(sa.String(32))
+    impl: Mapped[str] = mapped_column(sa.String(64))
+    model: Mapped[str] = mapped_column(sa.String(200), default="")
+
+
+class Series(Base):
+    """case x device class x metric (DESIGN.md, "Identities")."""
+
+    __tablename__ = "series"
+    __table_args__ = (sa.UniqueConstraint("case_id", "device_class_id", "metric"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    case_id: Mapped[int] = mapped_column(sa.ForeignKey("cases.id"))
+    device_class_id: Mapped[int] = mapped_column(sa.ForeignKey("device_classes.id"))
+    metric: Mapped[str] = mapped_column(sa.String(32))
+
+
+class Bundle(Base):
+    __tablename__ = "bundles"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    digest: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    repository_id: Mapped[int] = mapped_column(sa.ForeignKey("repositories.id"))
+    commit_id: Mapped[int] = mapped_column(sa.ForeignKey("commits.id"), index=True)
+    suite_digest: Mapped[str] = mapped_column(sa.String(100))
+    path: Mapped[str] = mapped_column(sa.String(1000))
+    created_at: Mapped[datetime]
+
+
+class CompileStat(Base):
+    __tablename__ = "compile_stats"
+    __table_args__ = (
+        sa.UniqueConstraint("bundle_id", "case_id", "target"),
+        _one_of("status", COMPILE_STATUSES, "status"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    bundle_id: Mapped[int] = mapped_column(sa.ForeignKey("bundles.id", ondelete="CASCADE"))
+    case_id: Mapped[int] = mapped_column(sa.ForeignKey("cases.id"))
+    target: Mapped[str] = mapped_column(sa.String(100))
+    status: Mapped[str] = mapped_column(sa.String(16))
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    compiler: Mapped[str | None] = mapped_column(sa.String(100))
+    compiler_version: Mapped[str | None] = mapped_column(sa.String(100))
+    compile_time_s: Mapped[float | None] = mapped_column(sa.Double)
+    binary_bytes: Mapped[int | None] = mapped_column(sa.BigInteger)
+    registers: Mapped[int | None]
+    spills: Mapped[int | None]
+    shared_bytes: Mapped[int | None]
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (_one_of("kind", RUN_KINDS, "kind"), _one_of("status", RUN_STATUSES, "status"))
+
+    id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    repository_id: Mapped[int] = mapped_column(sa.ForeignKey("repositories.id"))
+    commit_id: Mapped[int] = mapped_column(sa.ForeignKey("commits.id"), index=True)
+    kind: Mapped[str] = mapped_column(sa.String(16))
+    status: Mapped[str] = mapped_column(sa.String(16), default="queued")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    finished_at: Mapped[datetime | None]
+    error: Mapped[str | None] = mapped_column(sa.Text)
+
+    commit: Mapped[Commit] = relationship()
+    repository: Mapped[Repository] = relationship()
+    jobs: Mapped[list[Job]] = relationship(back_populates="run", order_by="Job.created_at, Job.id")
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        sa.UniqueConstraint("run_id", "device_class_id"),
+        _one_of("status", JOB_STATUSES, "status"),
+        sa.Index(None, "status", "device_class_id"),
+    )
+
+    id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    run_id: Mapped[str] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"))
+    device_class_id: Mapped[int] = mapped_column(sa.ForeignKey("device_classes.id"))
+    status: Mapped[str] = mapped_column(sa.String(16), default="queued")
+    attempts: Mapped[int] = mapped_column(default=0)
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    agent: Mapped[str | None] = mapped_column(sa.String(200))
+    bundle_digest: Mapped[str | None] = mapped_column(sa.String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+    run: Mapped[Run] = relationship(back_populates="jobs")
+    device_class: Mapped[DeviceClassRow] = relationship()
+
+
+class CaseResultRow(Base):
+    """One case on one target in one job; upload is idempotent on (job, case, target)."""
+
+    __tablename__ = "case_results"
+    __table_args__ = (
+        sa.UniqueConstraint("job_id", "case_id", "target"),
+        _one_of("status", CASE_STATUSES, "status"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    job_id: Mapped[str] = mapped_column(sa.ForeignKey("jobs.id", ondelete="CASCADE"))
+    case_id: Mapped[int] = mapped_column(sa.ForeignKey("cases.id"))
+    target: Mapped[str] = mapped_column(sa.String(100))
+    status: Mapped[str] = mapped_column(sa.String(16))
+    reason: Mapped[str | None] = mapped_column(sa.Text)
+    max_abs_error: Mapped[float | None] = mapped_column(sa.Double)
+    max_rel_error: Mapped[float | None] = mapped_column(sa.Double)
+    device_id: Mapped[int | None] = mapped_column(sa.ForeignKey("devices.id"))
+
+
+class Measurement(Base):
+    """The statistics of one ok case result, filed under its series and commit."""
+
+    __tablename__ = "measurements"
+    __table_args__ = (sa.Index(None, "series_id", "commit_id"), sa.Index(None, "commit_id"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    case_result_id: Mapped[int] = mapped_column(
+        sa.ForeignKey("case_results.id", ondelete="CASCADE"), unique=True
+    )
+    series_id: Mapped[int] = mapped_column(sa.ForeignKey("series.id"))
+    commit_id: Mapped[int] = mapped_column(sa.ForeignKey("commits.id"))
+    n: Mapped[int]
+    median: Mapped[float] = mapped_column(sa.Double)
+    mean: Mapped[float] = mapped_column(sa.Double)
+    stdev: Mapped[float] = mapped_column(sa.Double)
+    min: Mapped[float] = mapped_column(sa.Double)
+    max: Mapped[float] = mapped_column(sa.Double)
+
+
+class Sample(Base):
+    """Every repetition, kept. Lean on purpose (10M+ rows): 8-byte key, 4-byte index, a double
+    value and an optional 4-byte clock; no surrogate key, no secondary index."""
+
+    __tablename__ = "samples"
+
+    measurement_id: Mapped[int] = mapped_column(
+        BigId, sa.ForeignKey("measurements.id", ondelete="CASCADE"), primary_key=True
+    )
+    idx: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    value: Mapped[float] = mapped_column(sa.Double)
+    clock_mhz: Mapped[float | None] = mapped_column(sa.REAL)
+
+
+ALL_TABLES = [table.name for table in Base.metadata.sorted_tables]
