@@ -1,0 +1,16 @@
+"""The benchfarm kernel suite: every family listed here, explicitly.
+
+Loaded by path at a commit (`pipeline.build.suite_loader.load_suite`) under a private module name,
+never imported as `kernels`. Imports stay relative, and nothing here imports a compiler: a family
+hands back compiler *input* (text and flags) and the builder compiles it.
+"""
+
+from __future__ import annotations
+
+from pipeline.build.suite_api import KernelCase
+
+from . import gemm
+
+
+def cases() -> list[KernelCase]:
+    return [*gemm.cases()]
