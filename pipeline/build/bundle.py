@@ -1,0 +1,270 @@
+"""Build a bundle: the suite at a commit, compiled for every target, with its manifest.
+
+Layout of a bundle directory (it appears atomically: built beside it, then renamed):
+
+    manifest.json                 BundleManifest
+    artifacts/<sha256>.vmfb       compiled modules, named by content
+    suite/                        the suite's sources at the commit (references are imported from here)
+
+Compiles run in worker processes and go through a content-addressed cache, so a kernel whose
+source, flags, compiler and target did not change is never compiled twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pipeline.build.iree_compiler import (
+    COMPILER, CompiledArtifact, CompileError, compile_flags, compile_iree, compiler_version, is_supported,
+)
+from pipeline.build.suite_api import IreeSource, KernelCase
+from pipeline.build.suite_loader import SuiteLocation, export_suite, load_suite, suite_digest
+from pipeline.contracts import BundleEntry, BundleManifest, CompileStats, LaunchSpec, Target, parse_manifest
+from pipeline.contracts.manifest import ArtifactRef
+
+__all__ = ["BuildCounts", "build_bundle", "load_bundle", "bundle_digest", "MANIFEST", "SUITE_DIR"]
+
+MANIFEST = "manifest.json"
+SUITE_DIR = "suite"
+ARTIFACTS_DIR = "artifacts"
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+@dataclass
+class BuildCounts:
+    """What one build_bundle call did (pass one in to read it back)."""
+
+    compiled: int = 0
+    cached: int = 0
+    failed: int = 0
+    reused_bundle: bool = False
+
+
+@dataclass(frozen=True)
+class _Job:
+    case: KernelCase
+    target: Target
+    source: IreeSource | None = None
+    key: str = ""
+    error: str | None = None
+
+
+def load_bundle(bundle_dir: Path) -> BundleManifest:
+    return parse_manifest((Path(bundle_dir) / MANIFEST).read_bytes())
+
+
+def bundle_digest(bundle_dir: Path) -> str:
+    """sha256 of the manifest (which holds every artifact's sha256): the bundle's identity."""
+    return hashlib.sha256((Path(bundle_dir) / MANIFEST).read_bytes()).hexdigest()
+
+
+def _cache_key(source: IreeSource, target: Target, version: str) -> str:
+    material = {
+        "mlir": source.mlir, "entry_point": source.entry_point, "flags": compile_flags(source, target),
+        "compiler": COMPILER, "compiler_version": version, "target": str(target),
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def _cache_paths(cache_dir: Path, key: str) -> tuple[Path, Path]:
+    folder = cache_dir / key[:2]
+    return folder / f"{key}.vmfb", folder / f"{key}.json"
+
+
+def _cache_get(cache_dir: Path, key: str) -> CompiledArtifact | None:
+    artifact, stats = _cache_paths(cache_dir, key)
+    try:
+        return CompiledArtifact(data=artifact.read_bytes(), stats=CompileStats.model_validate_json(stats.read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _cache_put(cache_dir: Path, key: str, compiled: CompiledArtifact) -> None:
+    artifact, stats = _cache_paths(cache_dir, key)
+    _atomic_write(artifact, compiled.data)       # artifact first: an entry is complete once its stats exist
+    _atomic_write(stats, compiled.stats.model_dump_json().encode())
+
+
+def _bundle_name(sha: str, digest: str, targets: Sequence[str], version: str) -> str:
+    extra = hashlib.sha256(json.dumps([list(targets), COMPILER, version]).encode()).hexdigest()[:8]
+    return f"{sha[:12]}-{digest[:12]}-{extra}"
+
+
+def _plan(cases: Sequence[KernelCase], targets: Sequence[Target], version: str) -> list[_Job]:
+    jobs = []
+    for case in cases:
+        for target in targets:
+            if not case.supports(target):
+                continue
+            if not is_supported(target):
+                jobs.append(_Job(case, target, error=f"no compiler in this builder for target {target}"))
+                continue
+            try:
+                source = case.make_source(target)
+            except Exception as exc:  # a broken case fails alone
+                jobs.append(_Job(case, target, error=f"make_source failed: {type(exc).__name__}: {exc}"))
+                continue
+            jobs.append(_Job(case, target, source=source, key=_cache_key(source, target, version)))
+    return jobs
+
+
+def _entry(job: _Job, artifact: ArtifactRef | None, stats: CompileStats | None, error: str | None) -> BundleEntry:
+    case = job.case
+    common = dict(
+        case=str(case.case_id), target=str(job.target), model=case.model, tensors=list(case.tensors),
+        reference=case.reference, flops=case.flops, bytes=case.bytes,
+    )
+    if error is not None:
+        return BundleEntry(status="failed", error=error, **common)  # type: ignore[arg-type]
+    assert job.source is not None
+    launch = LaunchSpec(entry_point=job.source.entry_point, arguments=list(case.arguments), results=list(case.results))
+    return BundleEntry(status="built", artifact=artifact, launch=launch, compile=stats, **common)  # type: ignore[arg-type]
+
+
+def _store_artifact(bundle: Path, compiled: CompiledArtifact) -> ArtifactRef:
+    digest = hashlib.sha256(compiled.data).hexdigest()
+    rel = f"{ARTIFACTS_DIR}/{digest}.vmfb"
+    path = bundle / rel
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(compiled.data)
+    return ArtifactRef(path=rel, sha256=digest, size_bytes=len(compiled.data))
+
+
+def _compile_worker(source: IreeSource, target: Target) -> CompiledArtifact:
+    return compile_iree(source, target)
+
+
+def _compile_all(
+    jobs: list[_Job], cache_dir: Path, workers: int, progress: ProgressFn | None, counts: BuildCounts,
+) -> dict[int, CompiledArtifact | str]:
+    """Compiled artifact (or error text) per job index; cached ones are not compiled."""
+    results: dict[int, CompiledArtifact | str] = {}
+    total, done = len(jobs), 0
+
+    def report(what: str, job: _Job) -> None:
+        nonlocal done
+        done += 1
+        if progress:
+            progress(f"{what} {job.case.case_id} for {job.target}", done, total)
+
+    misses: list[int] = []
+    for i, job in enumerate(jobs):
+        if job.error is not None:
+            results[i] = job.error
+            report("failed", job)
+        elif (hit := _cache_get(cache_dir, job.key)) is not None:
+            results[i] = hit
+            counts.cached += 1
+            report("cached", job)
+        else:
+            misses.append(i)
+    if not misses:
+        return results
+    workers = min(workers or os.cpu_count() or 1, len(misses))
+    # spawn: the parent may hold runtime threads (an agent in the same process); fork is unsafe then.
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures: dict[Future[CompiledArtifact], int] = {
+            pool.submit(_compile_worker, jobs[i].source, jobs[i].target): i for i in misses  # type: ignore[arg-type]
+        }
+        for future in as_completed(futures):
+            i = futures[future]
+            try:
+                compiled = future.result()
+            except CompileError as exc:  # the compile error of one case; the rest still build
+                results[i] = str(exc)
+                report("failed", jobs[i])
+                continue
+            _cache_put(cache_dir, jobs[i].key, compiled)
+            results[i] = compiled
+            counts.compiled += 1
+            report("compiled", jobs[i])
+    return results
+
+
+def build_bundle(
+    *,
+    location: SuiteLocation,
+    sha: str,
+    targets: Sequence[str],
+    out_dir: Path,
+    cache_dir: Path,
+    workers: int,
+    progress: ProgressFn | None = None,
+    repository: str | None = None,
+    counts: BuildCounts | None = None,
+) -> tuple[Path, BundleManifest]:
+    """Export the suite at `sha`, compile every case x supported target, write the bundle.
+
+    The bundle directory is `out_dir/<sha12>-<suite digest12>-<targets+compiler hash>`; when it
+    already exists (complete, since it only ever appears by rename) it is returned as is. A case
+    that fails to compile becomes a `failed` entry with the compiler's error. `workers=0` means one
+    compile process per core. `counts`, when given, is filled with what was compiled / cached.
+
+    Compiles run in *spawned* processes (safe beside runtime threads), so a script calling this
+    needs the usual `if __name__ == "__main__":` guard.
+    """
+    counts = counts if counts is not None else BuildCounts()
+    parsed = [Target.parse(t) for t in dict.fromkeys(targets)]
+    target_names = sorted(str(t) for t in parsed)
+    out_dir, cache_dir = Path(out_dir), Path(cache_dir)
+    digest = suite_digest(location, sha)
+    version = compiler_version()
+    final = out_dir / _bundle_name(sha, digest, target_names, version)
+    if (final / MANIFEST).is_file():
+        counts.reused_bundle = True
+        if progress:
+            progress(f"reused bundle {final.name}", 1, 1)
+        return final, load_bundle(final)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
+    try:
+        export_suite(location, sha, tmp / SUITE_DIR)
+        cases = load_suite(tmp / SUITE_DIR, digest=digest)
+        jobs = _plan(cases, [Target.parse(t) for t in target_names], version)
+        results = _compile_all(jobs, cache_dir, workers, progress, counts)
+        entries = []
+        for i, job in enumerate(jobs):
+            outcome = results[i]
+            if isinstance(outcome, str):
+                counts.failed += 1
+                entries.append(_entry(job, None, None, outcome))
+            else:
+                entries.append(_entry(job, _store_artifact(tmp, outcome), outcome.stats, None))
+        manifest = BundleManifest(
+            repository=repository or location.repository, commit=sha, suite_path=location.subdir,
+            suite_digest=digest, suite_source=SUITE_DIR, created_at=datetime.now(timezone.utc),
+            compilers={COMPILER: version}, targets=target_names, entries=entries,
+        )
+        (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n")
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / MANIFEST).is_file():
+                raise
+            # another builder finished the same bundle first: theirs is as good as ours
+            shutil.rmtree(tmp, ignore_errors=True)
+            return final, load_bundle(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final, manifest

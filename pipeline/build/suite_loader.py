@@ -1,0 +1,220 @@
+"""Find a suite in a git checkout, pin it to a commit, export it, and load it by path.
+
+What gets benchmarked is the suite *at a commit*: `export_suite` extracts the committed tree
+(`git archive`), so uncommitted edits are never built, by design. `load_suite` imports that copy
+as a package under a private, unique module name (never `import kernels`: a PyPI package of that
+name exists, and two commits must be loadable side by side in one process).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import subprocess
+import sys
+import tarfile
+import traceback
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from types import ModuleType
+
+from pipeline.build.suite_api import KernelCase
+from pipeline.contracts import CommitInfo
+
+__all__ = [
+    "SuiteError", "SuiteLocation", "locate_suite", "resolve_commit", "suite_digest", "export_suite",
+    "load_suite", "load_suite_module", "commit_history",
+]
+
+
+class SuiteError(RuntimeError):
+    """The suite cannot be found, exported or loaded; the message names the path or file."""
+
+
+@dataclass(frozen=True)
+class SuiteLocation:
+    repo_root: Path
+    subdir: str          # the suite folder relative to repo_root, POSIX style; "." for the root
+
+    @property
+    def repository(self) -> str:
+        return self.repo_root.name
+
+    @property
+    def path(self) -> Path:
+        return self.repo_root / self.subdir
+
+
+def _git(repo: Path, *args: str, binary: bool = False) -> str | bytes:
+    try:
+        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=False)
+    except FileNotFoundError:
+        raise SuiteError("git is not installed") from None
+    if proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace").strip()
+        raise SuiteError(f"git {' '.join(args)} failed in {repo}: {err}")
+    return proc.stdout if binary else proc.stdout.decode()
+
+
+def locate_suite(path: Path | str) -> SuiteLocation:
+    """The git checkout holding `path` and the suite folder's place in it."""
+    path = Path(path).resolve()
+    if not path.is_dir():
+        raise SuiteError(f"suite folder {path} does not exist")
+    try:
+        root = Path(str(_git(path, "rev-parse", "--show-toplevel")).strip()).resolve()
+    except SuiteError as exc:
+        raise SuiteError(f"{path} is not inside a git checkout ({exc})") from None
+    subdir = path.relative_to(root).as_posix() or "."
+    return SuiteLocation(repo_root=root, subdir=subdir)
+
+
+def resolve_commit(location: SuiteLocation, ref: str = "HEAD") -> str:
+    """The full sha of `ref` (branch, tag, short sha...)."""
+    return str(_git(location.repo_root, "rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}")).strip()
+
+
+def _tree_spec(location: SuiteLocation, sha: str) -> str:
+    return sha if location.subdir == "." else f"{sha}:{location.subdir}"
+
+
+def suite_digest(location: SuiteLocation, sha: str) -> str:
+    """The git tree id of the suite folder at `sha`: equal digests mean identical suite sources."""
+    spec = f"{sha}^{{tree}}" if location.subdir == "." else f"{sha}:{location.subdir}"
+    try:
+        tree = str(_git(location.repo_root, "rev-parse", "--verify", spec)).strip()
+        kind = str(_git(location.repo_root, "cat-file", "-t", tree)).strip()
+    except SuiteError as exc:
+        raise SuiteError(f"commit {sha[:12]} has no suite folder {location.subdir!r}: {exc}") from None
+    if kind != "tree":
+        raise SuiteError(f"{location.subdir!r} at commit {sha[:12]} is a {kind}, not a folder")
+    return tree
+
+
+def export_suite(location: SuiteLocation, sha: str, dest: Path) -> Path:
+    """Extract the committed suite folder at `sha` into `dest` (created; must not hold files)."""
+    suite_digest(location, sha)  # a clear error when the folder is missing at that commit
+    data = _git(location.repo_root, "archive", "--format=tar", _tree_spec(location, sha), binary=True)
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    if any(dest.iterdir()):
+        raise SuiteError(f"export destination {dest} is not empty")
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:  # type: ignore[arg-type]
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+@contextmanager
+def _no_bytecode() -> Iterator[None]:
+    """Keep imports from writing __pycache__ into an exported suite or a bundle."""
+    saved, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode = saved
+
+
+def _failing_file(exc: BaseException, suite_dir: Path) -> str:
+    """The innermost suite file in the traceback (or the package's __init__.py)."""
+    inside = [
+        frame.filename for frame in traceback.extract_tb(exc.__traceback__)
+        if Path(frame.filename).resolve().is_relative_to(suite_dir)
+    ]
+    if isinstance(exc, SyntaxError) and exc.filename:
+        inside.append(exc.filename)
+    return inside[-1] if inside else str(suite_dir / "__init__.py")
+
+
+def _import_package(suite_dir: Path, name: str) -> ModuleType:
+    init = suite_dir / "__init__.py"
+    if not init.is_file():
+        raise SuiteError(f"suite folder {suite_dir} has no __init__.py")
+    spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(suite_dir)])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        with _no_bytecode():
+            spec.loader.exec_module(module)
+    except Exception as exc:
+        for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
+            del sys.modules[key]
+        raise SuiteError(f"loading the suite failed in {_failing_file(exc, suite_dir)}: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def load_suite(suite_dir: Path | str, *, digest: str | None = None) -> list[KernelCase]:
+    """Import the suite folder as a package and return `cases()`; case ids must be unique.
+
+    The package name is `_benchfarm_suite_<digest prefix>_<random>`: private, and unique per load,
+    so two versions of a suite never share modules.
+    """
+    suite_dir = Path(suite_dir).resolve()
+    name = f"_benchfarm_suite_{(digest or 'x')[:12]}_{uuid.uuid4().hex[:8]}"
+    package = _import_package(suite_dir, name)
+    init = suite_dir / "__init__.py"
+    make_cases = getattr(package, "cases", None)
+    if not callable(make_cases):
+        raise SuiteError(f"{init} defines no cases() function")
+    try:
+        with _no_bytecode():
+            cases = list(make_cases())
+    except Exception as exc:
+        raise SuiteError(f"cases() failed in {_failing_file(exc, suite_dir)}: {type(exc).__name__}: {exc}") from exc
+    seen: dict[str, KernelCase] = {}
+    for case in cases:
+        if not isinstance(case, KernelCase):
+            raise SuiteError(f"{init}: cases() returned {type(case).__name__}, not KernelCase")
+        key = str(case.case_id)
+        if key in seen:
+            raise SuiteError(f"{init}: duplicate case id {key}")
+        seen[key] = case
+    return cases
+
+
+def load_suite_module(suite_dir: Path | str, module: str) -> ModuleType:
+    """Import one suite module (e.g. `gemm.reference`) from a shipped suite copy, by its file alone.
+
+    The suite's package `__init__` files are NOT run (they import the builder's API); a module
+    loaded this way, such as a reference, may import nothing but NumPy and the standard library.
+    """
+    suite_dir = Path(suite_dir).resolve()
+    parts = module.split(".")
+    candidates = [suite_dir.joinpath(*parts).with_suffix(".py"), suite_dir.joinpath(*parts, "__init__.py")]
+    path = next((p for p in candidates if p.is_file()), None)
+    if path is None:
+        raise SuiteError(f"suite module {module} not found in {suite_dir}")
+    name = f"_benchfarm_suite_module_{uuid.uuid4().hex[:8]}_{'_'.join(parts)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    loaded = importlib.util.module_from_spec(spec)
+    try:
+        with _no_bytecode():
+            spec.loader.exec_module(loaded)
+    except Exception as exc:
+        raise SuiteError(f"loading {path} failed: {type(exc).__name__}: {exc}") from exc
+    return loaded
+
+
+_FIELD, _RECORD = "\x1f", "\x1e"
+
+
+def commit_history(location: SuiteLocation, sha: str, limit: int = 100) -> list[CommitInfo]:
+    """`sha` and its first-parent ancestors (newest first, at most `limit`), each with all parents."""
+    fmt = _FIELD.join(["%H", "%P", "%an <%ae>", "%cI", "%B"]) + _RECORD
+    out = str(_git(location.repo_root, "log", "--first-parent", f"--max-count={limit}", f"--format={fmt}", sha))
+    commits = []
+    for record in out.split(_RECORD):
+        record = record.lstrip("\n")
+        if not record:
+            continue
+        full, parents, author, date, message = record.split(_FIELD, 4)
+        commits.append(CommitInfo(
+            sha=full, parents=parents.split(), author=author, message=message.strip(),
+            committed_at=datetime.fromisoformat(date),
+        ))
+    return commits
