@@ -1,0 +1,159 @@
+"""Run one bundle entry with the IREE runtime: verify, check against the reference, then time.
+
+Order per entry (DESIGN.md, "Measurement"): verify the artifact's sha256, make fresh random
+inputs, run once and compare with the float64 reference (a wrong kernel is never timed), then
+upload the inputs once and time each synchronous call with `measure.sample`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.agents.measure import sample
+from pipeline.config import MeasurementSettings
+from pipeline.contracts import BundleEntry, CaseResult, Correctness, TensorSpec
+from pipeline.contracts.manifest import ReferenceSpec
+from pipeline.results.stats import summarize
+
+__all__ = ["ArtifactError", "IreeDevice", "verify_artifact", "make_inputs", "check_outputs", "run_entry"]
+
+_NUMPY_DTYPES = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "i64": np.int64, "i32": np.int32, "i8": np.int8}
+MAX_DETAIL_MISMATCHES = 3
+
+
+class ArtifactError(RuntimeError):
+    """The artifact is missing or its bytes are not the ones the manifest names."""
+
+
+class IreeDevice:
+    """One IREE HAL device (e.g. `local-sync`) shared by every entry of a run."""
+
+    def __init__(self, driver: str):
+        import iree.runtime as rt  # agents only: the builder never needs the runtime
+
+        self._rt = rt
+        self.driver = driver
+        self.config = rt.Config(driver)
+
+    def load(self, data: bytes, entry_point: str) -> Callable[..., Any]:
+        rt = self._rt
+        module = rt.VmModule.copy_buffer(self.config.vm_instance, data)
+        context = rt.SystemContext(vm_modules=[module], config=self.config)
+        return context.modules[module.name][entry_point]
+
+    def upload(self, array: np.ndarray) -> Any:
+        return self._rt.asdevicearray(self.config.device, array)
+
+
+def verify_artifact(bundle_dir: Path, entry: BundleEntry) -> bytes:
+    assert entry.artifact is not None
+    path = Path(bundle_dir) / entry.artifact.path
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ArtifactError(f"artifact {entry.artifact.path} unreadable: {exc}") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != entry.artifact.sha256:
+        raise ArtifactError(
+            f"artifact {entry.artifact.path} has sha256 {digest[:16]}..., the manifest says {entry.artifact.sha256[:16]}..."
+        )
+    return data
+
+
+def make_inputs(tensors: Sequence[TensorSpec], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Fresh random inputs (never zeros): normal N(0, 1), uniform [-1, 1), or randint [low, high)."""
+    arrays = {}
+    for spec in tensors:
+        if spec.role != "input":
+            continue
+        dtype = _NUMPY_DTYPES.get(spec.dtype)
+        if dtype is None:
+            raise ValueError(f"tensor {spec.name}: dtype {spec.dtype} is not supported by the IREE runner")
+        if spec.init == "randint":
+            values = rng.integers(spec.low, spec.high, size=spec.shape)  # type: ignore[arg-type]
+        elif spec.init == "uniform":
+            values = rng.uniform(-1.0, 1.0, size=spec.shape)
+        elif spec.init == "normal":
+            values = rng.standard_normal(size=spec.shape)
+        else:
+            raise ValueError(f"input {spec.name} has init={spec.init}; an input needs random values")
+        arrays[spec.name] = np.ascontiguousarray(values.astype(dtype))
+    return arrays
+
+
+def check_outputs(
+    outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], names: Sequence[str], reference: ReferenceSpec,
+) -> Correctness:
+    """Pass when every element has |out - ref| <= atol + rtol * |ref| (NumPy's isclose), all finite."""
+    max_abs = max_rel = 0.0
+    problems: list[str] = []
+    if len(outputs) != len(expected):
+        problems.append(f"kernel returned {len(outputs)} results, the reference {len(expected)}")
+    for name, out, ref in zip(names, outputs, expected):
+        got = np.asarray(out, dtype=np.float64)
+        want = np.asarray(ref, dtype=np.float64)
+        if got.shape != want.shape:
+            problems.append(f"{name}: shape {list(got.shape)}, expected {list(want.shape)}")
+            continue
+        err = np.abs(got - want)
+        err = np.where(np.isfinite(err), err, np.inf)
+        rel = err / np.maximum(np.abs(want), np.finfo(np.float64).tiny)
+        max_abs = max(max_abs, float(err.max(initial=0.0)))
+        max_rel = max(max_rel, float(rel.max(initial=0.0)))
+        bad = ~(err <= reference.atol + reference.rtol * np.abs(want))
+        if bad.any():
+            idx = np.argwhere(bad)[:MAX_DETAIL_MISMATCHES]
+            where = "; ".join(f"at {tuple(int(i) for i in ix)} got {got[tuple(ix)]:.6g}, expected {want[tuple(ix)]:.6g}" for ix in idx)
+            problems.append(f"{name}: {int(bad.sum())}/{bad.size} elements outside atol+rtol*|ref| ({where})")
+    return Correctness(
+        passed=not problems, max_abs_error=max_abs, max_rel_error=max_rel,
+        atol=reference.atol, rtol=reference.rtol, detail="; ".join(problems),
+    )
+
+
+def _as_tuple(value: Any) -> tuple[Any, ...]:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def run_entry(
+    *,
+    device: IreeDevice,
+    bundle_dir: Path,
+    entry: BundleEntry,
+    reference_fn: Callable[..., Any],
+    rng: np.random.Generator,
+    settings: MeasurementSettings,
+) -> CaseResult:
+    """Check and time one built entry; raises on errors (the caller turns them into status error)."""
+    assert entry.launch is not None and entry.reference is not None
+    data = verify_artifact(bundle_dir, entry)
+    kernel = device.load(data, entry.launch.entry_point)
+    inputs = make_inputs(entry.tensors, rng)
+    args = [inputs[name] for name in entry.launch.arguments]
+    device_args = [device.upload(a) for a in args]   # uploaded once, reused by every timed call
+
+    outputs = [np.asarray(r.to_host()) for r in _as_tuple(kernel(*device_args))]
+    expected = [np.asarray(r) for r in _as_tuple(reference_fn(*args))]
+    correctness = check_outputs(outputs, expected, entry.launch.results, entry.reference)
+    if not correctness.passed:
+        return CaseResult(
+            case=entry.case, target=entry.target, status="wrong",
+            reason=f"correctness check failed: {correctness.detail}", correctness=correctness,
+        )
+
+    def run_once() -> float:
+        start = time.perf_counter_ns()
+        kernel(*device_args)   # synchronous on local-sync: returns when the dispatch is done
+        return (time.perf_counter_ns() - start) * 1e-9
+
+    samples = sample(run_once, settings)
+    return CaseResult(
+        case=entry.case, target=entry.target, status="ok", samples=samples, stats=summarize(samples),
+        correctness=correctness,
+    )
