@@ -114,7 +114,7 @@ def snapshot(session: Session) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table, in a stable order: two equal snapshots mean an unchanged store."""
     out = {}
     for table in Base.metadata.sorted_tables:
-        rows = session.execute(sa.select(table).order_by(*table.primary_key.columns)).tuples().all()
+        rows = session.execute(sa.select(table).order_by(*table.primary_key.columns)).all()
         out[table.name] = [tuple(row) for row in rows]
     return out
 
