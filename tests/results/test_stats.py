@@ -1,0 +1,57 @@
+"""Statistics on small series with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pipeline.results.stats import rank_test, summarize, verdict
+
+BASE = [1.0, 1.1, 1.2, 1.3, 1.4]
+
+
+def test_summarize_known_answer() -> None:
+    s = summarize([2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0])
+    assert (s.n, s.median, s.mean, s.min, s.max) == (8, 4.5, 5.0, 2.0, 9.0)
+    assert s.stdev == pytest.approx(math.sqrt(32 / 7))  # sample standard deviation, n - 1
+    assert summarize([3.0]).stdev == 0.0
+    with pytest.raises(ValueError):
+        summarize([])
+
+
+def test_rank_test_known_answers() -> None:
+    # 5 vs 5 fully separated: exact two-sided p = 2 / C(10, 5) = 2/252
+    assert rank_test([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(2 / 252)
+    assert rank_test([6, 7, 8, 9, 10], [1, 2, 3, 4, 5]) == pytest.approx(2 / 252)
+    assert rank_test([1, 3, 5, 7, 9], [2, 4, 6, 8, 10]) > 0.5
+    assert rank_test([1.0] * 5, [1.0] * 5) == 1.0
+
+
+def test_verdict_regressed_and_improved_follow_the_direction() -> None:
+    slower = [x * 1.5 for x in BASE]
+    v = verdict(BASE, slower, lower_is_better=True, min_change=0.05, max_pvalue=0.01, min_samples=5)
+    assert v.status == "regressed" and v.change == pytest.approx(0.5) and v.pvalue == pytest.approx(2 / 252)
+    assert verdict(slower, BASE).status == "improved"
+    assert verdict(BASE, slower, lower_is_better=False).status == "improved"
+
+
+def test_a_change_needs_both_significance_and_magnitude() -> None:
+    # significant (fully separated) but +42% is under a 50% minimum: similar
+    tiny = [x + 0.5 for x in BASE]  # 1.5..1.9: median 1.2 -> 1.7
+    assert verdict(BASE, tiny, min_change=0.5).status == "similar"
+    assert verdict(BASE, tiny, min_change=0.05).status == "regressed"
+    # large (median +20%) but overlapping samples: not significant
+    noisy_base = [1.0, 2.0, 3.0, 4.0, 5.0]
+    noisy_head = [1.2, 2.2, 3.6, 4.5, 5.5]
+    v = verdict(noisy_base, noisy_head, min_change=0.05)
+    assert v.status == "similar" and v.change == pytest.approx(0.2) and v.pvalue is not None and v.pvalue > 0.01
+
+
+def test_too_few_samples_is_insufficient_data() -> None:
+    v = verdict(BASE[:4], [x * 2 for x in BASE])
+    assert v.status == "insufficient data" and v.pvalue is None and v.change == pytest.approx(2.4 / 1.15 - 1)
+    assert verdict([], BASE).change is None
+    # 4 vs 5 separated: exact p = 2 / C(9, 4) = 0.016
+    assert verdict(BASE[:4], [x * 2 for x in BASE], min_samples=4).pvalue == pytest.approx(2 / 126)
+    assert verdict(BASE[:4], [x * 2 for x in BASE], min_samples=4, max_pvalue=0.05).status == "regressed"
