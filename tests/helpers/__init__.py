@@ -1,0 +1,1 @@
+"""Shared test helpers (temporary git repositories holding small suites)."""
