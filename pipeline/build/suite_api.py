@@ -4,6 +4,14 @@ A suite is a folder in a git checkout (this repository's `kernels/` by default) 
 `__init__.py` defines `cases() -> list[KernelCase]`, listing its families explicitly. It is loaded
 from a checkout *at a commit* by path (`pipeline.build.suite_loader`), never imported as an
 installed package. Case ids must stay stable across commits: they key every series.
+
+Rules a suite follows (the builder and the agents rely on them):
+- package `__init__` files import no compiler: a case hands back compiler *input* (`make_source`);
+- a reference module (`ReferenceSpec.module`, e.g. `gemm.reference`) imports nothing but NumPy:
+  agents load that one file alone from the bundle's `suite/` copy, without the package around it;
+- a reference function takes the argument arrays (NumPy, in `arguments` order, as the kernel gets
+  them) and returns the expected results (one array, or a tuple in `results` order), ideally in
+  float64; the agent compares with `|out - ref| <= atol + rtol * |ref|`.
 """
 
 from __future__ import annotations
