@@ -425,5 +425,24 @@ def ingest_result(session: Session, *, document: ResultDocument) -> IngestSummar
         for m_id, (_, r) in zip(measurement_ids, ok, strict=True)
         for i, value in enumerate(r.samples)
     ]
-    session.execute(sa.insert(Sample.__table__), sample_rows)
+    _insert_samples(session, sample_rows)
     return IngestSummary(stored=len(new), duplicates=duplicates, samples=len(sample_rows))
+
+
+def _insert_samples(session: Session, rows: list[dict[str, Any]]) -> None:
+    """Samples are most of the store's rows: PostgreSQL gets them through COPY on the session's
+    own connection (same transaction, several times faster than multi-row INSERT); SQLite through
+    an executemany INSERT."""
+    if not rows:
+        return
+    connection = session.connection()
+    if connection.dialect.name != "postgresql":
+        session.execute(sa.insert(Sample.__table__), rows)
+        return
+    driver_connection = connection.connection.driver_connection
+    if driver_connection is None:
+        raise RuntimeError("the session's PostgreSQL connection is closed")
+    with driver_connection.cursor() as cursor:
+        with cursor.copy("COPY samples (measurement_id, idx, value, clock_mhz) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row((row["measurement_id"], row["idx"], row["value"], row["clock_mhz"]))
