@@ -17,7 +17,7 @@ from pipeline import __version__
 from pipeline.config import Settings, SettingsError, load_settings
 
 err_console = Console(stderr=True)
-out_console = Console()
+out_console = Console(width=None if sys.stdout.isatty() else 160)  # pipes get whole case ids
 
 
 class CliError(RuntimeError):

@@ -44,9 +44,10 @@ def summary_line(comparison: Comparison) -> str:
 
 def terminal_table(comparison: Comparison) -> Table:
     table = Table(title=summary_line(comparison), title_justify="left")
-    for column, justify in (("case", "left"), ("base", "right"), ("now", "right"), ("change", "right"),
-                            ("p", "right"), ("verdict", "left")):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    table.add_column("case", overflow="fold", ratio=1)  # a case id is never cut short
+    for column in ("base", "now", "change", "p"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
     rows = sorted(comparison.rows, key=lambda r: (STATUS_ORDER.index(r.status), r.case_id))
     for row in rows:
         table.add_row(

@@ -111,6 +111,16 @@ def get_run(session: Session, run_id: str) -> RunDetail | None:
 def list_series(session: Session, *, limit: int = 500) -> list[SeriesSummary]:
     """Every series, by case id then device class, with its number of measured commits and the
     median at the newest of them."""
+    return _series_summaries(session, limit=limit)
+
+
+def get_series(session: Session, series_id: int) -> SeriesSummary | None:
+    """One series' summary; None when there is no such series."""
+    found = _series_summaries(session, limit=1, series_id=series_id)
+    return found[0] if found else None
+
+
+def _series_summaries(session: Session, *, limit: int, series_id: int | None = None) -> list[SeriesSummary]:
     ranked = (
         sa.select(
             Measurement.series_id, Measurement.median, Commit.sha,
@@ -134,6 +144,7 @@ def list_series(session: Session, *, limit: int = 500) -> list[SeriesSummary]:
         .join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
         .outerjoin(points, points.c.series_id == Series.id)
         .outerjoin(ranked, sa.and_(ranked.c.series_id == Series.id, ranked.c.rank == 1))
+        .where(sa.true() if series_id is None else Series.id == series_id)
         .order_by(Case.case_id, DeviceClassRow.name, Series.metric)
         .limit(limit)
     )

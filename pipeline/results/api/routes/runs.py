@@ -1,0 +1,50 @@
+"""Runs: what was benchmarked, its jobs, and the comparison of its commit with its base."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Query
+
+from pipeline.results import queries
+from pipeline.results.api.deps import SessionDep, SettingsDep
+from pipeline.results.compare import Comparison, CompareError, compare
+
+router = APIRouter(tags=["runs"])
+
+
+def run_comparisons(session: SessionDep, settings: SettingsDep, detail: queries.RunDetail) -> list[Comparison]:
+    """The comparison on each device class whose job finished."""
+    return [
+        compare(session, repository=detail.run.repository, head_sha=detail.run.commit_sha,
+                device_class=job.device_class, settings=settings.compare)
+        for job in detail.jobs if job.status == "done"
+    ]
+
+
+@router.get("/runs")
+def list_runs(session: SessionDep, limit: int = Query(50, ge=1, le=1000)) -> list[dict[str, Any]]:
+    return [asdict(run) for run in queries.list_runs(session, limit=limit)]
+
+
+@router.get("/runs/{run_id}")
+def get_run(run_id: str, session: SessionDep, settings: SettingsDep) -> dict[str, Any]:
+    detail = queries.get_run(session, run_id)
+    if detail is None:
+        raise HTTPException(404, f"no run {run_id}")
+    return {**asdict(detail), "comparisons": [asdict(c) for c in run_comparisons(session, settings, detail)]}
+
+
+@router.get("/compare")
+def compare_commits(
+    session: SessionDep, settings: SettingsDep, repository: str, head: str, device_class: str,
+    base: str | None = None,
+) -> dict[str, Any]:
+    """Compare `head` with `base` (default: its nearest ancestor with results) on one device class."""
+    try:
+        result = compare(session, repository=repository, head_sha=head, device_class=device_class,
+                         settings=settings.compare, base_sha=base)
+    except CompareError as exc:
+        raise HTTPException(404, str(exc)) from None
+    return asdict(result)
