@@ -15,12 +15,13 @@ router = APIRouter(tags=["runs"])
 
 
 def run_comparisons(session: SessionDep, settings: SettingsDep, detail: queries.RunDetail) -> list[Comparison]:
-    """The comparison on each device class whose job finished."""
-    return [
+    """The comparison on each device class of the run that has results so far."""
+    comparisons = (
         compare(session, repository=detail.run.repository, head_sha=detail.run.commit_sha,
                 device_class=job.device_class, settings=settings.compare)
-        for job in detail.jobs if job.status == "done"
-    ]
+        for job in detail.jobs
+    )
+    return [c for c in comparisons if c.rows]
 
 
 @router.get("/runs")
