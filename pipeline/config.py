@@ -32,6 +32,19 @@ class MeasurementSettings(BaseModel):
     min_time_s: float = Field(default=0.3, ge=0)
     max_time_s: float = Field(default=3.0, gt=0)
     max_rel_noise: float = Field(default=0.01, gt=0, lt=1, description="stop once relative stdev of the median is under this")
+    rounds: int = Field(
+        default=5, ge=1, le=100,
+        description="cases are timed round-robin in this many rounds, so a passing disturbance on the host "
+        "lands on every case a little instead of on one case entirely",
+    )
+
+    def per_round(self) -> MeasurementSettings:
+        """The budget of one round: time and sample minimums split evenly; warm-up repeated each round."""
+        return self.model_copy(update={
+            "min_samples": max(2, -(-self.min_samples // self.rounds)),
+            "min_time_s": self.min_time_s / self.rounds,
+            "max_time_s": self.max_time_s / self.rounds,
+        })
 
 
 class CompareSettings(BaseModel):

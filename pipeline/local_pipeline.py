@@ -62,7 +62,7 @@ def plan_targets(devices: Sequence[LocalDevice], only: Sequence[str] | None) -> 
 
 
 def repository_name(settings: Settings, location: SuiteLocation) -> str:
-    return settings.repository or location.repo_root.name
+    return settings.repository or location.repository
 
 
 def run_pipeline(
@@ -102,7 +102,7 @@ def run_pipeline(
     try:
         bundle_dir, manifest = build_bundle(
             location=location, sha=sha, targets=chosen, out_dir=settings.bundles_dir,
-            cache_dir=settings.cache_dir, workers=settings.build_workers, progress=progress,
+            cache_dir=settings.cache_dir, workers=settings.build_workers, progress=progress, repository=repo,
         )
         with session_scope(engine) as session:
             ingest.ingest_manifest(session, manifest=manifest, path=str(bundle_dir))

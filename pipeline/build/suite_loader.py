@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import re
 import subprocess
 import sys
 import tarfile
@@ -42,7 +43,12 @@ class SuiteLocation:
 
     @property
     def repository(self) -> str:
-        return self.repo_root.name
+        """`owner/name` from the `origin` remote's URL; the checkout folder's name without one."""
+        proc = subprocess.run(["git", "-C", str(self.repo_root), "remote", "get-url", "origin"],
+                              capture_output=True, text=True, check=False)
+        url = proc.stdout.strip().removesuffix("/").removesuffix(".git")
+        match = re.search(r"[:/]([^/:]+/[^/:]+)$", url) if proc.returncode == 0 else None
+        return match.group(1) if match else self.repo_root.name
 
     @property
     def path(self) -> Path:

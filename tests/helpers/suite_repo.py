@@ -2,8 +2,9 @@
 
 `make_suite_repo(tmp_path, gemm_suite_files([...]))` gives a committed checkout whose `kernels/`
 folder is a small, fast GEMM suite (IREE, llvm-cpu). Variants per case: "ok", "wrong" (the
-kernel computes 1 + A @B: compiles, runs, fails the reference check) and "broken" (MLIR that
-iree-compile rejects).
+kernel computes 1 + A @B: compiles, runs, fails the reference check), "broken" (MLIR that
+iree-compile rejects) and "slow" (a correct kernel with a poor register tile, 1x8, the kind of
+change a kernel engineer makes by mistake: several times slower on x86).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Literal
 SUITE = "kernels"
 _GIT_ENV_ARGS = ("-c", "user.name=Bench Tester", "-c", "user.email=tester@example.com", "-c", "commit.gpgsign=false")
 
-Variant = Literal["ok", "wrong", "broken"]
+Variant = Literal["ok", "wrong", "broken", "slow"]
 
 
 def git(repo: Path, *args: str) -> str:
@@ -70,15 +71,23 @@ from pipeline.contracts.manifest import ReferenceSpec, TensorSpec
 CASES = {cases!r}
 
 
+SLOW_TILE = (
+    " {{compilation_info = #iree_codegen.compilation_info<lowering_config = #iree_cpu.lowering_config<"
+    "distribution = [64, 64, 0], vector_common_parallel = [1, 8, 0], vector_reduction = [0, 0, 1]>, "
+    "translation_info = #iree_codegen.translation_info<pipeline = #iree_cpu.pipeline<DoubleTilingExpert>>>}}"
+)
+
+
 def mlir(m, n, k, variant):
     init = "1.0" if variant == "wrong" else "0.0"
+    attrs = SLOW_TILE if variant == "slow" else ""
     b_rows = k + 1 if variant == "broken" else k   # a shape mismatch iree-compile rejects
     return f"""
 func.func @mm(%a: tensor<{{m}}x{{k}}xf32>, %b: tensor<{{b_rows}}x{{n}}xf32>) -> tensor<{{m}}x{{n}}xf32> {{{{
   %init = arith.constant {{init}} : f32
   %e = tensor.empty() : tensor<{{m}}x{{n}}xf32>
   %c0 = linalg.fill ins(%init : f32) outs(%e : tensor<{{m}}x{{n}}xf32>) -> tensor<{{m}}x{{n}}xf32>
-  %c = linalg.matmul ins(%a, %b : tensor<{{m}}x{{k}}xf32>, tensor<{{b_rows}}x{{n}}xf32>) outs(%c0 : tensor<{{m}}x{{n}}xf32>) -> tensor<{{m}}x{{n}}xf32>
+  %c = linalg.matmul{{attrs}} ins(%a, %b : tensor<{{m}}x{{k}}xf32>, tensor<{{b_rows}}x{{n}}xf32>) outs(%c0 : tensor<{{m}}x{{n}}xf32>) -> tensor<{{m}}x{{n}}xf32>
   return %c : tensor<{{m}}x{{n}}xf32>
 }}}}
 """
