@@ -1,4 +1,5 @@
-"""GEMM, C[M, N] = A[M, K] @ B[K, N], f32, through IREE for `llvm-cpu:*` targets.
+"""GEMM, C[M, N] = A[M, K] @ B[K, N]: f32 through IREE for `llvm-cpu:*` targets (this file), and bf16
+in Triton for `cuda:sm_90` (`triton_cases.py`, kernel in `triton_kernel.py`).
 
 Read top to bottom: the shapes (named by the model they come from), the per-shape tile knob, the
 kernel (MLIR: `linalg.fill` zeros into `tensor.empty`, then `linalg.matmul`), its launch and
@@ -13,6 +14,8 @@ from functools import partial
 from pipeline.build.suite_api import IreeSource, KernelCase
 from pipeline.contracts.ids import CaseId, Target
 from pipeline.contracts.manifest import ReferenceSpec, TensorSpec
+
+from . import triton_cases
 
 
 @dataclass(frozen=True)
@@ -136,4 +139,4 @@ def case(shape: Shape) -> KernelCase:
 
 
 def cases() -> list[KernelCase]:
-    return [case(shape) for shape in SHAPES]
+    return [*(case(shape) for shape in SHAPES), *triton_cases.cases()]

@@ -3,11 +3,13 @@
 Layout of a bundle directory (it appears atomically: built beside it, then renamed):
 
     manifest.json                 BundleManifest
-    artifacts/<sha256>.vmfb       compiled modules, named by content
+    artifacts/<sha256>.vmfb       compiled IREE modules, named by content
+    artifacts/<sha256>.cubin      compiled Triton kernels for cuda targets
     suite/                        the suite's sources at the commit (references are imported from here)
 
-Compiles run in worker processes and go through a content-addressed cache, so a kernel whose
-source, flags, compiler and target did not change is never compiled twice.
+Each case's source picks its compiler (IreeSource -> iree-compile, TritonSource -> triton). Compiles
+run in worker processes and go through a content-addressed cache, so a kernel whose source, flags,
+compiler and target did not change is never compiled twice.
 """
 
 from __future__ import annotations
@@ -24,10 +26,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pipeline.build.iree_compiler import (
-    COMPILER, CompiledArtifact, CompileError, compile_flags, compile_iree, compiler_version, is_supported,
-)
-from pipeline.build.suite_api import IreeSource, KernelCase
+from pipeline.build import iree_compiler, triton_compiler
+from pipeline.build.compiled import CompiledArtifact, CompileError
+from pipeline.build.suite_api import IreeSource, KernelCase, KernelSource, TritonSource
 from pipeline.build.suite_loader import SuiteLocation, export_suite, load_suite, suite_digest
 from pipeline.contracts import BundleEntry, BundleManifest, CompileStats, LaunchSpec, Target, parse_manifest
 from pipeline.contracts.manifest import ArtifactRef
@@ -55,7 +56,7 @@ class BuildCounts:
 class _Job:
     case: KernelCase
     target: Target
-    source: IreeSource | None = None
+    source: KernelSource | None = None
     key: str = ""
     error: str | None = None
 
@@ -69,24 +70,61 @@ def bundle_digest(bundle_dir: Path) -> str:
     return hashlib.sha256((Path(bundle_dir) / MANIFEST).read_bytes()).hexdigest()
 
 
-def _cache_key(source: IreeSource, target: Target, version: str) -> str:
-    material = {
-        "mlir": source.mlir, "entry_point": source.entry_point, "flags": compile_flags(source, target),
-        "compiler": COMPILER, "compiler_version": version, "target": str(target),
-    }
+def _compiler_versions() -> dict[str, str]:
+    """Every compiler this builder has, with its version (they name the bundle and key the cache)."""
+    versions: dict[str, str] = {}
+    try:
+        versions[iree_compiler.COMPILER] = iree_compiler.compiler_version()
+    except (ImportError, OSError, CompileError):   # a builder (or a GPU host building a test bundle) without IREE
+        pass
+    if (triton_version := triton_compiler.compiler_version()) is not None:
+        versions[triton_compiler.COMPILER] = triton_version
+    return versions
+
+
+def _compiler_of(source: KernelSource) -> str:
+    return triton_compiler.COMPILER if isinstance(source, TritonSource) else iree_compiler.COMPILER
+
+
+def _unsupported(source: KernelSource, target: Target, versions: dict[str, str]) -> str | None:
+    """Why this builder cannot compile `source` for `target`, or None when it can."""
+    compiler = _compiler_of(source)
+    if compiler not in versions:
+        return f"no {compiler} in this builder"
+    supported = triton_compiler.is_supported if compiler == triton_compiler.COMPILER else iree_compiler.is_supported
+    return None if supported(target) else f"no compiler in this builder for target {target} ({compiler})"
+
+
+def _artifact_suffix(source: KernelSource) -> str:
+    return ".cubin" if isinstance(source, TritonSource) else ".vmfb"
+
+
+def _cache_key(source: KernelSource, target: Target, versions: dict[str, str], suite_dir: Path) -> str:
+    """Source digest, specialization, compiler and version, target and flags: equal keys, equal artifacts."""
+    compiler = _compiler_of(source)
+    material: dict[str, object]
+    if isinstance(source, TritonSource):
+        material = {**triton_compiler.source_material(source, suite_dir),
+                    "flags": triton_compiler.compile_options(source)}
+    else:
+        material = {"mlir": source.mlir, "entry_point": source.entry_point,
+                    "flags": iree_compiler.compile_flags(source, target)}
+    material.update(compiler=compiler, compiler_version=versions[compiler], target=str(target))
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 
-def _cache_paths(cache_dir: Path, key: str) -> tuple[Path, Path]:
+def _cache_paths(cache_dir: Path, key: str, suffix: str) -> tuple[Path, Path]:
     folder = cache_dir / key[:2]
-    return folder / f"{key}.vmfb", folder / f"{key}.json"
+    return folder / f"{key}{suffix}", folder / f"{key}.json"
 
 
-def _cache_get(cache_dir: Path, key: str) -> CompiledArtifact | None:
-    artifact, stats = _cache_paths(cache_dir, key)
+def _cache_get(cache_dir: Path, key: str, suffix: str) -> CompiledArtifact | None:
+    artifact, meta = _cache_paths(cache_dir, key, suffix)
     try:
-        return CompiledArtifact(data=artifact.read_bytes(), stats=CompileStats.model_validate_json(stats.read_text()))
-    except (OSError, ValueError):
+        record = json.loads(meta.read_text())
+        return CompiledArtifact(data=artifact.read_bytes(), stats=CompileStats.model_validate(record["stats"]),
+                                launch=dict(record["launch"]))
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
@@ -97,36 +135,42 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _cache_put(cache_dir: Path, key: str, compiled: CompiledArtifact) -> None:
-    artifact, stats = _cache_paths(cache_dir, key)
-    _atomic_write(artifact, compiled.data)       # artifact first: an entry is complete once its stats exist
-    _atomic_write(stats, compiled.stats.model_dump_json().encode())
+def _cache_put(cache_dir: Path, key: str, suffix: str, compiled: CompiledArtifact) -> None:
+    artifact, meta = _cache_paths(cache_dir, key, suffix)
+    _atomic_write(artifact, compiled.data)       # artifact first: an entry is complete once its record exists
+    record = {"stats": compiled.stats.model_dump(mode="json"), "launch": compiled.launch}
+    _atomic_write(meta, json.dumps(record, sort_keys=True).encode())
 
 
-def _bundle_name(sha: str, digest: str, targets: Sequence[str], version: str) -> str:
-    extra = hashlib.sha256(json.dumps([list(targets), COMPILER, version]).encode()).hexdigest()[:8]
+def _bundle_name(sha: str, digest: str, targets: Sequence[str], versions: dict[str, str]) -> str:
+    extra = hashlib.sha256(json.dumps([list(targets), sorted(versions.items())]).encode()).hexdigest()[:8]
     return f"{sha[:12]}-{digest[:12]}-{extra}"
 
 
-def _plan(cases: Sequence[KernelCase], targets: Sequence[Target], version: str) -> list[_Job]:
+def _plan(cases: Sequence[KernelCase], targets: Sequence[Target], versions: dict[str, str], suite_dir: Path) -> list[_Job]:
     jobs = []
     for case in cases:
         for target in targets:
             if not case.supports(target):
                 continue
-            if not is_supported(target):
-                jobs.append(_Job(case, target, error=f"no compiler in this builder for target {target}"))
-                continue
             try:
                 source = case.make_source(target)
+                why_not = _unsupported(source, target, versions)
+                key = "" if why_not else _cache_key(source, target, versions, suite_dir)
             except Exception as exc:  # a broken case fails alone
                 jobs.append(_Job(case, target, error=f"make_source failed: {type(exc).__name__}: {exc}"))
                 continue
-            jobs.append(_Job(case, target, source=source, key=_cache_key(source, target, version)))
+            if why_not:
+                jobs.append(_Job(case, target, error=why_not))
+                continue
+            jobs.append(_Job(case, target, source=source, key=key))
     return jobs
 
 
-def _entry(job: _Job, artifact: ArtifactRef | None, stats: CompileStats | None, error: str | None) -> BundleEntry:
+def _entry(
+    job: _Job, artifact: ArtifactRef | None, stats: CompileStats | None, launch_facts: dict[str, object] | None,
+    error: str | None,
+) -> BundleEntry:
     case = job.case
     common = dict(
         case=str(case.case_id), target=str(job.target), model=case.model, tensors=list(case.tensors),
@@ -134,14 +178,16 @@ def _entry(job: _Job, artifact: ArtifactRef | None, stats: CompileStats | None, 
     )
     if error is not None:
         return BundleEntry(status="failed", error=error, **common)  # type: ignore[arg-type]
-    assert job.source is not None
-    launch = LaunchSpec(entry_point=job.source.entry_point, arguments=list(case.arguments), results=list(case.results))
+    assert job.source is not None and launch_facts is not None
+    if isinstance(job.source, TritonSource):   # the cubin may be cached from a case of other sizes
+        launch_facts = {**launch_facts, **triton_compiler.source_launch(job.source)}
+    launch = LaunchSpec(arguments=list(case.arguments), results=list(case.results), **launch_facts)
     return BundleEntry(status="built", artifact=artifact, launch=launch, compile=stats, **common)  # type: ignore[arg-type]
 
 
-def _store_artifact(bundle: Path, compiled: CompiledArtifact) -> ArtifactRef:
+def _store_artifact(bundle: Path, compiled: CompiledArtifact, suffix: str) -> ArtifactRef:
     digest = hashlib.sha256(compiled.data).hexdigest()
-    rel = f"{ARTIFACTS_DIR}/{digest}.vmfb"
+    rel = f"{ARTIFACTS_DIR}/{digest}{suffix}"
     path = bundle / rel
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -149,12 +195,16 @@ def _store_artifact(bundle: Path, compiled: CompiledArtifact) -> ArtifactRef:
     return ArtifactRef(path=rel, sha256=digest, size_bytes=len(compiled.data))
 
 
-def _compile_worker(source: IreeSource, target: Target) -> CompiledArtifact:
-    return compile_iree(source, target)
+def _compile_worker(source: KernelSource, target: Target, suite_dir: Path) -> CompiledArtifact:
+    if isinstance(source, TritonSource):
+        return triton_compiler.compile_triton(source, target, suite_dir)
+    assert isinstance(source, IreeSource)
+    return iree_compiler.compile_iree(source, target)
 
 
 def _compile_all(
-    jobs: list[_Job], cache_dir: Path, workers: int, progress: ProgressFn | None, counts: BuildCounts,
+    jobs: list[_Job], cache_dir: Path, suite_dir: Path, workers: int, progress: ProgressFn | None,
+    counts: BuildCounts,
 ) -> dict[int, CompiledArtifact | str]:
     """Compiled artifact (or error text) per job index; cached ones are not compiled."""
     results: dict[int, CompiledArtifact | str] = {}
@@ -171,7 +221,7 @@ def _compile_all(
         if job.error is not None:
             results[i] = job.error
             report("failed", job)
-        elif (hit := _cache_get(cache_dir, job.key)) is not None:
+        elif (hit := _cache_get(cache_dir, job.key, _artifact_suffix(job.source))) is not None:  # type: ignore[arg-type]
             results[i] = hit
             counts.cached += 1
             report("cached", job)
@@ -183,7 +233,8 @@ def _compile_all(
     # spawn: the parent may hold runtime threads (an agent in the same process); fork is unsafe then.
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures: dict[Future[CompiledArtifact], int] = {
-            pool.submit(_compile_worker, jobs[i].source, jobs[i].target): i for i in misses  # type: ignore[arg-type]
+            pool.submit(_compile_worker, jobs[i].source, jobs[i].target, suite_dir): i  # type: ignore[arg-type]
+            for i in misses
         }
         for future in as_completed(futures):
             i = futures[future]
@@ -193,7 +244,7 @@ def _compile_all(
                 results[i] = str(exc)
                 report("failed", jobs[i])
                 continue
-            _cache_put(cache_dir, jobs[i].key, compiled)
+            _cache_put(cache_dir, jobs[i].key, _artifact_suffix(jobs[i].source), compiled)  # type: ignore[arg-type]
             results[i] = compiled
             counts.compiled += 1
             report("compiled", jobs[i])
@@ -227,8 +278,8 @@ def build_bundle(
     target_names = sorted(str(t) for t in parsed)
     out_dir, cache_dir = Path(out_dir), Path(cache_dir)
     digest = suite_digest(location, sha)
-    version = compiler_version()
-    final = out_dir / _bundle_name(sha, digest, target_names, version)
+    versions = _compiler_versions()
+    final = out_dir / _bundle_name(sha, digest, target_names, versions)
     if (final / MANIFEST).is_file():
         counts.reused_bundle = True
         if progress:
@@ -240,20 +291,22 @@ def build_bundle(
     try:
         export_suite(location, sha, tmp / SUITE_DIR)
         cases = load_suite(tmp / SUITE_DIR, digest=digest)
-        jobs = _plan(cases, [Target.parse(t) for t in target_names], version)
-        results = _compile_all(jobs, cache_dir, workers, progress, counts)
+        suite_dir = (tmp / SUITE_DIR).resolve()
+        jobs = _plan(cases, [Target.parse(t) for t in target_names], versions, suite_dir)
+        results = _compile_all(jobs, cache_dir, suite_dir, workers, progress, counts)
         entries = []
         for i, job in enumerate(jobs):
             outcome = results[i]
             if isinstance(outcome, str):
                 counts.failed += 1
-                entries.append(_entry(job, None, None, outcome))
+                entries.append(_entry(job, None, None, None, outcome))
             else:
-                entries.append(_entry(job, _store_artifact(tmp, outcome), outcome.stats, None))
+                artifact = _store_artifact(tmp, outcome, _artifact_suffix(job.source))  # type: ignore[arg-type]
+                entries.append(_entry(job, artifact, outcome.stats, outcome.launch, None))
         manifest = BundleManifest(
             repository=repository or location.repository, commit=sha, suite_path=location.subdir,
             suite_digest=digest, suite_source=SUITE_DIR, created_at=datetime.now(timezone.utc),
-            compilers={COMPILER: version}, targets=target_names, entries=entries,
+            compilers=versions, targets=target_names, entries=entries,
         )
         (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n")
         try:

@@ -8,12 +8,17 @@ from __future__ import annotations
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from pipeline.build.compiled import CompiledArtifact, CompileError, UnsupportedTarget
 from pipeline.build.suite_api import IreeSource
 from pipeline.contracts import CompileStats, Target
+
+__all__ = [
+    "COMPILER", "CompiledArtifact", "CompileError", "UnsupportedTarget", "compile_iree", "compile_flags",
+    "compiler_version", "is_supported", "target_flags", "cpu_level",
+]
 
 COMPILER = "iree-compile"
 COMPILE_TIMEOUT_S = 600
@@ -25,20 +30,6 @@ _TRIPLES = {
     "aarch64": "aarch64-linux-gnu",
     "aarch64-android": "aarch64-none-linux-android34",
 }
-
-
-class CompileError(RuntimeError):
-    """iree-compile failed; the message ends with the tail of its stderr."""
-
-
-class UnsupportedTarget(CompileError):
-    pass
-
-
-@dataclass(frozen=True)
-class CompiledArtifact:
-    data: bytes
-    stats: CompileStats
 
 
 def cpu_level(target: Target) -> str:
@@ -110,4 +101,4 @@ def compile_iree(source: IreeSource, target: Target, *, timeout_s: float = COMPI
         compiler=COMPILER, compiler_version=compiler_version(), compile_time_s=elapsed,
         binary_bytes=len(data), flags=flags,
     )
-    return CompiledArtifact(data=data, stats=stats)
+    return CompiledArtifact(data=data, stats=stats, launch={"entry_point": source.entry_point})

@@ -7,6 +7,9 @@ installed package. Case ids must stay stable across commits: they key every seri
 
 Rules a suite follows (the builder and the agents rely on them):
 - package `__init__` files import no compiler: a case hands back compiler *input* (`make_source`);
+  a Triton kernel lives in a module of its own that only the builder's compile worker imports
+  (`TritonSource.module`, loaded by path like a reference, so it may import triton and nothing
+  from the suite);
 - a reference module (`ReferenceSpec.module`, e.g. `gemm.reference`) imports nothing but NumPy:
   agents load that one file alone from the bundle's `suite/` copy, without the package around it;
 - a reference function takes the argument arrays (NumPy, in `arguments` order, as the kernel gets
@@ -17,8 +20,9 @@ Rules a suite follows (the builder and the agents rely on them):
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pipeline.contracts.ids import CaseId, Target
 from pipeline.contracts.manifest import ReferenceSpec, TensorSpec
@@ -33,7 +37,47 @@ class IreeSource:
     flags: tuple[str, ...] = ()
 
 
-KernelSource = IreeSource  # Triton sources join this union with the suite issue.
+@dataclass(frozen=True)
+class Pointer:
+    """A kernel parameter bound to one of the case's tensors: its device pointer."""
+
+    tensor: str                                  # TensorSpec name
+    dtype: str                                   # Triton element type, e.g. "bf16" (signature "*bf16")
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A scalar kernel parameter whose value is known when the case is declared (a size, a stride).
+
+    The builder specializes it as Triton's JIT would: a value of 1 becomes a compile-time constant
+    (and leaves the kernel's parameter list), a multiple of 16 gets a divisibility hint.
+    """
+
+    value: int | float
+    dtype: Literal["i32", "i64", "fp32"] = "i32"
+
+
+@dataclass(frozen=True)
+class TritonSource:
+    """A Triton implementation's compiler input: a @triton.jit function named by module and name.
+
+    `module` is a suite module (e.g. `gemm.triton_kernel`) that the compile worker loads by path
+    from the exported suite, like a reference module: it may import triton, not the rest of the
+    suite. `args` binds every non-constexpr parameter, in the kernel's order; `constexprs` the
+    compile-time ones. `grid` is the launch grid for this case's shape (precomputed: one case, one
+    shape). Pointers are assumed 16-byte aligned (the runner allocates them so).
+    """
+
+    module: str
+    function: str
+    args: Mapping[str, Pointer | Scalar]
+    constexprs: Mapping[str, int | float | bool]
+    grid: tuple[int, ...]
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+KernelSource = IreeSource | TritonSource
 
 
 @dataclass(frozen=True)

@@ -36,17 +36,57 @@ class TensorSpec(BaseModel):
         return self
 
 
+class KernelParam(BaseModel):
+    """One parameter of a GPU kernel launched through a driver API: a tensor's device pointer, or a
+    typed scalar whose value the builder fixed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, description="the kernel's parameter name")
+    tensor: str | None = Field(default=None, description="pointer parameter: the tensor whose buffer is passed")
+    dtype: Literal["i32", "i64", "fp32"] | None = Field(default=None, description="scalar parameter: its type")
+    value: int | float | None = Field(default=None, description="scalar parameter: its value")
+
+    @model_validator(mode="after")
+    def _pointer_or_scalar(self) -> KernelParam:
+        if (self.tensor is None) == (self.dtype is None) or (self.dtype is None) != (self.value is None):
+            raise ValueError(f"parameter {self.name}: give either tensor, or dtype and value")
+        if self.dtype in ("i32", "i64") and not isinstance(self.value, int):
+            raise ValueError(f"parameter {self.name}: an integer parameter needs an integer value")
+        return self
+
+
 class LaunchSpec(BaseModel):
-    """How to invoke the artifact: entry point, and for GPU code the grid and resources."""
+    """How to invoke the artifact: entry point, and for GPU code the grid and resources.
+
+    IREE modules take `arguments` and return `results`. A CUDA kernel (`parameters` set) takes its
+    parameters in that order, every tensor (inputs and outputs) by device pointer, followed by
+    `null_pointers` null pointers (Triton's global and profile scratch), with `threads` threads per
+    block along x and `shared_bytes` of dynamic shared memory.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     entry_point: str = Field(min_length=1)
-    arguments: list[str] = Field(description="tensor names in argument order")
+    arguments: list[str] = Field(description="tensor names in argument order (the reference takes them so)")
     results: list[str] = Field(default_factory=list, description="tensor names returned, in order")
     grid: list[Annotated[int, Field(ge=1)]] | None = None
     threads: int | None = Field(default=None, ge=1)
     shared_bytes: int | None = Field(default=None, ge=0)
+    parameters: list[KernelParam] | None = Field(
+        default=None, description="driver-API launches: the kernel's parameters in order")
+    null_pointers: int = Field(default=0, ge=0, description="null pointer parameters after `parameters`")
+
+    @model_validator(mode="after")
+    def _gpu_launch_complete(self) -> LaunchSpec:
+        if self.parameters is not None and (self.grid is None or self.threads is None or self.shared_bytes is None):
+            raise ValueError("a launch with parameters needs grid, threads and shared_bytes")
+        return self
+
+    def tensor_names(self) -> list[str]:
+        """Every tensor this launch touches: arguments, results and pointer parameters."""
+        pointers = [p.tensor for p in self.parameters or () if p.tensor is not None]
+        return list(dict.fromkeys([*self.arguments, *self.results, *pointers]))
 
 
 class ReferenceSpec(BaseModel):
@@ -117,7 +157,7 @@ class BundleEntry(BaseModel):
                 raise ValueError("a built entry has no error")
             names = {t.name for t in self.tensors}
             assert self.launch is not None
-            unknown = [n for n in self.launch.arguments + self.launch.results if n not in names]
+            unknown = [n for n in self.launch.tensor_names() if n not in names]
             if unknown:
                 raise ValueError(f"launch names unknown tensors: {', '.join(unknown)}")
         else:
