@@ -8,6 +8,7 @@ import logging
 import platform
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -48,14 +49,36 @@ def input_seed(run_id: str, job_id: str, entry: BundleEntry) -> int:
 
 
 def _environment(device: LocalDevice) -> dict[str, str]:
+    runtime = {"cuda": {"cuda_bindings": _version("cuda-bindings")}}.get(device.device_class.runtime, {
+        "iree_runtime": _version("iree-base-runtime"), "hal_driver": device.device_class.hal_driver or "",
+    })
     return {
-        "iree_runtime": _version("iree-base-runtime"),
-        "hal_driver": device.device_class.hal_driver or "",
+        **runtime,
         "python": platform.python_version(),
         "numpy": np.__version__,
         "cpu": device.info.name if device.device_class.kind == "cpu" else platform.processor(),
         "os": platform.platform(),
     }
+
+
+@dataclass(frozen=True)
+class _Runner:
+    """A device of one runtime and the function that checks and times one entry on it."""
+
+    device: Any
+    run_entry: Callable[..., CaseResult]
+
+
+def _runner(device: LocalDevice) -> _Runner:
+    """The runtime the device class names: IREE (through its HAL driver) or the CUDA driver API."""
+    device_class = device.device_class
+    if device_class.runtime == "cuda":
+        from pipeline.agents.runners import cuda_runner  # imports cuda.bindings when a GPU is used, only
+
+        return _Runner(cuda_runner.CudaDevice(device.info.uid), cuda_runner.run_entry)
+    if device_class.runtime == "iree" and device_class.hal_driver:
+        return _Runner(IreeDevice(device_class.hal_driver), run_entry)
+    raise ValueError(f"device class {device_class.name} runs {device_class.runtime}, which this agent cannot run")
 
 
 class _References:
@@ -92,15 +115,13 @@ def run_bundle(
     """
     bundle_dir = Path(bundle_dir)
     device_class = device.device_class
-    if device_class.runtime != "iree" or not device_class.hal_driver:
-        raise ValueError(f"device class {device_class.name} runs {device_class.runtime}; this agent runs IREE only")
+    runner = _runner(device)
     started = datetime.now(timezone.utc)
     entries = [e for e in manifest.entries if e.target in device_class.targets]
     references = _References(bundle_dir / manifest.suite_source)
-    iree_device = IreeDevice(device_class.hal_driver)
     results: list[CaseResult] = []
     for done, entry in enumerate(entries, start=1):
-        results.append(_run_one(iree_device, bundle_dir, entry, references, run_id, job_id, settings))
+        results.append(_run_one(runner, bundle_dir, entry, references, run_id, job_id, settings))
         result = results[-1]
         if progress:
             figure = f" {result.stats.median * 1e3:.3f} ms" if result.stats else ""
@@ -114,7 +135,7 @@ def run_bundle(
 
 
 def _run_one(
-    iree_device: IreeDevice, bundle_dir: Path, entry: BundleEntry, references: _References,
+    runner: _Runner, bundle_dir: Path, entry: BundleEntry, references: _References,
     run_id: str, job_id: str, settings: MeasurementSettings,
 ) -> CaseResult:
     if entry.status == "failed":
@@ -124,8 +145,8 @@ def _run_one(
     try:
         assert entry.reference is not None
         reference_fn = references.get(entry.reference.module, entry.reference.function)
-        result = run_entry(
-            device=iree_device, bundle_dir=bundle_dir, entry=entry, reference_fn=reference_fn,
+        result = runner.run_entry(
+            device=runner.device, bundle_dir=bundle_dir, entry=entry, reference_fn=reference_fn,
             rng=np.random.default_rng(seed), settings=settings,
         )
     except Exception as exc:  # one case's error is its result; the others go on

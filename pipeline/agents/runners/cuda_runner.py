@@ -1,0 +1,341 @@
+"""Run one bundle entry (a cubin) through the CUDA driver API: verify, check, then time.
+
+No Triton and no compiler on the agent host: `cuda.bindings.driver` (cuda-python) loads the cubin
+the builder made, and it is imported lazily, so hosts without NVIDIA software import this module.
+
+Order per entry (DESIGN.md, "Measurement"): verify the cubin's sha256; make fresh random inputs
+(bf16 as uint16 bit patterns on the device, and as float32 arrays holding the same bf16 values for
+the NumPy reference); fill every output with a NaN pattern, so elements the kernel never writes
+fail the check; launch once and compare with the float64 reference (a wrong kernel is never
+timed); then time with CUDA events around the kernel alone, with L2 flushed (a buffer twice the
+L2 size written) before each sample, and the SM clock read through NVML with each sample where
+nvidia-ml-py is importable.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.agents.measure import sample
+from pipeline.agents.runners.iree_runner import check_outputs, verify_artifact
+from pipeline.config import MeasurementSettings
+from pipeline.contracts import BundleEntry, CaseResult, Correctness, TensorSpec
+from pipeline.results.stats import summarize
+
+__all__ = [
+    "CudaDevice", "CudaError", "CheckedCudaKernel", "prepare_entry", "run_entry", "make_inputs",
+    "bf16_bits", "bf16_values",
+]
+
+POISON_BYTE = 0xFF          # every float width: all-ones is a NaN
+L2_FLUSH_FACTOR = 2         # flush with a buffer twice the L2 size
+MAX_STATIC_SHARED = 48 * 1024
+_ITEM_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i8": 1}
+_HOST_DTYPES = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "bf16": np.uint16,
+                "i64": np.int64, "i32": np.int32, "i8": np.int8}
+_SCALAR_CTYPES = {"i32": ctypes.c_int32, "i64": ctypes.c_int64, "fp32": ctypes.c_float}
+
+
+class CudaError(RuntimeError):
+    """A CUDA driver call failed; the message names the call and the driver's error."""
+
+
+# ---- bf16 on a host without bf16: bit patterns ----------------------------------------------------
+
+def bf16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bit patterns (uint16), rounding to nearest even (finite inputs)."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    return (rounded >> np.uint32(16)).astype(np.uint16)
+
+
+def bf16_values(bits: np.ndarray) -> np.ndarray:
+    """bf16 bit patterns (uint16) -> float32 holding exactly those values (NaN patterns stay NaN)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def make_inputs(tensors: Sequence[TensorSpec], rng: np.random.Generator) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per input: (host array as the device stores it, array the reference gets). Never zeros."""
+    arrays = {}
+    for spec in tensors:
+        if spec.role != "input":
+            continue
+        if spec.init == "randint":
+            values = rng.integers(spec.low, spec.high, size=spec.shape)  # type: ignore[arg-type]
+        elif spec.init == "uniform":
+            values = rng.uniform(-1.0, 1.0, size=spec.shape)
+        elif spec.init == "normal":
+            values = rng.standard_normal(size=spec.shape, dtype=np.float32)
+        else:
+            raise ValueError(f"input {spec.name} has init={spec.init}; an input needs random values")
+        if spec.dtype == "bf16":
+            bits = bf16_bits(values.astype(np.float32))
+            arrays[spec.name] = (bits, bf16_values(bits))
+        else:
+            host = np.ascontiguousarray(values.astype(_HOST_DTYPES[spec.dtype]))
+            arrays[spec.name] = (host, host)
+    return arrays
+
+
+def _nbytes(spec: TensorSpec) -> int:
+    return int(np.prod(spec.shape)) * _ITEM_BYTES[spec.dtype]
+
+
+# ---- the device ---------------------------------------------------------------------------------
+
+def _uuid_text(raw: bytes) -> str:
+    h = raw.hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+class CudaDevice:
+    """One GPU's primary context, a stream, events and an L2 flush buffer, shared by a run's entries."""
+
+    def __init__(self, uid: str | None = None):
+        from cuda.bindings import driver  # agents with NVIDIA GPUs only
+
+        self._cu = driver
+        self._call(driver.cuInit, 0)
+        count = self._call(driver.cuDeviceGetCount)
+        ordinal = 0
+        for i in range(count):
+            dev = self._call(driver.cuDeviceGet, i)
+            if uid and _uuid_text(bytes(self._call(driver.cuDeviceGetUuid, dev).bytes)) == uid:
+                ordinal = i
+                break
+        self.ordinal = ordinal
+        self.device = self._call(driver.cuDeviceGet, ordinal)
+        self.context = self._call(driver.cuDevicePrimaryCtxRetain, self.device)
+        self._call(driver.cuCtxSetCurrent, self.context)
+        self.stream = self._call(driver.cuStreamCreate, 0)
+        self.start, self.end = self._call(driver.cuEventCreate, 0), self._call(driver.cuEventCreate, 0)
+        attr = driver.CUdevice_attribute
+        self.l2_bytes = self._call(driver.cuDeviceGetAttribute, attr.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, self.device)
+        self.flush_words = max(self.l2_bytes * L2_FLUSH_FACTOR // 4, 1 << 20)
+        self.flush_buffer = self.alloc(self.flush_words * 4)
+        self._flushes = 0
+        self._nvml = _Nvml.open(uid)
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        result = fn(*args)
+        err, rest = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
+        if err != self._cu.CUresult.CUDA_SUCCESS:
+            _, name = self._cu.cuGetErrorName(err)
+            raise CudaError(f"{fn.__name__} failed: {name.decode() if isinstance(name, bytes) else name}")
+        return rest[0] if len(rest) == 1 else (rest or None)
+
+    def alloc(self, nbytes: int) -> int:
+        return int(self._call(self._cu.cuMemAlloc, max(nbytes, 1)))   # 256-byte aligned
+
+    def free(self, ptr: int) -> None:
+        self._call(self._cu.cuMemFree, self._cu.CUdeviceptr(ptr))
+
+    def upload(self, ptr: int, host: np.ndarray) -> None:
+        self._call(self._cu.cuMemcpyHtoD, self._cu.CUdeviceptr(ptr), np.ascontiguousarray(host), host.nbytes)
+
+    def download(self, ptr: int, host: np.ndarray) -> np.ndarray:
+        self._call(self._cu.cuMemcpyDtoH, host, self._cu.CUdeviceptr(ptr), host.nbytes)
+        return host
+
+    def poison(self, ptr: int, nbytes: int) -> None:
+        self._call(self._cu.cuMemsetD8, self._cu.CUdeviceptr(ptr), POISON_BYTE, nbytes)
+
+    def load(self, cubin: bytes, entry_point: str, shared_bytes: int) -> Any:
+        module = self._call(self._cu.cuModuleLoadData, cubin)
+        function = self._call(self._cu.cuModuleGetFunction, module, entry_point.encode())
+        if shared_bytes > MAX_STATIC_SHARED:   # above 48 KiB a kernel must opt in to dynamic shared memory
+            attr = self._cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            self._call(self._cu.cuFuncSetAttribute, function, attr, shared_bytes)
+        return function
+
+    def launch(self, function: Any, grid: Sequence[int], threads: int, shared_bytes: int, params: _Params) -> None:
+        gx, gy, gz = (list(grid) + [1, 1])[:3]
+        self._call(self._cu.cuLaunchKernel, function, gx, gy, gz, threads, 1, 1, shared_bytes, self.stream,
+                   params.address, 0)
+
+    def synchronize(self) -> None:
+        self._call(self._cu.cuStreamSynchronize, self.stream)
+
+    def flush_l2(self) -> None:
+        """Write the flush buffer (a new value each time) on the stream: L2 holds none of the kernel's data."""
+        self._flushes += 1
+        self._call(self._cu.cuMemsetD32Async, self._cu.CUdeviceptr(self.flush_buffer), self._flushes,
+                   self.flush_words, self.stream)
+
+    def time_once(self, run: Callable[[], None]) -> float:
+        """Seconds between events recorded right before and after `run` on the stream (L2 flushed first)."""
+        self.flush_l2()
+        self._call(self._cu.cuEventRecord, self.start, self.stream)
+        run()
+        self._call(self._cu.cuEventRecord, self.end, self.stream)
+        self._call(self._cu.cuEventSynchronize, self.end)
+        return float(self._call(self._cu.cuEventElapsedTime, self.start, self.end)) * 1e-3
+
+    def sm_clock_mhz(self) -> float | None:
+        return self._nvml.sm_clock_mhz() if self._nvml else None
+
+
+class _Nvml:
+    """The SM clock through NVML (nvidia-ml-py), when it is importable; otherwise no clocks."""
+
+    def __init__(self, module: Any, handle: Any):
+        self._nvml, self._handle = module, handle
+
+    @classmethod
+    def open(cls, uid: str | None) -> _Nvml | None:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByUUID(uid) if uid else pynvml.nvmlDeviceGetHandleByIndex(0)
+            return cls(pynvml, handle)
+        except Exception:  # no nvidia-ml-py, or NVML refuses: samples carry no clock
+            return None
+
+    def sm_clock_mhz(self) -> float | None:
+        try:
+            return float(self._nvml.nvmlDeviceGetClockInfo(self._handle, self._nvml.NVML_CLOCK_SM))
+        except Exception:
+            return None
+
+
+@dataclass
+class _Params:
+    """The kernel's parameter block: one slot per parameter, and the void* array cuLaunchKernel takes."""
+
+    slots: list[Any]
+    array: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.array = (ctypes.c_void_p * len(self.slots))(*[ctypes.addressof(s) for s in self.slots])
+
+    @property
+    def address(self) -> int:
+        return ctypes.addressof(self.array)
+
+
+def _params(entry: BundleEntry, pointers: dict[str, int]) -> _Params:
+    assert entry.launch is not None and entry.launch.parameters is not None
+    slots: list[Any] = []
+    for param in entry.launch.parameters:
+        if param.tensor is not None:
+            slots.append(ctypes.c_uint64(pointers[param.tensor]))
+        else:
+            slots.append(_SCALAR_CTYPES[param.dtype](param.value))  # type: ignore[index]
+    slots.extend(ctypes.c_uint64(0) for _ in range(entry.launch.null_pointers))
+    return _Params(slots)
+
+
+def _finite(correctness: Correctness) -> Correctness:
+    """Errors of NaN outputs (poison left unwritten) are infinite; documents carry finite numbers, so
+    they are reported as the largest float (the detail names the elements)."""
+    big = float(np.finfo(np.float64).max)
+    return correctness.model_copy(update={
+        "max_abs_error": min(correctness.max_abs_error, big), "max_rel_error": min(correctness.max_rel_error, big),
+    })
+
+
+# ---- one entry ----------------------------------------------------------------------------------
+
+@dataclass
+class CheckedCudaKernel:
+    """A kernel that passed its check, ready to be timed: each `run_once` is one cold-L2 sample in
+    seconds, and appends the SM clock it read (or None) to `clocks_mhz`."""
+
+    entry: BundleEntry
+    correctness: Correctness
+    run_once: Callable[[], float]
+    clocks_mhz: list[float | None] = field(default_factory=list)
+    release: Callable[[], None] = lambda: None     # frees the kernel's device buffers
+
+
+def prepare_entry(
+    *,
+    device: CudaDevice,
+    bundle_dir: Path,
+    entry: BundleEntry,
+    reference_fn: Callable[..., Any],
+    rng: np.random.Generator,
+) -> CheckedCudaKernel | CaseResult:
+    """Load, launch once on fresh inputs into poisoned outputs and check: a CheckedCudaKernel, or a
+    `wrong` CaseResult. Raises on errors (the caller turns them into status error)."""
+    launch = entry.launch
+    assert launch is not None and entry.reference is not None
+    if launch.parameters is None or launch.grid is None or launch.threads is None or launch.shared_bytes is None:
+        raise ValueError(f"entry {entry.case} has no CUDA launch description (parameters, grid, threads, shared)")
+    cubin = verify_artifact(bundle_dir, entry)
+    function = device.load(cubin, launch.entry_point, launch.shared_bytes)
+    specs = {t.name: t for t in entry.tensors}
+    inputs = make_inputs(entry.tensors, rng)
+    pointers = {name: device.alloc(_nbytes(spec)) for name, spec in specs.items()}
+    for name, (host, _) in inputs.items():
+        device.upload(pointers[name], host)
+    outputs = [name for name, spec in specs.items() if spec.role == "output"]
+    for name in outputs:
+        device.poison(pointers[name], _nbytes(specs[name]))
+    params = _params(entry, pointers)
+
+    def run() -> None:
+        device.launch(function, launch.grid, launch.threads, launch.shared_bytes, params)  # type: ignore[arg-type]
+
+    run()
+    device.synchronize()
+    got = []
+    for name in launch.results:
+        spec = specs[name]
+        host = device.download(pointers[name], np.empty(spec.shape, dtype=_HOST_DTYPES[spec.dtype]))
+        got.append(bf16_values(host) if spec.dtype == "bf16" else host)
+    expected = reference_fn(*[inputs[name][1] for name in launch.arguments])
+    expected = [np.asarray(r) for r in (expected if isinstance(expected, (tuple, list)) else (expected,))]
+    correctness = _finite(check_outputs(got, expected, launch.results, entry.reference))
+    def release() -> None:
+        for ptr in pointers.values():
+            device.free(ptr)
+        pointers.clear()
+
+    if not correctness.passed:
+        release()
+        return CaseResult(
+            case=entry.case, target=entry.target, status="wrong",
+            reason=f"correctness check failed: {correctness.detail}", correctness=correctness,
+        )
+    checked = CheckedCudaKernel(entry=entry, correctness=correctness, run_once=lambda: 0.0, release=release)
+
+    def run_once() -> float:
+        seconds = device.time_once(run)
+        checked.clocks_mhz.append(device.sm_clock_mhz())
+        return seconds
+
+    checked.run_once = run_once
+    return checked
+
+
+def run_entry(
+    *,
+    device: CudaDevice,
+    bundle_dir: Path,
+    entry: BundleEntry,
+    reference_fn: Callable[..., Any],
+    rng: np.random.Generator,
+    settings: MeasurementSettings,
+) -> CaseResult:
+    """Check and time one built entry; raises on errors (the caller turns them into status error)."""
+    checked = prepare_entry(device=device, bundle_dir=bundle_dir, entry=entry, reference_fn=reference_fn, rng=rng)
+    if isinstance(checked, CaseResult):
+        return checked
+    try:
+        samples = sample(checked.run_once, settings)
+    finally:
+        checked.release()
+    clocks = checked.clocks_mhz[-len(samples):]      # the warm-up's readings come first
+    return CaseResult(
+        case=entry.case, target=entry.target, status="ok", samples=samples, stats=summarize(samples),
+        correctness=checked.correctness,
+        sample_clocks_mhz=[float(c) for c in clocks] if all(c is not None for c in clocks) else None,  # type: ignore[arg-type]
+    )

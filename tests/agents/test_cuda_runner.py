@@ -1,0 +1,84 @@
+"""The CUDA runner: bf16 helpers on any host; on an NVIDIA GPU, a Triton GEMM bundle built here (AOT)
+and run through run_bundle with the CUDA driver API."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.agents.devices import LocalDevice, nvidia_devices
+from pipeline.agents.runners.cuda_runner import bf16_bits, bf16_values
+from pipeline.config import MeasurementSettings
+from pipeline.contracts import BundleManifest, parse_result
+from tests.helpers.suite_repo import make_suite_repo
+from tests.helpers.triton_suite import TritonCase, triton_case_id, triton_suite_files
+
+FAST = MeasurementSettings(warmup_s=0.05, min_samples=10, min_time_s=0.0, max_time_s=0.5, max_rel_noise=0.05)
+OK, WRONG, UNWRITTEN = TritonCase("ok"), TritonCase("wrong", variant="wrong"), TritonCase("unwritten", variant="unwritten")
+
+
+def test_bf16_bit_patterns_round_to_nearest_even() -> None:
+    values = np.array([1.0, -2.5, 1.0 + 2**-8, 1.0 + 3 * 2**-8], dtype=np.float32)   # two ties: to even
+    assert bf16_values(bf16_bits(values)).tolist() == [1.0, -2.5, 1.0, 1.0 + 4 * 2**-8]
+    assert np.isnan(bf16_values(np.array([0xFFFF], dtype=np.uint16)))[0]   # the poison pattern is a NaN
+    x = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+    assert np.all(np.abs(bf16_values(bf16_bits(x)) - x) <= np.abs(x) * 2**-8)   # half an ulp of 8 bits
+
+
+def _nvidia_device() -> LocalDevice:
+    found = nvidia_devices()
+    if not found:
+        pytest.skip("no NVIDIA GPU or driver on this host (nvidia-smi found none)")
+    if importlib.util.find_spec("cuda.bindings") is None:
+        pytest.skip("cuda-python (cuda.bindings) is not installed on this GPU host")
+    if not any(t == "cuda:sm_90" for d in found for t in d.device_class.targets):
+        pytest.skip(f"no sm_90 GPU here ({', '.join(d.info.name for d in found)})")
+    return next(d for d in found if "cuda:sm_90" in d.device_class.targets)
+
+
+@pytest.fixture(scope="module")
+def device() -> LocalDevice:
+    return _nvidia_device()
+
+
+@pytest.fixture(scope="module")
+def bundle(device: LocalDevice, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, BundleManifest]:
+    pytest.importorskip("triton", reason="building the test bundle needs Triton on this host")
+    from pipeline.build.bundle import build_bundle
+    from pipeline.build.suite_loader import locate_suite, resolve_commit
+
+    tmp = tmp_path_factory.mktemp("cuda")
+    repo = make_suite_repo(tmp, triton_suite_files([OK, WRONG, UNWRITTEN]))
+    location = locate_suite(repo / "kernels")
+    return build_bundle(location=location, sha=resolve_commit(location), targets=["cuda:sm_90"],
+                        out_dir=tmp / "bundles", cache_dir=tmp / "cache", workers=2)
+
+
+@pytest.mark.gpu
+def test_triton_gemm_runs_through_the_driver_api(bundle: tuple[Path, BundleManifest], device: LocalDevice) -> None:
+    from pipeline.agents.local import run_bundle
+
+    bundle_dir, manifest = bundle
+    assert all(e.status == "built" for e in manifest.entries), [e.error for e in manifest.entries]
+    document = parse_result(run_bundle(bundle_dir=bundle_dir, manifest=manifest, device=device, run_id="gpu-1",
+                                       job_id="job-1", settings=FAST).model_dump_json())
+    results = {r.case: r for r in document.results}
+    for r in document.results:
+        print(r.case, r.status, r.correctness, r.stats.median if r.stats else None, r.reason)
+
+    ok = results[triton_case_id(OK)]
+    assert ok.status == "ok", ok.reason
+    assert ok.correctness is not None and ok.correctness.passed and ok.correctness.max_abs_error > 0
+    assert ok.stats is not None and all(0 < s < 0.01 for s in ok.samples)
+
+    wrong = results[triton_case_id(WRONG)]
+    assert wrong.status == "wrong" and not wrong.samples and wrong.correctness is not None
+    assert not wrong.correctness.passed
+
+    unwritten = results[triton_case_id(UNWRITTEN)]
+    assert unwritten.status == "wrong" and unwritten.correctness is not None
+    assert "64x64" not in (unwritten.reason or "") and "elements outside" in (unwritten.reason or "")
+    assert document.environment.get("cuda_bindings")
