@@ -16,7 +16,10 @@ from typing import Any
 import numpy as np
 
 from pipeline.agents.devices import LocalDevice
-from pipeline.agents.runners.iree_runner import IreeDevice, run_entry
+from pipeline.agents.measure import sample
+from pipeline.agents.runners import CheckedKernel
+from pipeline.agents.runners.iree_runner import IreeDevice, prepare_entry
+from pipeline.results.stats import summarize
 from pipeline.build.bundle import bundle_digest
 from pipeline.build.suite_loader import load_suite_module
 from pipeline.config import MeasurementSettings
@@ -63,10 +66,10 @@ def _environment(device: LocalDevice) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class _Runner:
-    """A device of one runtime and the function that checks and times one entry on it."""
+    """A device of one runtime and the function that loads and checks one entry on it."""
 
     device: Any
-    run_entry: Callable[..., CaseResult]
+    prepare_entry: Callable[..., Any]
 
 
 def _runner(device: LocalDevice) -> _Runner:
@@ -75,9 +78,9 @@ def _runner(device: LocalDevice) -> _Runner:
     if device_class.runtime == "cuda":
         from pipeline.agents.runners import cuda_runner  # imports cuda.bindings when a GPU is used, only
 
-        return _Runner(cuda_runner.CudaDevice(device.info.uid), cuda_runner.run_entry)
+        return _Runner(cuda_runner.CudaDevice(device.info.uid), cuda_runner.prepare_entry)
     if device_class.runtime == "iree" and device_class.hal_driver:
-        return _Runner(IreeDevice(device_class.hal_driver), run_entry)
+        return _Runner(IreeDevice(device_class.hal_driver), prepare_entry)
     raise ValueError(f"device class {device_class.name} runs {device_class.runtime}, which this agent cannot run")
 
 
@@ -119,25 +122,70 @@ def run_bundle(
     started = datetime.now(timezone.utc)
     entries = [e for e in manifest.entries if e.target in device_class.targets]
     references = _References(bundle_dir / manifest.suite_source)
-    results: list[CaseResult] = []
-    for done, entry in enumerate(entries, start=1):
-        results.append(_run_one(runner, bundle_dir, entry, references, run_id, job_id, settings))
-        result = results[-1]
+    results: dict[int, CaseResult] = {}
+    checked: dict[int, CheckedKernel] = {}
+    for index, entry in enumerate(entries):
+        outcome = _prepare(runner, bundle_dir, entry, references, run_id, job_id)
+        if not isinstance(outcome, CaseResult):   # a checked kernel (IREE's or CUDA's), ready to time
+            checked[index] = outcome
+        else:
+            results[index] = outcome
         if progress:
-            figure = f" {result.stats.median * 1e3:.3f} ms" if result.stats else ""
-            progress(f"{result.status} {entry.case} on {device_class.name}{figure}", done, len(entries))
+            progress(f"checking: {entry.case} on {device_class.name}", index + 1, len(entries))
+
+    # Round-robin timing: every checked case gets a share of its budget in each round, so a passing
+    # disturbance on the host lands on every case a little rather than on one case entirely.
+    samples: dict[int, list[float]] = {index: [] for index in checked}
+    clocks: dict[int, list[float | None]] = {index: [] for index in checked}
+    round_settings = settings.per_round()
+    steps, step = settings.rounds * len(checked), 0
+    try:
+        for round_number in range(1, settings.rounds + 1):
+            for index, kernel in list(checked.items()):
+                try:
+                    taken = sample(kernel.run_once, round_settings)
+                except Exception as exc:  # a kernel that fails while timed is an error; the others go on
+                    log.warning("case %s timing failed: %s", kernel.entry.case, exc)
+                    results[index] = _error(kernel.entry, exc)
+                    kernel.release()
+                    del checked[index]
+                else:
+                    samples[index].extend(taken)
+                    # one reading per call, warm-up calls first: the round's last len(taken) are the samples'
+                    read = kernel.clocks_mhz[-len(taken):] if kernel.clocks_mhz else []
+                    clocks[index].extend(read if len(read) == len(taken) else [None] * len(taken))
+                step += 1
+                if progress:
+                    progress(f"timing: round {round_number}/{settings.rounds} {kernel.entry.case}", step, steps)
+    finally:
+        for kernel in checked.values():
+            kernel.release()
+    for index, kernel in checked.items():
+        seed = input_seed(run_id, job_id, kernel.entry)
+        known = [c for c in clocks[index] if c is not None]
+        results[index] = CaseResult(
+            case=kernel.entry.case, target=kernel.entry.target, status="ok", samples=samples[index],
+            stats=summarize(samples[index]), correctness=kernel.correctness, environment={"input_seed": str(seed)},
+            sample_clocks_mhz=known if len(known) == len(samples[index]) else None,
+        )
     return ResultDocument(
         run_id=run_id, job_id=job_id, repository=manifest.repository, commit=manifest.commit,
         bundle_digest=bundle_digest(bundle_dir), device=device.info, agent=agent_info(),
         started_at=started, finished_at=datetime.now(timezone.utc), environment=_environment(device),
-        results=results,
+        results=[results[index] for index in range(len(entries))],
     )
 
 
-def _run_one(
+def _error(entry: BundleEntry, exc: Exception) -> CaseResult:
+    return CaseResult(case=entry.case, target=entry.target, status="error",
+                      reason=f"{type(exc).__name__}: {exc}"[:4000])
+
+
+def _prepare(
     runner: _Runner, bundle_dir: Path, entry: BundleEntry, references: _References,
-    run_id: str, job_id: str, settings: MeasurementSettings,
-) -> CaseResult:
+    run_id: str, job_id: str,
+) -> CheckedKernel | CaseResult:
+    """A kernel that passed its check, or the case's final result (skipped, wrong or error)."""
     if entry.status == "failed":
         return CaseResult(case=entry.case, target=entry.target, status="skipped",
                           reason=f"not built: {entry.error}")
@@ -145,12 +193,13 @@ def _run_one(
     try:
         assert entry.reference is not None
         reference_fn = references.get(entry.reference.module, entry.reference.function)
-        result = runner.run_entry(
+        outcome = runner.prepare_entry(
             device=runner.device, bundle_dir=bundle_dir, entry=entry, reference_fn=reference_fn,
-            rng=np.random.default_rng(seed), settings=settings,
+            rng=np.random.default_rng(seed),
         )
     except Exception as exc:  # one case's error is its result; the others go on
         log.warning("case %s on %s: %s", entry.case, entry.target, exc)
-        result = CaseResult(case=entry.case, target=entry.target, status="error",
-                            reason=f"{type(exc).__name__}: {exc}"[:4000])
-    return result.model_copy(update={"environment": {**result.environment, "input_seed": str(seed)}})
+        outcome = _error(entry, exc)
+    if isinstance(outcome, CaseResult):
+        return outcome.model_copy(update={"environment": {**outcome.environment, "input_seed": str(seed)}})
+    return outcome

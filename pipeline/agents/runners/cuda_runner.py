@@ -22,14 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.agents.measure import sample
+from pipeline.agents.runners import CheckedKernel
 from pipeline.agents.runners.iree_runner import check_outputs, verify_artifact
-from pipeline.config import MeasurementSettings
 from pipeline.contracts import BundleEntry, CaseResult, Correctness, TensorSpec
-from pipeline.results.stats import summarize
 
 __all__ = [
-    "CudaDevice", "CudaError", "CheckedCudaKernel", "prepare_entry", "run_entry", "make_inputs",
+    "CudaDevice", "CudaError", "prepare_entry", "make_inputs",
     "bf16_bits", "bf16_values",
 ]
 
@@ -243,18 +241,6 @@ def _finite(correctness: Correctness) -> Correctness:
 
 # ---- one entry ----------------------------------------------------------------------------------
 
-@dataclass
-class CheckedCudaKernel:
-    """A kernel that passed its check, ready to be timed: each `run_once` is one cold-L2 sample in
-    seconds, and appends the SM clock it read (or None) to `clocks_mhz`."""
-
-    entry: BundleEntry
-    correctness: Correctness
-    run_once: Callable[[], float]
-    clocks_mhz: list[float | None] = field(default_factory=list)
-    release: Callable[[], None] = lambda: None     # frees the kernel's device buffers
-
-
 def prepare_entry(
     *,
     device: CudaDevice,
@@ -262,8 +248,8 @@ def prepare_entry(
     entry: BundleEntry,
     reference_fn: Callable[..., Any],
     rng: np.random.Generator,
-) -> CheckedCudaKernel | CaseResult:
-    """Load, launch once on fresh inputs into poisoned outputs and check: a CheckedCudaKernel, or a
+) -> CheckedKernel | CaseResult:
+    """Load, launch once on fresh inputs into poisoned outputs and check: a CheckedKernel, or a
     `wrong` CaseResult. Raises on errors (the caller turns them into status error)."""
     launch = entry.launch
     assert launch is not None and entry.reference is not None
@@ -305,7 +291,7 @@ def prepare_entry(
             case=entry.case, target=entry.target, status="wrong",
             reason=f"correctness check failed: {correctness.detail}", correctness=correctness,
         )
-    checked = CheckedCudaKernel(entry=entry, correctness=correctness, run_once=lambda: 0.0, release=release)
+    checked = CheckedKernel(entry=entry, correctness=correctness, run_once=lambda: 0.0, release=release)
 
     def run_once() -> float:
         seconds = device.time_once(run)
@@ -314,28 +300,3 @@ def prepare_entry(
 
     checked.run_once = run_once
     return checked
-
-
-def run_entry(
-    *,
-    device: CudaDevice,
-    bundle_dir: Path,
-    entry: BundleEntry,
-    reference_fn: Callable[..., Any],
-    rng: np.random.Generator,
-    settings: MeasurementSettings,
-) -> CaseResult:
-    """Check and time one built entry; raises on errors (the caller turns them into status error)."""
-    checked = prepare_entry(device=device, bundle_dir=bundle_dir, entry=entry, reference_fn=reference_fn, rng=rng)
-    if isinstance(checked, CaseResult):
-        return checked
-    try:
-        samples = sample(checked.run_once, settings)
-    finally:
-        checked.release()
-    clocks = checked.clocks_mhz[-len(samples):]      # the warm-up's readings come first
-    return CaseResult(
-        case=entry.case, target=entry.target, status="ok", samples=samples, stats=summarize(samples),
-        correctness=checked.correctness,
-        sample_clocks_mhz=[float(c) for c in clocks] if all(c is not None for c in clocks) else None,  # type: ignore[arg-type]
-    )

@@ -10,20 +10,16 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipeline.agents.measure import sample
-from pipeline.config import MeasurementSettings
+from pipeline.agents.runners import CheckedKernel
 from pipeline.contracts import BundleEntry, CaseResult, Correctness, TensorSpec
 from pipeline.contracts.manifest import ReferenceSpec
-from pipeline.results.stats import summarize
 
-__all__ = ["ArtifactError", "IreeDevice", "CheckedKernel", "verify_artifact", "make_inputs", "check_outputs",
-           "prepare_entry", "run_entry"]
+__all__ = ["ArtifactError", "IreeDevice", "verify_artifact", "make_inputs", "check_outputs", "prepare_entry"]
 
 _NUMPY_DTYPES = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "i64": np.int64, "i32": np.int32, "i8": np.int8}
 MAX_DETAIL_MISMATCHES = 3
@@ -123,15 +119,6 @@ def _as_tuple(value: Any) -> tuple[Any, ...]:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
-@dataclass
-class CheckedKernel:
-    """A kernel that passed its correctness check, ready to be timed: each call returns seconds."""
-
-    entry: BundleEntry
-    correctness: Correctness
-    run_once: Callable[[], float]
-
-
 def prepare_entry(
     *,
     device: IreeDevice,
@@ -164,23 +151,3 @@ def prepare_entry(
         return (time.perf_counter_ns() - start) * 1e-9
 
     return CheckedKernel(entry=entry, correctness=correctness, run_once=run_once)
-
-
-def run_entry(
-    *,
-    device: IreeDevice,
-    bundle_dir: Path,
-    entry: BundleEntry,
-    reference_fn: Callable[..., Any],
-    rng: np.random.Generator,
-    settings: MeasurementSettings,
-) -> CaseResult:
-    """Check and time one built entry on its own (no rounds); raises on errors."""
-    checked = prepare_entry(device=device, bundle_dir=bundle_dir, entry=entry, reference_fn=reference_fn, rng=rng)
-    if isinstance(checked, CaseResult):
-        return checked
-    samples = sample(checked.run_once, settings)
-    return CaseResult(
-        case=entry.case, target=entry.target, status="ok", samples=samples, stats=summarize(samples),
-        correctness=checked.correctness,
-    )
