@@ -44,8 +44,9 @@ class PipelineOutcome:
     failed_jobs: dict[str, str] = field(default_factory=dict)
 
 
-def _no_progress(description: str, done: int, total: int) -> None:
-    log.info("%s (%d/%d)", description, done, total)
+def _log_progress(description: str, done: int, total: int) -> None:
+    """Progress for a log, not a terminal: a line as each stage starts and ends, the rest at debug."""
+    log.log(logging.INFO if done in (1, total) else logging.DEBUG, "%s (%d/%d)", description, done, total)
 
 
 def plan_targets(devices: Sequence[LocalDevice], only: Sequence[str] | None) -> list[str]:
@@ -73,7 +74,7 @@ def run_pipeline(
     ref: str = "HEAD",
     targets: Sequence[str] | None = None,
     devices: Sequence[LocalDevice] | None = None,
-    progress: ProgressFn = _no_progress,
+    progress: ProgressFn = _log_progress,
 ) -> PipelineOutcome:
     location = locate_suite(suite)
     sha = resolve_commit(location, ref)

@@ -47,7 +47,8 @@ class SuiteLocation:
         proc = subprocess.run(["git", "-C", str(self.repo_root), "remote", "get-url", "origin"],
                               capture_output=True, text=True, check=False)
         url = proc.stdout.strip().removesuffix("/").removesuffix(".git")
-        match = re.search(r"[:/]([^/:]+/[^/:]+)$", url) if proc.returncode == 0 else None
+        hosted = re.match(r"^[a-z+]+://[^/]+/|^[^/:]+@[^:]+:", url) and not url.startswith("file:")
+        match = re.search(r"[:/]([^/:]+/[^/:]+)$", url) if proc.returncode == 0 and hosted else None
         return match.group(1) if match else self.repo_root.name
 
     @property
