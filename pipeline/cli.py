@@ -131,6 +131,29 @@ def cmd_schemas(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.results import auth
+    from pipeline.results.db import open_store, session_scope
+
+    engine = open_store(settings.database_url)
+    with session_scope(engine) as session:
+        if args.action == "create":
+            token = auth.create_token(session, name=args.name, scopes=args.scope)
+            out_console.print(token, markup=False, highlight=False, soft_wrap=True)
+            err_console.print(f"token {args.name!r} ({', '.join(args.scope)}) created; it is shown only this once",
+                              markup=False, highlight=False)
+        elif args.action == "list":
+            for t in auth.list_tokens(session):
+                state = f"revoked {t.revoked_at:%Y-%m-%d %H:%M}" if t.revoked_at else "active"
+                used = f"{t.last_used_at:%Y-%m-%d %H:%M}" if t.last_used_at else "never used"
+                out_console.print(f"{t.name}\t{','.join(t.scopes)}\tcreated {t.created_at:%Y-%m-%d %H:%M}\t{used}\t{state}",
+                                  markup=False, highlight=False)
+        else:
+            auth.revoke_token(session, name=args.name)
+            out_console.print(f"token {args.name!r} revoked", markup=False, highlight=False)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from pipeline.local_pipeline import DEFAULT_SUITE
 
@@ -170,6 +193,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("db", help="database maintenance")
     p.add_argument("action", choices=["upgrade"])
     p.set_defaults(func=cmd_db)
+
+    p = sub.add_parser("token", help="API tokens: create (shown once), list, revoke")
+    token_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    t = token_sub.add_parser("create", help="create a token and print it (only this once)")
+    t.add_argument("--name", required=True, help="a name to list and revoke it by, e.g. agent-h100-1")
+    t.add_argument("--scope", action="append", required=True, choices=["agent", "user", "admin"],
+                   help="agent: upload results; user: read, trigger, triage; admin: everything (repeatable)")
+    token_sub.add_parser("list", help="list tokens (names, scopes, use; never the tokens)")
+    t = token_sub.add_parser("revoke", help="revoke a token by name")
+    t.add_argument("name")
+    p.set_defaults(func=cmd_token)
 
     p = sub.add_parser("schemas", help="check (or --write) the committed JSON Schemas")
     p.add_argument("--write", action="store_true")

@@ -301,4 +301,22 @@ class Sample(Base):
     clock_mhz: Mapped[float | None] = mapped_column(sa.REAL)
 
 
+class ApiToken(Base):
+    """A bearer token of the API: only the sha256 of the token is stored, never the token.
+
+    `scopes` is a list out of `auth.SCOPES`; a revoked token keeps its row (and its name) so that
+    `token list` shows when it was revoked.
+    """
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(100), unique=True)
+    token_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    scopes: Mapped[list[str]]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_used_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]
+
+
 ALL_TABLES = [table.name for table in Base.metadata.sorted_tables]

@@ -71,7 +71,7 @@ def test_upload_is_stored_once_and_served(service: tuple[str, Engine]) -> None:
     assert first.json()["stored"] == 1
     again = _post(url, body)
     assert again.status_code == 200
-    assert again.json() == {"job_id": job_id, "stored": 0, "duplicates": 1}
+    assert again.json() == {"job_id": job_id, "stored": 0, "duplicates": 1, "samples": 0}
     with session_scope(engine) as s:
         assert f.row_counts(s)["samples"] == 10
 

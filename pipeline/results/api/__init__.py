@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -11,7 +13,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from pipeline import __version__
 from pipeline.config import Settings
 from pipeline.contracts import ContractError
-from pipeline.results.api.routes import health, results, runs, series
+from pipeline.results.api.routes import health, results, runs, series, tokens
+from pipeline.results.api.schemas import add_body_schemas
+from pipeline.results.auth import AuthError
 from pipeline.results.ingest import IngestError
 
 __all__ = ["create_app"]
@@ -29,17 +33,22 @@ def create_app(settings: Settings, engine: Engine) -> FastAPI:
     async def limit_body(request: Request, call_next):  # type: ignore[no-untyped-def]
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > settings.max_upload_bytes):
-            return JSONResponse(
-                {"error": f"request body over {settings.max_upload_bytes} bytes"}, status_code=413)
+            # Refused from the header alone: not one byte of the body is read.
+            return JSONResponse({"error": f"request body over {settings.max_upload_bytes} bytes "
+                                          "(BENCHFARM_MAX_UPLOAD_BYTES)"}, status_code=413)
         return await call_next(request)
 
     @app.exception_handler(ContractError)
     async def contract_error(request: Request, exc: ContractError) -> JSONResponse:
-        return JSONResponse({"error": f"invalid {exc.document}",
+        return JSONResponse({"error": str(exc),
                              "errors": [{"field": f, "reason": r} for f, r in exc.errors]}, status_code=422)
 
     @app.exception_handler(IngestError)
     async def ingest_error(request: Request, exc: IngestError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=422)
+
+    @app.exception_handler(AuthError)
+    async def auth_error(request: Request, exc: AuthError) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=422)
 
     @app.exception_handler(RequestValidationError)
@@ -51,7 +60,16 @@ def create_app(settings: Settings, engine: Engine) -> FastAPI:
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
-    for module in (health, runs, series, results):
+    for module in (health, runs, series, results, tokens):
         app.include_router(module.router, prefix="/api/v1")
     app.include_router(pages.router)
+
+    default_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = add_body_schemas(default_openapi())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app

@@ -1,16 +1,24 @@
-"""Request dependencies: the one session dependency and the one write guard."""
+"""Request dependencies: the one session dependency, the settings, and the one guard factory.
+
+`require_scope("agent")` is the only authentication in the service: a route lists it in its
+`dependencies` (or takes its Principal as a parameter). The guard shares the request's session,
+so recording a token's use commits or rolls back with the request's own work.
+"""
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Iterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
 from sqlalchemy.orm import Session
 
 from pipeline.config import Settings
+from pipeline.results import auth
+from pipeline.results.auth import SCOPES, Principal, Scope
 from pipeline.results.db import session_scope
+
+__all__ = ["BodyDep", "Principal", "SessionDep", "SettingsDep", "require_scope"]
 
 
 def get_settings(request: Request) -> Settings:
@@ -27,14 +35,54 @@ SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
-def require_writer(request: Request, settings: SettingsDep) -> None:
-    """Writes need `Authorization: Bearer <BENCHFARM_API_TOKEN>`; without a configured token they are off."""
-    expected = settings.api_token.get_secret_value()
-    if not expected:
-        raise HTTPException(403, "API writes are disabled: set BENCHFARM_API_TOKEN on the service")
+async def read_bounded_body(request: Request, settings: SettingsDep) -> bytes:
+    """The request body, refused with 413 as soon as more than BENCHFARM_MAX_UPLOAD_BYTES have
+    arrived (the middleware refuses a too large Content-Length before reading anything; this
+    covers chunked bodies, which announce no length)."""
+    limit = settings.max_upload_bytes
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPException(413, f"request body over {limit} bytes (BENCHFARM_MAX_UPLOAD_BYTES)")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+BodyDep = Annotated[bytes, Depends(read_bounded_body)]
+
+WRITES_DISABLED = (
+    "API writes are disabled: set BENCHFARM_API_TOKEN on the service, or create a token with "
+    "`benchfarm token create --name NAME --scope agent`"
+)
+
+
+def _bearer(request: Request) -> str:
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), expected.encode()):
-        raise HTTPException(401, "missing or wrong bearer token")
+    return given.strip() if scheme.lower() == "bearer" else ""
 
 
-WriterDep = Depends(require_writer)
+def require_scope(scope: Scope) -> Any:
+    """A dependency admitting requests whose bearer token holds `scope` (admin holds them all).
+
+    401: no token, or one that is unknown or revoked; 403: a valid token without the scope, or
+    no token configured at all (neither BENCHFARM_API_TOKEN nor a stored one: writes are off).
+    """
+    if scope not in SCOPES:
+        raise ValueError(f"unknown scope {scope!r}; known: {', '.join(SCOPES)}")
+
+    def guard(request: Request, session: SessionDep, settings: SettingsDep) -> Principal:
+        bootstrap = settings.api_token.get_secret_value()
+        principal = auth.authenticate(session, token=_bearer(request), bootstrap=bootstrap)
+        if principal is None:
+            if not bootstrap and not auth.has_active_tokens(session):
+                raise HTTPException(403, WRITES_DISABLED)
+            raise HTTPException(401, "missing, unknown or revoked bearer token",
+                                headers={"WWW-Authenticate": "Bearer"})
+        if not principal.allows(scope):
+            held = ", ".join(sorted(principal.scopes))
+            raise HTTPException(403, f"token {principal.name!r} lacks the {scope} scope (it holds: {held})")
+        return principal
+
+    guard.__name__ = f"require_{scope}_scope"
+    return Depends(guard)

@@ -1,30 +1,35 @@
-"""POST /results: a device agent's result document, ingested in one transaction, idempotently."""
+"""POST /results: device agents' result documents, ingested idempotently.
+
+Bodies are read by `BodyDep` (bounded while streaming) and validated by `parse_result`, the one
+way a document enters the system; errors name the field. A request is one transaction: a refused
+document leaves the store as it was.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter
 
-from pipeline.contracts import parse_result
+from pipeline.contracts import ResultDocument, parse_result
 from pipeline.results import ingest
-from pipeline.results.api.deps import SessionDep, SettingsDep, WriterDep
+from pipeline.results.api.deps import BodyDep, SessionDep, require_scope
+from pipeline.results.api.schemas import (
+    ERROR_RESPONSES,
+    UploadSummary,
+    json_body,
+)
 
-router = APIRouter(tags=["results"])
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refusing more than `limit` bytes even when no Content-Length was sent."""
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HTTPException(413, f"request body over {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+router = APIRouter(tags=["results"], dependencies=[require_scope("agent")], responses=ERROR_RESPONSES)
 
 
-@router.post("/results", dependencies=[WriterDep], status_code=200,
-             summary="Upload a result document (idempotent on job, case and target)")
-async def upload_results(request: Request, session: SessionDep, settings: SettingsDep) -> dict[str, object]:
-    document = parse_result(await read_body(request, settings.max_upload_bytes))
-    summary = ingest.ingest_result(session, document=document)
-    return {"job_id": document.job_id, "stored": summary.stored, "duplicates": summary.duplicates}
+def _summary(job_id: str, summary: ingest.IngestSummary) -> UploadSummary:
+    return UploadSummary(job_id=job_id, stored=summary.stored, duplicates=summary.duplicates, samples=summary.samples)
+
+
+@router.post(
+    "/results", response_model=UploadSummary,
+    summary="Upload one result document (idempotent on job, case and target)",
+    openapi_extra=json_body(ResultDocument, "a result document (schema_version 1); needs the agent scope"),
+)
+def upload_results(body: BodyDep, session: SessionDep) -> UploadSummary:
+    document = parse_result(body)
+    return _summary(document.job_id, ingest.ingest_result(session, document=document))
