@@ -198,9 +198,13 @@ def upsert_device(session: Session, *, info: DeviceInfo) -> Device:
 
 
 def create_run(
-    session: Session, *, repository: str | Repository, commit_sha: str, kind: str, device_classes: Sequence[str]
+    session: Session, *, repository: str | Repository, commit_sha: str, kind: str, device_classes: Sequence[str],
+    run_id: str | None = None,
 ) -> Run:
-    """A queued run of a recorded commit (repository by name or row) with one queued job per device class."""
+    """A queued run of a recorded commit (repository by name or row) with one queued job per device class.
+
+    `run_id`: the run's id when the caller derives one (an import names its run after its content,
+    so that a second import of the same file finds it); a new UUID otherwise."""
     if kind not in RUN_KINDS:
         raise IngestError(f"kind: {kind!r} is not one of {', '.join(RUN_KINDS)}")
     if not device_classes:
@@ -212,7 +216,7 @@ def create_run(
     commit = _commit(session, repo, commit_sha, field="commit_sha")
     classes = [_device_class(session, name, f"device_classes.{i}") for i, name in enumerate(device_classes)]
     now = utcnow()
-    run = Run(id=str(uuid.uuid4()), repository_id=repo.id, commit_id=commit.id, kind=kind, status="queued", created_at=now)
+    run = Run(id=run_id or str(uuid.uuid4()), repository_id=repo.id, commit_id=commit.id, kind=kind, status="queued", created_at=now)
     run.jobs = [
         Job(id=str(uuid.uuid4()), device_class_id=dc.id, status="queued", attempts=0, created_at=now) for dc in classes
     ]
@@ -384,14 +388,14 @@ def ingest_result(session: Session, *, document: ResultDocument) -> IngestSummar
     skipped results store the case result only. Rows go in with bulk inserts.
     """
     job, run, case_ids = _check_document(session, document)
-    device = upsert_device(session, info=document.device)
 
     stored_keys = set(session.execute(
         sa.select(CaseResultRow.case_id, CaseResultRow.target).where(CaseResultRow.job_id == job.id)).all())
     new = [r for r in document.results if (case_ids[r.case], r.target) not in stored_keys]
     duplicates = len(document.results) - len(new)
-    if not new:
+    if not new:  # a retried upload: nothing at all is written, not even the device's last_seen
         return IngestSummary(stored=0, duplicates=duplicates, samples=0)
+    device = upsert_device(session, info=document.device)
 
     result_rows = [{
         "job_id": job.id, "case_id": case_ids[r.case], "target": r.target, "status": r.status, "reason": r.reason,

@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from pipeline import __version__
 from pipeline.config import Settings
 from pipeline.contracts import ContractError
-from pipeline.results.api.routes import health, results, runs, series, tokens
+from pipeline.results.api.routes import health, imports, results, runs, series, tokens
 from pipeline.results.api.schemas import add_body_schemas
 from pipeline.results.auth import AuthError
 from pipeline.results.ingest import IngestError
@@ -60,7 +60,7 @@ def create_app(settings: Settings, engine: Engine) -> FastAPI:
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
-    for module in (health, runs, series, results, tokens):
+    for module in (health, runs, series, results, imports, tokens):
         app.include_router(module.router, prefix="/api/v1")
     app.include_router(pages.router)
 

@@ -1,0 +1,103 @@
+"""NVBench JSON (`--json FILE`), file format 1.x (`meta.version.json`).
+
+NVBench writes one summary list per state (one state = one point of the benchmark's axes on
+one device); every value is a string. What is used:
+- the name the mapping matches is `<benchmark name>[<state name>]`, e.g.
+  `gemm_bf16[Device=0 M=4096 N=4096]` (the state name is NVBench's axis values as a string);
+- the sample: NVBench keeps per-sample times only in side files (`nv/json/bin:nv/cold/sample_times`,
+  raw float32, written with `--jsonbin`), which a JSON upload cannot carry. So each state gives
+  ONE sample, `nv/cold/time/gpu/mean` (the mean isolated GPU time, cold L2), in seconds. Its noise
+  (`nv/cold/time/gpu/stdev/relative`) and sample count (`nv/cold/sample_size`) are kept in the
+  case result's environment. One sample per commit is enough for the history and its change
+  points, not for a per-commit rank test (compare reports insufficient data);
+- a skipped state (`is_skipped`) becomes status skipped with its `skip_reason`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.contracts import ContractError
+from pipeline.results.formats._common import (
+    Benchmark,
+    Parsed,
+    Problems,
+    as_list,
+    as_object,
+    as_str,
+    as_time,
+)
+
+NAME = "nvbench"
+DOCUMENT = "NVBench JSON"
+JSON_MAJOR = 1
+TIME_TAG = "nv/cold/time/gpu/mean"
+KEPT_TAGS = {
+    "nv/cold/time/gpu/stdev/relative": "nvbench.noise",
+    "nv/cold/sample_size": "nvbench.sample_size",
+    "nv/cold/time/gpu/min": "nvbench.gpu_min_s",
+    "nv/cold/time/gpu/max": "nvbench.gpu_max_s",
+}
+
+
+def _summary_value(summary: dict[str, Any]) -> Any:
+    for value in summary.get("data") or []:
+        if isinstance(value, dict) and value.get("name") == "value":
+            return value.get("value")
+    return None
+
+
+def parse(data: Any) -> Parsed:
+    problems = Problems(DOCUMENT)
+    if not isinstance(data, dict):
+        raise ContractError(DOCUMENT, [("data", f"must be a JSON object, got {type(data).__name__}")])
+    version = ((data.get("meta") or {}).get("version") or {}).get("json") or {}
+    major = version.get("major", JSON_MAJOR) if isinstance(version, dict) else None
+    if major != JSON_MAJOR:
+        problems.add("meta.version.json.major", f"unknown schema version {major!r}; this server reads NVBench JSON {JSON_MAJOR}.x")
+        problems.raise_if_any()
+    if "benchmarks" not in data:
+        problems.add("benchmarks", "missing; not an NVBench JSON file")
+        problems.raise_if_any()
+
+    devices = {d.get("id"): str(d.get("name", "")) for d in data.get("devices") or [] if isinstance(d, dict)}
+    benchmarks: list[Benchmark] = []
+    for b, raw_bench in enumerate(as_list(data["benchmarks"], "benchmarks", problems) or []):
+        bench = as_object(raw_bench, f"benchmarks.{b}", problems)
+        bench_name = as_str(bench.get("name"), f"benchmarks.{b}.name", problems) if bench else None
+        if bench is None or bench_name is None:
+            continue
+        for s, raw_state in enumerate(as_list(bench.get("states"), f"benchmarks.{b}.states", problems) or []):
+            path = f"benchmarks.{b}.states.{s}"
+            state = as_object(raw_state, path, problems)
+            state_name = as_str(state.get("name", state.get("description")), f"{path}.name", problems) if state else None
+            if state is None or state_name is None:
+                continue
+            name = f"{bench_name}[{state_name}]"
+            if state.get("is_skipped"):
+                benchmarks.append(Benchmark(name=name, field=path, skipped=str(state.get("skip_reason") or "skipped")))
+                continue
+            summaries = {}
+            for k, raw_summary in enumerate(as_list(state.get("summaries"), f"{path}.summaries", problems) or []):
+                summary = as_object(raw_summary, f"{path}.summaries.{k}", problems)
+                if summary is not None and isinstance(summary.get("tag"), str):
+                    summaries[summary["tag"]] = (k, summary)
+            if TIME_TAG not in summaries:
+                problems.add(f"{path}.summaries", f"{name}: no {TIME_TAG} summary (was the state measured cold on a GPU?)")
+                continue
+            k, summary = summaries[TIME_TAG]
+            seconds = as_time(_summary_value(summary), "s", f"{path}.summaries.{k}.data.value", problems,
+                              numeric_strings=True)
+            if seconds is None:
+                continue
+            environment = {key: str(_summary_value(summaries[tag][1])) for tag, key in KEPT_TAGS.items() if tag in summaries}
+            environment["nvbench.sample"] = TIME_TAG
+            if state.get("device") in devices:
+                environment["nvbench.device"] = devices[state["device"]]
+            benchmarks.append(Benchmark(name=name, field=path, samples=[seconds], environment=environment))
+    problems.raise_if_any()
+    nvbench_version = ((data.get("meta") or {}).get("version") or {}).get("nvbench") or {}
+    environment = {"nvbench.version": str(nvbench_version.get("string"))} if isinstance(nvbench_version, dict) and \
+        nvbench_version.get("string") else {}
+    return Parsed(tool=NAME, benchmarks=benchmarks, device_name=next(iter(devices.values()), ""),
+                  environment=environment)
