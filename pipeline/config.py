@@ -115,7 +115,7 @@ def _config_file() -> Path | None:
     return default if default.is_file() else None
 
 
-def _describe(error: dict[str, Any], source: str) -> str:
+def _describe(error: Any, source: str) -> str:
     loc = [str(p) for p in error["loc"]]
     env_name = ENV_PREFIX + "__".join(loc).upper()
     return f"{'.'.join(loc)} (env {env_name}, or in {source}): {error['msg']}"
