@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from pipeline import __version__
 from pipeline.config import Settings, SettingsError, load_settings
@@ -33,7 +33,7 @@ def _progress_bar() -> Iterator[Callable[[str, int, int], None]]:
     """A live progress display on stderr; yields the (description, done, total) callback."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err_console, transient=False) as bar:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def report(description: str, done: int, total: int) -> None:
             stage = description.split(":", 1)[0]
