@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from pipeline.build.suite_api import KernelCase
 
-from . import gemm
+from . import gather_scatter, gemm
+from .attention import iree_cases as attention_iree
+from .conv import iree_cases as conv_iree
 
 
 def cases() -> list[KernelCase]:
-    return [*gemm.cases()]
+    return [*gemm.cases(), *attention_iree.cases(), *conv_iree.cases(), *gather_scatter.cases()]

@@ -56,6 +56,57 @@ class CompareSettings(BaseModel):
     ancestor_walk: int = Field(default=50, ge=1, description="how many first-parent ancestors to search for a base")
 
 
+class GitHubSettings(BaseModel):
+    """Posting reports on GitHub: the sticky PR comment and the check run (or commit status)."""
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+    api_url: str = Field(default="https://api.github.com", description="REST API root (GitHub Enterprise: https://HOST/api/v3)")
+    token: SecretStr = Field(default=SecretStr(""), description="a token (PAT or Actions token); reports go as commit statuses")
+    app_id: str = Field(default="", description="GitHub App id; with app_private_key, reports go as check runs")
+    app_private_key: SecretStr = Field(default=SecretStr(""), description="the App's PEM private key, or a path to it")
+    installation_id: int | None = Field(default=None, description="the App's installation; empty: looked up from the repository")
+    bot_login: str = Field(default="", description="whose comments are ours; empty: asked of GitHub (/user or /app)")
+    report_as: str = Field(default="auto", pattern=r"^(auto|check_run|status)$",
+                           description="auto: a check run with App auth, a commit status with a token")
+    verdict_policy: str = Field(default="fail", pattern=r"^(fail|neutral)$",
+                                description="what regressions or errors make the check: fail, or neutral (reported only)")
+    check_name: str = Field(default="benchfarm", description="name of the check run, context of the commit status")
+    comment_top_n: int = Field(default=20, ge=1, description="rows shown per section before linking to the full comparison")
+    comment_max_chars: int = Field(default=65536, ge=2048, le=65536, description="GitHub's limit on a comment's body")
+    retries: int = Field(default=5, ge=0, le=20, description="retries of one request on 5xx and rate limits")
+    backoff_s: float = Field(default=1.0, ge=0, description="exponential back-off factor between retries")
+    max_wait_s: float = Field(default=120.0, ge=0, description="longest single wait (Retry-After, rate-limit reset) before giving up")
+    seconds_between_writes: float = Field(default=1.0, ge=0, description="GitHub asks for a pause between content writes")
+    timeout_s: int = Field(default=30, ge=1)
+
+    @property
+    def uses_app(self) -> bool:
+        return bool(self.app_id and self.app_private_key.get_secret_value())
+
+    def private_key_pem(self) -> str:
+        """The App's private key: the setting itself, or the file it names."""
+        value = self.app_private_key.get_secret_value().strip()
+        if value and not value.startswith("-----BEGIN") and Path(value).expanduser().is_file():
+            return Path(value).expanduser().read_text()
+        return value
+
+
+class BuildkiteSettings(BaseModel):
+    """The dynamic Buildkite pipeline: queues, time limits, retries."""
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+    builder_queue: str = Field(default="benchfarm-builder", description="queue of the CPU builders")
+    device_queue_prefix: str = Field(default="benchfarm-", description="a device class's queue is this plus its name")
+    report_queue: str = Field(default="benchfarm-builder", description="queue of the step that posts the report")
+    build_timeout_min: int = Field(default=60, ge=1)
+    run_timeout_min: int = Field(default=120, ge=1)
+    report_timeout_min: int = Field(default=15, ge=1)
+    agent_lost_retries: int = Field(default=2, ge=0, le=10, description="automatic retries when an agent is lost or stopped")
+    bundle_dir: str = Field(default="bundle", description="folder the bundle is built into and uploaded from, relative to the checkout")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", validate_default=True
@@ -75,6 +126,8 @@ class Settings(BaseSettings):
     build_workers: int = Field(default=0, ge=0, description="parallel compile processes; 0: one per core")
     measurement: MeasurementSettings = Field(default_factory=MeasurementSettings)
     compare: CompareSettings = Field(default_factory=CompareSettings)
+    github: GitHubSettings = Field(default_factory=GitHubSettings)
+    buildkite: BuildkiteSettings = Field(default_factory=BuildkiteSettings)
 
     @field_validator("database_url")
     @classmethod
@@ -102,6 +155,11 @@ class Settings(BaseSettings):
     @property
     def work_dir(self) -> Path:
         return self.home / "work"
+
+    @property
+    def outbox_dir(self) -> Path:
+        """Reports that could not be posted yet, one JSON file each (`benchfarm report flush`)."""
+        return self.home / "outbox"
 
 
 def _config_file() -> Path | None:

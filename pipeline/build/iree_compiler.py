@@ -31,6 +31,16 @@ _TRIPLES = {
     "aarch64-android": "aarch64-none-linux-android34",
 }
 
+# GPU backends: target backend -> (HAL device, the flag naming the chip, the chips iree-compile 3.13
+# knows). CUDA: sm_90 is rejected ("missing GPU target"); sm_80 code runs on Hopper through PTX, so
+# a Hopper device class lists `cuda:sm_80` for its IREE cases. HIP's chip flag is still
+# `--iree-rocm-target` in 3.13 (`--iree-hip-target` does not exist).
+_GPU = {
+    "vulkan": ("vulkan", "--iree-vulkan-target", ("valhall", "adreno")),
+    "hip": ("hip", "--iree-rocm-target", ("gfx942", "gfx950", "gfx1250")),
+    "cuda": ("cuda", "--iree-cuda-target", ("sm_80", "sm_86", "sm_89")),
+}
+
 
 def cpu_level(target: Target) -> str:
     """The CPU the code is tuned for and may assume; portable, never the builder's own (`host`).
@@ -43,12 +53,17 @@ def cpu_level(target: Target) -> str:
 
 
 def is_supported(target: Target) -> bool:
-    return target.backend == "llvm-cpu" and target.arch in _TRIPLES
+    if target.backend == "llvm-cpu":
+        return target.arch in _TRIPLES
+    return target.backend in _GPU and target.arch in _GPU[target.backend][2]
 
 
 def target_flags(target: Target) -> list[str]:
     if not is_supported(target):
         raise UnsupportedTarget(f"no IREE flags known for target {target}")
+    if target.backend in _GPU:
+        device, chip_flag, _ = _GPU[target.backend]
+        return [f"--iree-hal-target-device={device}", f"{chip_flag}={target.arch}"]
     return [
         "--iree-hal-target-device=local",
         "--iree-hal-local-target-device-backends=llvm-cpu",

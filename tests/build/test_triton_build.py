@@ -21,11 +21,21 @@ REPO = Path(__file__).resolve().parents[2]
 SM90 = "cuda:sm_90"
 
 
+# The GEMM family alone (the other families build in their own tests, on small cases): the suite's
+# files as they are, with an __init__ that lists GEMM's cases only.
+_GEMM_ONLY = (
+    "from pipeline.build.suite_api import KernelCase\n"
+    "from . import gemm\n\n\n"
+    "def cases() -> list[KernelCase]:\n    return [*gemm.cases()]\n"
+)
+
+
 def _suite_files() -> dict[str, str]:
     """The working tree's kernels/ folder (the real suite), as files for a temporary repository."""
     root = REPO / "kernels"
-    return {f"kernels/{p.relative_to(root).as_posix()}": p.read_text() for p in root.rglob("*.py")
-            if "__pycache__" not in p.parts}
+    files = {f"kernels/{p.relative_to(root).as_posix()}": p.read_text() for p in root.rglob("*.py")
+             if "__pycache__" not in p.parts}
+    return {**files, "kernels/__init__.py": _GEMM_ONLY}
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,15 @@
+"""Gather/scatter: MoE dispatch (row gather by index), MoE combine (scatter-add, or the segmented
+sum of each token's top-k rows) and embedding lookup. Through IREE for CPUs and GPUs
+(`iree_cases.py`), in Triton for `cuda:sm_90` and AMD (`triton_cases.py`, `triton_kernel.py`), and in
+Gluon with gfx1250's Tensor Data Mover gather (`gluon_kernel.py`, build-only).
+"""
+
+from __future__ import annotations
+
+from pipeline.build.suite_api import KernelCase
+
+from . import iree_cases, triton_cases
+
+
+def cases() -> list[KernelCase]:
+    return [*iree_cases.cases(), *triton_cases.cases()]

@@ -1,0 +1,172 @@
+"""The PR comment: a verdict (one Comparison per device class) rendered from Jinja2 templates.
+
+Sections as in DESIGN.md ("PR comment"): a summary with the commits compared, "Regressed" and
+"Improved" tables, the rest folded in `<details>`; each section shows at most `top_n` rows and
+links to the full comparison when it has more. The hidden marker on the first line finds the
+comment again; the body never passes GitHub's size limit (rows are dropped, then lines cut, with a
+link to the full comparison).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import jinja2
+
+from pipeline.pr_comments.markdown import Md, md_escape, md_link, md_url, truncate_lines
+from pipeline.pr_comments.table import STATUS_ORDER, format_change, format_pvalue, format_seconds, summary_line
+from pipeline.results.compare import Comparison, ComparisonRow
+
+__all__ = ["MARKER", "CommentSettings", "comment_marker", "overall_status", "render_comment", "status_counts"]
+
+MARKER = "<!-- benchfarm:pr-comment -->"
+SeriesIds = Mapping[tuple[str, str], int]  # (case id, device class) -> series id
+
+_SECTIONS = (("Regressed", ("regressed",), False), ("Improved", ("improved",), False))
+_FOLDED = tuple(s for s in STATUS_ORDER if s not in ("regressed", "improved"))
+
+
+@dataclass(frozen=True)
+class CommentSettings:
+    public_url: str
+    top_n: int = 20
+    max_chars: int = 65536
+
+
+def comment_marker(repository: str, pr: int | None) -> str:
+    """The hidden first line: the fixed marker, then which pull request it is about."""
+    where = f"{quote(repository, safe='/')}#{pr}" if pr is not None else quote(repository, safe="/")
+    return f"{MARKER[:-4]} {where} -->"
+
+
+def status_counts(comparisons: Sequence[Comparison]) -> dict[str, int]:
+    total: Counter[str] = Counter()
+    for comparison in comparisons:
+        total.update({s: n for s, n in comparison.counts.items() if n})
+    return {s: total[s] for s in STATUS_ORDER if total[s]}
+
+
+def overall_status(comparisons: Sequence[Comparison]) -> str:
+    """regressed > errored > improved > similar > insufficient data > no baseline; 'no cases' when empty."""
+    counts = status_counts(comparisons)
+    for status in ("regressed", "errored", "improved", "similar", "insufficient data", "no baseline"):
+        if counts.get(status):
+            return status
+    return "no cases"
+
+
+def _counts_text(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} {s}" for s, n in counts.items()) or "no cases"
+
+
+@dataclass
+class _Section:
+    title: str
+    folded: bool
+    total: int
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    hidden: int = 0
+
+
+def _compare_url(public_url: str, comparison: Comparison, device_class: str | None) -> str:
+    return md_url(public_url, "compare", {
+        "repository": comparison.repository, "head": comparison.head_sha, "base": comparison.base_sha,
+        "device_class": device_class})
+
+
+def _row_view(row: ComparisonRow, comparison: Comparison, settings: CommentSettings, series_ids: SeriesIds) -> dict[str, Any]:
+    series_id = series_ids.get((row.case_id, comparison.device_class))
+    if series_id is not None:
+        link = md_link("history", md_url(settings.public_url, f"series/{series_id}"))
+    else:
+        link = md_link("compare", _compare_url(settings.public_url, comparison, comparison.device_class))
+    # Fields the analysis may add to rows later; the comment shows them when present.
+    notes = ["probable device drift"] if getattr(row, "drift", False) else []
+    if note := getattr(row, "note", None):
+        notes.append(str(note))
+    return {
+        "case": row.case_id, "device_class": comparison.device_class, "status": row.status,
+        "base": Md(format_seconds(row.base_median)), "head": Md(format_seconds(row.head_median)),
+        "change": Md(format_change(row.change)), "pvalue": Md(format_pvalue(row.pvalue)),  # our own numbers
+        "note": "; ".join(notes), "link": link,
+    }
+
+
+def _sections(comparisons: Sequence[Comparison], settings: CommentSettings, series_ids: SeriesIds,
+              limit: int) -> list[_Section]:
+    pairs = [(row, c) for c in comparisons for row in c.rows]
+    out = []
+    for title, statuses, folded in (*_SECTIONS, ("Other cases", _FOLDED, True)):
+        chosen = [(r, c) for r, c in pairs if r.status in statuses]
+        if title == "Regressed":   # the worst first
+            chosen.sort(key=lambda p: (-(p[0].change or 0.0), p[0].case_id, p[1].device_class))
+        elif title == "Improved":  # the best first
+            chosen.sort(key=lambda p: ((p[0].change or 0.0), p[0].case_id, p[1].device_class))
+        else:
+            chosen.sort(key=lambda p: (STATUS_ORDER.index(p[0].status), p[0].case_id, p[1].device_class))
+        shown = chosen[:limit]
+        out.append(_Section(title, folded, len(chosen),
+                            [_row_view(r, c, settings, series_ids) for r, c in shown], len(chosen) - len(shown)))
+    return out
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+        autoescape=False,                 # HTML escaping is wrong for Markdown; md_escape is right
+        finalize=md_escape,               # every {{ }} is escaped unless it is an Md
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+    )
+
+
+def render_comment(
+    comparisons: Sequence[Comparison],
+    *,
+    settings: CommentSettings,
+    pr: int | None = None,
+    series_ids: SeriesIds | None = None,
+) -> str:
+    """The comment's Markdown for a verdict: one Comparison per device class, of one head commit."""
+    if not comparisons:
+        raise ValueError("a report needs at least one comparison")
+    first = comparisons[0]
+    ids = series_ids or {}
+    counts = status_counts(comparisons)
+    bases = sorted({c.base_sha[:10] for c in comparisons if c.base_sha})
+    full_url = md_url(settings.public_url, "compare", {"repository": first.repository, "head": first.head_sha})
+    full_link = md_link("full comparison", full_url)
+    context: dict[str, Any] = {
+        "marker": Md(comment_marker(first.repository, pr)),
+        "headline": f"{_counts_text(counts)}",
+        "summary": Md(
+            f"{md_escape(first.repository)} {Md('`' + first.head_sha[:10] + '`')} compared with "
+            + (", ".join(f"`{b}`" for b in bases) if bases else "no stored ancestor")
+            + f" on {len(comparisons)} device class{'es' if len(comparisons) != 1 else ''} ({full_link})"
+        ),
+        "device_lines": [summary_line(c) for c in comparisons],
+        "full_link": full_link,
+        "footer": Md("benchfarm · statuses: regressed / improved need both a rank-test p-value and a minimum change"),
+    }
+    tail = Md(f"\n\n**Truncated** to fit GitHub's comment size; see the {full_link}.\n")
+    template = _environment().get_template("comment.md.j2")
+
+    def body_with(limit: int) -> str:
+        return template.render(**context, sections=_sections(comparisons, settings, ids, limit),
+                               truncated=Md(tail.strip()) if limit < settings.top_n else "")
+
+    body = body_with(settings.top_n)
+    if len(body) > settings.max_chars:  # the most rows per section that fit (bisection)
+        low, high = 0, settings.top_n - 1
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if len(body_with(middle)) <= settings.max_chars else (low, middle - 1)
+        body = body_with(low)
+    return truncate_lines(body, settings.max_chars, tail)   # only when even the headers do not fit

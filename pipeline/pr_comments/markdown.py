@@ -1,0 +1,73 @@
+"""Markdown for GitHub comments: text that stays text, links that stay links.
+
+Everything a template prints is escaped by `md_escape` unless it is an `Md` (markdown made here,
+from escaped parts): a case, device class or repository name is data, and a name like
+``gemm/a|b/*x*/`<script>`/[x](y)`` must render as those characters, not as a table cell break,
+emphasis, code, HTML or a link.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import quote, urlencode
+
+__all__ = ["Md", "md_escape", "md_link", "md_url", "truncate_lines"]
+
+# CommonMark lets any ASCII punctuation be backslash-escaped; these are the ones with meaning in
+# GitHub's Markdown (emphasis, code, links, images, tables, headings, lists, quotes, strikethrough,
+# autolinks). `&`, `<`, `>` become entities, so no HTML tag or entity survives.
+_BACKSLASHED = set("\\`*_{}[]()#+-.!|~:")
+_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_ZERO_WIDTH_SPACE = "\u200b"
+_LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029\x0b\x0c\x85]+")
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
+
+
+class Md(str):
+    """A string that is already Markdown; templates print it as it is."""
+
+
+def md_escape(text: object) -> Md:
+    """`text` as Markdown that renders as exactly that text, on one line, in a table cell too.
+
+    Line breaks become spaces (a table row is one line), control characters are dropped, `@`
+    gets a zero-width space after it (no one is mentioned by a case name); escaping `:` and `.`
+    keeps `https://…` and `www.…` from becoming autolinks. An `Md` passes through unchanged.
+    """
+    if isinstance(text, Md):
+        return text
+    value = _CONTROL.sub("", _LINE_BREAKS.sub(" ", str(text)))
+    out = []
+    for ch in value:
+        if ch in _ENTITIES:
+            out.append(_ENTITIES[ch])
+        elif ch in _BACKSLASHED:
+            out.append("\\" + ch)
+        elif ch == "@":
+            out.append("@" + _ZERO_WIDTH_SPACE)
+        else:
+            out.append(ch)
+    return Md("".join(out))
+
+
+def md_url(base: str, path: str = "", query: dict[str, str | int | None] | None = None) -> str:
+    """An absolute URL safe inside `[text](url)`: path segments and query values percent-encoded,
+    parentheses, spaces and angle brackets in `base` too."""
+    url = base.rstrip("/") + "/" + "/".join(quote(part, safe="") for part in path.strip("/").split("/") if part)
+    if query:
+        url += "?" + urlencode({k: v for k, v in query.items() if v is not None})
+    return quote(url, safe=":/?&=%#+,;@!$'*~-._")
+
+
+def md_link(text: object, url: str) -> Md:
+    """`[text](url)` with the text escaped; `url` should come from `md_url`."""
+    return Md(f"[{md_escape(text)}]({quote(url, safe=':/?&=%#+,;@!$*~-._')})")
+
+
+def truncate_lines(text: str, limit: int, tail: str) -> str:
+    """`text` cut at a line boundary so that it plus `tail` fits in `limit` characters."""
+    if len(text) <= limit:
+        return text
+    room = max(0, limit - len(tail))
+    cut = text.rfind("\n", 0, room)
+    return text[: cut if cut > 0 else room].rstrip() + tail

@@ -1,0 +1,129 @@
+"""A report: what gets posted for one head commit (and pull request), as plain data.
+
+Rendered once from the verdict (one Comparison per device class), so that posting, keeping it in
+the outbox and posting it later need neither the store nor the templates.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from pipeline.config import Settings
+from pipeline.pr_comments.comment import (
+    CommentSettings,
+    SeriesIds,
+    comment_marker,
+    overall_status,
+    render_comment,
+    status_counts,
+)
+from pipeline.pr_comments.markdown import md_url, truncate_lines
+from pipeline.results.compare import METRIC, Comparison, compare
+from pipeline.results.models import Case, Commit, DeviceClassRow, Job, Repository, Run, Series
+
+__all__ = ["CHECK_SUMMARY_MAX", "Report", "conclusion_for", "device_classes_of", "make_report", "report_for_commit",
+           "series_ids_for"]
+
+CHECK_SUMMARY_MAX = 65535  # GitHub's limit on a check run's output.summary
+REPORT_VERSION = 1
+
+
+def conclusion_for(status: str, policy: str) -> str:
+    """A check run's conclusion for an overall status: regressions and errors fail the check under
+    the "fail" policy and are reported as neutral under "neutral"; nothing compared is neutral."""
+    if status in ("regressed", "errored"):
+        return "failure" if policy == "fail" else "neutral"
+    if status in ("improved", "similar"):
+        return "success"
+    return "neutral"
+
+
+@dataclass(frozen=True)
+class Report:
+    repository: str          # owner/name
+    head_sha: str
+    pr: int | None           # None: a push; the verdict goes on the commit only
+    body: str                # the comment's Markdown
+    title: str               # one line: the counts
+    conclusion: str          # success | failure | neutral
+    details_url: str         # the full comparison page
+    version: int = REPORT_VERSION
+
+    @property
+    def marker(self) -> str:
+        return comment_marker(self.repository, self.pr)
+
+    @property
+    def key(self) -> str:
+        """What a newer report replaces: the pull request's comment, or the commit's check."""
+        return f"{self.repository}#{self.pr}" if self.pr is not None else f"{self.repository}@{self.head_sha}"
+
+    def check_summary(self) -> str:
+        return truncate_lines(self.body, CHECK_SUMMARY_MAX, "\n\n(truncated)")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Report:
+        data: dict[str, Any] = json.loads(text)
+        if data.get("version") != REPORT_VERSION:
+            raise ValueError(f"report version {data.get('version')!r}; this benchfarm reads {REPORT_VERSION}")
+        return cls(**data)
+
+
+def make_report(comparisons: Sequence[Comparison], *, settings: Settings, pr: int | None = None,
+                series_ids: SeriesIds | None = None) -> Report:
+    """Render the verdict into a Report (comment body, title, conclusion by the configured policy)."""
+    gh = settings.github
+    body = render_comment(comparisons, settings=CommentSettings(settings.public_url, gh.comment_top_n,
+                                                                 gh.comment_max_chars),
+                          pr=pr, series_ids=series_ids)
+    first = comparisons[0]
+    counts = status_counts(comparisons)
+    title = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no cases"
+    return Report(
+        repository=first.repository, head_sha=first.head_sha, pr=pr, body=body,
+        title=f"{title} on {len(comparisons)} device class{'es' if len(comparisons) != 1 else ''}",
+        conclusion=conclusion_for(overall_status(comparisons), gh.verdict_policy),
+        details_url=md_url(settings.public_url, "compare", {"repository": first.repository, "head": first.head_sha}),
+    )
+
+
+def series_ids_for(session: Session, comparisons: Sequence[Comparison]) -> dict[tuple[str, str], int]:
+    """(case id, device class) -> the latency series' id, for the cases in `comparisons`."""
+    cases = {r.case_id for c in comparisons for r in c.rows}
+    classes = {c.device_class for c in comparisons}
+    if not cases:
+        return {}
+    rows = session.execute(
+        sa.select(Case.case_id, DeviceClassRow.name, Series.id)
+        .join(Case, Series.case_id == Case.id).join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
+        .where(Series.metric == METRIC, Case.case_id.in_(cases), DeviceClassRow.name.in_(classes)))
+    return {(case, dc): sid for case, dc, sid in rows}
+
+
+def device_classes_of(session: Session, *, repository: str, sha: str) -> list[str]:
+    """The device classes that ran jobs for the commit, by name."""
+    return list(session.scalars(
+        sa.select(DeviceClassRow.name).distinct()
+        .join(Job, Job.device_class_id == DeviceClassRow.id).join(Run, Job.run_id == Run.id)
+        .join(Commit, Run.commit_id == Commit.id).join(Repository, Commit.repository_id == Repository.id)
+        .where(Repository.name == repository, Commit.sha == sha).order_by(DeviceClassRow.name)))
+
+
+def report_for_commit(session: Session, *, settings: Settings, repository: str, sha: str, pr: int | None = None,
+                      base_sha: str | None = None, device_classes: Sequence[str] | None = None) -> Report:
+    """Compare the commit on each device class (all that ran it, by default) and render the report."""
+    classes = list(device_classes or device_classes_of(session, repository=repository, sha=sha))
+    if not classes:
+        raise LookupError(f"no results for {repository}@{sha[:10]} on any device class")
+    comparisons = [compare(session, repository=repository, head_sha=sha, device_class=dc,
+                           settings=settings.compare, base_sha=base_sha) for dc in classes]
+    return make_report(comparisons, settings=settings, pr=pr, series_ids=series_ids_for(session, comparisons))

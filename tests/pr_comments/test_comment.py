@@ -1,0 +1,112 @@
+"""The PR comment: sections, links, escaping, top-N and GitHub's size limit."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from markdown_it import MarkdownIt
+
+from pipeline.config import load_settings
+from pipeline.pr_comments.comment import MARKER, CommentSettings, comment_marker, overall_status, render_comment
+from pipeline.pr_comments.report import conclusion_for, make_report
+from tests.pr_comments.factories import BASE, HEAD, DriftRow, comparison, row
+
+SETTINGS = CommentSettings(public_url="http://bf.example:8080", top_n=20)
+_md = MarkdownIt("commonmark").enable("table")
+
+
+def _verdict() -> list:
+    h100 = comparison("nvidia-h100-sxm", [
+        row("gemm/slow", "regressed", 0.12), row("gemm/slower", "regressed", 0.30),
+        row("gemm/fast", "improved", -0.2), row("gemm/same", "similar", 0.001, pvalue=0.6),
+        row("gemm/new", "no baseline", None, base=None, pvalue=None), row("gemm/broken", "errored", None, pvalue=None),
+    ])
+    pixel = comparison("pixel-8-pro-gpu", [row("conv/fast", "improved", -0.1)])
+    return [h100, pixel]
+
+
+def test_sections_summary_and_links() -> None:
+    body = render_comment(_verdict(), settings=SETTINGS, pr=7, series_ids={("gemm/slow", "nvidia-h100-sxm"): 12})
+    assert body.splitlines()[0] == comment_marker("acme/kernels", 7) and MARKER[:-4] in body
+    assert "2 regressed, 1 errored, 2 improved, 1 no baseline, 1 similar" in body
+    assert f"`{HEAD[:10]}` compared with `{BASE[:10]}` on 2 device classes" in body
+    assert "#### Regressed (2)" in body and "#### Improved (2)" in body
+    assert "<details>\n<summary>Other cases (3)</summary>" in body
+    regressed = body.split("#### Regressed")[1].split("#### Improved")[0]
+    assert regressed.index("gemm/slower") < regressed.index("gemm/slow |"), "the worst regression first"
+    assert "| +30.0% | 0.0001 |" in regressed
+    assert "[history](http://bf.example:8080/series/12)" in regressed
+    assert ("[compare](http://bf.example:8080/compare?repository=acme%2Fkernels&head=" + HEAD + "&base=" + BASE
+            + "&device_class=nvidia-h100-sxm)") in regressed
+    folded = body.split("<details>")[1]
+    assert folded.index("errored") < folded.index("no baseline") < folded.index("similar")
+    html = _md.render(body)
+    assert html.count("<table>") == 3 and "<script" not in html
+
+
+def test_nasty_names_render_as_text() -> None:
+    nasty = "gemm/a|b/*x*/_y_/`z`/<script>alert(1)</script>/[x](http://evil)"
+    c = comparison("dc|<b>", [row(nasty, "regressed", 0.5)], repository="ev_il/re*po")
+    body = render_comment([c], settings=SETTINGS, pr=1)
+    html = _md.render(body)
+    assert "<script" not in html and "<b>" not in html and 'href="http://evil"' not in html
+    assert "<em>" not in html and "<code>" not in html.split("</h3>")[1].split("<table>")[1]
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", html)
+    assert cells[0] == "gemm/a|b/*x*/_y_/`z`/&lt;script&gt;alert(1)&lt;/script&gt;/[x](http://evil)"
+    assert cells[1] == "dc|&lt;b&gt;"
+    assert "ev_il/re*po" in html
+
+
+def test_optional_drift_and_note_on_rows() -> None:
+    drifting = DriftRow("gemm/d", "cuda:sm_90", "triton", 1e-3, 1.1e-3, 0.1, 1e-4, "regressed",
+                        drift=True, note="control moved *too*")
+    body = render_comment([comparison("h100", [drifting, row("gemm/plain", "regressed", 0.2)])], settings=SETTINGS)
+    assert "gemm/d (probable device drift; control moved \\*too\\*) |" in body
+    assert "gemm/plain |" in body
+
+
+def test_top_n_links_to_the_full_comparison() -> None:
+    rows = [row(f"gemm/r{i:03d}", "regressed", 0.1 + i / 1000) for i in range(30)]
+    body = render_comment([comparison("h100", rows)], settings=CommentSettings("http://bf.example", top_n=5))
+    regressed = body.split("#### Regressed (30)")[1]
+    assert len(re.findall(r"^\| gemm/r", regressed, re.M)) == 5
+    assert f"… and 25 more: [full comparison](http://bf.example/compare?repository=acme%2Fkernels&head={HEAD})" in body
+
+
+def test_long_comment_fits_githubs_limit_with_a_link() -> None:
+    rows = [row(f"gemm/{'very-long-name-' * 8}{i:05d}", status, 0.1)
+            for i in range(3000) for status in ("regressed", "improved", "similar")[i % 3:i % 3 + 1]]
+    body = render_comment([comparison("h100", rows)], settings=CommentSettings("http://bf.example", top_n=1000))
+    assert len(body) <= 65536
+    assert body.startswith(comment_marker("acme/kernels", None))
+    assert "**Truncated** to fit GitHub's comment size; see the [full comparison](http://bf.example/compare?" in body
+    assert body.count("| gemm/") >= 100, "truncation keeps as many rows as fit"
+    small = render_comment([comparison("h100", rows[:30])],
+                           settings=CommentSettings("http://bf.example", top_n=1000, max_chars=4000))
+    assert len(small) <= 4000 and "**Truncated**" in small
+
+
+def test_overall_status_and_conclusion_policy() -> None:
+    assert overall_status(_verdict()) == "regressed"
+    assert overall_status([comparison("h", [row("a", "improved", -0.1)])]) == "improved"
+    assert overall_status([comparison("h", [])]) == "no cases"
+    assert conclusion_for("regressed", "fail") == "failure"
+    assert conclusion_for("errored", "fail") == "failure"
+    assert conclusion_for("regressed", "neutral") == "neutral"
+    assert conclusion_for("similar", "fail") == "success"
+    assert conclusion_for("no baseline", "fail") == "neutral"
+
+
+def test_make_report_uses_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = load_settings(public_url="https://bench.example", github={"verdict_policy": "neutral", "comment_top_n": 1})
+    report = make_report(_verdict(), settings=settings, pr=7)
+    assert report.conclusion == "neutral" and report.title.startswith("2 regressed, 1 errored, 2 improved")
+    assert report.details_url == f"https://bench.example/compare?repository=acme%2Fkernels&head={HEAD}"
+    assert "… and 1 more" in report.body and report.marker in report.body
+    assert report.from_json(report.to_json()) == report
+
+
+def test_no_comparisons_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        render_comment([], settings=SETTINGS)
