@@ -154,6 +154,47 @@ def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_pipeline(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.orchestration import PipelineRequest, build_pipeline, render_pipeline
+
+    try:
+        request = PipelineRequest(
+            commit=args.commit, base=args.base, pr=args.pr, device_classes=_split_targets(args.device_classes) or [],
+            targets=_split_targets(args.targets), repository=args.repository or settings.repository or None)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    sys.stdout.write(render_pipeline(build_pipeline(request, settings.buildkite), args.format))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.pr_comments import deliver, flush, report_for_commit
+
+    if args.action == "flush":
+        results = flush(settings)
+        for report, delivery in results:
+            state = "posted" if delivery.posted else f"kept: {delivery.error}"
+            out_console.print(f"{report.key}: {state}", markup=False, highlight=False)
+        if not results:
+            out_console.print(f"outbox {settings.outbox_dir} is empty", markup=False, highlight=False)
+        return 1 if any(d.posted is None for _, d in results) else 0
+    if not args.commit:
+        raise CliError("report needs --commit SHA (or the action flush)")
+    repository = args.repository or settings.repository
+    if not repository:
+        raise CliError("which repository? pass --repository OWNER/NAME or set BENCHFARM_REPOSITORY")
+    from pipeline.results.db import open_store, session_scope
+
+    with session_scope(open_store(settings.database_url)) as session:
+        report = report_for_commit(session, settings=settings, repository=repository, sha=args.commit, pr=args.pr,
+                                   base_sha=args.base, device_classes=_split_targets(args.device_classes))
+    delivery = deliver(report, settings)
+    if delivery.posted is None:
+        raise CliError(f"{delivery.error}; the report is kept in {delivery.kept_at} (`benchfarm report flush` posts it)")
+    out_console.print(f"{report.key}: {report.title} ({report.conclusion})", markup=False, highlight=False)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from pipeline.local_pipeline import DEFAULT_SUITE
 
@@ -208,6 +249,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("schemas", help="check (or --write) the committed JSON Schemas")
     p.add_argument("--write", action="store_true")
     p.set_defaults(func=cmd_schemas)
+
+    p = sub.add_parser("pipeline", help="print the Buildkite pipeline for a commit (for buildkite-agent pipeline upload)")
+    p.add_argument("--commit", required=True, help="the commit to benchmark (full sha)")
+    p.add_argument("--base", help="the base commit, built and run beside it (paired)")
+    p.add_argument("--pr", type=int, help="pull request number: the report goes on it")
+    p.add_argument("--device-classes", required=True, help="comma-separated device classes; one queue each")
+    p.add_argument("--targets", help="comma-separated targets to build (default: benchfarm build's)")
+    p.add_argument("--repository", help="OWNER/NAME (default BENCHFARM_REPOSITORY)")
+    p.add_argument("--format", choices=["json", "yaml"], default="json")
+    p.set_defaults(func=cmd_pipeline)
+
+    p = sub.add_parser("report", help="post a commit's comparison on GitHub (comment, check); flush: post kept reports")
+    p.add_argument("action", nargs="?", choices=["post", "flush"], default="post")
+    p.add_argument("--commit", help="the head commit")
+    p.add_argument("--pr", type=int, help="pull request number (none: a push; check or status only)")
+    p.add_argument("--base", help="base commit (default: the newest ancestor with results)")
+    p.add_argument("--device-classes", help="comma-separated (default: every one that ran the commit)")
+    p.add_argument("--repository", help="OWNER/NAME (default BENCHFARM_REPOSITORY)")
+    p.set_defaults(func=cmd_report)
     return parser
 
 

@@ -215,3 +215,19 @@ def test_wrong_token_report_is_kept(pull: GitHubStandIn, tmp_path: Path) -> None
     fixed = _settings(pull, tmp_path)
     [(_, flushed)] = flush(fixed)
     assert flushed.posted is not None and len(_ours(pull)) == 1
+
+
+def test_report_flush_command(pull: GitHubStandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    from pipeline import cli
+
+    settings = _settings(pull, tmp_path, token="wrong")
+    deliver(_report(settings), settings)
+    monkeypatch.setenv("BENCHFARM_HOME", str(settings.home))
+    monkeypatch.setenv("BENCHFARM_GITHUB__API_URL", pull.base_url)
+    monkeypatch.setenv("BENCHFARM_GITHUB__TOKEN", "good-token")
+    monkeypatch.setenv("BENCHFARM_GITHUB__SECONDS_BETWEEN_WRITES", "0")
+    assert cli.main(["report", "flush"]) == 0
+    assert "acme/kernels#7: posted" in capsys.readouterr().out and len(_ours(pull)) == 1
+    assert cli.main(["report", "flush"]) == 0
+    assert "is empty" in capsys.readouterr().out

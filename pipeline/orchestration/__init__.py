@@ -1,0 +1,5 @@
+"""Production orchestration: the dynamic Buildkite pipeline (DESIGN.md, "The flow")."""
+
+from pipeline.orchestration.buildkite import STEP_ENV, PipelineRequest, build_pipeline, render_pipeline
+
+__all__ = ["STEP_ENV", "PipelineRequest", "build_pipeline", "render_pipeline"]
