@@ -5,11 +5,13 @@ Layout of a bundle directory (it appears atomically: built beside it, then renam
     manifest.json                 BundleManifest
     artifacts/<sha256>.vmfb       compiled IREE modules, named by content
     artifacts/<sha256>.cubin      compiled Triton kernels for cuda targets
+    artifacts/<sha256>.hsaco      compiled Triton kernels for hip targets (build-only for now)
     suite/                        the suite's sources at the commit (references are imported from here)
 
 Each case's source picks its compiler (IreeSource -> iree-compile, TritonSource -> triton). Compiles
 run in worker processes and go through a content-addressed cache, so a kernel whose source, flags,
-compiler and target did not change is never compiled twice.
+compiler and target did not change is never compiled twice. A vendor control (TorchSource) compiles
+nothing: its entry records the PyTorch call and has no artifact; it is built for CUDA targets only.
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ from pathlib import Path
 
 from pipeline.build import iree_compiler, triton_compiler
 from pipeline.build.compiled import CompiledArtifact, CompileError
-from pipeline.build.suite_api import IreeSource, KernelCase, KernelSource, TritonSource
+from pipeline.build.suite_api import IreeSource, KernelCase, KernelSource, TorchSource, TritonSource
 from pipeline.build.suite_loader import SuiteLocation, export_suite, load_suite, suite_digest
-from pipeline.contracts import BundleEntry, BundleManifest, CompileStats, LaunchSpec, Target, parse_manifest
+from pipeline.contracts import BundleEntry, BundleManifest, CompileStats, LaunchSpec, Target, TorchCall, parse_manifest
 from pipeline.contracts.manifest import ArtifactRef
 
 __all__ = ["BuildCounts", "build_bundle", "load_bundle", "bundle_digest", "MANIFEST", "SUITE_DIR"]
@@ -88,6 +90,8 @@ def _compiler_of(source: KernelSource) -> str:
 
 def _unsupported(source: KernelSource, target: Target, versions: dict[str, str]) -> str | None:
     """Why this builder cannot compile `source` for `target`, or None when it can."""
+    if isinstance(source, TorchSource):
+        return None if target.backend == "cuda" else f"vendor (torch) controls run on cuda targets, not {target}"
     compiler = _compiler_of(source)
     if compiler not in versions:
         return f"no {compiler} in this builder"
@@ -95,8 +99,10 @@ def _unsupported(source: KernelSource, target: Target, versions: dict[str, str])
     return None if supported(target) else f"no compiler in this builder for target {target} ({compiler})"
 
 
-def _artifact_suffix(source: KernelSource) -> str:
-    return ".cubin" if isinstance(source, TritonSource) else ".vmfb"
+def _artifact_suffix(source: KernelSource, target: Target) -> str:
+    if isinstance(source, TritonSource):
+        return ".hsaco" if target.backend == "hip" else ".cubin"
+    return ".vmfb"
 
 
 def _cache_key(source: KernelSource, target: Target, versions: dict[str, str], suite_dir: Path) -> str:
@@ -156,7 +162,8 @@ def _plan(cases: Sequence[KernelCase], targets: Sequence[Target], versions: dict
             try:
                 source = case.make_source(target)
                 why_not = _unsupported(source, target, versions)
-                key = "" if why_not else _cache_key(source, target, versions, suite_dir)
+                compiled = not (why_not or isinstance(source, TorchSource))
+                key = _cache_key(source, target, versions, suite_dir) if compiled else ""
             except Exception as exc:  # a broken case fails alone
                 jobs.append(_Job(case, target, error=f"make_source failed: {type(exc).__name__}: {exc}"))
                 continue
@@ -179,6 +186,11 @@ def _entry(
     if error is not None:
         return BundleEntry(status="failed", error=error, **common)  # type: ignore[arg-type]
     assert job.source is not None and launch_facts is not None
+    if isinstance(job.source, TorchSource):
+        call = TorchCall(op=job.source.op, params=dict(job.source.params))
+        launch = LaunchSpec(entry_point=f"torch.{call.op}", arguments=list(case.arguments),
+                            results=list(case.results), torch=call)
+        return BundleEntry(status="built", launch=launch, **common)  # type: ignore[arg-type]
     if isinstance(job.source, TritonSource):   # the cubin may be cached from a case of other sizes
         launch_facts = {**launch_facts, **triton_compiler.source_launch(job.source)}
     launch = LaunchSpec(arguments=list(case.arguments), results=list(case.results), **launch_facts)
@@ -198,15 +210,20 @@ def _store_artifact(bundle: Path, compiled: CompiledArtifact, suffix: str) -> Ar
 def _compile_worker(source: KernelSource, target: Target, suite_dir: Path) -> CompiledArtifact:
     if isinstance(source, TritonSource):
         return triton_compiler.compile_triton(source, target, suite_dir)
-    assert isinstance(source, IreeSource)
+    assert isinstance(source, IreeSource), f"{type(source).__name__} is not compiled"
     return iree_compiler.compile_iree(source, target)
+
+
+_VENDOR = CompiledArtifact(data=b"", stats=CompileStats(compiler="none", compiler_version="", compile_time_s=0,
+                                                          binary_bytes=0))   # stands for "nothing compiled"
 
 
 def _compile_all(
     jobs: list[_Job], cache_dir: Path, suite_dir: Path, workers: int, progress: ProgressFn | None,
     counts: BuildCounts,
 ) -> dict[int, CompiledArtifact | str]:
-    """Compiled artifact (or error text) per job index; cached ones are not compiled."""
+    """Compiled artifact (or error text) per job index; cached ones are not compiled, vendor controls
+    get `_VENDOR`."""
     results: dict[int, CompiledArtifact | str] = {}
     total, done = len(jobs), 0
 
@@ -221,7 +238,10 @@ def _compile_all(
         if job.error is not None:
             results[i] = job.error
             report("failed", job)
-        elif (hit := _cache_get(cache_dir, job.key, _artifact_suffix(job.source))) is not None:  # type: ignore[arg-type]
+        elif isinstance(job.source, TorchSource):   # a vendor control: nothing to compile
+            results[i] = _VENDOR
+            report("recorded", job)
+        elif (hit := _cache_get(cache_dir, job.key, _artifact_suffix(job.source, job.target))) is not None:  # type: ignore[arg-type]
             results[i] = hit
             counts.cached += 1
             report("cached", job)
@@ -244,7 +264,7 @@ def _compile_all(
                 results[i] = str(exc)
                 report("failed", jobs[i])
                 continue
-            _cache_put(cache_dir, jobs[i].key, _artifact_suffix(jobs[i].source), compiled)  # type: ignore[arg-type]
+            _cache_put(cache_dir, jobs[i].key, _artifact_suffix(jobs[i].source, jobs[i].target), compiled)  # type: ignore[arg-type]
             results[i] = compiled
             counts.compiled += 1
             report("compiled", jobs[i])
@@ -300,8 +320,10 @@ def build_bundle(
             if isinstance(outcome, str):
                 counts.failed += 1
                 entries.append(_entry(job, None, None, None, outcome))
+            elif outcome is _VENDOR:
+                entries.append(_entry(job, None, None, {}, None))
             else:
-                artifact = _store_artifact(tmp, outcome, _artifact_suffix(job.source))  # type: ignore[arg-type]
+                artifact = _store_artifact(tmp, outcome, _artifact_suffix(job.source, job.target))  # type: ignore[arg-type]
                 entries.append(_entry(job, artifact, outcome.stats, outcome.launch, None))
         manifest = BundleManifest(
             repository=repository or location.repository, commit=sha, suite_path=location.subdir,

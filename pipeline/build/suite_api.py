@@ -77,7 +77,17 @@ class TritonSource:
     num_stages: int = 3
 
 
-KernelSource = IreeSource | TritonSource
+@dataclass(frozen=True)
+class TorchSource:
+    """A vendor control (impl `vendor`): the PyTorch operator an agent with torch and CUDA calls on the
+    case's tensors (cuBLAS, cuDNN, SDPA). Nothing is compiled; the bundle entry records the call
+    (`LaunchSpec.torch`) and `pipeline.agents.runners.torch_runner` knows each operator."""
+
+    op: Literal["matmul", "sdpa", "conv2d", "index_select", "index_add"]
+    params: Mapping[str, int | float | bool | str] = field(default_factory=dict)
+
+
+KernelSource = IreeSource | TritonSource | TorchSource
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
-"""Compile a TritonSource ahead of time, on a CPU-only builder, for a `cuda:sm_XX` target.
+"""Compile a TritonSource ahead of time, on a CPU-only builder, for `cuda:sm_XX` and `hip:gfxNNN`.
 
 `triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", 90, 32))`
 needs no GPU: Triton lowers to PTX and runs its bundled ptxas. The artifact is the cubin; agents
 load it with the CUDA driver API (`pipeline.agents.runners.cuda_runner`) and never need Triton.
+AMD targets (`GPUTarget("hip", "gfx942", 64)`) compile the same way to an hsaco (Triton's bundled
+LLVM and lld); no agent runs those yet, so they are build-only: compile statistics are tracked.
 
 Specialization follows Triton's JIT, so the AOT kernel is the one a JIT launch would get: a scalar
 equal to 1 becomes a constant and leaves the parameter list; pointers (the runner allocates them
@@ -33,7 +35,8 @@ from pipeline.build.suite_loader import load_suite_module
 from pipeline.contracts import CompileStats, Target
 
 __all__ = [
-    "COMPILER", "compile_triton", "compiler_version", "is_supported", "cuda_capability", "source_material",
+    "COMPILER", "compile_triton", "compiler_version", "is_supported", "cuda_capability", "amd_arch", "is_wave32",
+    "warp_size", "source_material",
     "source_launch", "specialize",
 ]
 
@@ -43,8 +46,11 @@ DIVISIBILITY = 16
 ERROR_TAIL_CHARS = 4000
 
 _SM = re.compile(r"^sm_(\d+)a?$")
+_GFX = re.compile(r"^gfx(\d+)[0-9a-f]{2}$")
 _REGISTERS = re.compile(r"Used (\d+) registers")
 _SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+_AMD_VGPRS = re.compile(r"\.[av]gpr_count:\s+(\d+)")
+_AMD_SPILLS = re.compile(r"\.[sv]gpr_spill_count:\s+(\d+)")
 
 
 def cuda_capability(target: Target) -> int | None:
@@ -53,8 +59,26 @@ def cuda_capability(target: Target) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def amd_arch(target: Target) -> str | None:
+    """"gfx942" for `hip:gfx942`; None for anything that is not an AMD GPU target."""
+    return target.arch if target.backend == "hip" and _GFX.match(target.arch) else None
+
+
+def is_wave32(arch: str) -> bool:
+    """RDNA-style AMD GPUs run 32-wide waves: gfx10xx, gfx11xx and gfx12xx, gfx1250 included (Triton
+    3.9 sets warp_size = 32 for gfx major >= 10 whatever GPUTarget says). CDNA (gfx942, gfx950) is 64."""
+    match = _GFX.match(arch)
+    return match is not None and int(match.group(1)) >= 10
+
+
+def warp_size(target: Target) -> int:
+    """Threads per warp (wave) on `target`: 32 on NVIDIA and wave32 AMD, 64 on CDNA."""
+    arch = amd_arch(target)
+    return 64 if arch is not None and not is_wave32(arch) else WARP_SIZE
+
+
 def is_supported(target: Target) -> bool:
-    return cuda_capability(target) is not None
+    return cuda_capability(target) is not None or amd_arch(target) is not None
 
 
 @lru_cache(maxsize=1)
@@ -161,6 +185,31 @@ def _cubin_registers(cubin: bytes, name: str) -> int | None:
     return None
 
 
+def _llir_param_count(llir: str, name: str) -> int:
+    """Parameters of `define ... @name(ptr addrspace(1) %0, i32 %1, ...)`: top-level commas + 1."""
+    match = re.search(rf"define\s[^@]*@{re.escape(name)}\(", llir)
+    if match is None:
+        raise CompileError(f"kernel {name} not found in the LLVM IR")
+    depth, count, empty = 1, 1, True
+    for char in llir[match.end():]:
+        if char in "()":
+            depth += 1 if char == "(" else -1
+            if depth == 0:
+                break
+        elif char == "," and depth == 1:
+            count += 1
+        elif not char.isspace():
+            empty = False
+    return 0 if empty else count
+
+
+def _amdgcn_figures(amdgcn: str) -> tuple[int | None, int | None]:
+    """(vector registers per lane, AGPRs included; spilled SGPRs + VGPRs) from the code object's metadata."""
+    vgprs = [int(n) for n in _AMD_VGPRS.findall(amdgcn)]
+    spills = [int(n) for n in _AMD_SPILLS.findall(amdgcn)]
+    return (sum(vgprs) if vgprs else None, sum(spills) if spills else None)
+
+
 def _ptxas_figures(log: str) -> tuple[int | None, int | None]:
     registers = _REGISTERS.search(log)
     spills = _SPILLS.search(log)
@@ -173,20 +222,22 @@ def _ptxas_figures(log: str) -> tuple[int | None, int | None]:
 # ---- the compile ------------------------------------------------------------------------------
 
 def compile_triton(source: TritonSource, target: Target, suite_dir: Path) -> CompiledArtifact:
-    """Compile `source` (its kernel module read from `suite_dir`) for `target` into a cubin.
+    """Compile `source` (its kernel module read from `suite_dir`) for `target` into a cubin (NVIDIA)
+    or an hsaco (AMD).
 
     Triton's own cache is bypassed (a fresh, temporary cache directory and always-compile): the
     builder's content-addressed cache is the only one, and compile times are real. Line info is
     left out, so the cubin does not depend on where the builder exported the suite.
     """
-    capability = cuda_capability(target)
-    if capability is None:
-        raise UnsupportedTarget(f"Triton builds here only for cuda:sm_XX targets, not {target}")
+    capability, arch = cuda_capability(target), amd_arch(target)
+    if capability is None and arch is None:
+        raise UnsupportedTarget(f"Triton builds here only for cuda:sm_XX and hip:gfxNNN targets, not {target}")
     try:
         import triton
         from triton import knobs
         from triton.backends.compiler import GPUTarget
         from triton.compiler import ASTSource
+        from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
     except ImportError as exc:
         raise CompileError(f"triton is not installed in this builder: {exc}") from None
 
@@ -220,8 +271,11 @@ def compile_triton(source: TritonSource, target: Target, suite_dir: Path) -> Com
         try:
             with contextlib.redirect_stdout(log):
                 kernel = triton.compile(
-                    ASTSource(fn, full_signature, constexprs, attrs),
-                    target=GPUTarget("cuda", capability, WARP_SIZE), options=compile_options(source),
+                    # a @gluon.jit kernel (e.g. AMD TDM gather/scatter) has its own AST source
+                    (GluonASTSource if isinstance(fn, GluonJITFunction) else ASTSource)(fn, full_signature, constexprs, attrs),
+                    target=GPUTarget("cuda", capability, WARP_SIZE) if arch is None
+                    else GPUTarget("hip", arch, warp_size(target)),
+                    options=compile_options(source),
                 )
         except Exception as exc:
             text = f"{type(exc).__name__}: {exc}\n{log.getvalue()}"
@@ -229,22 +283,28 @@ def compile_triton(source: TritonSource, target: Target, suite_dir: Path) -> Com
         elapsed = time.perf_counter() - start
 
     metadata = kernel.metadata
-    cubin: bytes = kernel.asm["cubin"]
     scratch = {k: getattr(metadata, k, 0) or 0 for k in ("global_scratch_size", "profile_scratch_size")}
     if any(scratch.values()):
         raise CompileError(f"{source.function} needs scratch memory {scratch}; the CUDA runner passes none yet")
-    null_pointers = _ptx_param_count(kernel.asm["ptx"], metadata.name) - len(params)
-    registers, spills = _ptxas_figures(log.getvalue())
-    if registers is None:
-        registers = _cubin_registers(cubin, metadata.name)
+    if arch is None:
+        binary: bytes = kernel.asm["cubin"]
+        null_pointers = _ptx_param_count(kernel.asm["ptx"], metadata.name) - len(params)
+        registers, spills = _ptxas_figures(log.getvalue())
+        if registers is None:
+            registers = _cubin_registers(binary, metadata.name)
+    else:
+        binary = kernel.asm["hsaco"]
+        null_pointers = _llir_param_count(kernel.asm["llir"], metadata.name) - len(params)
+        registers, spills = _amdgcn_figures(kernel.asm["amdgcn"])
+    threads = metadata.num_warps * getattr(metadata, "warp_size", warp_size(target))
     version = compiler_version() or triton.__version__
     stats = CompileStats(
-        compiler=COMPILER, compiler_version=version, compile_time_s=elapsed, binary_bytes=len(cubin),
+        compiler=COMPILER, compiler_version=version, compile_time_s=elapsed, binary_bytes=len(binary),
         registers=registers, spills=spills, shared_bytes=metadata.shared,
         flags=[f"{k}={v}" for k, v in compile_options(source).items()],
     )
     launch = {
-        "entry_point": metadata.name, "threads": metadata.num_warps * WARP_SIZE,
+        "entry_point": metadata.name, "threads": threads,
         "shared_bytes": metadata.shared, "null_pointers": null_pointers, **source_launch(source),
     }
-    return CompiledArtifact(data=cubin, stats=stats, launch=launch)
+    return CompiledArtifact(data=binary, stats=stats, launch=launch)

@@ -56,13 +56,26 @@ class KernelParam(BaseModel):
         return self
 
 
+class TorchCall(BaseModel):
+    """A vendor control: a PyTorch operator the agent calls on the case's tensors (cuBLAS through
+    `matmul`, cuDNN through `conv2d`, `sdpa`, the index ops). Nothing is compiled for it: the entry
+    has no artifact and no compile statistics, and runs where the agent host has torch with CUDA."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    op: Literal["matmul", "sdpa", "conv2d", "index_select", "index_add"]
+    params: dict[str, int | float | bool | str] = Field(
+        default_factory=dict, description="the operator's settings, e.g. is_causal, stride, groups")
+
+
 class LaunchSpec(BaseModel):
     """How to invoke the artifact: entry point, and for GPU code the grid and resources.
 
     IREE modules take `arguments` and return `results`. A CUDA kernel (`parameters` set) takes its
     parameters in that order, every tensor (inputs and outputs) by device pointer, followed by
     `null_pointers` null pointers (Triton's global and profile scratch), with `threads` threads per
-    block along x and `shared_bytes` of dynamic shared memory.
+    block along x and `shared_bytes` of dynamic shared memory. A vendor control (`torch` set) is a
+    PyTorch call on `arguments` returning `results`; `entry_point` names the operator.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -76,17 +89,36 @@ class LaunchSpec(BaseModel):
     parameters: list[KernelParam] | None = Field(
         default=None, description="driver-API launches: the kernel's parameters in order")
     null_pointers: int = Field(default=0, ge=0, description="null pointer parameters after `parameters`")
+    torch: TorchCall | None = Field(default=None, description="vendor control: the PyTorch call, no artifact")
 
     @model_validator(mode="after")
     def _gpu_launch_complete(self) -> LaunchSpec:
         if self.parameters is not None and (self.grid is None or self.threads is None or self.shared_bytes is None):
             raise ValueError("a launch with parameters needs grid, threads and shared_bytes")
+        if self.torch is not None and self.parameters is not None:
+            raise ValueError("a launch is either a PyTorch call (torch) or a kernel (parameters), not both")
         return self
 
     def tensor_names(self) -> list[str]:
         """Every tensor this launch touches: arguments, results and pointer parameters."""
         pointers = [p.tensor for p in self.parameters or () if p.tensor is not None]
         return list(dict.fromkeys([*self.arguments, *self.results, *pointers]))
+
+
+class ReferenceSubset(BaseModel):
+    """Compare only `count` random indices along `axis` of every result, where the float64 reference
+    of all of them costs too much on the agent's CPU (16k-token attention: ~1e13 operations).
+
+    The agent draws the indices from the case's seeded generator, calls the reference function with
+    `index=` (sorted int64 indices) and compares the kernel's results at those indices. Every element
+    of every result is still checked to be finite: outputs are NaN-poisoned before the check launch,
+    so an element the kernel never wrote fails the check wherever it is.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    axis: int = Field(ge=0, description="the results' axis indices are drawn along (same for every result)")
+    count: int = Field(ge=1, description="how many indices are compared (all when the axis is shorter)")
 
 
 class ReferenceSpec(BaseModel):
@@ -98,6 +130,8 @@ class ReferenceSpec(BaseModel):
     function: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     atol: float = Field(ge=0, allow_inf_nan=False)
     rtol: float = Field(ge=0, allow_inf_nan=False)
+    subset: ReferenceSubset | None = Field(
+        default=None, description="compare a random subset of indices only; all elements are still checked written")
 
 
 class CompileStats(BaseModel):
@@ -150,9 +184,13 @@ class BundleEntry(BaseModel):
     @model_validator(mode="after")
     def _built_or_failed(self) -> BundleEntry:
         if self.status == "built":
-            missing = [f for f in ("artifact", "launch", "compile", "reference") if getattr(self, f) is None]
+            vendor = self.launch is not None and self.launch.torch is not None
+            needed = ("launch", "reference") if vendor else ("artifact", "launch", "compile", "reference")
+            missing = [f for f in needed if getattr(self, f) is None]
             if missing:
                 raise ValueError(f"a built entry needs {', '.join(missing)}")
+            if vendor and (self.artifact is not None or self.compile is not None):
+                raise ValueError("a vendor (torch) entry is not compiled: it has no artifact or compile statistics")
             if self.error is not None:
                 raise ValueError("a built entry has no error")
             names = {t.name for t in self.tensors}
