@@ -66,19 +66,27 @@ def _environment(device: LocalDevice) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class _Runner:
-    """A device of one runtime and the function that loads and checks one entry on it."""
+    """A device of one runtime and the functions that load and check one entry on it: the compiled
+    artifacts' runner, and for vendor controls (entries with `launch.torch`) the PyTorch one, where
+    the device class has one (NVIDIA: the same CudaDevice times both)."""
 
     device: Any
     prepare_entry: Callable[..., Any]
+    prepare_vendor: Callable[..., Any] | None = None
+
+    def for_entry(self, entry: BundleEntry) -> Callable[..., Any] | None:
+        vendor = entry.launch is not None and entry.launch.torch is not None
+        return self.prepare_vendor if vendor else self.prepare_entry
 
 
 def _runner(device: LocalDevice) -> _Runner:
-    """The runtime the device class names: IREE (through its HAL driver) or the CUDA driver API."""
+    """The runtime the device class names: IREE (through its HAL driver) or the CUDA driver API (and
+    PyTorch on the same device for vendor controls)."""
     device_class = device.device_class
     if device_class.runtime == "cuda":
-        from pipeline.agents.runners import cuda_runner  # imports cuda.bindings when a GPU is used, only
+        from pipeline.agents.runners import cuda_runner, torch_runner  # cuda.bindings / torch: imported when used
 
-        return _Runner(cuda_runner.CudaDevice(device.info.uid), cuda_runner.prepare_entry)
+        return _Runner(cuda_runner.CudaDevice(device.info.uid), cuda_runner.prepare_entry, torch_runner.prepare_entry)
     if device_class.runtime == "iree" and device_class.hal_driver:
         return _Runner(IreeDevice(device_class.hal_driver), prepare_entry)
     raise ValueError(f"device class {device_class.name} runs {device_class.runtime}, which this agent cannot run")
@@ -165,7 +173,8 @@ def run_bundle(
         known = [c for c in clocks[index] if c is not None]
         results[index] = CaseResult(
             case=kernel.entry.case, target=kernel.entry.target, status="ok", samples=samples[index],
-            stats=summarize(samples[index]), correctness=kernel.correctness, environment={"input_seed": str(seed)},
+            stats=summarize(samples[index]), correctness=kernel.correctness,
+            environment={**kernel.environment, "input_seed": str(seed)},
             sample_clocks_mhz=known if len(known) == len(samples[index]) else None,
         )
     return ResultDocument(
@@ -190,10 +199,14 @@ def _prepare(
         return CaseResult(case=entry.case, target=entry.target, status="skipped",
                           reason=f"not built: {entry.error}")
     seed = input_seed(run_id, job_id, entry)
+    prepare = runner.for_entry(entry)
+    if prepare is None:
+        return CaseResult(case=entry.case, target=entry.target, status="skipped",
+                          reason="vendor (torch) controls run on NVIDIA device classes only")
     try:
         assert entry.reference is not None
         reference_fn = references.get(entry.reference.module, entry.reference.function)
-        outcome = runner.prepare_entry(
+        outcome = prepare(
             device=runner.device, bundle_dir=bundle_dir, entry=entry, reference_fn=reference_fn,
             rng=np.random.default_rng(seed),
         )

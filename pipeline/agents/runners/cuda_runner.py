@@ -23,11 +23,12 @@ from typing import Any
 import numpy as np
 
 from pipeline.agents.runners import CheckedKernel
-from pipeline.agents.runners.iree_runner import check_outputs, verify_artifact
+from pipeline.agents.runners.checking import check_against_reference
+from pipeline.agents.runners.iree_runner import verify_artifact
 from pipeline.contracts import BundleEntry, CaseResult, Correctness, TensorSpec
 
 __all__ = [
-    "CudaDevice", "CudaError", "prepare_entry", "make_inputs",
+    "CudaDevice", "CudaError", "prepare_entry", "make_inputs", "finite", "HOST_DTYPES",
     "bf16_bits", "bf16_values",
 ]
 
@@ -35,7 +36,7 @@ POISON_BYTE = 0xFF          # every float width: all-ones is a NaN
 L2_FLUSH_FACTOR = 2         # flush with a buffer twice the L2 size
 MAX_STATIC_SHARED = 48 * 1024
 _ITEM_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i8": 1}
-_HOST_DTYPES = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "bf16": np.uint16,
+HOST_DTYPES = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "bf16": np.uint16,
                 "i64": np.int64, "i32": np.int32, "i8": np.int8}
 _SCALAR_CTYPES = {"i32": ctypes.c_int32, "i64": ctypes.c_int64, "fp32": ctypes.c_float}
 
@@ -76,7 +77,7 @@ def make_inputs(tensors: Sequence[TensorSpec], rng: np.random.Generator) -> dict
             bits = bf16_bits(values.astype(np.float32))
             arrays[spec.name] = (bits, bf16_values(bits))
         else:
-            host = np.ascontiguousarray(values.astype(_HOST_DTYPES[spec.dtype]))
+            host = np.ascontiguousarray(values.astype(HOST_DTYPES[spec.dtype]))
             arrays[spec.name] = (host, host)
     return arrays
 
@@ -127,6 +128,11 @@ class CudaDevice:
             _, name = self._cu.cuGetErrorName(err)
             raise CudaError(f"{fn.__name__} failed: {name.decode() if isinstance(name, bytes) else name}")
         return rest[0] if len(rest) == 1 else (rest or None)
+
+    @property
+    def stream_handle(self) -> int:
+        """The stream's CUstream value, for frameworks that launch onto it (torch.cuda.ExternalStream)."""
+        return int(self.stream)
 
     def alloc(self, nbytes: int) -> int:
         return int(self._call(self._cu.cuMemAlloc, max(nbytes, 1)))   # 256-byte aligned
@@ -230,7 +236,7 @@ def _params(entry: BundleEntry, pointers: dict[str, int]) -> _Params:
     return _Params(slots)
 
 
-def _finite(correctness: Correctness) -> Correctness:
+def finite(correctness: Correctness) -> Correctness:
     """Errors of NaN outputs (poison left unwritten) are infinite; documents carry finite numbers, so
     they are reported as the largest float (the detail names the elements)."""
     big = float(np.finfo(np.float64).max)
@@ -275,11 +281,10 @@ def prepare_entry(
     got = []
     for name in launch.results:
         spec = specs[name]
-        host = device.download(pointers[name], np.empty(spec.shape, dtype=_HOST_DTYPES[spec.dtype]))
+        host = device.download(pointers[name], np.empty(spec.shape, dtype=HOST_DTYPES[spec.dtype]))
         got.append(bf16_values(host) if spec.dtype == "bf16" else host)
-    expected = reference_fn(*[inputs[name][1] for name in launch.arguments])
-    expected = [np.asarray(r) for r in (expected if isinstance(expected, (tuple, list)) else (expected,))]
-    correctness = _finite(check_outputs(got, expected, launch.results, entry.reference))
+    correctness = finite(check_against_reference(
+        got, [inputs[name][1] for name in launch.arguments], reference_fn, launch.results, entry.reference, rng))
     def release() -> None:
         for ptr in pointers.values():
             device.free(ptr)

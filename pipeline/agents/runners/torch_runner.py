@@ -1,0 +1,222 @@
+"""Run a vendor control (a bundle entry with `launch.torch`) through PyTorch: cuBLAS, cuDNN, SDPA.
+
+Nothing is compiled for these entries; the agent host needs torch with CUDA, and where it has none the
+case is skipped with the reason TORCH_MISSING. The check and the timing are the CUDA runner's: fresh
+random inputs from the same generator (`cuda_runner.make_inputs`), outputs poisoned with NaN where the
+operator writes into a given tensor (matmul, index ops; SDPA and conv2d allocate theirs), the same
+reference and check (`checking.check_against_reference`), and `CudaDevice.time_once` for every
+sample: torch launches onto the device's own stream (torch.cuda.ExternalStream), so the CUDA events
+bracket the operator alone and the L2 flush and SM clock reading are the ones every CUDA sample gets.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.agents.runners import CheckedKernel
+from pipeline.agents.runners.checking import check_against_reference
+from pipeline.agents.runners.cuda_runner import CudaDevice, HOST_DTYPES, bf16_values, finite, make_inputs
+from pipeline.contracts import BundleEntry, CaseResult
+
+__all__ = ["TORCH_MISSING", "torch_missing", "prepare_entry", "OPS"]
+
+TORCH_MISSING = "torch not available on this agent"
+BACKEND_TRIAL_CALLS = 5       # SDPA: calls timed per backend to pick the fastest
+
+
+def torch_missing() -> str | None:
+    """Why vendor controls cannot run here, or None when torch with CUDA is importable."""
+    try:
+        import torch
+    except ImportError:
+        return TORCH_MISSING
+    return None if torch.cuda.is_available() else f"{TORCH_MISSING} (torch {torch.__version__} sees no CUDA GPU)"
+
+
+@dataclass
+class _Op:
+    """One operator bound to its tensors: `run` launches it and returns its results; `environment`
+    names what was chosen (backend, GQA path)."""
+
+    run: Callable[[], list[Any]]
+    environment: dict[str, str]
+
+
+# ---- the operators: each takes (tensors by name, the entry, params) -------------------------------
+
+def _matmul(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _Op:
+    import torch
+
+    a, b = (t[n] for n in entry.launch.arguments)  # type: ignore[union-attr]
+    c = t[entry.launch.results[0]]  # type: ignore[union-attr]
+    return _Op(lambda: [torch.matmul(a, b, out=c)], {"library": "cublas"})
+
+
+def _sdpa(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _Op:
+    """The fastest SDPA backend that runs this shape: each is tried (GQA by enable_gqa, or by K/V
+    repeated per query head, done once here, when a backend refuses enable_gqa) and timed briefly."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = (t[n] for n in entry.launch.arguments)  # type: ignore[union-attr]
+    causal, scale, gqa = bool(params.get("is_causal")), params.get("scale"), bool(params.get("enable_gqa"))
+    group = q.shape[1] // k.shape[1]
+    repeated: tuple[Any, Any] | None = None
+    best: tuple[float, Callable[[], list[Any]], dict[str, str]] | None = None
+    errors = []
+    for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
+        for path in (("enable_gqa", "repeat") if gqa else ("none",)):
+            if path == "repeat" and repeated is None:
+                repeated = (k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1))
+            kk, vv = repeated if path == "repeat" else (k, v)
+
+            def run(backend: Any = backend, kk: Any = kk, vv: Any = vv, native: bool = path == "enable_gqa") -> list[Any]:
+                with sdpa_kernel(backend):
+                    extra = {"enable_gqa": True} if native else {}
+                    return [F.scaled_dot_product_attention(q, kk, vv, is_causal=causal, scale=scale, **extra)]
+            try:
+                run()
+                torch.cuda.current_stream().synchronize()
+                start = time.perf_counter()
+                for _ in range(BACKEND_TRIAL_CALLS):
+                    run()
+                torch.cuda.current_stream().synchronize()
+                seconds = time.perf_counter() - start
+            except RuntimeError as exc:
+                errors.append(f"{backend.name}/{path}: {str(exc).splitlines()[0][:200]}")
+                continue
+            if best is None or seconds < best[0]:
+                best = (seconds, run, {"sdpa_backend": backend.name, "gqa": path})
+            break   # enable_gqa ran: no need to try the repeat path for this backend
+    if best is None:
+        raise RuntimeError(f"no SDPA backend runs this case: {'; '.join(errors)}")
+    return _Op(best[1], best[2])
+
+
+def _conv2d(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _Op:
+    """NHWC x and KRSC w (depthwise CRS) viewed as NCHW / KCRS in channels_last: no copies."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.backends.cudnn.benchmark = True     # cuDNN picks its algorithm in the first calls (warm-up)
+    x, w = (t[n] for n in entry.launch.arguments)  # type: ignore[union-attr]
+    x_nchw = x.permute(0, 3, 1, 2)
+    w_kcrs = (w.unsqueeze(-1) if w.dim() == 3 else w).permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
+    stride, padding, groups = int(params["stride"]), int(params["padding"]), int(params.get("groups", 1))
+
+    def run() -> list[Any]:
+        return [F.conv2d(x_nchw, w_kcrs, stride=stride, padding=padding, groups=groups).permute(0, 2, 3, 1)]
+    return _Op(run, {"library": "cudnn", "cudnn": str(torch.backends.cudnn.version())})
+
+
+def _index_select(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _Op:
+    """arguments (x, index) -> result y = x.index_select(dim, index), into a poisoned y."""
+    import torch
+
+    x, index = (t[n] for n in entry.launch.arguments)  # type: ignore[union-attr]
+    y, dim = t[entry.launch.results[0]], int(params.get("dim", 0))  # type: ignore[union-attr]
+    return _Op(lambda: [torch.index_select(x, dim, index, out=y)], {})
+
+
+def _index_add(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _Op:
+    """arguments (x, index, src) -> result y = x.index_add(dim, index, src), into a poisoned y."""
+    import torch
+
+    x, index, src = (t[n] for n in entry.launch.arguments)  # type: ignore[union-attr]
+    y, dim = t[entry.launch.results[0]], int(params.get("dim", 0))  # type: ignore[union-attr]
+    return _Op(lambda: [torch.index_add(x, dim, index, src, out=y)], {})
+
+
+OPS: dict[str, Callable[[dict[str, Any], BundleEntry, dict[str, Any]], _Op]] = {
+    "matmul": _matmul, "sdpa": _sdpa, "conv2d": _conv2d, "index_select": _index_select, "index_add": _index_add,
+}
+
+
+# ---- tensors between NumPy and torch --------------------------------------------------------------
+
+def _to_device(host: np.ndarray, dtype: str, device: Any) -> Any:
+    import torch
+
+    if dtype == "bf16":   # uint16 bit patterns -> bfloat16 of the same bits
+        return torch.from_numpy(host.view(np.int16)).to(device).view(torch.bfloat16)
+    return torch.from_numpy(host).to(device)
+
+
+def _to_host(tensor: Any, dtype: str) -> np.ndarray:
+    import torch
+
+    tensor = tensor.detach().contiguous()
+    if dtype == "bf16":
+        return bf16_values(tensor.view(torch.int16).cpu().numpy().view(np.uint16))
+    return tensor.cpu().numpy().astype(HOST_DTYPES[dtype], copy=False)
+
+
+# ---- one entry ----------------------------------------------------------------------------------
+
+def prepare_entry(
+    *,
+    device: CudaDevice,
+    bundle_dir: Path,
+    entry: BundleEntry,
+    reference_fn: Callable[..., Any],
+    rng: np.random.Generator,
+) -> CheckedKernel | CaseResult:
+    """Bind the operator to fresh inputs, run it once into poisoned outputs and check: a CheckedKernel,
+    a `wrong` CaseResult, or `skipped` where torch with CUDA is missing. Raises on errors."""
+    launch = entry.launch
+    assert launch is not None and launch.torch is not None and entry.reference is not None
+    if (missing := torch_missing()) is not None:
+        return CaseResult(case=entry.case, target=entry.target, status="skipped", reason=missing)
+    import torch
+
+    if launch.torch.op not in OPS:
+        raise ValueError(f"the torch runner has no operator {launch.torch.op}")
+    gpu = torch.device("cuda", device.ordinal)
+    stream = torch.cuda.ExternalStream(device.stream_handle, device=gpu)
+    specs = {t.name: t for t in entry.tensors}
+    inputs = make_inputs(entry.tensors, rng)
+    with torch.cuda.device(gpu), torch.cuda.stream(stream):
+        tensors = {name: _to_device(host, specs[name].dtype, gpu) for name, (host, _) in inputs.items()}
+        for name, spec in specs.items():
+            if spec.role == "output":   # poisoned: NaN in every float width
+                out = torch.empty(spec.shape, dtype=_torch_dtype(spec.dtype), device=gpu)
+                out.view(torch.uint8).fill_(0xFF)
+                tensors[name] = out
+        op = OPS[launch.torch.op](tensors, entry, dict(launch.torch.params))
+        results = op.run()
+        stream.synchronize()
+        got = [_to_host(r, specs[name].dtype) for r, name in zip(results, launch.results)]
+    correctness = finite(check_against_reference(
+        got, [inputs[name][1] for name in launch.arguments], reference_fn, launch.results, entry.reference, rng))
+    if not correctness.passed:
+        return CaseResult(case=entry.case, target=entry.target, status="wrong",
+                          reason=f"correctness check failed: {correctness.detail}", correctness=correctness)
+    environment = {"torch": torch.__version__, **op.environment}
+    checked = CheckedKernel(entry=entry, correctness=correctness, run_once=lambda: 0.0, environment=environment,
+                            release=tensors.clear)
+
+    def launch_op() -> None:
+        with torch.cuda.device(gpu), torch.cuda.stream(stream):
+            op.run()
+
+    def run_once() -> float:
+        seconds = device.time_once(launch_op)
+        checked.clocks_mhz.append(device.sm_clock_mhz())
+        return seconds
+
+    checked.run_once = run_once
+    return checked
+
+
+def _torch_dtype(dtype: str) -> Any:
+    import torch
+
+    return {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
+            "i64": torch.int64, "i32": torch.int32, "i8": torch.int8}[dtype]
