@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from pipeline.build.suite_api import KernelCase
 
-from . import gather_scatter, gemm
+from . import attention, conv, gather_scatter, gemm
 from .attention import iree_cases as attention_iree
 from .conv import iree_cases as conv_iree
+from .gemm import vendor_cases as gemm_vendor
 
 
 def cases() -> list[KernelCase]:
-    return [*gemm.cases(), *attention_iree.cases(), *conv_iree.cases(), *gather_scatter.cases()]
+    return [*gemm.cases(), *gemm_vendor.cases(), *attention.cases(), *conv.cases(),
+            *attention_iree.cases(), *conv_iree.cases(), *gather_scatter.cases()]

@@ -1,0 +1,89 @@
+"""Vendor controls through PyTorch, and the small attention/conv Triton cases, run through run_bundle.
+
+Any host: without torch the torch runner skips with its reason. On an NVIDIA sm_90 GPU with torch: a
+bundle of the small attention and conv cases (Triton and vendor, built on that host) is ok and
+correct, and the deliberately wrong variants (non-causal kernel and SDPA against the causal reference,
+a grid one block short whose unwritten rows only the written-everywhere check sees) are wrong.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.agents.devices import LocalDevice
+from pipeline.agents.runners import torch_runner
+from pipeline.config import MeasurementSettings
+from pipeline.contracts import BundleEntry, BundleManifest, CaseResult, LaunchSpec, TensorSpec, TorchCall, parse_result
+from pipeline.contracts.manifest import ReferenceSpec
+from tests.agents.test_cuda_runner import _nvidia_device
+from tests.helpers.attention_conv_suite import attention_conv_suite_files
+from tests.helpers.suite_repo import make_suite_repo
+
+FAST = MeasurementSettings(warmup_s=0.05, min_samples=10, min_time_s=0.0, max_time_s=0.3, max_rel_noise=0.05, rounds=2)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed here")
+def test_vendor_entries_are_skipped_without_torch() -> None:
+    entry = BundleEntry(
+        case="gemm/x/1x1x1/bf16/vendor", target="cuda:sm_90", status="built", flops=2, bytes=6,
+        tensors=[TensorSpec(name=n, role="output" if n == "c" else "input", shape=[1, 1], dtype="bf16") for n in "abc"],
+        launch=LaunchSpec(entry_point="torch.matmul", arguments=["a", "b"], results=["c"], torch=TorchCall(op="matmul")),
+        reference=ReferenceSpec(module="gemm.reference", function="matmul", atol=0, rtol=0),
+    )
+    result = torch_runner.prepare_entry(device=None, bundle_dir=Path("."), entry=entry,  # type: ignore[arg-type]
+                                        reference_fn=lambda a, b: a @ b, rng=np.random.default_rng(0))
+    assert isinstance(result, CaseResult)
+    assert result.status == "skipped" and result.reason == torch_runner.TORCH_MISSING
+
+
+@pytest.fixture(scope="module")
+def device() -> LocalDevice:
+    found = _nvidia_device()
+    if torch_runner.torch_missing():
+        pytest.skip(torch_runner.torch_missing() or "")
+    return found
+
+
+@pytest.fixture(scope="module")
+def bundle(device: LocalDevice, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, BundleManifest]:
+    pytest.importorskip("triton", reason="building the test bundle needs Triton on this host")
+    from pipeline.build.bundle import build_bundle
+    from pipeline.build.suite_loader import locate_suite, resolve_commit
+
+    tmp = tmp_path_factory.mktemp("attn-conv-gpu")
+    repo = make_suite_repo(tmp, attention_conv_suite_files(wrong=True))
+    location = locate_suite(repo / "kernels")
+    return build_bundle(location=location, sha=resolve_commit(location), targets=["cuda:sm_90"],
+                        out_dir=tmp / "bundles", cache_dir=tmp / "cache", workers=2)
+
+
+@pytest.mark.gpu
+def test_attention_conv_and_vendor_cases_run(bundle: tuple[Path, BundleManifest], device: LocalDevice) -> None:
+    from pipeline.agents.local import run_bundle
+
+    bundle_dir, manifest = bundle
+    assert all(e.status == "built" for e in manifest.entries), [e.error for e in manifest.entries if e.error]
+    document = parse_result(run_bundle(bundle_dir=bundle_dir, manifest=manifest, device=device, run_id="gpu-2",
+                                       job_id="job-2", settings=FAST).model_dump_json())
+    results = {r.case: r for r in document.results}
+    for r in document.results:
+        print(r.case, r.status, r.stats.median if r.stats else None, r.environment, (r.reason or "")[:300])
+
+    wrong = {c for c in results if "-noncausal/" in c or "-short-grid/" in c}
+    assert len(wrong) == 3
+    for case in wrong:
+        assert results[case].status == "wrong", (case, results[case].reason)
+    assert "not written" in (results[next(c for c in wrong if "short-grid" in c)].reason or "")
+    for case, result in results.items():
+        if case in wrong:
+            continue
+        assert result.status == "ok", (case, result.reason)
+        assert result.correctness is not None and result.correctness.passed and result.correctness.max_abs_error > 0
+        assert result.stats is not None and all(0 < s < 0.01 for s in result.samples)
+        if case.endswith("/vendor"):
+            assert result.environment.get("torch")
+    assert results["attention/small-prefill/B1-Sq256-Skv256-Hq4-Hkv2-D64/bf16/vendor"].environment.get("sdpa_backend")
