@@ -31,7 +31,9 @@ def get_session(request: Request) -> Iterator[Session]:
         yield session
 
 
-SessionDep = Annotated[Session, Depends(get_session)]
+# scope="function": the transaction commits before the response is sent, so a client that reads
+# right after a write sees it (the default, "request", would commit after the response).
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
