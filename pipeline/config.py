@@ -12,7 +12,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "BENCHFARM_"
@@ -107,6 +114,19 @@ class BuildkiteSettings(BaseModel):
     bundle_dir: str = Field(default="bundle", description="folder the bundle is built into and uploaded from, relative to the checkout")
 
 
+class AnalysisSettings(BaseModel):
+    """Change-point detection on default-branch histories (`pipeline.results.changepoints`)."""
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+    window: int = Field(default=50, ge=6, description="commits per analysis window")
+    max_pvalue: float = Field(default=0.001, gt=0, lt=1, description="largest p-value of a reported change point")
+    min_magnitude: float = Field(
+        default=0.02, ge=0, lt=1,
+        description="smallest |relative change| of a reported change point, unless the series sets its own")
+    min_size: int = Field(default=3, ge=2, description="commits at the new level before a change point is reported")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", validate_default=True
@@ -126,6 +146,7 @@ class Settings(BaseSettings):
     build_workers: int = Field(default=0, ge=0, description="parallel compile processes; 0: one per core")
     measurement: MeasurementSettings = Field(default_factory=MeasurementSettings)
     compare: CompareSettings = Field(default_factory=CompareSettings)
+    analysis: AnalysisSettings = Field(default_factory=AnalysisSettings)
     github: GitHubSettings = Field(default_factory=GitHubSettings)
     buildkite: BuildkiteSettings = Field(default_factory=BuildkiteSettings)
 

@@ -57,6 +57,21 @@ class Correctness(BaseModel):
     detail: str = ""
 
 
+class PairedBase(BaseModel):
+    """The base commit's samples, taken interleaved with this result's on the same device in one job.
+
+    `samples[i]` was timed back to back with the result's own `samples[i]` (same round, same device,
+    same clocks and temperature as near as the agent could make them), so `head[i] / base[i]` is a
+    paired ratio in which slow drift of the device cancels (DESIGN.md, "Measurement": pair what is
+    compared).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    commit: Sha = Field(description="the base commit whose bundle was run interleaved with this one")
+    samples: list[PositiveSeconds] = Field(min_length=1, description="one per sample of the result, same order")
+
+
 class CaseResult(BaseModel):
     """One case on one target: every latency sample and the statistics, or the reason there are none."""
 
@@ -75,6 +90,9 @@ class CaseResult(BaseModel):
     stats: SampleStats | None = None
     correctness: Correctness | None = None
     environment: dict[str, str] = Field(default_factory=dict)
+    paired_base: PairedBase | None = Field(
+        default=None, description="when the job ran base and head interleaved: the base's samples, paired by index"
+    )
 
     @model_validator(mode="after")
     def _stats_or_reason(self) -> CaseResult:
@@ -94,6 +112,12 @@ class CaseResult(BaseModel):
                 raise ValueError(f"status {self.status} carries no samples or stats")
         if self.sample_clocks_mhz is not None and len(self.sample_clocks_mhz) != len(self.samples):
             raise ValueError("sample_clocks_mhz must have one entry per sample")
+        if self.paired_base is not None:
+            if self.status != "ok":
+                raise ValueError(f"status {self.status} carries no paired_base")
+            if len(self.paired_base.samples) != len(self.samples):
+                raise ValueError(f"paired_base has {len(self.paired_base.samples)} samples for {len(self.samples)} "
+                                 "samples; they pair by index")
         return self
 
 
@@ -123,6 +147,8 @@ class ResultDocument(BaseModel):
             if key in seen:
                 raise ValueError(f"duplicate result for {result.case} on {result.target}")
             seen.add(key)
+            if result.paired_base is not None and result.paired_base.commit == self.commit:
+                raise ValueError(f"{result.case} on {result.target}: paired_base.commit is the document's own commit")
         if self.finished_at < self.started_at:
             raise ValueError("finished_at is before started_at")
         return self

@@ -1,20 +1,49 @@
-"""Compare a commit with its base on one device class (DESIGN.md, "Analysis": PR verdict).
+"""Compare a commit with its base: the pull-request verdict (DESIGN.md, "Analysis": PR verdict).
 
-The base is the newest first-parent ancestor with results on that device class. Per case and
-target, the newest measurement of each commit is used, with all its samples; the verdict is
-`stats.verdict` (rank test plus minimum magnitude) in the metric's direction.
+Base (`choose_base`), on one device class:
+- given by the caller (`base_sha`): that commit;
+- else, when the head's results on that device class were timed paired with a base
+  (`CaseResult.paired_base`): that commit, which the job chose when it was planned;
+- else the newest first-parent ancestor of the merge base, the merge base itself included, that
+  has latency results on the device class, searching at most `CompareSettings.ancestor_walk`
+  commits. The merge base is the caller's (a webhook knows the pull request's base sha), or else
+  the first commit of the default-branch history (`history.default_branch_chain`) met walking the
+  head's first parents. A head that is itself on the default branch (a push) is compared with its
+  first-parent ancestors; so is one whose walk meets no default-branch commit (nothing recorded as
+  the default branch, or a branch that forked long ago): its own first-parent ancestors.
+
+Per case and target, the newest result of each commit is used, with all its samples:
+- paired (the head's result carries the base's samples of the same job): `stats.paired_verdict`,
+  a signed-rank test on the log ratios plus the minimum magnitude;
+- unpaired: `stats.verdict`, Mann-Whitney U on the samples plus the minimum magnitude.
+Statuses: regressed / improved / similar / insufficient data / errored (head wrong or error) /
+no baseline (no base, or the base has no ok result of the case).
+
+Vendor controls: a case whose impl is `vendor` (cuBLAS, cuDNN, SDPA through torch) is the control
+of the suite cases with its family, shape and dtype (its name too, when several match). A
+regressed or improved case whose control moved the same way, significantly (p <= max_pvalue), by
+at least `DRIFT_RATIO` of the case's change is marked `drift` (probable device drift, not a code
+change): the PR cannot have changed the vendor library, so the device did.
+
+Overall verdict (`overall_verdict`), over the rows that are not controls, a row marked drift
+counting as similar: regressed if any regressed, else improved if any improved, else similar if any similar, else
+insufficient data if any, else no baseline. Errored rows are counted apart (`errored`), never
+hidden in the verdict's word.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipeline.config import CompareSettings
-from pipeline.contracts import METRICS
+from pipeline.contracts import METRICS, CaseId
+from pipeline.results.history import default_branch_chain
 from pipeline.results.models import (
     Case,
     CaseResultRow,
@@ -23,15 +52,25 @@ from pipeline.results.models import (
     DeviceClassRow,
     Job,
     Measurement,
+    PairedSample,
     Repository,
     Run,
     Sample,
     Series,
 )
-from pipeline.results.stats import verdict
+from pipeline.results.stats import paired_verdict, verdict
+
+__all__ = [
+    "DRIFT_RATIO", "STATUSES", "VERDICTS", "BaseChoice", "CompareError", "Comparison", "ComparisonRow", "PRVerdict",
+    "choose_base", "compare", "compare_all", "find_base", "overall_verdict",
+]
 
 METRIC = "latency"
 STATUSES = ("regressed", "improved", "similar", "insufficient data", "errored", "no baseline")
+VERDICTS = ("regressed", "improved", "similar", "insufficient data", "no baseline")
+CONTROL_IMPL = "vendor"
+DRIFT_RATIO = 0.5
+"""A control that moved at least this fraction of a case's change, same sign, significantly: drift."""
 
 
 class CompareError(LookupError):
@@ -48,6 +87,15 @@ class ComparisonRow:
     change: float | None
     pvalue: float | None
     status: str
+    paired: bool = False
+    """True: base and head were timed interleaved in one job and the paired test decided."""
+    is_control: bool = False
+    """A vendor implementation, run as the control of the suite cases of its family, shape and dtype."""
+    control_case: str | None = None
+    control_change: float | None = None
+    control_pvalue: float | None = None
+    drift: bool = False
+    """Probable device drift: the control moved as much (module doc); not counted in the verdict."""
 
 
 @dataclass
@@ -58,6 +106,33 @@ class Comparison:
     device_class: str
     rows: list[ComparisonRow] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    merge_base: str | None = None
+    base_source: str = "none"
+    """explicit | paired | merge base | first parent | none"""
+    verdict: str = "no baseline"
+    errored: int = 0
+    drift: int = 0
+    paired: bool = False
+    """True when at least one row was decided by the paired test."""
+
+
+@dataclass
+class PRVerdict:
+    """Every device class the head has results on, and one verdict over them all."""
+
+    repository: str
+    head_sha: str
+    comparisons: list[Comparison]
+    verdict: str
+    errored: int
+    counts: dict[str, int]
+
+
+@dataclass(frozen=True)
+class BaseChoice:
+    sha: str | None
+    merge_base: str | None
+    source: str
 
 
 def _commit(session: Session, repository: str, sha: str) -> Commit:
@@ -83,39 +158,84 @@ def _has_measurement(session: Session, commit_id: int, device_class_id: int) -> 
         .limit(1)) is not None
 
 
-def find_base(session: Session, *, repository: str, sha: str, device_class: str, walk: int) -> str | None:
-    """The first of up to `walk` first-parent ancestors of `sha` (its parent first) that has a
-    latency measurement on `device_class`; None when there is none, or the walk reaches a commit
-    the store has not recorded. Raises CompareError when `sha` itself is not recorded."""
-    dc_id = _device_class_id(session, device_class)
-    commit = _commit(session, repository, sha)
+def _first_parent(session: Session, commit: Commit) -> Commit | None:
+    parent_sha = session.scalar(
+        sa.select(CommitParent.parent_sha).where(CommitParent.commit_id == commit.id, CommitParent.position == 0))
+    if parent_sha is None:
+        return None
+    return session.scalar(sa.select(Commit).where(Commit.repository_id == commit.repository_id, Commit.sha == parent_sha))
+
+
+def _merge_base(session: Session, head: Commit, walk: int) -> Commit | None:
+    """The first default-branch commit on head's first-parent chain (head excluded), within `walk`
+    steps; None when head is on the default branch or no such commit is met."""
+    on_default = {c.id for c in default_branch_chain(session, head.repository_id)}
+    if not on_default or head.id in on_default:
+        return None
+    commit: Commit | None = head
     for _ in range(walk):
-        parent_sha = session.scalar(
-            sa.select(CommitParent.parent_sha).where(CommitParent.commit_id == commit.id, CommitParent.position == 0))
-        if parent_sha is None:
+        commit = _first_parent(session, commit) if commit is not None else None
+        if commit is None:
             return None
-        parent = session.scalar(
-            sa.select(Commit).where(Commit.repository_id == commit.repository_id, Commit.sha == parent_sha))
-        if parent is None:
-            return None
-        if _has_measurement(session, parent.id, dc_id):
-            return parent.sha
-        commit = parent
+        if commit.id in on_default:
+            return commit
     return None
+
+
+def _walk_for_results(session: Session, start: Commit | None, device_class_id: int, walk: int) -> Commit | None:
+    commit = start
+    for _ in range(walk):
+        if commit is None:
+            return None
+        if _has_measurement(session, commit.id, device_class_id):
+            return commit
+        commit = _first_parent(session, commit)
+    return None
+
+
+def choose_base(
+    session: Session, *, repository: str, sha: str, device_class: str, walk: int, merge_base: str | None = None,
+) -> BaseChoice:
+    """The base of `sha` on `device_class` by the merge-base walk (module doc; no pairing, no
+    explicit base). Raises CompareError when `sha`, `merge_base` or the device class is unknown."""
+    dc_id = _device_class_id(session, device_class)
+    head = _commit(session, repository, sha)
+    if merge_base is not None:
+        start: Commit | None = _commit(session, repository, merge_base)
+        source = "merge base"
+    else:
+        start = _merge_base(session, head, walk)
+        source = "merge base"
+        if start is None:
+            start, source = _first_parent(session, head), "first parent"
+    found = _walk_for_results(session, start, dc_id, walk)
+    return BaseChoice(found.sha if found else None, start.sha if start is not None and source == "merge base" else None,
+                      source if found else "none")
+
+
+def find_base(
+    session: Session, *, repository: str, sha: str, device_class: str, walk: int, merge_base: str | None = None,
+) -> str | None:
+    """The sha of `choose_base`'s base, or None."""
+    return choose_base(session, repository=repository, sha=sha, device_class=device_class, walk=walk,
+                       merge_base=merge_base).sha
 
 
 @dataclass(frozen=True)
 class _Latest:
+    result_id: int
     status: str
     measurement_id: int | None
     median: float | None
+    paired_base_commit_id: int | None
 
 
 def _latest_results(session: Session, commit_id: int, device_class_id: int) -> dict[tuple[int, str], _Latest]:
     """(cases.id, target) -> the newest case result of that commit on that device class, with its
     latency measurement when it is ok. Newest = the highest id (the last stored)."""
     rows = session.execute(
-        sa.select(CaseResultRow.case_id, CaseResultRow.target, CaseResultRow.status, Measurement.id, Measurement.median)
+        sa.select(CaseResultRow.case_id, CaseResultRow.target, CaseResultRow.id, CaseResultRow.status, Measurement.id,
+                  Measurement.median, CaseResultRow.paired_base_commit_id)
         .join(Job, CaseResultRow.job_id == Job.id)
         .join(Run, Job.run_id == Run.id)
         .outerjoin(Measurement, Measurement.case_result_id == CaseResultRow.id)
@@ -123,8 +243,8 @@ def _latest_results(session: Session, commit_id: int, device_class_id: int) -> d
         .order_by(CaseResultRow.id)
     ).all()
     latest: dict[tuple[int, str], _Latest] = {}
-    for case_pk, target, status, measurement_id, median in rows:
-        latest[(case_pk, target)] = _Latest(status, measurement_id, median)
+    for case_pk, target, result_id, status, measurement_id, median, paired in rows:
+        latest[(case_pk, target)] = _Latest(result_id, status, measurement_id, median, paired)
     return latest
 
 
@@ -140,6 +260,59 @@ def _samples(session: Session, measurement_ids: list[int]) -> dict[int, list[flo
     return out
 
 
+def _paired_samples(session: Session, result_ids: list[int]) -> dict[int, list[float]]:
+    out: dict[int, list[float]] = {r: [] for r in result_ids}
+    if not result_ids:
+        return out
+    for r_id, value in session.execute(
+        sa.select(PairedSample.case_result_id, PairedSample.value).where(PairedSample.case_result_id.in_(result_ids))
+        .order_by(PairedSample.case_result_id, PairedSample.idx)
+    ):
+        out[r_id].append(value)
+    return out
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _mark_controls(rows: list[ComparisonRow], max_pvalue: float) -> list[ComparisonRow]:
+    """Attach each suite case's vendor control and mark probable device drift (module doc)."""
+    parsed = {r.case_id: CaseId.parse(r.case_id) for r in rows}
+    controls: dict[tuple[str, str, str, str], list[ComparisonRow]] = {}
+    for r in rows:
+        c = parsed[r.case_id]
+        if c.impl == CONTROL_IMPL:
+            controls.setdefault((c.family, c.shape, c.dtype, r.target), []).append(r)
+    out = []
+    for r in rows:
+        c = parsed[r.case_id]
+        if c.impl == CONTROL_IMPL:
+            out.append(replace(r, is_control=True))
+            continue
+        candidates = controls.get((c.family, c.shape, c.dtype, r.target), [])
+        if not candidates:
+            out.append(r)
+            continue
+        control = next((k for k in candidates if parsed[k.case_id].name == c.name), candidates[0])
+        drift = (
+            r.status in ("regressed", "improved") and r.change is not None and control.change is not None
+            and control.pvalue is not None and control.pvalue <= max_pvalue
+            and control.change * r.change > 0 and abs(control.change) >= DRIFT_RATIO * abs(r.change)
+        )
+        out.append(replace(r, control_case=control.case_id, control_change=control.change,
+                           control_pvalue=control.pvalue, drift=drift))
+    return out
+
+
+def overall_verdict(rows: Iterable[ComparisonRow]) -> str:
+    """One word for a set of rows (module doc): controls do not count, drift-marked rows count as similar."""
+    statuses = {"similar" if r.drift else r.status for r in rows if not r.is_control}
+    return next((v for v in VERDICTS if v in statuses), "no baseline")
+
+
 def compare(
     session: Session,
     *,
@@ -148,21 +321,29 @@ def compare(
     device_class: str,
     settings: CompareSettings,
     base_sha: str | None = None,
+    merge_base: str | None = None,
 ) -> Comparison:
-    """Compare head with base (found by `find_base` when not given) on one device class.
+    """Compare head with its base (module doc) on one device class.
 
-    One row per (case, target) that head has a result for, skipped cases left out:
-    errored (head wrong/error), no baseline (no base commit, or base has no ok measurement of it),
-    else the verdict of `stats.verdict` with the settings' thresholds. Rows sorted by case, target.
+    One row per (case, target) that head has a result for, skipped cases left out, sorted by case
+    and target. Raises CompareError for an unknown repository, commit or device class.
     """
     dc_id = _device_class_id(session, device_class)
     head = _commit(session, repository, head_sha)
-    if base_sha is None:
-        base_sha = find_base(session, repository=repository, sha=head_sha, device_class=device_class,
-                             walk=settings.ancestor_walk)
-    base = _commit(session, repository, base_sha) if base_sha is not None else None
-
     head_results = {k: v for k, v in _latest_results(session, head.id, dc_id).items() if v.status != "skipped"}
+
+    if base_sha is not None:
+        choice = BaseChoice(base_sha, merge_base, "explicit")
+    else:
+        paired_bases = Counter(v.paired_base_commit_id for v in head_results.values() if v.paired_base_commit_id)
+        if paired_bases:
+            paired_sha = session.scalar(sa.select(Commit.sha).where(Commit.id == paired_bases.most_common(1)[0][0]))
+            choice = BaseChoice(paired_sha, merge_base, "paired")
+        else:
+            choice = choose_base(session, repository=repository, sha=head_sha, device_class=device_class,
+                                 walk=settings.ancestor_walk, merge_base=merge_base)
+    base = _commit(session, repository, choice.sha) if choice.sha is not None else None
+
     base_results = {
         k: v for k, v in (_latest_results(session, base.id, dc_id) if base else {}).items()
         if v.measurement_id is not None
@@ -172,29 +353,65 @@ def compare(
             sa.select(Case.id, Case.case_id, Case.model).where(Case.id.in_({k[0] for k in head_results}))
         )
     } if head_results else {}
-    wanted = [v.measurement_id for k, v in head_results.items() if v.measurement_id is not None and k in base_results]
+    paired_keys = {k for k, v in head_results.items()
+                   if base is not None and v.paired_base_commit_id == base.id and v.measurement_id is not None}
+    wanted: list[int | None] = [v.measurement_id for k, v in head_results.items()
+                                if v.measurement_id is not None and (k in base_results or k in paired_keys)]
     wanted += [base_results[k].measurement_id for k, v in head_results.items()
-               if v.measurement_id is not None and k in base_results]
+               if v.measurement_id is not None and k in base_results and k not in paired_keys]
     samples = _samples(session, [m for m in wanted if m is not None])
+    paired = _paired_samples(session, [head_results[k].result_id for k in paired_keys])
     lower_is_better = METRICS[METRIC].lower_is_better
+    options: dict[str, Any] = {"lower_is_better": lower_is_better, "min_change": settings.min_change,
+                               "max_pvalue": settings.max_pvalue, "min_samples": settings.min_samples}
 
     rows = []
     for key, h in head_results.items():
         case_text, model = cases[key[0]]
         b = base_results.get(key)
-        base_median = b.median if b else None
         if h.status in ("wrong", "error"):
-            rows.append(ComparisonRow(case_text, key[1], model, base_median, None, None, None, "errored"))
+            rows.append(ComparisonRow(case_text, key[1], model, b.median if b else None, None, None, None, "errored"))
+            continue
+        if key in paired_keys and h.measurement_id is not None:
+            base_samples = paired[h.result_id]
+            v = paired_verdict(base_samples, samples[h.measurement_id], **options)
+            rows.append(ComparisonRow(case_text, key[1], model, _median(base_samples), h.median, v.change, v.pvalue,
+                                      v.status, paired=True))
             continue
         if b is None or h.measurement_id is None or b.measurement_id is None:
             rows.append(ComparisonRow(case_text, key[1], model, None, h.median, None, None, "no baseline"))
             continue
-        v = verdict(samples[b.measurement_id], samples[h.measurement_id], lower_is_better=lower_is_better,
-                    min_change=settings.min_change, max_pvalue=settings.max_pvalue, min_samples=settings.min_samples)
+        v = verdict(samples[b.measurement_id], samples[h.measurement_id], **options)
         rows.append(ComparisonRow(case_text, key[1], model, b.median, h.median, v.change, v.pvalue, v.status))
+    rows = _mark_controls(rows, settings.max_pvalue)
     rows.sort(key=lambda r: (r.case_id, r.target))
     counts = Counter(r.status for r in rows)
     return Comparison(
-        repository=repository, head_sha=head_sha, base_sha=base_sha, device_class=device_class, rows=rows,
-        counts={s: counts.get(s, 0) for s in STATUSES},
+        repository=repository, head_sha=head_sha, base_sha=choice.sha, device_class=device_class, rows=rows,
+        counts={s: counts.get(s, 0) for s in STATUSES}, merge_base=choice.merge_base, base_source=choice.source,
+        verdict=overall_verdict(rows), errored=counts.get("errored", 0), drift=sum(r.drift for r in rows),
+        paired=any(r.paired for r in rows),
     )
+
+
+def compare_all(
+    session: Session,
+    *,
+    repository: str,
+    head_sha: str,
+    settings: CompareSettings,
+    base_sha: str | None = None,
+    merge_base: str | None = None,
+) -> PRVerdict:
+    """`compare` on every device class the head has results on (by name), and the verdict over all rows."""
+    head = _commit(session, repository, head_sha)
+    names = session.scalars(
+        sa.select(DeviceClassRow.name).distinct().join(Job, Job.device_class_id == DeviceClassRow.id)
+        .join(Run, Job.run_id == Run.id).join(CaseResultRow, CaseResultRow.job_id == Job.id)
+        .where(Run.commit_id == head.id).order_by(DeviceClassRow.name)).all()
+    comparisons = [compare(session, repository=repository, head_sha=head_sha, device_class=name, settings=settings,
+                           base_sha=base_sha, merge_base=merge_base) for name in names]
+    rows = [r for c in comparisons for r in c.rows]
+    counts = Counter(r.status for r in rows)
+    return PRVerdict(repository=repository, head_sha=head_sha, comparisons=comparisons, verdict=overall_verdict(rows),
+                     errored=counts.get("errored", 0), counts={s: counts.get(s, 0) for s in STATUSES})

@@ -20,7 +20,16 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from pipeline.contracts import BundleManifest, CaseId, CommitInfo, DeviceClass, DeviceInfo, ResultDocument
+from pipeline.config import AnalysisSettings
+from pipeline.contracts import (
+    BundleManifest,
+    CaseId,
+    CommitInfo,
+    DeviceClass,
+    DeviceInfo,
+    ResultDocument,
+)
+from pipeline.results.analysis import analyze_after_ingest
 from pipeline.results.models import (
     JOB_STATUSES,
     RUN_KINDS,
@@ -34,6 +43,7 @@ from pipeline.results.models import (
     DeviceClassRow,
     Job,
     Measurement,
+    PairedSample,
     Repository,
     Run,
     Sample,
@@ -376,7 +386,12 @@ def _latency_series(session: Session, case_pks: set[int], device_class_id: int) 
     return dict(found)
 
 
-def ingest_result(session: Session, *, document: ResultDocument) -> IngestSummary:
+DEFAULT_ANALYSIS = AnalysisSettings()
+
+
+def ingest_result(
+    session: Session, *, document: ResultDocument, analysis: AnalysisSettings | None = DEFAULT_ANALYSIS
+) -> IngestSummary:
     """Store what an agent measured for one job; idempotent on (job, case, target).
 
     Refused (IngestError, nothing written): an unknown job, a job of another run, a commit,
@@ -385,7 +400,12 @@ def ingest_result(session: Session, *, document: ResultDocument) -> IngestSummar
 
     ok results get a measurement in the case's latency series (statistics recomputed from the
     samples, which are the source of truth) and every sample with its clock; wrong / error /
-    skipped results store the case result only. Rows go in with bulk inserts.
+    skipped results store the case result only. Rows go in with bulk inserts. A result with a
+    `paired_base` records the base commit (which must be recorded) and its samples beside.
+
+    Then, when new ok results were stored, `analysis.analyze_after_ingest` looks for change points
+    in the series they touched (push, nightly and local runs, and commits on the default branch),
+    with `analysis` settings; None skips it.
     """
     job, run, case_ids = _check_document(session, document)
 
@@ -395,6 +415,9 @@ def ingest_result(session: Session, *, document: ResultDocument) -> IngestSummar
     duplicates = len(document.results) - len(new)
     if not new:  # a retried upload: nothing at all is written, not even the device's last_seen
         return IngestSummary(stored=0, duplicates=duplicates, samples=0)
+    paired_commits = {r.paired_base.commit for r in new if r.paired_base is not None}
+    paired_ids = {sha: _commit(session, run.repository, sha, field="results.paired_base.commit").id
+                  for sha in sorted(paired_commits)}
     device = upsert_device(session, info=document.device)
 
     result_rows = [{
@@ -402,6 +425,7 @@ def ingest_result(session: Session, *, document: ResultDocument) -> IngestSummar
         "max_abs_error": r.correctness.max_abs_error if r.correctness else None,
         "max_rel_error": r.correctness.max_rel_error if r.correctness else None,
         "device_id": device.id,
+        "paired_base_commit_id": paired_ids[r.paired_base.commit] if r.paired_base is not None else None,
     } for r in new]
     result_ids = session.scalars(
         sa.insert(CaseResultRow.__table__).returning(CaseResultRow.__table__.c.id, sort_by_parameter_order=True),
@@ -430,6 +454,15 @@ def ingest_result(session: Session, *, document: ResultDocument) -> IngestSummar
         for i, value in enumerate(r.samples)
     ]
     _insert_samples(session, sample_rows)
+    paired_rows = [
+        {"case_result_id": result_id, "idx": i, "value": value}
+        for result_id, r in ok if r.paired_base is not None
+        for i, value in enumerate(r.paired_base.samples)
+    ]
+    if paired_rows:
+        session.execute(sa.insert(PairedSample.__table__), paired_rows)
+    if analysis is not None:
+        analyze_after_ingest(session, document, analysis)
     return IngestSummary(stored=len(new), duplicates=duplicates, samples=len(sample_rows))
 
 

@@ -37,6 +37,11 @@ RUN_STATUSES = ("queued", "running", "done", "failed")
 JOB_STATUSES = RUN_STATUSES
 CASE_STATUSES = ("ok", "wrong", "error", "skipped")
 COMPILE_STATUSES = ("built", "failed")
+TRIAGE_STATES = ("needs triage", "noisy", "confirmed", "intended", "assigned", "fixed")
+"""Dana's triage states; a change point's current state is its latest triage event."""
+OPEN_STATES = ("needs triage", "confirmed", "assigned")
+"""States in which a change point still asks for attention (counts on the dashboard, listed as a regression)."""
+DIRECTIONS = ("regression", "improvement")
 
 # 64-bit on PostgreSQL; on SQLite only "INTEGER PRIMARY KEY" autoincrements (and is 64-bit anyway).
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -91,7 +96,11 @@ class Repository(Base):
 
 class Commit(Base):
     __tablename__ = "commits"
-    __table_args__ = (sa.UniqueConstraint("repository_id", "sha"),)
+    __table_args__ = (
+        sa.UniqueConstraint("repository_id", "sha"),
+        sa.Index(None, "repository_id", "committed_at"),
+        sa.Index(None, "repository_id", "branch", "committed_at"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     repository_id: Mapped[int] = mapped_column(sa.ForeignKey("repositories.id", ondelete="CASCADE"))
@@ -160,7 +169,13 @@ class Case(Base):
 
 
 class Series(Base):
-    """case x device class x metric (DESIGN.md, "Identities")."""
+    """case x device class x metric (DESIGN.md, "Identities"), with its analysis settings and state.
+
+    `min_magnitude` / `lower_is_better`: per-series overrides (None: the analysis settings' minimum
+    magnitude, the metric's direction in `pipeline.contracts.METRICS`). `history_points` and
+    `analyzed_at` are written by `analysis`: how many default-branch commits the last analysis saw
+    (0: no default-branch data) and when.
+    """
 
     __tablename__ = "series"
     __table_args__ = (sa.UniqueConstraint("case_id", "device_class_id", "metric"),)
@@ -169,6 +184,10 @@ class Series(Base):
     case_id: Mapped[int] = mapped_column(sa.ForeignKey("cases.id"))
     device_class_id: Mapped[int] = mapped_column(sa.ForeignKey("device_classes.id"))
     metric: Mapped[str] = mapped_column(sa.String(32))
+    min_magnitude: Mapped[float | None] = mapped_column(sa.Double)
+    lower_is_better: Mapped[bool | None]
+    history_points: Mapped[int] = mapped_column(default=0, server_default="0")
+    analyzed_at: Mapped[datetime | None]
 
 
 class Bundle(Base):
@@ -265,6 +284,21 @@ class CaseResultRow(Base):
     max_abs_error: Mapped[float | None] = mapped_column(sa.Double)
     max_rel_error: Mapped[float | None] = mapped_column(sa.Double)
     device_id: Mapped[int | None] = mapped_column(sa.ForeignKey("devices.id"))
+    paired_base_commit_id: Mapped[int | None] = mapped_column(sa.ForeignKey("commits.id"))
+    """Set when the job ran this commit's base interleaved with it: the base's samples are in
+    `paired_samples`, paired by index with this result's samples."""
+
+
+class PairedSample(Base):
+    """A base sample timed back to back with the head sample of the same index (contract: `paired_base`)."""
+
+    __tablename__ = "paired_samples"
+
+    case_result_id: Mapped[int] = mapped_column(
+        BigId, sa.ForeignKey("case_results.id", ondelete="CASCADE"), primary_key=True
+    )
+    idx: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    value: Mapped[float] = mapped_column(sa.Double)
 
 
 class Measurement(Base):
@@ -299,6 +333,62 @@ class Sample(Base):
     idx: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
     value: Mapped[float] = mapped_column(sa.Double)
     clock_mhz: Mapped[float | None] = mapped_column(sa.REAL)
+
+
+class ChangePoint(Base):
+    """A change of level in a series' default-branch history (`analysis`, `changepoints.detect_new`).
+
+    The commit range is (before_commit, after_commit]: the culprit is after_commit or one of the
+    unmeasured commits between the two. `committed_at` is after_commit's time, copied so that the
+    regressions list and the dashboard sort and filter without a join. `history_index` is
+    after_commit's position in the history when it was detected (informative: a late measurement
+    of an older commit shifts positions). `magnitude` is after_level / before_level - 1 (signed);
+    `direction` follows the series' direction at detection. `state` is the state of the latest
+    triage event (kept here so that "open regressions" is one indexed filter); only `triage`
+    writes it, always with its event.
+    """
+
+    __tablename__ = "change_points"
+    __table_args__ = (
+        sa.UniqueConstraint("series_id", "after_commit_id"),
+        _one_of("state", TRIAGE_STATES, "state"),
+        _one_of("direction", DIRECTIONS, "direction"),
+        sa.Index(None, "series_id", "committed_at"),
+        sa.Index(None, "direction", "state", "committed_at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    series_id: Mapped[int] = mapped_column(sa.ForeignKey("series.id", ondelete="CASCADE"))
+    before_commit_id: Mapped[int] = mapped_column(sa.ForeignKey("commits.id"))
+    after_commit_id: Mapped[int] = mapped_column(sa.ForeignKey("commits.id"))
+    committed_at: Mapped[datetime]
+    history_index: Mapped[int]
+    before_level: Mapped[float] = mapped_column(sa.Double)
+    after_level: Mapped[float] = mapped_column(sa.Double)
+    magnitude: Mapped[float] = mapped_column(sa.Double)
+    pvalue: Mapped[float] = mapped_column(sa.Double)
+    direction: Mapped[str] = mapped_column(sa.String(16))
+    state: Mapped[str] = mapped_column(sa.String(16), default="needs triage")
+    detected_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class TriageEvent(Base):
+    """One step of a change point's triage: who moved it to which state, when, and why."""
+
+    __tablename__ = "triage_events"
+    __table_args__ = (
+        _one_of("state", TRIAGE_STATES, "state"),
+        sa.Index(None, "change_point_id", "at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    change_point_id: Mapped[int] = mapped_column(sa.ForeignKey("change_points.id", ondelete="CASCADE"))
+    state: Mapped[str] = mapped_column(sa.String(16))
+    who: Mapped[str] = mapped_column(sa.String(200))
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    bug_link: Mapped[str | None] = mapped_column(sa.String(1000))
+    assignee: Mapped[str | None] = mapped_column(sa.String(200))
+    note: Mapped[str] = mapped_column(sa.Text, default="")
 
 
 class ApiToken(Base):

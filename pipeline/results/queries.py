@@ -8,11 +8,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
+import sqlalchemy.orm
 from sqlalchemy.orm import Session
 
-from pipeline.results.models import Case, Commit, DeviceClassRow, Job, Measurement, Repository, Run, Series
+from pipeline.results.models import (
+    OPEN_STATES,
+    Case,
+    ChangePoint,
+    Commit,
+    CommitParent,
+    DeviceClassRow,
+    Job,
+    Measurement,
+    Repository,
+    Run,
+    Series,
+)
 
 
 @dataclass(frozen=True)
@@ -168,3 +182,238 @@ def series_history(session: Session, series_id: int) -> list[HistoryPoint]:
         .order_by(Commit.committed_at, Commit.id)
     )
     return [HistoryPoint(*row) for row in rows]
+
+
+# --- commits ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CommitSummary:
+    repository: str
+    sha: str
+    message: str
+    author: str
+    committed_at: datetime
+    branch: str | None
+    pull_request: int | None
+    parents: list[str]
+
+
+def _commit_summaries(session: Session, query: sa.Select[tuple[Commit, str]]) -> list[CommitSummary]:
+    rows = session.execute(query).all()
+    parents: dict[int, list[str]] = {c.id: [] for c, _ in rows}
+    if parents:
+        for commit_id, parent_sha in session.execute(
+            sa.select(CommitParent.commit_id, CommitParent.parent_sha)
+            .where(CommitParent.commit_id.in_(list(parents))).order_by(CommitParent.commit_id, CommitParent.position)
+        ):
+            parents[commit_id].append(parent_sha)
+    return [CommitSummary(repo, c.sha, c.message, c.author, c.committed_at, c.branch, c.pull_request, parents[c.id])
+            for c, repo in rows]
+
+
+def list_commits(session: Session, *, repository: str | None = None, branch: str | None = None,
+                 limit: int = 100) -> list[CommitSummary]:
+    """Recorded commits, newest commit time first, optionally of one repository and one branch."""
+    query = sa.select(Commit, Repository.name).join(Repository, Commit.repository_id == Repository.id)
+    if repository is not None:
+        query = query.where(Repository.name == repository)
+    if branch is not None:
+        query = query.where(Commit.branch == branch)
+    return _commit_summaries(session, query.order_by(Commit.committed_at.desc(), Commit.id.desc()).limit(limit))
+
+
+def find_commits(session: Session, sha: str, *, repository: str | None = None) -> list[CommitSummary]:
+    """The commits with that sha (one per repository that recorded it)."""
+    query = sa.select(Commit, Repository.name).join(Repository, Commit.repository_id == Repository.id).where(
+        Commit.sha == sha)
+    if repository is not None:
+        query = query.where(Repository.name == repository)
+    return _commit_summaries(session, query.order_by(Repository.name))
+
+
+def commit_runs(session: Session, *, repository: str, sha: str) -> list[RunSummary]:
+    """The runs of one commit, newest first."""
+    rows = session.execute(_run_query().where(Repository.name == repository, Commit.sha == sha)
+                           .order_by(Run.created_at.desc(), Run.id))
+    return [_run_summary(*row) for row in rows]
+
+
+# --- change points, regressions, dashboard ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChangePointSummary:
+    id: int
+    series_id: int
+    case_id: str
+    family: str
+    device_class: str
+    metric: str
+    direction: str
+    state: str
+    magnitude: float
+    pvalue: float
+    before_level: float
+    after_level: float
+    before_sha: str
+    after_sha: str
+    committed_at: datetime
+    detected_at: datetime
+    history_index: int
+    open: bool
+    """in an open state and after the series' newest intended change point (see `analysis`)"""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The series' reference level: its newest intended change point's new level."""
+
+    change_point_id: int
+    sha: str
+    level: float
+
+
+def _baselines() -> sa.Subquery:
+    """series id -> commit time of its newest intended change point."""
+    return (sa.select(ChangePoint.series_id, sa.func.max(ChangePoint.committed_at).label("since"))
+            .where(ChangePoint.state == "intended").group_by(ChangePoint.series_id).subquery("baselines"))
+
+
+def _change_point_query() -> tuple[Any, sa.ColumnElement[bool]]:
+    """The select of `ChangePointSummary`'s fields, and its "open" condition."""
+    before = sa.orm.aliased(Commit)
+    after = sa.orm.aliased(Commit)
+    baselines = _baselines()
+    is_open = sa.and_(ChangePoint.state.in_(OPEN_STATES),
+                      sa.or_(baselines.c.since.is_(None), ChangePoint.committed_at > baselines.c.since))
+    return (
+        sa.select(ChangePoint.id, ChangePoint.series_id, Case.case_id, Case.family, DeviceClassRow.name, Series.metric,
+                  ChangePoint.direction, ChangePoint.state, ChangePoint.magnitude, ChangePoint.pvalue,
+                  ChangePoint.before_level, ChangePoint.after_level, before.sha, after.sha, ChangePoint.committed_at,
+                  ChangePoint.detected_at, ChangePoint.history_index, sa.case((is_open, True), else_=False))
+        .join(Series, ChangePoint.series_id == Series.id)
+        .join(Case, Series.case_id == Case.id)
+        .join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
+        .join(before, ChangePoint.before_commit_id == before.id)
+        .join(after, ChangePoint.after_commit_id == after.id)
+        .outerjoin(baselines, baselines.c.series_id == ChangePoint.series_id)
+    ), is_open
+
+
+def series_change_points(session: Session, series_id: int) -> list[ChangePointSummary]:
+    """A series' change points, oldest first."""
+    rows = session.execute(_change_point_query()[0].where(ChangePoint.series_id == series_id)
+                           .order_by(ChangePoint.committed_at, ChangePoint.id))
+    return [ChangePointSummary(*row) for row in rows]  # type: ignore[arg-type, call-arg]
+
+
+def get_change_point(session: Session, change_point_id: int) -> ChangePointSummary | None:
+    row = session.execute(_change_point_query()[0].where(ChangePoint.id == change_point_id)).one_or_none()
+    return ChangePointSummary(*row) if row is not None else None  # type: ignore[arg-type, call-arg]
+
+
+def series_baseline(session: Session, series_id: int) -> Baseline | None:
+    """The newest intended change point of the series (None: the series was never rebased)."""
+    row = session.execute(
+        sa.select(ChangePoint.id, Commit.sha, ChangePoint.after_level)
+        .join(Commit, ChangePoint.after_commit_id == Commit.id)
+        .where(ChangePoint.series_id == series_id, ChangePoint.state == "intended")
+        .order_by(ChangePoint.committed_at.desc(), ChangePoint.id.desc()).limit(1)).one_or_none()
+    return Baseline(*row) if row is not None else None
+
+
+def list_regressions(session: Session, *, device_class: str | None = None, family: str | None = None,
+                     state: str | None = None, limit: int = 100) -> list[ChangePointSummary]:
+    """Regression change points, newest commit first: the open ones (open states, not superseded
+    by a later intended change point of their series), or all those in `state` when given."""
+    query, is_open = _change_point_query()
+    query = query.where(ChangePoint.direction == "regression")
+    if state is None:
+        query = query.where(is_open)
+    else:
+        query = query.where(ChangePoint.state == state)
+    if device_class is not None:
+        query = query.where(DeviceClassRow.name == device_class)
+    if family is not None:
+        query = query.where(Case.family == family)
+    rows = session.execute(query.order_by(ChangePoint.committed_at.desc(), ChangePoint.id.desc()).limit(limit))
+    return [ChangePointSummary(*row) for row in rows]  # type: ignore[arg-type, call-arg]
+
+
+SERIES_STATES = ("regressed", "improved", "stable", "no data")
+
+
+@dataclass(frozen=True)
+class DashboardSeries:
+    id: int
+    case_id: str
+    metric: str
+    state: str
+    open_change_points: int
+
+
+@dataclass(frozen=True)
+class DashboardGroup:
+    family: str
+    device_class: str
+    counts: dict[str, int]
+    series: list[DashboardSeries]
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    counts: dict[str, int]
+    groups: list[DashboardGroup]
+
+
+def dashboard(session: Session, *, device_class: str | None = None, family: str | None = None) -> Dashboard:
+    """Every series' state, grouped by family and device class, with counts: one query.
+
+    A series is "no data" when its last analysis saw no default-branch commit with a measurement,
+    "regressed" when it has an open regression (open state, after its newest intended change
+    point), else "improved" when it has an open improvement, else "stable". The open change
+    points come from one aggregate over `change_points` (indexed by series and commit time), so
+    the cost grows with series and change points, never with measurements or samples.
+    """
+    baselines = _baselines()
+    is_regression = sa.case((ChangePoint.direction == "regression", 1), else_=0)
+    is_improvement = sa.case((ChangePoint.direction == "improvement", 1), else_=0)
+    open_points = (
+        sa.select(ChangePoint.series_id, sa.func.max(is_regression).label("regressed"),
+                  sa.func.max(is_improvement).label("improved"), sa.func.count().label("open"))
+        .outerjoin(baselines, baselines.c.series_id == ChangePoint.series_id)
+        .where(ChangePoint.state.in_(OPEN_STATES),
+               sa.or_(baselines.c.since.is_(None), ChangePoint.committed_at > baselines.c.since))
+        .group_by(ChangePoint.series_id).subquery("open_points")
+    )
+    state = sa.case(
+        (Series.history_points == 0, "no data"),
+        (open_points.c.regressed == 1, "regressed"),
+        (open_points.c.improved == 1, "improved"),
+        else_="stable",
+    )
+    query = (
+        sa.select(Case.family, DeviceClassRow.name, Series.id, Case.case_id, Series.metric, state,
+                  sa.func.coalesce(open_points.c.open, 0))
+        .join(Case, Series.case_id == Case.id)
+        .join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
+        .outerjoin(open_points, open_points.c.series_id == Series.id)
+        .order_by(Case.family, DeviceClassRow.name, Case.case_id, Series.metric)
+    )
+    if device_class is not None:
+        query = query.where(DeviceClassRow.name == device_class)
+    if family is not None:
+        query = query.where(Case.family == family)
+    groups: dict[tuple[str, str], list[DashboardSeries]] = {}
+    for fam, dc, series_id, case_id, metric, series_state, open_count in session.execute(query):
+        groups.setdefault((fam, dc), []).append(DashboardSeries(series_id, case_id, metric, series_state, open_count))
+    total = dict.fromkeys(SERIES_STATES, 0)
+    out = []
+    for (fam, dc), members in groups.items():
+        counts = dict.fromkeys(SERIES_STATES, 0)
+        for m in members:
+            counts[m.state] += 1
+            total[m.state] += 1
+        out.append(DashboardGroup(fam, dc, counts, members))
+    return Dashboard(total, out)

@@ -136,3 +136,28 @@ def run_and_upload(session: Session, label: str | int, results: Sequence[CaseRes
     ingest.ingest_result(session, document=result_document(
         run_id=run.id, job_id=job_id, commit_sha=sha(label), results=results, device_class=device_class))
     return run.id, job_id
+
+
+def paired_ok(case: str, base_commit: str, base: Sequence[float], head: Sequence[float],
+              target: str = TARGET) -> CaseResult:
+    """An ok result of `head` samples timed interleaved with `base` samples of `base_commit`."""
+    from pipeline.contracts.result import PairedBase
+
+    return CaseResult.model_validate({**ok(case, head, target=target).model_dump(),
+                                      "paired_base": PairedBase(commit=base_commit, samples=list(base)).model_dump()})
+
+
+def upload(session: Session, label: str | int, results: Sequence[CaseResult], *, device_class: str = DEVICE_CLASS,
+           kind: str = "adhoc", analysis: Any = "default") -> tuple[str, str]:
+    """`run_and_upload` with the run kind and the analysis settings (None: no analysis) chosen."""
+    from pipeline.results import ingest
+
+    run = ingest.create_run(session, repository=REPO, commit_sha=sha(label), kind=kind, device_classes=[device_class])
+    job_id = run.jobs[0].id
+    document = result_document(run_id=run.id, job_id=job_id, commit_sha=sha(label), results=results,
+                               device_class=device_class)
+    if analysis == "default":
+        ingest.ingest_result(session, document=document)
+    else:
+        ingest.ingest_result(session, document=document, analysis=analysis)
+    return run.id, job_id

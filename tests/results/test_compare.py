@@ -7,7 +7,14 @@ from sqlalchemy import Engine
 
 from pipeline.config import CompareSettings
 from pipeline.results import ingest
-from pipeline.results.compare import CompareError, compare, find_base
+from pipeline.results.compare import (
+    CompareError,
+    choose_base,
+    compare,
+    compare_all,
+    find_base,
+    overall_verdict,
+)
 from pipeline.results.db import session_scope
 
 from . import factories as f
@@ -96,3 +103,113 @@ def test_the_newest_measurement_of_a_commit_is_used(history: Engine) -> None:
         result = compare(s, repository=f.REPO, head_sha=f.sha("head"), device_class=f.DEVICE_CLASS, settings=SETTINGS)
     gemm = next(r for r in result.rows if r.case_id == f.GEMM)
     assert gemm.status == "similar" and gemm.head_median == pytest.approx(1e-3)
+
+
+# --- PR verdicts: merge base, pairing, vendor controls, overall verdict ----------------------------
+
+VENDOR = "gemm/square-256/256x256x256/f32/vendor"
+
+
+@pytest.fixture
+def branches(seeded: Engine) -> Engine:
+    """main: c0 <- c1 <- c2 <- c3 <- m4 (branch main); feature: f1 (on c2) <- f2, not on main.
+    Results on cpu-x86-64 at c0 and at f1 (the branch's own earlier commit), none at c1, c2."""
+    with session_scope(seeded) as s:
+        ingest.record_commits(s, repository=f.REPO, commits=[
+            f.commit(3, 2, minutes=3, branch="main"), f.commit("m4", 3, minutes=4, branch="main"),
+            f.commit("f1", 2, minutes=5, branch="feature"), f.commit("f2", "f1", minutes=6, branch="feature")])
+        ingest.ingest_manifest(s, manifest=f.manifest(f.sha(0), [f.built_entry(VENDOR)], suite_digest="f" * 40),
+                               path="/bundles/0v")
+        f.run_and_upload(s, 0, [f.ok(f.GEMM, f.series_samples(1e-3)), f.ok(f.CONV, f.series_samples(1e-3)),
+                                f.ok(VENDOR, f.series_samples(1e-3))])
+        f.run_and_upload(s, "f1", [f.ok(f.GEMM, f.series_samples(3e-3))])
+    return seeded
+
+
+def test_the_base_is_the_newest_ancestor_of_the_merge_base_with_results(branches: Engine) -> None:
+    with session_scope(branches) as s:
+        # c2 is the first main commit on f2's first parents: the merge base; c0 the newest with results
+        choice = choose_base(s, repository=f.REPO, sha=f.sha("f2"), device_class=f.DEVICE_CLASS, walk=50)
+        assert (choice.sha, choice.merge_base, choice.source) == (f.sha(0), f.sha(2), "merge base")
+        # a merge base given by the caller (a webhook's base sha) is searched from itself
+        given = choose_base(s, repository=f.REPO, sha=f.sha("f2"), device_class=f.DEVICE_CLASS, walk=50,
+                            merge_base=f.sha(1))
+        assert (given.sha, given.merge_base) == (f.sha(0), f.sha(1))
+        assert find_base(s, repository=f.REPO, sha=f.sha("f2"), device_class=f.DEVICE_CLASS, walk=2) is None
+        # a main commit (a push) is compared with its first-parent ancestors
+        push = choose_base(s, repository=f.REPO, sha=f.sha("m4"), device_class=f.DEVICE_CLASS, walk=50)
+        assert (push.sha, push.merge_base, push.source) == (f.sha(0), None, "first parent")
+        result = compare(s, repository=f.REPO, head_sha=f.sha("f2"), device_class=f.DEVICE_CLASS, settings=SETTINGS)
+        assert result.base_sha == f.sha(0) and result.merge_base == f.sha(2)
+
+
+def _drift_head(s, gemm: float, vendor: float, conv: float = 1e-3) -> None:  # type: ignore[no-untyped-def]
+    f.run_and_upload(s, "f2", [f.ok(f.GEMM, f.series_samples(gemm)), f.ok(VENDOR, f.series_samples(vendor)),
+                               f.ok(f.CONV, f.series_samples(conv))])
+
+
+def test_a_case_whose_vendor_control_moved_as_much_is_marked_device_drift(branches: Engine) -> None:
+    with session_scope(branches) as s:
+        _drift_head(s, gemm=1.2e-3, vendor=1.15e-3, conv=1.2e-3)
+        result = compare(s, repository=f.REPO, head_sha=f.sha("f2"), device_class=f.DEVICE_CLASS, settings=SETTINGS)
+    rows = {r.case_id: r for r in result.rows}
+    gemm, vendor, conv = rows[f.GEMM], rows[VENDOR], rows[f.CONV]
+    assert gemm.status == "regressed" and gemm.drift and gemm.control_case == VENDOR
+    assert gemm.control_change == pytest.approx(0.15)
+    assert vendor.is_control and vendor.status == "regressed" and not vendor.drift
+    assert conv.status == "regressed" and not conv.drift and conv.control_case is None
+    assert result.drift == 1 and result.verdict == "regressed"  # CONV regressed; the GEMM row is drift
+
+
+def test_drift_alone_is_not_a_regression_and_a_small_control_move_is_not_drift(branches: Engine) -> None:
+    with session_scope(branches) as s:
+        _drift_head(s, gemm=1.2e-3, vendor=1.15e-3)
+        only_drift = compare(s, repository=f.REPO, head_sha=f.sha("f2"), device_class=f.DEVICE_CLASS,
+                             settings=SETTINGS)
+        f.run_and_upload(s, "f2", [f.ok(f.GEMM, f.series_samples(1.2e-3)), f.ok(VENDOR, f.series_samples(1.05e-3))])
+        real = compare(s, repository=f.REPO, head_sha=f.sha("f2"), device_class=f.DEVICE_CLASS, settings=SETTINGS)
+    assert only_drift.verdict == "similar" and only_drift.drift == 1
+    gemm = next(r for r in real.rows if r.case_id == f.GEMM)
+    assert gemm.status == "regressed" and not gemm.drift and gemm.control_change == pytest.approx(0.05)
+    assert real.verdict == "regressed"
+
+
+def test_paired_results_are_judged_by_the_paired_test(branches: Engine) -> None:
+    import math
+
+    drift = [1 + 0.1 * math.sin(i) for i in range(12)]
+    base = [1e-3 * d for d in drift]
+    head = [b * (1.03 + 0.002 * ((i % 3) - 1)) for i, b in enumerate(base)]
+    settings = SETTINGS.model_copy(update={"min_change": 0.02})
+    with session_scope(branches) as s:
+        f.run_and_upload(s, "f2", [f.paired_ok(f.GEMM, f.sha(2), base, head), f.ok(f.CONV, head)])
+        result = compare(s, repository=f.REPO, head_sha=f.sha("f2"), device_class=f.DEVICE_CLASS, settings=settings)
+        # the same samples, unpaired against c2's own results, are within the drift
+        f.run_and_upload(s, 2, [f.ok(f.GEMM, base), f.ok(f.CONV, base)])
+        unpaired = compare(s, repository=f.REPO, head_sha=f.sha("f2"), device_class=f.DEVICE_CLASS,
+                           settings=settings, base_sha=f.sha(2))
+    assert (result.base_sha, result.base_source, result.paired) == (f.sha(2), "paired", True)
+    rows = {r.case_id: r for r in result.rows}
+    assert rows[f.GEMM].paired and rows[f.GEMM].status == "regressed"
+    assert rows[f.GEMM].change == pytest.approx(0.03, abs=0.002)
+    assert rows[f.CONV].status == "no baseline" and not rows[f.CONV].paired  # c2 had no results of its own yet
+    by_case = {r.case_id: r for r in unpaired.rows}
+    assert by_case[f.GEMM].paired and by_case[f.GEMM].status == "regressed"  # explicit base = the paired one
+    assert by_case[f.CONV].status == "similar" and not by_case[f.CONV].paired
+
+
+def test_a_paired_base_must_be_recorded(branches: Engine) -> None:
+    with session_scope(branches) as s, pytest.raises(ingest.IngestError, match="paired_base.commit"):
+        f.run_and_upload(s, "f2", [f.paired_ok(f.GEMM, "a" * 40, [1e-3] * 3, [1e-3] * 3)])
+
+
+def test_compare_all_gives_one_verdict_over_device_classes(branches: Engine) -> None:
+    with session_scope(branches) as s:
+        f.run_and_upload(s, "f2", [f.ok(f.GEMM, f.series_samples(0.8e-3)), f.failed(f.CONV, "error")])
+        f.run_and_upload(s, 0, [f.ok(f.GEMM, f.series_samples(1e-3))], device_class="other-cpu")
+        f.run_and_upload(s, "f2", [f.ok(f.GEMM, f.series_samples(1.5e-3))], device_class="other-cpu")
+        verdict = compare_all(s, repository=f.REPO, head_sha=f.sha("f2"), settings=SETTINGS)
+    assert [c.device_class for c in verdict.comparisons] == [f.DEVICE_CLASS, "other-cpu"]
+    assert [c.verdict for c in verdict.comparisons] == ["improved", "regressed"]
+    assert verdict.verdict == "regressed" and verdict.errored == 1
+    assert overall_verdict([]) == "no baseline"

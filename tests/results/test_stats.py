@@ -55,3 +55,25 @@ def test_too_few_samples_is_insufficient_data() -> None:
     # 4 vs 5 separated: exact p = 2 / C(9, 4) = 0.016
     assert verdict(BASE[:4], [x * 2 for x in BASE], min_samples=4).pvalue == pytest.approx(2 / 126)
     assert verdict(BASE[:4], [x * 2 for x in BASE], min_samples=4, max_pvalue=0.05).status == "regressed"
+
+
+def test_paired_verdict_sees_a_small_change_under_drift_that_unpaired_samples_hide() -> None:
+    import math
+
+    from pipeline.results.stats import min_pairs, paired_verdict, verdict
+
+    drift = [1 + 0.1 * math.sin(i) for i in range(12)]          # +-10% from round to round
+    base = [1e-3 * d for d in drift]
+    head = [b * (1.03 + 0.002 * ((i % 3) - 1)) for i, b in enumerate(base)]  # +3% in every round
+    assert verdict(base, head, min_change=0.02).status == "similar"
+    paired = paired_verdict(base, head, min_change=0.02)
+    assert paired.status == "regressed" and paired.change == pytest.approx(0.03, abs=0.002)
+    assert paired.pvalue is not None and paired.pvalue < 0.001
+    assert paired_verdict(head, base, min_change=0.02).status == "improved"
+    assert paired_verdict(base, head, min_change=0.05).status == "similar"  # below the minimum magnitude
+    assert paired_verdict(base, base).status == "similar" and paired_verdict(base, base).pvalue == 1.0
+    assert min_pairs(0.01, 5) == 8 and min_pairs(0.05, 5) == 6 and min_pairs(0.001, 5) == 11
+    short = paired_verdict(base[:7], head[:7], min_change=0.02)  # 2/2**7 = 0.016 > 0.01: cannot be significant
+    assert short.status == "insufficient data" and short.change == pytest.approx(0.03, abs=0.003)
+    with pytest.raises(ValueError, match="differ in length"):
+        paired_verdict(base, head[:3])

@@ -13,10 +13,23 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from pipeline import __version__
 from pipeline.config import Settings
 from pipeline.contracts import ContractError
-from pipeline.results.api.routes import health, imports, results, runs, series, tokens
+from pipeline.results.api.routes import (
+    change_points,
+    commits,
+    compare,
+    dashboard,
+    health,
+    imports,
+    regressions,
+    results,
+    runs,
+    series,
+    tokens,
+)
 from pipeline.results.api.schemas import add_body_schemas
 from pipeline.results.auth import AuthError
 from pipeline.results.ingest import IngestError
+from pipeline.results.triage import TriageError
 
 __all__ = ["create_app"]
 
@@ -25,7 +38,8 @@ def create_app(settings: Settings, engine: Engine) -> FastAPI:
     from pipeline.results.web import pages
 
     app = FastAPI(title="benchfarm", version=__version__,
-                  description="Continuous benchmarking for GPU and mobile kernels: results, series, comparisons.")
+                  description="Continuous benchmarking for GPU and mobile kernels: results, series, change points, "
+                              "comparisons and their triage.")
     app.state.settings = settings
     app.state.engine = engine
 
@@ -47,6 +61,10 @@ def create_app(settings: Settings, engine: Engine) -> FastAPI:
     async def ingest_error(request: Request, exc: IngestError) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=422)
 
+    @app.exception_handler(TriageError)
+    async def triage_error(request: Request, exc: TriageError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=422)
+
     @app.exception_handler(AuthError)
     async def auth_error(request: Request, exc: AuthError) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=422)
@@ -60,7 +78,8 @@ def create_app(settings: Settings, engine: Engine) -> FastAPI:
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
-    for module in (health, runs, series, results, imports, tokens):
+    for module in (health, commits, runs, compare, series, change_points, regressions, dashboard, results, imports,
+                   tokens):
         app.include_router(module.router, prefix="/api/v1")
     app.include_router(pages.router)
 

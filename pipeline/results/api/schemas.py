@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from pipeline.results.auth import Scope
+from pipeline.results.models import TRIAGE_STATES
 
 
 class FieldError(BaseModel):
@@ -90,3 +91,192 @@ def add_body_schemas(openapi: dict[str, Any]) -> dict[str, Any]:
     for name, schema in _BODY_DEFS.items():
         components.setdefault(name, schema)
     return openapi
+
+
+# --- read side: commits, comparisons, series, change points, dashboard ---------------------------
+# Built from the plain dataclasses of `queries`, `compare` and `triage` (from_attributes): the
+# dataclass is the one source of the fields, these models only describe them for OpenAPI.
+
+
+class _FromAttributes(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class CommitOut(_FromAttributes):
+    repository: str
+    sha: str
+    message: str
+    author: str
+    committed_at: datetime
+    branch: str | None
+    pull_request: int | None
+    parents: list[str] = Field(description="parent shas, first parent first")
+
+
+class RunOut(_FromAttributes):
+    id: str
+    repository: str
+    commit_sha: str
+    kind: str
+    status: str
+    created_at: datetime
+    finished_at: datetime | None
+    job_count: int
+
+
+class CommitDetailOut(CommitOut):
+    on_default_branch: bool = Field(description="on the first-parent chain of the default-branch head")
+    runs: list[RunOut]
+
+
+class ComparisonRowOut(_FromAttributes):
+    case_id: str
+    target: str
+    model: str
+    base_median: float | None = Field(description="seconds; with paired samples, the median of the paired base samples")
+    head_median: float | None
+    change: float | None = Field(description="head / base - 1 (paired: median of the per-pair ratios - 1)")
+    pvalue: float | None
+    status: str = Field(description="regressed | improved | similar | insufficient data | errored | no baseline")
+    paired: bool = Field(description="decided by the paired test (base and head interleaved in one job)")
+    is_control: bool = Field(description="a vendor implementation, the control of suite cases of its shape")
+    control_case: str | None
+    control_change: float | None
+    control_pvalue: float | None
+    drift: bool = Field(description="probable device drift: the vendor control moved as much; not in the verdict")
+
+
+class ComparisonOut(_FromAttributes):
+    repository: str
+    head_sha: str
+    base_sha: str | None
+    device_class: str
+    merge_base: str | None
+    base_source: str = Field(description="explicit | paired | merge base | first parent | none")
+    verdict: str
+    errored: int
+    drift: int
+    paired: bool
+    counts: dict[str, int]
+    rows: list[ComparisonRowOut]
+
+
+class PRVerdictOut(_FromAttributes):
+    repository: str
+    head_sha: str
+    verdict: str = Field(description="regressed | improved | similar | insufficient data | no baseline, over "
+                                     "every device class; controls and drift-marked rows left out")
+    errored: int = Field(description="rows whose head result was wrong or an error (counted apart from the verdict)")
+    counts: dict[str, int]
+    comparisons: list[ComparisonOut]
+
+
+class HistoryPointOut(_FromAttributes):
+    sha: str
+    committed_at: datetime
+    median: float
+    min: float
+    max: float
+    n: int
+
+
+class ChangePointOut(_FromAttributes):
+    id: int
+    series_id: int
+    case_id: str
+    family: str
+    device_class: str
+    metric: str
+    direction: str = Field(description="regression | improvement, in the series' direction")
+    state: str
+    magnitude: float = Field(description="after_level / before_level - 1")
+    pvalue: float
+    before_level: float
+    after_level: float
+    before_sha: str = Field(description="the commit range is (before_sha, after_sha]")
+    after_sha: str
+    committed_at: datetime
+    detected_at: datetime
+    history_index: int
+    open: bool
+
+
+class TriageEventOut(_FromAttributes):
+    id: int
+    state: str
+    who: str
+    at: datetime
+    bug_link: str | None
+    assignee: str | None
+    note: str
+
+
+class ChangePointDetailOut(ChangePointOut):
+    events: list[TriageEventOut] = Field(description="triage history, oldest first; the last is the current state")
+
+
+class BaselineOut(_FromAttributes):
+    change_point_id: int
+    sha: str
+    level: float
+
+
+class SeriesSettingsOut(BaseModel):
+    min_magnitude: float | None = Field(description="None: the analysis settings' minimum magnitude")
+    lower_is_better: bool = Field(description="the series' direction (its own setting or its metric's)")
+    lower_is_better_override: bool | None
+
+
+class SeriesDetailOut(_FromAttributes):
+    id: int
+    case_id: str
+    device_class: str
+    metric: str
+    points: int
+    latest_median: float | None
+    latest_commit: str | None
+    settings: SeriesSettingsOut
+    baseline: BaselineOut | None = Field(description="the newest intended change point: the series' reference level")
+    history: list[HistoryPointOut]
+    change_points: list[ChangePointOut]
+
+
+class SeriesSettingsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    min_magnitude: float | None = Field(None, ge=0, lt=1, description="None: back to the default")
+    lower_is_better: bool | None = Field(None, description="None: the metric's direction")
+
+
+TriageState = Literal["needs triage", "noisy", "confirmed", "intended", "assigned", "fixed"]
+if set(get_args(TriageState)) != set(TRIAGE_STATES):
+    raise RuntimeError("schemas.TriageState differs from models.TRIAGE_STATES")
+
+
+class TriageIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    state: TriageState
+    bug_link: str | None = Field(None, max_length=1000, description="required for confirmed")
+    assignee: str | None = Field(None, max_length=200, description="required for assigned")
+    note: str = Field("", max_length=10_000)
+
+
+class DashboardSeriesOut(_FromAttributes):
+    id: int
+    case_id: str
+    metric: str
+    state: str = Field(description="regressed | improved | stable | no data")
+    open_change_points: int
+
+
+class DashboardGroupOut(_FromAttributes):
+    family: str
+    device_class: str
+    counts: dict[str, int]
+    series: list[DashboardSeriesOut]
+
+
+class DashboardOut(_FromAttributes):
+    counts: dict[str, int]
+    groups: list[DashboardGroupOut]

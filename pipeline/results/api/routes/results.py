@@ -13,7 +13,7 @@ from fastapi import APIRouter
 
 from pipeline.contracts import ContractError, ResultDocument, parse_result
 from pipeline.results import ingest
-from pipeline.results.api.deps import BodyDep, SessionDep, require_scope
+from pipeline.results.api.deps import BodyDep, SessionDep, SettingsDep, require_scope
 from pipeline.results.api.schemas import (
     ERROR_RESPONSES,
     BatchSummary,
@@ -33,9 +33,9 @@ def _summary(job_id: str, summary: ingest.IngestSummary) -> UploadSummary:
     summary="Upload one result document (idempotent on job, case and target)",
     openapi_extra=json_body(ResultDocument, "a result document (schema_version 1); needs the agent scope"),
 )
-def upload_results(body: BodyDep, session: SessionDep) -> UploadSummary:
+def upload_results(body: BodyDep, session: SessionDep, settings: SettingsDep) -> UploadSummary:
     document = parse_result(body)
-    return _summary(document.job_id, ingest.ingest_result(session, document=document))
+    return _summary(document.job_id, ingest.ingest_result(session, document=document, analysis=settings.analysis))
 
 
 @router.post(
@@ -46,12 +46,13 @@ def upload_results(body: BodyDep, session: SessionDep) -> UploadSummary:
                 "stored count as duplicates, so sending a batch again succeeds and writes nothing.",
     openapi_extra=json_body(list[ResultDocument], "a JSON array of result documents; needs the agent scope"),
 )
-def upload_batch(body: BodyDep, session: SessionDep) -> BatchSummary:
+def upload_batch(body: BodyDep, session: SessionDep, settings: SettingsDep) -> BatchSummary:
     documents = parse_batch(body)
     summaries = []
     for i, document in enumerate(documents):
         try:
-            summaries.append(_summary(document.job_id, ingest.ingest_result(session, document=document)))
+            summaries.append(_summary(document.job_id, ingest.ingest_result(
+                session, document=document, analysis=settings.analysis)))
         except ingest.IngestError as exc:
             raise ingest.IngestError(f"{i}.{exc}") from None
     return BatchSummary(documents=summaries, stored=sum(s.stored for s in summaries),

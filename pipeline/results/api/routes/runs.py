@@ -1,4 +1,4 @@
-"""Runs: what was benchmarked, its jobs, and the comparison of its commit with its base."""
+"""Runs: what was benchmarked, its jobs, and the comparison of its commit with its base on each device class."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query
 
 from pipeline.results import queries
 from pipeline.results.api.deps import SessionDep, SettingsDep
-from pipeline.results.compare import Comparison, CompareError, compare
+from pipeline.results.compare import Comparison, compare
 
 router = APIRouter(tags=["runs"])
 
@@ -35,17 +35,3 @@ def get_run(run_id: str, session: SessionDep, settings: SettingsDep) -> dict[str
     if detail is None:
         raise HTTPException(404, f"no run {run_id}")
     return {**asdict(detail), "comparisons": [asdict(c) for c in run_comparisons(session, settings, detail)]}
-
-
-@router.get("/compare")
-def compare_commits(
-    session: SessionDep, settings: SettingsDep, repository: str, head: str, device_class: str,
-    base: str | None = None,
-) -> dict[str, Any]:
-    """Compare `head` with `base` (default: its nearest ancestor with results) on one device class."""
-    try:
-        result = compare(session, repository=repository, head_sha=head, device_class=device_class,
-                         settings=settings.compare, base_sha=base)
-    except CompareError as exc:
-        raise HTTPException(404, str(exc)) from None
-    return asdict(result)

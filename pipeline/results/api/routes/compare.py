@@ -1,0 +1,39 @@
+"""The comparison of a head commit with its base: the pull-request verdict."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException
+
+from pipeline.results.api.deps import SessionDep, SettingsDep
+from pipeline.results.api.schemas import ErrorBody, PRVerdictOut
+from pipeline.results.compare import CompareError, compare, compare_all, overall_verdict
+from pipeline.results.compare import PRVerdict as _PRVerdict
+
+router = APIRouter(tags=["compare"])
+
+
+@router.get(
+    "/compare", response_model=PRVerdictOut, summary="Compare a head commit with its base: per case and overall verdict",
+    description="Base: `base` when given; else the base the head's job ran paired with; else the newest "
+                "first-parent ancestor of the merge base (`merge_base`, or the first default-branch commit on the "
+                "head's first-parent chain) with results on the device class. Paired results are judged by a "
+                "signed-rank test on the per-pair ratios, others by Mann-Whitney U; both with the minimum "
+                "magnitude. Without `device_class`, every device class the head has results on.",
+    responses={404: {"model": ErrorBody}},
+)
+def compare_commits(
+    session: SessionDep, settings: SettingsDep, repository: str, head: str, device_class: str | None = None,
+    base: str | None = None, merge_base: str | None = None,
+) -> PRVerdictOut:
+    try:
+        if device_class is None:
+            result = compare_all(session, repository=repository, head_sha=head, settings=settings.compare,
+                                 base_sha=base, merge_base=merge_base)
+        else:
+            one = compare(session, repository=repository, head_sha=head, device_class=device_class,
+                          settings=settings.compare, base_sha=base, merge_base=merge_base)
+            result = _PRVerdict(repository=repository, head_sha=head, comparisons=[one],
+                                verdict=overall_verdict(one.rows), errored=one.errored, counts=one.counts)
+    except CompareError as exc:
+        raise HTTPException(404, str(exc)) from None
+    return PRVerdictOut.model_validate(result)

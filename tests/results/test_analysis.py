@@ -1,0 +1,177 @@
+"""History analysis on the default branch: change points stored once, incremental == full,
+direction and minimum magnitude per series, intended rebasing, the dashboard and regressions list."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from pipeline.config import AnalysisSettings
+from pipeline.results import analysis, ingest, queries, triage
+from pipeline.results.db import session_scope
+from pipeline.results.history import default_branch_chain
+from pipeline.results.models import ChangePoint, Repository, Series, TriageEvent
+
+from . import factories as f
+
+SETTINGS = AnalysisSettings()
+STEPS = {0: 1e-3, 20: 1.2e-3, 40: 1e-3}
+"""first commit of each level -> level (seconds): a regression at main-20, fixed at main-40"""
+N = 60
+
+
+def level(i: int) -> float:
+    return STEPS[max(k for k in STEPS if k <= i)]
+
+
+def main(i: int) -> str:
+    return f"main-{i}"
+
+
+def record_main(s: Session, n: int = N, start: int = 0) -> None:
+    """main-0 <- main-1 <- ... recorded as default-branch commits (after seeded's c0..c3)."""
+    ingest.record_commits(s, repository=f.REPO, commits=[
+        f.commit(main(i), *([main(i - 1)] if i else [3]), minutes=10 + i, branch="main") for i in range(start, n)])
+
+
+def upload_main(s: Session, i: int, analysis_settings: object = "default") -> None:
+    noise = random.Random(i).gauss(0, 0.004)
+    f.upload(s, main(i), [f.ok(f.GEMM, f.series_samples(level(i) * (1 + noise)))], kind="push",
+             analysis=analysis_settings)
+
+
+@pytest.fixture
+def stepped(seeded: Engine) -> Engine:
+    """GEMM on cpu-x86-64 along main-0..main-59 (0.4% noise), +20% at main-20 and back at main-40,
+    each commit uploaded (and so analysed incrementally) as it arrives."""
+    with session_scope(seeded) as s:
+        record_main(s)
+    for i in range(N):
+        with session_scope(seeded) as s:
+            upload_main(s, i)
+    return seeded
+
+
+def _points(s: Session) -> list[tuple[str, str, str, str]]:
+    """(before sha, after sha, direction, state) of every change point, oldest first."""
+    rows = queries.series_change_points(s, _series_id(s))
+    return [(r.before_sha, r.after_sha, r.direction, r.state) for r in rows]
+
+
+def _series_id(s: Session) -> int:
+    return s.scalar(sa.select(Series.id)) or 0
+
+
+def test_default_branch_chain_follows_first_parents_of_the_head(stepped: Engine) -> None:
+    with session_scope(stepped) as s:
+        ingest.record_commits(s, repository=f.REPO, commits=[
+            f.commit("feature", main(59), minutes=100, branch="feature"),
+            f.commit("merge", main(59), "feature", minutes=101, branch="main")])
+        repo_id = s.scalar(sa.select(Repository.id))
+        chain = [c.sha for c in default_branch_chain(s, repo_id)]
+    assert chain[-1] == f.sha("merge") and f.sha("feature") not in chain
+    assert chain[:4] == [f.sha(i) for i in range(4)] and chain[4] == f.sha(main(0))
+
+
+def test_a_step_gives_one_change_point_at_the_right_commit_range(stepped: Engine) -> None:
+    with session_scope(stepped) as s:
+        assert _points(s) == [
+            (f.sha(main(19)), f.sha(main(20)), "regression", "needs triage"),
+            (f.sha(main(39)), f.sha(main(40)), "improvement", "needs triage"),
+        ]
+        first = queries.series_change_points(s, _series_id(s))[0]
+        assert first.magnitude == pytest.approx(0.2, abs=0.02) and first.pvalue <= SETTINGS.max_pvalue
+        assert first.before_level == pytest.approx(1e-3, rel=0.02) and first.open
+        (event,) = triage.events(s, first.id)
+        assert (event.state, event.who) == ("needs triage", analysis.ANALYSIS_WHO)
+        series = s.get(Series, _series_id(s))
+        assert series is not None and series.history_points == N and series.analyzed_at is not None
+
+
+def test_reanalysis_is_idempotent_and_incremental_equals_full(stepped: Engine) -> None:
+    with session_scope(stepped) as s:
+        incremental = _points(s)
+        before = f.snapshot(s)
+        assert analysis.analyze_series(s, _series_id(s), SETTINGS).new_change_points == 0
+        assert analysis.reanalyze_all(s, SETTINGS).new_change_points == 0
+    with session_scope(stepped) as s:
+        after = f.snapshot(s)
+        assert after["change_points"] == before["change_points"]
+        assert after["triage_events"] == before["triage_events"]
+        s.execute(sa.delete(TriageEvent))
+        s.execute(sa.delete(ChangePoint))
+    with session_scope(stepped) as s:
+        summary = analysis.reanalyze_all(s, SETTINGS)
+        assert summary.new_change_points == 2
+        assert _points(s) == incremental
+
+
+def test_an_upload_again_and_a_pull_request_commit_add_nothing(stepped: Engine) -> None:
+    with session_scope(stepped) as s:
+        before = f.row_counts(s)["change_points"]
+        ingest.record_commits(s, repository=f.REPO, commits=[f.commit("pr", main(59), minutes=200, branch="feature")])
+        f.upload(s, "pr", [f.ok(f.GEMM, f.series_samples(5e-3))], kind="pr")
+        assert f.row_counts(s)["change_points"] == before
+        assert s.get(Series, _series_id(s)).history_points == N  # type: ignore[union-attr]
+
+
+def test_direction_and_minimum_magnitude_come_from_the_series(stepped: Engine) -> None:
+    with session_scope(stepped) as s:
+        s.execute(sa.delete(TriageEvent))
+        s.execute(sa.delete(ChangePoint))
+        series = s.get(Series, _series_id(s))
+        assert series is not None
+        series.lower_is_better = False
+        analysis.analyze_series(s, series.id, SETTINGS)
+        assert [d for _, _, d, _ in _points(s)] == ["improvement", "regression"]  # higher is better
+        s.execute(sa.delete(TriageEvent))
+        s.execute(sa.delete(ChangePoint))
+        series.min_magnitude = 0.5
+        analysis.analyze_series(s, series.id, SETTINGS)
+        assert _points(s) == []
+
+
+def test_intended_rebases_the_series(stepped: Engine) -> None:
+    with session_scope(stepped) as s:
+        series_id = _series_id(s)
+        regression, improvement = queries.series_change_points(s, series_id)
+        assert queries.dashboard(s).counts == {"regressed": 1, "improved": 0, "stable": 0, "no data": 0}
+        assert [r.id for r in queries.list_regressions(s)] == [regression.id]
+        assert queries.series_baseline(s, series_id) is None
+
+        # the later change accepted as the new level: the regression before it no longer counts
+        triage.triage(s, change_point_id=improvement.id, state="intended", who="alice", note="new tiling")
+        assert queries.list_regressions(s) == []
+        assert queries.dashboard(s).counts["stable"] == 1
+        baseline = queries.series_baseline(s, series_id)
+        assert baseline is not None and baseline.sha == f.sha(main(40))
+        assert baseline.level == pytest.approx(1e-3, rel=0.02)
+        assert [cp.open for cp in queries.series_change_points(s, series_id)] == [False, False]
+
+        triage.triage(s, change_point_id=improvement.id, state="needs triage", who="bob")
+        assert [r.id for r in queries.list_regressions(s)] == [regression.id]
+        triage.triage(s, change_point_id=regression.id, state="intended", who="bob")
+        assert queries.list_regressions(s) == []
+        assert queries.list_regressions(s, state="intended")[0].id == regression.id
+        assert queries.dashboard(s).counts["improved"] == 1  # the improvement after the new baseline is open
+
+
+def test_dashboard_groups_by_family_and_device_class(stepped: Engine) -> None:
+    with session_scope(stepped) as s:
+        f.upload(s, main(59), [f.ok(f.GEMM, f.series_samples(1e-3))], device_class="other-cpu", kind="push")
+        ingest.record_commits(s, repository=f.REPO, commits=[f.commit("pr", main(59), minutes=200, branch="feature")])
+        f.upload(s, "pr", [f.ok(f.CONV, f.series_samples(1e-3))], kind="pr")  # a series with no default-branch data
+        board = queries.dashboard(s)
+        groups = {(g.family, g.device_class): g.counts for g in board.groups}
+        assert groups[("gemm", f.DEVICE_CLASS)]["regressed"] == 1
+        assert groups[("gemm", "other-cpu")]["stable"] == 1
+        assert groups[("conv", f.DEVICE_CLASS)]["no data"] == 1
+        assert queries.dashboard(s, device_class="other-cpu").counts == {
+            "regressed": 0, "improved": 0, "stable": 1, "no data": 0}
+        assert queries.list_regressions(s, device_class="other-cpu") == []
+        assert len(queries.list_regressions(s, family="gemm")) == 1
+        assert queries.list_regressions(s, family="conv") == []
