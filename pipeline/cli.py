@@ -85,7 +85,7 @@ def cmd_build(args: argparse.Namespace, settings: Settings) -> int:
 
     location = locate_suite(Path(args.suite))
     sha = resolve_commit(location, args.commit)
-    targets = _split_targets(args.targets) or plan_targets(discover_local_devices(), None)
+    targets = _split_targets(args.targets) or plan_targets(discover_local_devices(settings.phones), None)
     out = Path(args.out) if args.out else settings.bundles_dir
     with _progress_bar() as progress:
         bundle_dir, manifest = build_bundle(
@@ -102,7 +102,7 @@ def cmd_build(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_devices(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.agents.devices import discover_local_devices
 
-    for device in discover_local_devices():
+    for device in discover_local_devices(settings.phones):
         cls = device.device_class
         out_console.print(f"{cls.name}\t{cls.kind}\t{','.join(cls.targets)}\t{device.info.name}", markup=False)
     return 0

@@ -127,6 +127,40 @@ class AnalysisSettings(BaseModel):
     min_size: int = Field(default=3, ge=2, description="commits at the new level before a change point is reported")
 
 
+class PhoneSettings(BaseModel):
+    """Android phones reached through `adb` (`pipeline.agents.adb`, `pipeline.agents.runners.adb_runner`).
+
+    A phone has no Python: the agent pushes each case's .vmfb, its inputs and two IREE tools
+    (`iree-run-module` for the correctness check, `iree-benchmark-module` for timing) built for the
+    phone. `iree_tools_dir` holds those two binaries: an Android arm64 build of IREE's runtime tools
+    for real phones (the aarch64 Linux binaries of the `iree-base-runtime` manylinux wheel are
+    glibc programs and run only where a glibc loader exists, e.g. under qemu-aarch64 in the tests).
+    """
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+    enabled: bool = Field(default=False, description="discover phones with `adb devices -l` (a host with phones attached)")
+    adb: str = Field(default="adb", description="the adb client binary")
+    adb_server_socket: str = Field(default="", description="ADB_SERVER_SOCKET for the client, e.g. tcp:127.0.0.1:5037; empty: adb's default")
+    adb_timeout_s: float = Field(default=120.0, gt=0, description="longest single adb command (push, shell)")
+    iree_tools_dir: Path = Field(default=Path(""), description="folder with iree-run-module and iree-benchmark-module built for the phone")
+    remote_dir: str = Field(default="/data/local/tmp/benchfarm", pattern=r"^/", description="the agent's folder on the phone")
+    targets: list[str] = Field(default_factory=lambda: ["llvm-cpu:aarch64-android"], min_length=1,
+                               description="targets a phone device class runs")
+    abis: list[str] = Field(default_factory=lambda: ["arm64-v8a"], description="ro.product.cpu.abi values those targets run on")
+    clusters: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description="ro.product.model -> {cluster name: taskset hex mask}, one device class per cluster, e.g. "
+        "{\"Pixel 8 Pro\": {\"big\": \"100\", \"mid\": \"f0\"}}; a model not listed gets one class, `big`: the "
+        "cpufreq policy with the highest cpuinfo_max_freq")
+    repetitions: int = Field(default=10, ge=1, le=1000, description="iree-benchmark-module repetitions per call; one sample each")
+    repetition_min_time_s: float = Field(default=0.05, gt=0, description="time each repetition runs the kernel for (mean = the sample)")
+    cooldown_max_c: float = Field(default=40.0, description="before each timed call, wait until every thermal zone is under this")
+    cooldown_timeout_s: float = Field(default=120.0, ge=0, description="give up waiting (the case records it) after this")
+    cooldown_poll_s: float = Field(default=2.0, gt=0, description="how often thermal zones are read while waiting")
+    thermal_zones: list[str] = Field(default_factory=list, description="thermal zone types watched; empty: every zone")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", validate_default=True
@@ -149,6 +183,7 @@ class Settings(BaseSettings):
     analysis: AnalysisSettings = Field(default_factory=AnalysisSettings)
     github: GitHubSettings = Field(default_factory=GitHubSettings)
     buildkite: BuildkiteSettings = Field(default_factory=BuildkiteSettings)
+    phones: PhoneSettings = Field(default_factory=PhoneSettings)
 
     @field_validator("database_url")
     @classmethod

@@ -78,7 +78,7 @@ def run_pipeline(
 ) -> PipelineOutcome:
     location = locate_suite(suite)
     sha = resolve_commit(location, ref)
-    devices = list(devices) if devices is not None else discover_local_devices()
+    devices = list(devices) if devices is not None else discover_local_devices(settings.phones)
     chosen = plan_targets(devices, targets)
     devices = [d for d in devices if set(d.device_class.targets) & set(chosen)]
     if not devices:

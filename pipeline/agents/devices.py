@@ -1,4 +1,5 @@
-"""Discover the devices this host can benchmark: always its CPU, and NVIDIA GPUs via nvidia-smi."""
+"""Discover the devices this host can benchmark: always its CPU, NVIDIA GPUs via nvidia-smi, and
+Android phones through adb where the phone settings enable them (`pipeline.agents.adb`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.agents.adb import AdbTransport, phone_devices
+from pipeline.config import PhoneSettings
 from pipeline.contracts import DeviceClass, DeviceInfo
 
 log = logging.getLogger(__name__)
@@ -20,13 +23,20 @@ CPU_HAL_DRIVER = "local-sync"  # one thread, no task system: the least noisy on 
 NVIDIA_SMI_TIMEOUT_S = 10
 _NVIDIA_QUERY = "name,uuid,driver_version,compute_cap"
 
-__all__ = ["LocalDevice", "discover_local_devices", "cpu_device", "nvidia_devices", "parse_nvidia_smi"]
+__all__ = ["LocalDevice", "Transport", "LOCAL", "AdbTransport", "discover_local_devices", "cpu_device", "nvidia_devices", "parse_nvidia_smi"]
+
+
+LOCAL = "local"
+Transport = str | AdbTransport
+"""How the agent reaches a device, as plain data: LOCAL (this host's CPU and GPUs) or an
+AdbTransport (a phone's serial and CPU mask). Only the runner selection reads it."""
 
 
 @dataclass(frozen=True)
 class LocalDevice:
     device_class: DeviceClass
     info: DeviceInfo
+    transport: Transport = LOCAL
 
 
 def slug(text: str) -> str:
@@ -120,6 +130,16 @@ def nvidia_devices() -> list[LocalDevice]:
     return parse_nvidia_smi(proc.stdout, host=socket.gethostname())
 
 
-def discover_local_devices() -> list[LocalDevice]:
+def discover_local_devices(phones: PhoneSettings | None = None) -> list[LocalDevice]:
+    """The host's CPU and NVIDIA GPUs; and its phones (one device per CPU cluster) when `phones`
+    is given with `enabled` set (a host without adb, or whose adb fails, simply has none)."""
     cpu = cpu_device()
-    return ([cpu] if cpu else []) + nvidia_devices()
+    found = ([cpu] if cpu else []) + nvidia_devices()
+    if phones is not None and phones.enabled:
+        from pipeline.agents.adb import AdbError
+
+        try:
+            found += phone_devices(phones)
+        except AdbError as exc:
+            log.warning("phone discovery failed: %s", exc)
+    return found

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.agents.adb import AdbTransport
 from pipeline.agents.devices import LocalDevice
 from pipeline.agents.measure import sample
 from pipeline.agents.runners import CheckedKernel
@@ -83,6 +84,10 @@ def _runner(device: LocalDevice) -> _Runner:
     """The runtime the device class names: IREE (through its HAL driver) or the CUDA driver API (and
     PyTorch on the same device for vendor controls)."""
     device_class = device.device_class
+    if isinstance(device.transport, AdbTransport) and device_class.hal_driver:   # a phone: IREE's tools through adb
+        from pipeline.agents.runners import adb_runner
+
+        return _Runner(adb_runner.AdbPhone(device.transport, device_class.hal_driver), adb_runner.prepare_entry)
     if device_class.runtime == "cuda":
         from pipeline.agents.runners import cuda_runner, torch_runner  # cuda.bindings / torch: imported when used
 
