@@ -161,6 +161,22 @@ class PhoneSettings(BaseModel):
     thermal_zones: list[str] = Field(default_factory=list, description="thermal zone types watched; empty: every zone")
 
 
+class WebSettings(BaseModel):
+    """The history web UI (`pipeline.results.web`): who may browse, signed sessions, roofline ceilings."""
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+    public: bool = Field(default=True, description="anyone may browse (pages and API reads); false: sign-in (or a "
+                         "bearer token with the user scope) is needed to read anything")
+    secret_key: SecretStr = Field(default=SecretStr(""), description="signs session cookies; empty: a random key per "
+                                  "process (sessions end when the service restarts; set it when several processes serve)")
+    session_hours: float = Field(default=12.0, gt=0, description="a sign-in lasts this long")
+    ceilings: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="device class -> {\"flops\": peak FLOP/s, \"bytes\": peak B/s} for the roofline; a device class not "
+        "listed gets ceilings derived from its best measured case")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", validate_default=True
@@ -183,6 +199,7 @@ class Settings(BaseSettings):
     analysis: AnalysisSettings = Field(default_factory=AnalysisSettings)
     github: GitHubSettings = Field(default_factory=GitHubSettings)
     buildkite: BuildkiteSettings = Field(default_factory=BuildkiteSettings)
+    web: WebSettings = Field(default_factory=WebSettings)
     phones: PhoneSettings = Field(default_factory=PhoneSettings)
 
     @field_validator("database_url")

@@ -338,7 +338,7 @@ def ingest_manifest(session: Session, *, manifest: BundleManifest, path: str) ->
             "compiler": c.compiler if c else None, "compiler_version": c.compiler_version if c else None,
             "compile_time_s": c.compile_time_s if c else None, "binary_bytes": c.binary_bytes if c else None,
             "registers": c.registers if c else None, "spills": c.spills if c else None,
-            "shared_bytes": c.shared_bytes if c else None,
+            "shared_bytes": c.shared_bytes if c else None, "flops": entry.flops, "bytes": entry.bytes,
         })
     if stats:
         session.execute(sa.insert(CompileStat.__table__), stats)

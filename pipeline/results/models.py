@@ -222,6 +222,10 @@ class CompileStat(Base):
     registers: Mapped[int | None]
     spills: Mapped[int | None]
     shared_bytes: Mapped[int | None]
+    flops: Mapped[int | None] = mapped_column(sa.BigInteger)
+    """floating-point operations per call (the manifest entry's), for the roofline"""
+    bytes: Mapped[int | None] = mapped_column(sa.BigInteger)
+    """minimum bytes moved per call (the manifest entry's), for the roofline"""
 
 
 class Run(Base):
@@ -407,6 +411,24 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_used_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
+
+
+class User(Base):
+    """A person who signs in to the web UI with a password (`pipeline.results.users`).
+
+    `password_hash` is `scrypt$n$r$p$salt$hash` (hex salt and hash), never the password; `scopes`
+    as a token's (`auth.SCOPES`, `user` or `admin`). A disabled user keeps the row and the name.
+    """
+
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(100), unique=True)
+    password_hash: Mapped[str] = mapped_column(sa.String(300))
+    scopes: Mapped[list[str]]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_login_at: Mapped[datetime | None]
+    disabled_at: Mapped[datetime | None]
 
 
 ALL_TABLES = [table.name for table in Base.metadata.sorted_tables]

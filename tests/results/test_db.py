@@ -19,7 +19,7 @@ from pipeline.results.models import ALL_TABLES, Base, Repository
 EXPECTED_TABLES = {
     "repositories", "commits", "commit_parents", "device_classes", "devices", "cases", "series", "bundles",
     "compile_stats", "runs", "jobs", "case_results", "measurements", "samples", "api_tokens", "paired_samples",
-    "change_points", "triage_events",
+    "change_points", "triage_events", "users",
 }
 
 

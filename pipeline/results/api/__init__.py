@@ -35,7 +35,7 @@ __all__ = ["create_app"]
 
 
 def create_app(settings: Settings, engine: Engine) -> FastAPI:
-    from pipeline.results.web import pages
+    from pipeline.results import web
 
     app = FastAPI(title="benchfarm", version=__version__,
                   description="Continuous benchmarking for GPU and mobile kernels: results, series, change points, "
@@ -81,7 +81,7 @@ def create_app(settings: Settings, engine: Engine) -> FastAPI:
     for module in (health, commits, runs, compare, series, change_points, regressions, dashboard, results, imports,
                    tokens):
         app.include_router(module.router, prefix="/api/v1")
-    app.include_router(pages.router)
+    web.mount(app)
 
     default_openapi = app.openapi
 

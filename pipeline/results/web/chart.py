@@ -1,37 +1,63 @@
-"""A small server-side SVG of a series' history: the median per commit with its min-max range."""
+"""The roofline as a server-side SVG (log-log: FLOP/byte against FLOP/s), with a tooltip per case.
+
+The history graph is drawn in the browser by uPlot (static/series.js); the roofline has a few
+dozen points and two straight lines, so it needs no script at all.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from markupsafe import Markup, escape
 
-from pipeline.results.queries import HistoryPoint
+from pipeline.results.web.data import RooflinePoint
+from pipeline.results.web.render import format_rate
 
-WIDTH, HEIGHT, PAD = 720, 220, 30
+WIDTH, HEIGHT, PAD_L, PAD_R, PAD_T, PAD_B = 760, 420, 70, 20, 20, 44
 
 
-def history_svg(points: Sequence[HistoryPoint]) -> Markup:
-    if not points:
-        return Markup("<p>No measurements yet.</p>")
-    low = min(p.min for p in points)
-    high = max(p.max for p in points)
-    span = (high - low) or high or 1.0
-    step = (WIDTH - 2 * PAD) / max(len(points) - 1, 1)
+def roofline_svg(points: Sequence[RooflinePoint], peak_flops: float | None, peak_bytes: float | None) -> Markup:
+    placed = [p for p in points if p.intensity]
+    if not placed or not peak_flops or not peak_bytes:
+        return Markup("<p>No case with both FLOPs and bytes measured here.</p>")
+    ridge = peak_flops / peak_bytes
+    xs = [p.intensity or 1.0 for p in placed] + [ridge]
+    ys = [p.flop_rate for p in placed] + [peak_flops]
+    x_lo, x_hi = math.floor(math.log10(min(xs))) - 0.2, math.ceil(math.log10(max(xs))) + 0.2
+    y_lo, y_hi = math.floor(math.log10(max(min(ys), peak_flops * 1e-6))) - 0.2, math.log10(peak_flops) + 0.3
 
-    def y(value: float) -> float:
-        return HEIGHT - PAD - (value - low) / span * (HEIGHT - 2 * PAD)
+    def x(v: float) -> float:
+        return PAD_L + (math.log10(v) - x_lo) / (x_hi - x_lo) * (WIDTH - PAD_L - PAD_R)
 
-    parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="history">',
-             f'<text x="4" y="14">{escape(f"{high:.4g} s")}</text>',
-             f'<text x="4" y="{HEIGHT - 6}">{escape(f"{low:.4g} s")}</text>']
-    line = []
-    for i, p in enumerate(points):
-        x = PAD + i * step
-        parts.append(f'<line class="range" x1="{x:.1f}" x2="{x:.1f}" y1="{y(p.min):.1f}" y2="{y(p.max):.1f}"/>')
-        parts.append(f'<circle class="point" cx="{x:.1f}" cy="{y(p.median):.1f}" r="3">'
-                     f'<title>{escape(p.sha[:10])}: median {p.median:.4g} s, n={p.n}</title></circle>')
-        line.append(f"{x:.1f},{y(p.median):.1f}")
-    parts.insert(3, f'<polyline class="median" points="{" ".join(line)}"/>')
+    def y(v: float) -> float:
+        return HEIGHT - PAD_B - (math.log10(max(v, 1e-300)) - y_lo) / (y_hi - y_lo) * (HEIGHT - PAD_T - PAD_B)
+
+    parts = [f'<svg class="roofline" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="roofline">']
+    for decade in range(math.ceil(x_lo), math.floor(x_hi) + 1):
+        parts.append(f'<line class="grid" x1="{x(10**decade):.1f}" x2="{x(10**decade):.1f}" y1="{PAD_T}" '
+                     f'y2="{HEIGHT - PAD_B}"/><text x="{x(10**decade):.1f}" y="{HEIGHT - PAD_B + 14}" '
+                     f'text-anchor="middle">{escape(f"{10.0**decade:g}")}</text>')
+    for decade in range(math.ceil(y_lo), math.floor(y_hi) + 1):
+        parts.append(f'<line class="grid" x1="{PAD_L}" x2="{WIDTH - PAD_R}" y1="{y(10**decade):.1f}" '
+                     f'y2="{y(10**decade):.1f}"/><text x="{PAD_L - 4}" y="{y(10**decade) + 4:.1f}" '
+                     f'text-anchor="end">{escape(format_rate(10.0**decade, "FLOP/s"))}</text>')
+    lo, hi = 10**x_lo, 10**x_hi
+    roof = [(lo, lo * peak_bytes), (ridge, peak_flops), (hi, peak_flops)]
+    path = " ".join(f"{x(a):.1f},{y(b):.1f}" for a, b in roof)
+    parts.append(f'<polyline class="roof" points="{path}"/>')
+    parts.append(f'<text x="{WIDTH - PAD_R - 4}" y="{y(peak_flops) - 6:.1f}" text-anchor="end">'
+                 f'{escape(format_rate(peak_flops, "FLOP/s"))}</text>')
+    parts.append(f'<text x="{x(lo) + 6:.1f}" y="{y(lo * peak_bytes) - 6:.1f}">'
+                 f'{escape(format_rate(peak_bytes, "B/s"))}</text>')
+    for p in placed:
+        intensity = p.intensity or 1.0
+        share = p.flop_rate / min(peak_flops, intensity * peak_bytes)
+        tip = (f"{p.case_id}: {format_rate(p.flop_rate, 'FLOP/s')}, {format_rate(p.byte_rate, 'B/s')}, "
+               f"{intensity:.3g} FLOP/B, {share:.0%} of the roof")
+        parts.append(f'<a href="/series/{p.series_id}"><circle class="case" cx="{x(intensity):.1f}" '
+                     f'cy="{y(p.flop_rate):.1f}" r="5"><title>{escape(tip)}</title></circle></a>')
+    parts.append(f'<text x="{(WIDTH + PAD_L) / 2:.0f}" y="{HEIGHT - 8}" text-anchor="middle">'
+                 "arithmetic intensity (FLOP/byte)</text>")
     parts.append("</svg>")
     return Markup("".join(parts))

@@ -1,0 +1,59 @@
+"""The templates (Jinja2, autoescaped) and the filters every page shares."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlparse
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
+
+from pipeline.pr_comments.table import format_change, format_pvalue, format_seconds, summary_line
+from pipeline.results.auth import Principal
+from pipeline.results.web.session import csrf_token
+
+templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
+
+
+def commit_url(repository_url: str | None, sha: str) -> str | None:
+    """The commit's page on its host, for an http(s) repository URL only (never javascript: and the like)."""
+    if not repository_url:
+        return None
+    parsed = urlparse(repository_url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        return None
+    return f"{repository_url.rstrip('/').removesuffix('.git')}/commit/{sha}"
+
+
+def format_rate(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def query(base: str, **params: Any) -> str:
+    kept = {k: v for k, v in params.items() if v not in (None, "")}
+    return base + ("?" + urlencode(kept) if kept else "")
+
+
+def first_line(text: str | None, limit: int = 80) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+templates.env.filters.update(seconds=format_seconds, change=format_change, pvalue=format_pvalue, rate=format_rate,
+                             first_line=first_line, slug=lambda s: str(s).replace(" ", "-"))
+templates.env.globals.update(summary_line=summary_line, commit_url=commit_url, query=query)
+
+
+def page(request: Request, name: str, user: Principal | None, context: dict[str, Any],
+         status_code: int = 200) -> HTMLResponse:
+    flash = request.session.pop("flash", None)
+    return templates.TemplateResponse(request, name, {
+        **context, "user": user, "csrf": csrf_token(request), "flash": flash,
+        "private": not request.app.state.settings.web.public}, status_code=status_code)

@@ -1,0 +1,53 @@
+"""A demo store (tests/web/demo_store.py) on SQLite and PostgreSQL behind a live service."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from pipeline.config import Settings
+from pipeline.results import auth
+from pipeline.results.api import create_app
+from pipeline.results.db import session_scope
+from tests.helpers.live_server import live_server
+from tests.results.conftest import blank_engine, database_url, engine  # noqa: F401  (fixtures)
+
+from . import demo_store
+
+BOOTSTRAP = "bootstrap-admin-token"
+
+
+@dataclass
+class Service:
+    url: str
+    engine: Engine
+    demo: demo_store.Demo
+    tokens: dict[str, str]
+
+
+@pytest.fixture
+def demo(engine: Engine) -> tuple[Engine, demo_store.Demo]:  # noqa: F811
+    return engine, demo_store.build(engine, commits=24)
+
+
+def _serve(demo: tuple[Engine, demo_store.Demo], home: Path, **web: object) -> Iterator[Service]:
+    engine, built = demo
+    with session_scope(engine) as s:
+        tokens = {scope: auth.create_token(s, name=f"{scope}-token", scopes=[scope]) for scope in auth.SCOPES}
+    settings = Settings(home=home, api_token=BOOTSTRAP, web={"secret_key": "test-secret", **web})
+    with live_server(create_app(settings, engine)) as url:
+        yield Service(url, engine, built, tokens)
+
+
+@pytest.fixture
+def service(demo: tuple[Engine, demo_store.Demo], tmp_path: Path) -> Iterator[Service]:
+    yield from _serve(demo, tmp_path)
+
+
+@pytest.fixture
+def private_service(demo: tuple[Engine, demo_store.Demo], tmp_path: Path) -> Iterator[Service]:
+    yield from _serve(demo, tmp_path, public=False)

@@ -1,0 +1,171 @@
+"""A store with history worth looking at, for the web UI's tests, screenshots and latency bench.
+
+`build(engine, ...)`: a repository with a GitHub URL, `commits` default-branch commits, cases of a
+few families (Triton and IREE implementations, and the vendor control of each GEMM shape) on
+`device_classes`; one push run per commit with every case, samples around a level with 0.5%
+noise; every third suite case steps up 15% (a regression) at 60% of the history and every fifth
+one steps down 12% (an improvement) at 30% of it, the control staying flat; the history is then
+analysed once. A pull request (#7, branch `feature`) off the newest commit slows the first GEMM by
+10%. Bundles carry FLOPs and bytes, so the roofline has points.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import Engine
+
+from pipeline.config import AnalysisSettings
+from pipeline.contracts import BundleEntry, CaseResult, CommitInfo, DeviceClass
+from pipeline.results import analysis, ingest
+from pipeline.results.db import session_scope
+from pipeline.results.stats import summarize
+from tests.results import factories as f
+
+REPO = "example/kernels"
+REPO_URL = "https://github.com/example/kernels"
+T0 = datetime(2026, 10, 1, 9, 0, tzinfo=UTC)
+EVIL_MESSAGE = '<script>window.__xss = 1</script> speed up <img src=x onerror="window.__xss = 2">'
+FAMILIES = {
+    # family: (shapes, dtype, impls, flops(shape), bytes(shape))
+    "gemm": (["1024x1024x1024", "4096x4096x4096", "8192x1024x4096"], "bf16", ["triton", "iree"]),
+    "conv": (["1x64x56x56", "1x128x28x28"], "f16", ["triton", "iree"]),
+    "attention": (["b4-h32-s2048-d128", "b1-h8-s8192-d64"], "bf16", ["triton"]),
+}
+
+
+def main_sha(i: int) -> str:
+    return f.sha(f"demo-main-{i}")
+
+
+@dataclass
+class Demo:
+    cases: list[str] = field(default_factory=list)
+    device_classes: list[str] = field(default_factory=list)
+    commits: int = 0
+    pr_head: str = ""
+    regressed: list[str] = field(default_factory=list)
+
+
+def _cases(scale: int) -> list[str]:
+    out = []
+    for family, (shapes, dtype, impls) in FAMILIES.items():
+        for k in range(scale):
+            for shape in shapes:
+                name = f"{family}-{k}" if scale > 1 else f"{family}-main"
+                for impl in impls:
+                    out.append(f"{family}/{name}/{shape}/{dtype}/{impl}")
+                if family == "gemm":
+                    out.append(f"{family}/{name}/{shape}/{dtype}/vendor")
+    return out
+
+
+def _work(case: str) -> tuple[int, int]:
+    dims = [int(x) for x in case.split("/")[2].replace("b", "").replace("h", "").replace("s", "").replace("d", "")
+            .replace("-", "x").split("x") if x.isdigit()]
+    size = 1
+    for d in dims:
+        size *= d
+    if case.startswith("gemm"):
+        m, n, k = dims
+        return 2 * m * n * k, 2 * (m * k + k * n + m * n)
+    return 2 * size * 9, 4 * size
+
+
+def _level(case: str, index: int) -> float:
+    flops, _ = _work(case)
+    return max(flops / 4e13, 2e-6) * (1.3 if case.endswith("/iree") else 1.0)
+
+
+def device_class(name: str) -> DeviceClass:
+    return DeviceClass(name=name, kind="gpu" if "h100" in name or "mi300" in name else "cpu", targets=[f.TARGET],
+                       runtime="iree", hal_driver="local-sync", description=f"{name} (demo)")
+
+
+def build(engine: Engine, *, commits: int = 30, scale: int = 1, samples: int = 12,
+          device_classes: tuple[str, ...] = ("nvidia-h100-sxm", "cpu-x86-64"), evil: bool = True) -> Demo:
+    demo = Demo(cases=_cases(scale), device_classes=list(device_classes), commits=commits)
+    suite = [c for c in demo.cases if not c.endswith("/vendor")]
+    step_up = {c for i, c in enumerate(suite) if i % 3 == 0}
+    step_down = {c for i, c in enumerate(suite) if i % 5 == 2} - step_up
+    demo.regressed = sorted(step_up)
+    with session_scope(engine) as s:
+        ingest.upsert_repository(s, name=REPO, url=REPO_URL)
+        infos = []
+        for i in range(commits):
+            message = EVIL_MESSAGE if evil and i == commits // 2 else f"kernels: change {i}\n\nbody of change {i}"
+            infos.append(CommitInfo(sha=main_sha(i), parents=[main_sha(i - 1)] if i else [], message=message,
+                                    author="dev <dev@example.com>", committed_at=T0 + timedelta(hours=i),
+                                    branch="main"))
+        infos.append(CommitInfo(sha=f.sha("demo-pr"), parents=[main_sha(commits - 1)], message="gemm: try a wider tile",
+                                author="dev <dev@example.com>", committed_at=T0 + timedelta(hours=commits),
+                                branch="feature", pull_request=7))
+        ingest.record_commits(s, repository=REPO, commits=infos)
+        for dc in device_classes:
+            ingest.upsert_device_class(s, device_class(dc))
+        entries = []
+        for case in demo.cases:
+            flops, nbytes = _work(case)
+            entry = f.built_entry(case)
+            entries.append(BundleEntry.model_validate({**entry.model_dump(), "flops": flops, "bytes": nbytes}))
+        ingest.ingest_manifest(s, manifest=f.manifest(main_sha(0), entries, repository=REPO), path="/bundles/demo")
+    rng = random.Random(7)
+
+    def results(i: int, dc_index: int, pr: bool = False) -> list[CaseResult]:
+        out = []
+        for case in demo.cases:
+            level = _level(case, i) * (1 + 0.4 * dc_index)
+            if case in step_up and i >= int(commits * 0.6):
+                level *= 1.15
+            if case in step_down and i >= int(commits * 0.3):
+                level *= 0.88
+            if pr and case == demo.cases[0]:
+                level *= 1.10
+            drift = rng.gauss(0, 0.003)
+            values = [level * (1 + drift + rng.gauss(0, 0.005)) for _ in range(samples)]
+            out.append(CaseResult(case=case, target=f.TARGET, status="ok", samples=values, stats=summarize(values)))
+        return out
+
+    for i in range(commits):
+        with session_scope(engine) as s:
+            run = ingest.create_run(s, repository=REPO, commit_sha=main_sha(i), kind="push",
+                                    device_classes=list(device_classes))
+            for dc_index, job in enumerate(sorted(run.jobs, key=lambda j: j.device_class.name)):
+                document = f.result_document(run_id=run.id, job_id=job.id, commit_sha=main_sha(i), repository=REPO,
+                                             results=results(i, dc_index), device_class=job.device_class.name)
+                ingest.ingest_result(s, document=document, analysis=None)
+                ingest.set_job_status(s, job_id=job.id, status="done")
+    with session_scope(engine) as s:
+        analysis.reanalyze_all(s, AnalysisSettings())
+        run = ingest.create_run(s, repository=REPO, commit_sha=f.sha("demo-pr"), kind="pr",
+                                device_classes=list(device_classes))
+        for dc_index, job in enumerate(sorted(run.jobs, key=lambda j: j.device_class.name)):
+            document = f.result_document(run_id=run.id, job_id=job.id, commit_sha=f.sha("demo-pr"), repository=REPO,
+                                         results=results(commits, dc_index, pr=True), device_class=job.device_class.name)
+            ingest.ingest_result(s, document=document, analysis=None)
+            ingest.set_job_status(s, job_id=job.id, status="done")
+    demo.pr_head = f.sha("demo-pr")
+    if evil:
+        add_evil_case(engine, device_classes[0])
+    return demo
+
+
+EVIL_CASE = 'gemm/<img src=x onerror="window.__xss=3">/1x1x1/f32/triton'
+
+
+def add_evil_case(engine: Engine, device_class_name: str) -> None:
+    """A case id holding HTML, written straight into the store (the contract would refuse it):
+    the pages must show it as text."""
+    import sqlalchemy as sa
+
+    from pipeline.results.models import Case, DeviceClassRow, Series
+
+    with session_scope(engine) as s:
+        case = Case(case_id=EVIL_CASE, family="gemm", name='<img src=x onerror="window.__xss=3">', shape="1x1x1",
+                    dtype="f32", impl="triton", model="")
+        s.add(case)
+        s.flush()
+        dc_id = s.scalar(sa.select(DeviceClassRow.id).where(DeviceClassRow.name == device_class_name))
+        s.add(Series(case_id=case.id, device_class_id=dc_id, metric="latency"))

@@ -1,0 +1,171 @@
+"""The web UI over real HTTP on both stores: pages, filters, escaping, sign-in, CSRF, triage, privacy."""
+
+from __future__ import annotations
+
+import re
+
+import requests
+import sqlalchemy as sa
+
+from pipeline.results.db import session_scope
+from pipeline.results.models import Case, ChangePoint, Series, TriageEvent
+
+from . import demo_store
+from .conftest import BOOTSTRAP, Service
+
+
+def _csrf(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, "no CSRF field in the page"
+    return found.group(1)
+
+
+def _counts(html: str) -> dict[str, int]:
+    return {state.strip(): int(n) for n, state in re.findall(r'class="count[^"]*"[^>]*><b>(\d+)</b>([^<]+)<', html)}
+
+
+def _sign_in(service: Service, browser: requests.Session, **form: str) -> requests.Response:
+    page = browser.get(f"{service.url}/login", timeout=30)
+    return browser.post(f"{service.url}/login", data={"csrf": _csrf(page.text), "next": "/regressions", **form},
+                        timeout=30, allow_redirects=False)
+
+
+def test_dashboard_counts_filters_and_runs(service: Service) -> None:
+    page = requests.get(service.url + "/", timeout=30)
+    assert page.status_code == 200
+    counts = _counts(page.text)
+    assert counts == {"regressed": 8, "improved": 4, "stable": 18, "no data": 1, "series shown": 31}
+    assert page.text.count('class="tile ') == 31 and "Newest runs" in page.text
+    gemm = _counts(requests.get(service.url + "/", params={"family": "gemm", "impl": "vendor"}, timeout=30).text)
+    assert gemm["series shown"] == 6 and gemm["stable"] == 6  # the controls stay flat
+    text = requests.get(service.url + "/", params={"q": "8192x1024", "device_class": "cpu-x86-64"}, timeout=30).text
+    assert _counts(text)["series shown"] == 3 and "8192x1024x4096" in text
+    only = requests.get(service.url + "/", params={"state": "regressed"}, timeout=30).text
+    assert only.count('class="tile regressed"') == 8 and 'class="tile stable"' not in only
+
+
+def test_html_in_case_ids_and_commit_messages_is_shown_as_text(service: Service) -> None:
+    dashboard = requests.get(service.url + "/", timeout=30).text
+    assert '<img src=x onerror="window.__xss=3">' not in dashboard
+    assert "&lt;img src=x onerror=&#34;window.__xss=3&#34;&gt;" in dashboard
+    with session_scope(service.engine) as s:
+        series_id = s.scalar(sa.select(ChangePoint.series_id).limit(1))
+    series = requests.get(f"{service.url}/series/{series_id}", timeout=30).text
+    assert "<script>window.__xss" not in series and "&lt;script&gt;window.__xss = 1&lt;/script&gt;" in series
+    embedded = re.search(r'<script type="application/json" id="series-data">(.*?)</script>', series, re.S)
+    assert embedded and "<" not in embedded.group(1) and "\\u003cscript\\u003e" in embedded.group(1)
+
+
+def test_series_page_graph_data_change_points_and_samples(service: Service) -> None:
+    with session_scope(service.engine) as s:
+        cp = s.execute(sa.select(ChangePoint.series_id, ChangePoint.direction).join(Series).join(Case)
+                       .where(Case.case_id == service.demo.cases[0]).limit(1)).one()
+    page = requests.get(f"{service.url}/series/{cp.series_id}", timeout=30).text
+    data = re.search(r'id="series-data">(.*?)</script>', page, re.S)
+    assert data
+    import json
+
+    chart = json.loads(data.group(1))
+    assert len(chart["median"]) == 25 and chart["change_points"] and chart["control"] is not None
+    assert f"{demo_store.REPO_URL}/commit/{demo_store.main_sha(23)}" in page
+    samples = requests.get(f"{service.url}/series/{cp.series_id}/samples", params={"sha": chart["sha"][3]}, timeout=30)
+    assert samples.status_code == 200 and len(samples.json()["samples"]) == 12
+    assert requests.get(f"{service.url}/series/{cp.series_id}/samples", params={"sha": "f" * 40},
+                        timeout=30).status_code == 404
+    assert requests.get(f"{service.url}/series/999999", timeout=30).status_code == 404
+    assert requests.get(f"{service.url}/static/vendor/uplot/uPlot.iife.min.js", timeout=30).status_code == 200
+
+
+def test_compare_page_pull_request_and_two_commits(service: Service) -> None:
+    pr = requests.get(f"{service.url}/compare", params={"repository": demo_store.REPO, "pr": "7"}, timeout=30).text
+    assert 'id="verdict">regressed<' in pr and pr.count('class="sortable verdict-table"') == 2
+    assert "significant" in pr and demo_store.main_sha(23)[:10] in pr  # the base: the PR's parent
+    two = requests.get(f"{service.url}/compare", timeout=30, params={
+        "repository": demo_store.REPO, "head": demo_store.main_sha(23)[:8], "base": demo_store.main_sha(2)[:8],
+        "device_class": "cpu-x86-64"}).text
+    assert two.count('class="sortable verdict-table"') == 1 and "explicit" in two
+    assert 'class="status-regressed"' in two and 'class="status-improved"' in two
+    missing = requests.get(f"{service.url}/compare", params={"repository": demo_store.REPO, "head": "abcdef12"},
+                           timeout=30)
+    assert missing.status_code == 404 and "no recorded commit" in missing.text
+
+
+def test_roofline_places_each_case(service: Service) -> None:
+    page = requests.get(f"{service.url}/roofline", params={"device_class": "nvidia-h100-sxm"}, timeout=30).text
+    assert page.count('<circle class="case"') == len(service.demo.cases) == 15 and "best measured case" in page
+
+
+def test_triage_needs_a_signed_in_user_and_the_csrf_token(service: Service) -> None:
+    with session_scope(service.engine) as s:
+        cp_id = s.scalar(sa.select(ChangePoint.id).where(ChangePoint.direction == "regression").limit(1))
+    anonymous = requests.Session()
+    form = {"state": "noisy", "next": "/regressions"}
+    page = anonymous.get(f"{service.url}/regressions", timeout=30).text
+    assert 'action="/change-points/' not in page and "to triage" in page
+    anonymous_csrf = _csrf(anonymous.get(f"{service.url}/login", timeout=30).text)
+    refused = anonymous.post(f"{service.url}/change-points/{cp_id}/triage", data={**form, "csrf": anonymous_csrf},
+                             timeout=30, allow_redirects=False)
+    assert refused.status_code == 303 and refused.headers["location"].startswith("/login?next=")
+
+    created = requests.post(f"{service.url}/api/v1/users", json={"name": "ada", "password": "correct horse"},
+                            headers={"authorization": f"Bearer {BOOTSTRAP}"}, timeout=30)
+    assert created.status_code == 201, created.text
+    browser = requests.Session()
+    assert _sign_in(service, browser, name="ada", password="wrong password").status_code == 401
+    assert _sign_in(service, browser, token=service.tokens["agent"]).status_code == 401  # agents cannot sign in
+    signed = _sign_in(service, browser, name="ada", password="correct horse")
+    assert signed.status_code == 303 and signed.headers["location"] == "/regressions"
+
+    no_csrf = browser.post(f"{service.url}/change-points/{cp_id}/triage", data=form, timeout=30, allow_redirects=False)
+    assert no_csrf.status_code == 403
+    stale = browser.post(f"{service.url}/change-points/{cp_id}/triage", data={**form, "csrf": anonymous_csrf},
+                         timeout=30, allow_redirects=False)
+    assert stale.status_code == 403  # the anonymous session's token is not this one's
+    page = browser.get(f"{service.url}/regressions", timeout=30).text
+    assert "ada" in page and f'action="/change-points/{cp_id}/triage"' in page
+    no_link = browser.post(f"{service.url}/change-points/{cp_id}/triage", timeout=30,
+                           data={"state": "confirmed", "next": "/regressions", "csrf": _csrf(page)})
+    assert "bug_link" in no_link.text  # refused, said on the page it returns to
+    done = browser.post(f"{service.url}/change-points/{cp_id}/triage", timeout=30, data={
+        "state": "confirmed", "bug_link": "https://bugs.example/7", "next": "/regressions", "csrf": _csrf(page)})
+    assert done.status_code == 200 and f"change point {cp_id} is now confirmed" in done.text
+    with session_scope(service.engine) as s:
+        event = s.scalars(sa.select(TriageEvent).where(TriageEvent.change_point_id == cp_id)
+                          .order_by(TriageEvent.id.desc()).limit(1)).one()
+    assert (event.who, event.state, event.bug_link) == ("ada", "confirmed", "https://bugs.example/7")
+
+    disabled = requests.delete(f"{service.url}/api/v1/users/ada", headers={"authorization": f"Bearer {BOOTSTRAP}"},
+                               timeout=30)
+    assert disabled.status_code == 200
+    assert "to triage" in browser.get(f"{service.url}/regressions", timeout=30).text  # signed out at once
+
+
+def test_token_sign_in_and_tampered_cookies(service: Service) -> None:
+    browser = requests.Session()
+    assert _sign_in(service, browser, token=service.tokens["user"]).status_code == 303
+    assert "user-token" in browser.get(f"{service.url}/", timeout=30).text
+    cookie = browser.cookies.get("benchfarm_session")
+    assert cookie and service.tokens["user"] not in cookie
+    payload, stamp, signature = cookie.split(".")
+    forged = requests.Session()
+    forged.cookies.set("benchfarm_session", f"{payload}.{stamp}.{signature[:-2]}AA")
+    assert "user-token" not in forged.get(f"{service.url}/", timeout=30).text
+    requests.delete(f"{service.url}/api/v1/tokens/user-token", headers={"authorization": f"Bearer {BOOTSTRAP}"},
+                    timeout=30)
+    assert "user-token" not in browser.get(f"{service.url}/", timeout=30).text  # revoked: signed out
+
+
+def test_private_service_needs_sign_in_for_pages_and_reads(private_service: Service) -> None:
+    url = private_service.url
+    page = requests.get(f"{url}/series/1", timeout=30, allow_redirects=False)
+    assert page.status_code == 303 and page.headers["location"].startswith("/login?next=/series/1")
+    assert requests.get(f"{url}/api/v1/dashboard", timeout=30).status_code == 401
+    assert requests.get(f"{url}/api/v1/health", timeout=30).status_code == 200
+    agent = {"authorization": f"Bearer {private_service.tokens['agent']}"}
+    assert requests.get(f"{url}/api/v1/dashboard", headers=agent, timeout=30).status_code == 401
+    user = {"authorization": f"Bearer {private_service.tokens['user']}"}
+    assert requests.get(f"{url}/api/v1/dashboard", headers=user, timeout=30).status_code == 200
+    browser = requests.Session()
+    assert _sign_in(private_service, browser, token=private_service.tokens["user"]).status_code == 303
+    assert browser.get(f"{url}/", timeout=30).status_code == 200
+    assert browser.get(f"{url}/api/v1/dashboard", timeout=30).status_code == 200
