@@ -195,6 +195,55 @@ def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.agents.agent import run_agent
+
+    run_agent(settings, server=args.server, token=args.token, name=args.name, max_jobs=args.max_jobs)
+    return 0
+
+
+def cmd_run_job(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.agents.run_job import run_job
+
+    summary = run_job(settings, bundle=Path(args.bundle), device_class=args.device_class,
+                      base_bundle=Path(args.base_bundle) if args.base_bundle else None)
+    out_console.print(f"job {summary['job_id']} of run {summary['run_id']}: {summary['results']} results, "
+                      f"{summary['ok']} ok, {summary['not_ok']} not ok", markup=False, highlight=False)
+    return 0
+
+
+def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.remote import trigger
+
+    if bool(args.ref) == bool(args.commit):
+        raise CliError("give --ref REF or --commit SHA")
+    result = trigger(settings, ref=args.ref, commit=args.commit, device_classes=_split_targets(args.device_class) or [],
+                     cases=args.cases, repository=args.repository, server=args.server, token=args.token)
+    source = f"bundle {result['bundle_digest'][:12]}" if result["bundle_digest"] else "a build first"
+    out_console.print(f"run {result['run_id']}: {result['repository']}@{result['commit'][:10]} queued ({source})",
+                      markup=False, highlight=False)
+    for device_class, job_id in result["jobs"].items():
+        out_console.print(f"  job {job_id} on {device_class}", markup=False, highlight=False)
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.remote import list_jobs
+
+    jobs = list_jobs(settings, status=args.status, run_id=args.run, limit=args.limit, server=args.server,
+                     token=args.token)
+    if args.json:
+        sys.stdout.write(json.dumps(jobs, indent=2) + "\n")
+        return 0
+    for j in jobs:
+        state = j["status"] + (f" (waiting for {j['waiting_for']})" if j["waiting_for"] else "")
+        who = f" by {j['agent']}" if j["agent"] else ""
+        line = (f"{j['id']}\t{j['device_class']}\t{j['commit'][:10]}\t{state}{who}\t"
+                f"attempt {j['attempts']}/{j['max_attempts']}" + (f"\t{j['error']}" if j["error"] else ""))
+        out_console.print(line, markup=False, highlight=False)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from pipeline.local_pipeline import DEFAULT_SUITE
 
@@ -259,6 +308,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repository", help="OWNER/NAME (default BENCHFARM_REPOSITORY)")
     p.add_argument("--format", choices=["json", "yaml"], default="json")
     p.set_defaults(func=cmd_pipeline)
+
+    def service_flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--server", help="the service's URL (default BENCHFARM_AGENT__SERVER_URL, else public_url)")
+        p.add_argument("--token", help="bearer token (default BENCHFARM_API_TOKEN / BENCHFARM_AGENT__TOKEN)")
+
+    p = sub.add_parser("agent", help="the device agent: register this host's devices, claim and run jobs")
+    p.add_argument("--server", help="the service's URL (default BENCHFARM_AGENT__SERVER_URL, else public_url)")
+    p.add_argument("--token", help="an agent-scope token (default BENCHFARM_AGENT__TOKEN)")
+    p.add_argument("--name", help="agent name (default BENCHFARM_AGENT__NAME, else benchfarm-agent@HOST)")
+    p.add_argument("--max-jobs", type=int, help="exit after this many jobs")
+    p.set_defaults(func=cmd_agent)
+
+    p = sub.add_parser("run-job", help="run a bundle on this host's device of a class and upload (a Buildkite step)")
+    p.add_argument("--bundle", required=True, help="the bundle folder")
+    p.add_argument("--device-class", required=True)
+    p.add_argument("--base-bundle", help="the base commit's bundle, run interleaved (paired)")
+    p.set_defaults(func=cmd_run_job)
+
+    p = sub.add_parser("trigger", help="queue an ad-hoc run of a ref or commit on device classes")
+    p.add_argument("--ref", help="a ref of the service's suite checkout (branch, tag, HEAD)")
+    p.add_argument("--commit", help="a commit sha")
+    p.add_argument("--device-class", required=True, help="comma-separated device classes")
+    p.add_argument("--cases", help="glob over case ids (default: every case)")
+    p.add_argument("--repository", help="OWNER/NAME (default: the service's)")
+    service_flags(p)
+    p.set_defaults(func=cmd_trigger)
+
+    p = sub.add_parser("jobs", help="list the service's jobs with their state")
+    p.add_argument("--status", choices=["queued", "running", "done", "failed"])
+    p.add_argument("--run", help="only this run's jobs")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--json", action="store_true")
+    service_flags(p)
+    p.set_defaults(func=cmd_jobs)
 
     p = sub.add_parser("report", help="post a commit's comparison on GitHub (comment, check); flush: post kept reports")
     p.add_argument("action", nargs="?", choices=["post", "flush"], default="post")

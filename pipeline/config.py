@@ -177,6 +177,40 @@ class WebSettings(BaseModel):
         "listed gets ceilings derived from its best measured case")
 
 
+class DispatchSettings(BaseModel):
+    """The built-in dispatcher on the service side: job leases, long polls, the builder of triggered runs."""
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+    lease_s: float = Field(default=60.0, gt=0, description="a claimed job's lease; an agent's heartbeat renews it")
+    max_attempts: int = Field(default=3, ge=1, le=100, description="claims of one job before an expired lease fails it")
+    claim_wait_s: float = Field(default=20.0, ge=0, le=300, description="how long a claim waits for a job (long poll)")
+    claim_poll_s: float = Field(default=0.5, gt=0, description="how often a waiting claim looks again")
+    agent_offline_s: float = Field(default=90.0, gt=0, description="no heartbeat for this long: agent and devices offline")
+    suite_path: str = Field(default="", description="suite folder in a git checkout that triggered runs are built from")
+    build_targets: list[str] = Field(default_factory=list, description="extra targets every triggered build compiles")
+
+
+class AgentSettings(BaseModel):
+    """`benchfarm agent` and `benchfarm run-job`: which service, which devices, where to cache and spool."""
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+    server_url: str = Field(default="", description="the service's URL; empty: public_url")
+    token: SecretStr = Field(default=SecretStr(""), description="an agent-scope token (benchfarm token create --scope agent)")
+    name: str = Field(default="", description="the agent's name; empty: benchfarm-agent@<hostname>")
+    device_classes: dict[str, str] = Field(
+        default_factory=dict,
+        description="discovered device class -> class to register it as; an empty value leaves the device out")
+    only_classes: list[str] = Field(default_factory=list, description="register only these (mapped) classes; empty: all")
+    heartbeat_s: float = Field(default=10.0, gt=0, description="heartbeat and device re-discovery period")
+    work_dir: Path | None = Field(default=None, description="bundle cache, result spool and log; empty: <home>/agent")
+    timeout_s: float = Field(default=30.0, gt=0, description="HTTP timeout of one request (a claim adds its wait)")
+    retries: int = Field(default=5, ge=0, description="retries of one request on connection errors and 5xx")
+    backoff_s: float = Field(default=0.5, ge=0, description="first back-off between retries, doubled up to backoff_max_s")
+    backoff_max_s: float = Field(default=10.0, gt=0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", validate_default=True
@@ -201,6 +235,8 @@ class Settings(BaseSettings):
     buildkite: BuildkiteSettings = Field(default_factory=BuildkiteSettings)
     web: WebSettings = Field(default_factory=WebSettings)
     phones: PhoneSettings = Field(default_factory=PhoneSettings)
+    dispatch: DispatchSettings = Field(default_factory=DispatchSettings)
+    agent: AgentSettings = Field(default_factory=AgentSettings)
 
     @field_validator("database_url")
     @classmethod
@@ -228,6 +264,11 @@ class Settings(BaseSettings):
     @property
     def work_dir(self) -> Path:
         return self.home / "work"
+
+    @property
+    def agent_dir(self) -> Path:
+        """The agent's bundle cache (`bundles/`), result spool (`spool/`) and log (`agent.log`)."""
+        return self.agent.work_dir or self.home / "agent"
 
     @property
     def outbox_dir(self) -> Path:

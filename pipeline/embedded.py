@@ -1,20 +1,32 @@
-"""The embedded one-machine mode: the service, the store and an in-process agent in one process."""
+"""The service process: the API, the dispatcher's reaper and builder threads; and the embedded
+one-machine mode (`benchfarm up`), which adds an in-process agent talking HTTP to its own service
+on loopback and queues a run of the suite's `ref` on this machine's devices."""
 
 from __future__ import annotations
 
+import io
 import logging
+import secrets
 import socket
 import threading
+import time
 from pathlib import Path
 
+import sqlalchemy as sa
 import uvicorn
+from pydantic import SecretStr
 from sqlalchemy.engine import Engine
 
 from pipeline.config import Settings
+from pipeline.results import auth, dispatch, triggers
 from pipeline.results.api import create_app
-from pipeline.results.db import open_store
+from pipeline.results.db import open_store, session_scope
+from pipeline.results.models import Agent, ApiToken
 
 log = logging.getLogger(__name__)
+
+EMBEDDED_AGENT = "embedded"
+_EMBEDDED_TOKEN_PREFIX = "embedded-agent-"
 
 
 class PortTakenError(RuntimeError):
@@ -32,30 +44,105 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
+def _loopback_url(settings: Settings) -> str:
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "", "localhost") else settings.host
+    return f"http://{host}:{settings.port}"
+
+
+def _internal_token(engine: Engine) -> tuple[str, str]:
+    """An agent-scope token for the in-process agent, deleted again when the service stops
+    (stale ones from a process that died are removed first)."""
+    name = f"{_EMBEDDED_TOKEN_PREFIX}{secrets.token_hex(4)}"
+    with session_scope(engine) as session:
+        session.execute(sa.delete(ApiToken).where(ApiToken.name.startswith(_EMBEDDED_TOKEN_PREFIX)))
+        token = auth.create_token(session, name=name, scopes=["agent"])
+    return name, token
+
+
 def start_embedded_agent(settings: Settings, engine: Engine, *, suite: Path, ref: str) -> threading.Thread:
-    """Benchmark `ref` of the suite on this machine's devices in a background thread."""
-    from pipeline.local_pipeline import run_pipeline
+    """In a background thread: once the service answers, start the in-process agent (same code as
+    `benchfarm agent`, over HTTP on loopback) and queue a run of `ref` on its device classes."""
+    from pipeline.agents.agent import DeviceAgent
+    from pipeline.agents.agent_log import AgentLog
+
+    _, token = _internal_token(engine)
+    url = _loopback_url(settings)
+    agent_settings = settings.model_copy(update={"agent": settings.agent.model_copy(
+        update={"server_url": url, "token": SecretStr(token)})})
+    agent = DeviceAgent(agent_settings, name=EMBEDDED_AGENT,
+                        log=AgentLog(settings.agent_dir / "agent.log", terminal=False, stream=_LogStream()))
 
     def work() -> None:
         try:
-            outcome = run_pipeline(settings=settings, engine=engine, suite=suite, ref=ref)
+            threading.Thread(target=agent.run, name="embedded-agent", daemon=True).start()
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                with session_scope(engine) as session:
+                    if session.scalar(sa.select(Agent.id).where(Agent.name == EMBEDDED_AGENT)) is not None:
+                        break
+                time.sleep(0.2)
+            classes = sorted({d.device_class.name for d in agent.devices.values()})
+            if not classes:
+                log.error("embedded agent: no local device to run %s on", ref)
+                return
+            with session_scope(engine) as session:
+                repository, sha = triggers.resolve_commit_for_trigger(session, settings, repository=None, ref=ref,
+                                                                      commit=None)
+                result = triggers.queue_run(session, repository=repository, commit_sha=sha, device_classes=classes,
+                                            cases=None, max_attempts=settings.dispatch.max_attempts,
+                                            extra_targets=settings.dispatch.build_targets, kind="local")
+            log.info("run %s of %s@%s queued on %s: results at %s/runs/%s", result.run_id, repository, sha[:10],
+                     ", ".join(classes), settings.public_url, result.run_id)
         except Exception:
             log.exception("embedded run of %s failed", ref)
-            return
-        for comparison in outcome.comparisons:
-            log.info("run %s on %s: %s", outcome.run_id, comparison.device_class, comparison.counts)
-        log.info("run %s done: results at %s/runs/%s", outcome.run_id, settings.public_url, outcome.run_id)
 
-    thread = threading.Thread(target=work, name="embedded-agent", daemon=True)
+    thread = threading.Thread(target=work, name="embedded-trigger", daemon=True)
     thread.start()
     return thread
 
 
+class _LogStream(io.TextIOBase):
+    """The in-process agent's JSON lines, into the service's log at INFO."""
+
+    def write(self, text: str) -> int:
+        if text.strip():
+            logging.getLogger("pipeline.agents.agent").info("%s", text.strip())
+        return len(text)
+
+    def isatty(self) -> bool:
+        return False
+
+
+def start_dispatcher(settings: Settings, engine: Engine) -> list[threading.Thread]:
+    """What the service runs beside the API: leases restarted (agents could not heartbeat while it
+    was down), the reaper, and the builder when it has a suite checkout."""
+    with session_scope(engine) as session:
+        extended = dispatch.extend_leases(session, lease_s=settings.dispatch.lease_s)
+    if extended:
+        log.info("%d running jobs get a fresh lease after the restart", extended)
+    loops: list[threading.Thread] = [triggers.Reaper(settings, engine)]
+    if settings.dispatch.suite_path:
+        loops.append(triggers.Builder(settings, engine, suite=Path(settings.dispatch.suite_path)))
+    for loop in loops:
+        loop.start()
+    return loops
+
+
 def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_start: bool) -> None:
     check_port_free(settings.host, settings.port)
+    if suite is not None and not settings.dispatch.suite_path:
+        settings = settings.model_copy(update={"dispatch": settings.dispatch.model_copy(
+            update={"suite_path": str(Path(suite).resolve())})})
     engine = open_store(settings.database_url)
     app = create_app(settings, engine)
+    start_dispatcher(settings, engine)
     if run_on_start and suite is not None:
         start_embedded_agent(settings, engine, suite=suite, ref=ref)
     print(f"benchfarm serving {settings.database_url} at {settings.public_url}  (Ctrl-C stops)", flush=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower())
+    try:
+        # graceful shutdown waits for open requests: a long-polling claim would hold it for claim_wait_s
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
+                    timeout_graceful_shutdown=2)
+    finally:
+        with session_scope(engine) as session:
+            session.execute(sa.delete(ApiToken).where(ApiToken.name.startswith(_EMBEDDED_TOKEN_PREFIX)))

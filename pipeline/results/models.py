@@ -42,6 +42,8 @@ TRIAGE_STATES = ("needs triage", "noisy", "confirmed", "intended", "assigned", "
 OPEN_STATES = ("needs triage", "confirmed", "assigned")
 """States in which a change point still asks for attention (counts on the dashboard, listed as a regression)."""
 DIRECTIONS = ("regression", "improvement")
+AGENT_STATES = ("online", "offline")
+BUILD_STATUSES = ("pending", "building", "done", "failed")
 
 # 64-bit on PostgreSQL; on SQLite only "INTEGER PRIMARY KEY" autoincrements (and is 64-bit anyway).
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -153,6 +155,10 @@ class Device(Base):
     driver: Mapped[str | None] = mapped_column(sa.String(200))
     first_seen: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen: Mapped[datetime] = mapped_column(default=utcnow)
+    agent_id: Mapped[int | None] = mapped_column(sa.ForeignKey("agents.id", ondelete="SET NULL"))
+    """The agent that last registered this device (dispatcher); None for devices only seen in results."""
+    online: Mapped[bool] = mapped_column(default=False, server_default=sa.false())
+    """Listed by its agent's latest registration or heartbeat, and that agent is online."""
 
 
 class Case(Base):
@@ -265,6 +271,16 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    # The dispatcher (`pipeline.results.dispatch`): a queued job is claimable once it has a bundle.
+    base_bundle_digest: Mapped[str | None] = mapped_column(sa.String(64))
+    """Paired jobs: the base commit's bundle, run interleaved with `bundle_digest`."""
+    cases: Mapped[str | None] = mapped_column(sa.String(400))
+    """A glob over case ids (fnmatch) narrowing what the job runs; None: every case."""
+    max_attempts: Mapped[int] = mapped_column(default=3, server_default="3")
+    lease_owner: Mapped[str | None] = mapped_column(sa.String(200))
+    lease_expires_at: Mapped[datetime | None]
+    device_id: Mapped[int | None] = mapped_column(sa.ForeignKey("devices.id", ondelete="SET NULL"))
+    """The device that runs (or ran) the job's latest attempt."""
 
     run: Mapped[Run] = relationship(back_populates="jobs")
     device_class: Mapped[DeviceClassRow] = relationship()
@@ -429,6 +445,40 @@ class User(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_login_at: Mapped[datetime | None]
     disabled_at: Mapped[datetime | None]
+
+
+class Agent(Base):
+    """A device agent known to the dispatcher: registered with an agent-scope token, heartbeating."""
+
+    __tablename__ = "agents"
+    __table_args__ = (_one_of("state", AGENT_STATES, "state"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(200), unique=True)
+    token_name: Mapped[str] = mapped_column(sa.String(100), default="")
+    host: Mapped[str] = mapped_column(sa.String(200), default="")
+    version: Mapped[str] = mapped_column(sa.String(100), default="")
+    state: Mapped[str] = mapped_column(sa.String(16), default="online")
+    registered_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_heartbeat: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class BuildRequest(Base):
+    """A run waiting for a bundle: the service's builder builds the commit for these targets, then
+    the run's jobs get the bundle's digest and become claimable."""
+
+    __tablename__ = "build_requests"
+    __table_args__ = (_one_of("status", BUILD_STATUSES, "status"), sa.Index(None, "status", "created_at"))
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[str] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"), unique=True)
+    targets: Mapped[list[str]]
+    status: Mapped[str] = mapped_column(sa.String(16), default="pending")
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    bundle_digest: Mapped[str | None] = mapped_column(sa.String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
 
 
 ALL_TABLES = [table.name for table in Base.metadata.sorted_tables]

@@ -144,10 +144,8 @@ def test_benchfarm_commands_parse_with_the_cli(capsys: pytest.CaptureFixture[str
     commands = [c for s in document["steps"] for c in s["commands"] if c.startswith("benchfarm ")]
     for command in commands:
         argv = shlex.split(command)[1:]
-        if argv[0] == "run-job":   # the agent's job command; it comes with the agent work
-            continue
         args = parser.parse_args(argv)
-        assert args.func.__name__ == f"cmd_{argv[0]}"
+        assert args.func.__name__ == f"cmd_{argv[0].replace('-', '_')}"
     # The pipeline's environment holds only settings benchfarm knows.
     os.environ.update(document["env"])
     try:

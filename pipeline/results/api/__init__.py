@@ -14,12 +14,15 @@ from pipeline import __version__
 from pipeline.config import Settings
 from pipeline.contracts import ContractError
 from pipeline.results.api.routes import (
+    agents,
+    bundles,
     change_points,
     commits,
     compare,
     dashboard,
     health,
     imports,
+    jobs,
     regressions,
     results,
     runs,
@@ -79,7 +82,7 @@ def create_app(settings: Settings, engine: Engine) -> FastAPI:
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
     for module in (health, commits, runs, compare, series, change_points, regressions, dashboard, results, imports,
-                   tokens):
+                   tokens, agents, jobs, bundles):
         app.include_router(module.router, prefix="/api/v1")
     web.mount(app)
 

@@ -1,0 +1,93 @@
+"""What the agent tells people: JSON lines (always to its log file; to stderr too when stderr is
+not a terminal) and, on a terminal, a live display of its devices, its job and the job's progress."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["AgentLog", "LineStream"]
+
+
+class LineStream(Protocol):
+    """Where the lines go besides the file: stderr, or anything that writes text."""
+
+    def write(self, text: str, /) -> int: ...
+    def flush(self) -> None: ...
+    def isatty(self) -> bool: ...
+
+
+class AgentLog:
+    def __init__(self, log_file: Path | None, *, terminal: bool | None = None, stream: LineStream | None = None) -> None:
+        self.stream: LineStream = stream or sys.stderr
+        self.terminal = self.stream.isatty() if terminal is None else terminal
+        self._lock = threading.Lock()
+        self._file: IO[str] | None = None
+        if log_file is not None:
+            log_file.parent.mkdir(parents=True, exist_ok=True)
+            self._file = log_file.open("a", buffering=1)
+        self.state: dict[str, Any] = {"agent": "", "server": "", "devices": {}, "job": None, "progress": None,
+                                      "recent": []}
+        self._live: Live | None = None
+        if self.terminal:
+            self._live = Live(self._render(), console=Console(file=self.stream),  # type: ignore[arg-type]
+                              refresh_per_second=4, transient=False)
+            self._live.start()
+
+    def event(self, event: str, **fields: Any) -> None:
+        record = {"ts": datetime.now(UTC).isoformat(timespec="milliseconds"), "event": event, **fields}
+        line = json.dumps(record, default=str)
+        with self._lock:
+            if self._file is not None:
+                self._file.write(line + "\n")
+            if not self.terminal:
+                self.stream.write(line + "\n")
+                self.stream.flush()
+            summary = " ".join(f"{k}={v}" for k, v in fields.items() if k not in ("document",))
+            self.state["recent"] = (self.state["recent"] + [f"{time.strftime('%H:%M:%S')} {event} {summary}"])[-8:]
+        self._refresh()
+
+    def update(self, **state: Any) -> None:
+        with self._lock:
+            self.state.update(state)
+        self._refresh()
+
+    def progress(self, description: str, done: int, total: int) -> None:
+        """run_bundle's progress callback: the display always; the log as each stage starts and ends."""
+        self.update(progress=(description, done, total))
+        if done in (1, total):
+            self.event("progress", stage=description, done=done, total=total)
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+        if self._file is not None:
+            self._file.close()
+
+    def _refresh(self) -> None:
+        if self._live is not None:
+            self._live.update(self._render())
+
+    def _render(self) -> Group:
+        state = self.state
+        devices = Table("device", "class", "state", box=None, title=f"agent {state['agent']} -> {state['server']}",
+                        title_justify="left")
+        for uid, (device_class, online) in sorted(state["devices"].items()):
+            devices.add_row(uid, device_class, "[green]online[/]" if online else "[red]gone[/]")
+        job = state["job"]
+        lines = [Text(f"job {job}" if job else "waiting for a job")]
+        if job and state["progress"]:
+            description, done, total = state["progress"]
+            lines.append(Text(f"  {description} ({done}/{total})"))
+        lines.extend(Text(r, style="dim") for r in state["recent"])
+        return Group(devices, *lines)

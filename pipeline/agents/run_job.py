@@ -1,0 +1,86 @@
+"""`benchfarm run-job`: one Buildkite device step. Runs a downloaded bundle (and its base, paired)
+on this host's device of the class, and uploads the results to the service like an agent does:
+spooled first, re-sent until acknowledged.
+
+Ids come from Buildkite's environment so that a retried step continues the same job and its
+upload is idempotent: the run is named after BUILDKITE_BUILD_ID, the job after the build and the
+device class (a retry gets a new BUILDKITE_JOB_ID but is the same job; BUILDKITE_RETRY_COUNT is
+logged). Outside Buildkite, fresh ids.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pipeline.agents.agent import DeviceAgent, Work, map_devices, run_locally
+from pipeline.agents.agent_log import AgentLog
+from pipeline.agents.devices import discover_local_devices
+from pipeline.build.bundle import load_bundle
+from pipeline.config import Settings
+from pipeline.contracts import CommitInfo
+
+__all__ = ["RunJobError", "job_ids", "run_job"]
+
+_NAMESPACE = uuid.UUID("6b1f0c59-3f0e-4d7e-9a57-62656e636866")
+
+
+class RunJobError(RuntimeError):
+    pass
+
+
+def job_ids(env: Mapping[str, str], device_class: str) -> tuple[str, str]:
+    """(run id, job id): stable per Buildkite build (and device class), fresh outside Buildkite."""
+    build = env.get("BUILDKITE_BUILD_ID")
+    if not build:
+        return str(uuid.uuid4()), str(uuid.uuid4())
+    return (str(uuid.uuid5(_NAMESPACE, f"buildkite/{build}")),
+            str(uuid.uuid5(_NAMESPACE, f"buildkite/{build}/{device_class}")))
+
+
+def _kind(env: Mapping[str, str]) -> str:
+    pr = env.get("BUILDKITE_PULL_REQUEST", "false")
+    return "pr" if pr not in ("", "false") else "push" if env.get("BUILDKITE_BUILD_ID") else "adhoc"
+
+
+def run_job(settings: Settings, *, bundle: Path, device_class: str, base_bundle: Path | None = None,
+            env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    env = os.environ if env is None else env
+    manifest = load_bundle(bundle)
+    base_manifest = load_bundle(base_bundle) if base_bundle is not None else None
+    devices = map_devices(discover_local_devices(), settings.agent.device_classes, settings.agent.only_classes)
+    device = next((d for d in devices if d.device_class.name == device_class), None)
+    if device is None:
+        have = ", ".join(sorted({d.device_class.name for d in devices})) or "none"
+        raise RunJobError(f"no device of class {device_class} on this host (it has: {have})")
+    run_id, job_id = job_ids(env, device_class)
+    name = env.get("BUILDKITE_AGENT_NAME") or settings.agent.name or f"benchfarm-run-job@{socket.gethostname()}"
+    agent = DeviceAgent(settings, name=name, discover=lambda: [device],
+                        log=AgentLog(settings.agent_dir / "agent.log"))
+    try:
+        agent.log.event("run_job", run=run_id, job=job_id, retry=env.get("BUILDKITE_RETRY_COUNT", "0"),
+                        device=device.info.uid, bundle=str(bundle))
+        for item in agent.spool.pending():   # a previous attempt on this host that could not upload
+            agent.send(item)
+        commit = CommitInfo(sha=manifest.commit, committed_at=manifest.created_at or datetime.now(UTC))
+        agent.client.request("PUT", f"runs/{run_id}/jobs/{job_id}", json={
+            "agent": name, "repository": manifest.repository, "commit": commit.model_dump(mode="json"),
+            "kind": _kind(env), "device_class": device.device_class.model_dump(mode="json"),
+            "manifest": manifest.model_dump(mode="json"),
+            "base_manifest": base_manifest.model_dump(mode="json") if base_manifest else None})
+        work = Work(job_id=job_id, run_id=run_id, device=device, bundle_dir=bundle, manifest=manifest,
+                    base_bundle_dir=base_bundle, base_manifest=base_manifest)
+        document = run_locally(settings.measurement)(work, agent.log.progress)
+        spooled = agent.spool.put(job_id=job_id, agent=name, document=document)
+        if not agent.send(spooled):
+            raise RunJobError(f"results of job {job_id} not accepted; kept in {agent.spool.root}")
+        statuses = [r.status for r in document.results]
+        return {"run_id": run_id, "job_id": job_id, "results": len(statuses),
+                "ok": statuses.count("ok"), "not_ok": len(statuses) - statuses.count("ok")}
+    finally:
+        agent.log.close()

@@ -1,0 +1,234 @@
+"""Ad-hoc runs and the service's builder: queue a commit's jobs, reuse its bundle or build one.
+
+`queue_run` (pure, over a Session) makes an ad-hoc run with one job per device class; when a
+bundle of that commit covering the classes' targets is known the jobs get it at once (claimable),
+otherwise a build request waits for `Builder`, a thread of the service that builds the commit
+from the suite checkout it was given (`dispatch.suite_path`; `benchfarm up` passes its suite),
+ingests the manifest and hands the digest to the jobs. `Reaper`, another thread, requeues jobs
+whose lease expired and marks silent agents offline.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from pipeline.config import Settings
+from pipeline.results import dispatch, ingest
+from pipeline.results.db import session_scope
+from pipeline.results.models import (
+    BuildRequest,
+    Bundle,
+    Commit,
+    DeviceClassRow,
+    Job,
+    Repository,
+    Run,
+    utcnow,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Builder", "Reaper", "TriggerError", "TriggerResult", "queue_run", "resolve_commit_for_trigger"]
+
+
+class TriggerError(ValueError):
+    """A trigger the service cannot take; the message names the field."""
+
+
+@dataclass(frozen=True)
+class TriggerResult:
+    run_id: str
+    repository: str
+    commit: str
+    job_ids: dict[str, str]
+    bundle_digest: str | None   # None: a build was requested
+
+
+def _manifest_targets(path: str) -> set[str] | None:
+    from pipeline.build.bundle import load_bundle
+
+    try:
+        manifest = load_bundle(Path(path))
+    except (OSError, ValueError):
+        return None
+    return set(manifest.targets)
+
+
+def find_bundle(session: Session, *, commit_id: int, targets: set[str]) -> str | None:
+    """The newest bundle of the commit whose files the service has and whose entries cover `targets`."""
+    rows = session.execute(sa.select(Bundle.digest, Bundle.path).where(Bundle.commit_id == commit_id)
+                           .order_by(Bundle.created_at.desc(), Bundle.id.desc())).all()
+    for digest, path in rows:
+        have = _manifest_targets(path)
+        if have is not None and targets <= have:
+            return digest
+    return None
+
+
+def resolve_commit_for_trigger(session: Session, settings: Settings, *, repository: str | None, ref: str | None,
+                               commit: str | None) -> tuple[str, str]:
+    """(repository, full sha) of a trigger. With a suite checkout (`dispatch.suite_path`) a ref or
+    sha is resolved there and the commit's history recorded; without one, the commit must be known."""
+    if bool(ref) == bool(commit):
+        raise TriggerError("ref / commit: give exactly one")
+    if settings.dispatch.suite_path:
+        from pipeline.build.suite_loader import (
+            SuiteError,
+            commit_history,
+            locate_suite,
+            resolve_commit,
+        )
+
+        location = locate_suite(Path(settings.dispatch.suite_path))
+        try:
+            sha = resolve_commit(location, ref or commit or "HEAD")
+        except (SuiteError, RuntimeError) as exc:
+            raise TriggerError(f"{'ref' if ref else 'commit'}: {exc}") from None
+        repo = repository or settings.repository or location.repository
+        ingest.record_commits(session, repository=repo, commits=commit_history(location, sha))
+        return repo, sha
+    if not commit:
+        raise TriggerError("ref: the service has no suite checkout (dispatch.suite_path) to resolve it; give a commit")
+    query = sa.select(Repository.name, Commit.sha).join(Repository).where(Commit.sha.startswith(commit.lower()))
+    if repository:
+        query = query.where(Repository.name == repository)
+    found = session.execute(query).all()
+    if len(found) != 1:
+        raise TriggerError(f"commit: {commit} is {'ambiguous' if found else 'not a recorded commit'}")
+    return found[0][0], found[0][1]
+
+
+def queue_run(
+    session: Session, *, repository: str, commit_sha: str, device_classes: Sequence[str], cases: str | None,
+    max_attempts: int, extra_targets: Sequence[str] = (), can_build: bool = True, kind: str = "adhoc",
+) -> TriggerResult:
+    """An ad-hoc run of a recorded commit: one queued job per device class, claimable at once when
+    a bundle covering the classes' targets exists, else after the builder made one."""
+    rows = {r.name: r for r in session.scalars(sa.select(DeviceClassRow).where(DeviceClassRow.name.in_(list(device_classes))))}
+    unknown = [c for c in device_classes if c not in rows]
+    if unknown:
+        raise TriggerError(f"device_classes: no agent has registered {', '.join(unknown)}")
+    targets = {t for r in rows.values() for t in r.targets} | set(extra_targets)
+    run = ingest.create_run(session, repository=repository, commit_sha=commit_sha, kind=kind,
+                            device_classes=list(device_classes))
+    digest = find_bundle(session, commit_id=run.commit_id, targets=targets)
+    if digest is None and not can_build:
+        raise TriggerError(f"commit: no bundle of {commit_sha[:10]} covers {', '.join(sorted(targets))}, "
+                           "and the service has no suite checkout to build one (dispatch.suite_path)")
+    for job in run.jobs:
+        job.cases, job.max_attempts, job.bundle_digest = cases, max_attempts, digest
+    if digest is None:
+        session.add(BuildRequest(run_id=run.id, targets=sorted(targets), status="pending", created_at=utcnow()))
+    session.flush()
+    return TriggerResult(run_id=run.id, repository=repository, commit=commit_sha,
+                         job_ids={j.device_class.name: j.id for j in run.jobs}, bundle_digest=digest)
+
+
+# --- the service's threads ---------------------------------------------------------------------
+
+
+class _Loop(threading.Thread):
+    def __init__(self, name: str, period_s: float) -> None:
+        super().__init__(name=name, daemon=True)
+        self.period_s = period_s
+        self.stopped = threading.Event()
+
+    def step(self) -> bool:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                busy = self.step()
+            except Exception:
+                log.exception("%s: step failed", self.name)
+                busy = False
+            if not busy:
+                self.stopped.wait(self.period_s)
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+class Reaper(_Loop):
+    """Requeues jobs whose lease expired; marks agents that stopped heartbeating offline."""
+
+    def __init__(self, settings: Settings, engine: Engine) -> None:
+        super().__init__("dispatch-reaper", max(0.2, min(settings.dispatch.lease_s / 4, 5.0)))
+        self.settings, self.engine = settings, engine
+
+    def step(self) -> bool:
+        with session_scope(self.engine) as session:
+            for job_id, status in dispatch.requeue_expired(session):
+                log.warning("job %s: lease expired, now %s", job_id, status)
+            for name in dispatch.mark_silent_agents_offline(session, silent_s=self.settings.dispatch.agent_offline_s):
+                log.warning("agent %s: no heartbeat for %.0f s, offline", name, self.settings.dispatch.agent_offline_s)
+        return False
+
+
+class Builder(_Loop):
+    """Builds the bundles of triggered runs from the suite checkout, one at a time."""
+
+    def __init__(self, settings: Settings, engine: Engine, *, suite: Path) -> None:
+        super().__init__("dispatch-builder", 0.5)
+        self.settings, self.engine, self.suite = settings, engine, suite
+
+    def _take(self) -> tuple[int, str, str, list[str]] | None:
+        with session_scope(self.engine) as session:
+            row = session.execute(
+                sa.select(BuildRequest.id, Repository.name, Commit.sha, BuildRequest.targets)
+                .join(Run, BuildRequest.run_id == Run.id).join(Repository, Run.repository_id == Repository.id)
+                .join(Commit, Run.commit_id == Commit.id)
+                .where(BuildRequest.status == "pending").order_by(BuildRequest.created_at).limit(1)).first()
+            if row is None:
+                return None
+            won = dispatch.rowcount(session.execute(
+                sa.update(BuildRequest).where(BuildRequest.id == row[0], BuildRequest.status == "pending")
+                .values(status="building", started_at=utcnow())))
+            return (row[0], row[1], row[2], list(row[3])) if won == 1 else None
+
+    def step(self) -> bool:
+        from pipeline.build.bundle import build_bundle
+        from pipeline.build.suite_loader import locate_suite
+
+        taken = self._take()
+        if taken is None:
+            return False
+        build_id, repository, sha, targets = taken
+        log.info("building %s@%s for %s", repository, sha[:10], ", ".join(targets))
+        try:
+            bundle_dir, manifest = build_bundle(
+                location=locate_suite(self.suite), sha=sha, targets=targets, out_dir=self.settings.bundles_dir,
+                cache_dir=self.settings.cache_dir, workers=self.settings.build_workers, repository=repository)
+            with session_scope(self.engine) as session:
+                bundle = ingest.ingest_manifest(session, manifest=manifest, path=str(Path(bundle_dir).resolve()))
+                finish_build(session, build_id=build_id, digest=bundle.digest)
+        except Exception as exc:
+            log.exception("build of %s failed", sha[:10])
+            with session_scope(self.engine) as session:
+                fail_build(session, build_id=build_id, error=f"build failed: {exc}")
+        return True
+
+
+def finish_build(session: Session, *, build_id: int, digest: str) -> None:
+    build = session.get(BuildRequest, build_id)
+    assert build is not None
+    build.status, build.bundle_digest, build.finished_at = "done", digest, utcnow()
+    session.execute(sa.update(Job).where(Job.run_id == build.run_id, Job.bundle_digest.is_(None))
+                    .values(bundle_digest=digest))
+
+
+def fail_build(session: Session, *, build_id: int, error: str) -> None:
+    build = session.get(BuildRequest, build_id)
+    assert build is not None
+    build.status, build.error, build.finished_at = "failed", error[:4000], utcnow()
+    for job_id in session.scalars(sa.select(Job.id).where(Job.run_id == build.run_id, Job.status == "queued")):
+        ingest.set_job_status(session, job_id=job_id, status="failed", error=error[:4000])

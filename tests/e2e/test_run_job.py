@@ -1,0 +1,48 @@
+"""`benchfarm run-job` as a Buildkite device step runs it: a built bundle, run on this host's CPU,
+uploaded to a real service; a retried step (same build, new Buildkite job) continues the same job
+and stores nothing twice."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.farm import DEVICE_CLASS, FAST, TOKEN, Farm, base_env
+from tests.helpers.suite_repo import GemmCase, gemm_suite_files, make_suite_repo
+
+pytestmark = pytest.mark.e2e
+
+
+def test_run_job_uploads_once_across_retries(tmp_path: Path) -> None:
+    repo = make_suite_repo(tmp_path, gemm_suite_files([GemmCase("alpha", 32, 32, 32)]), name="suite-repo")
+    farm = Farm(root=tmp_path, suite=repo / "kernels")
+    farm.service()
+    try:
+        env = base_env(tmp_path / "step")
+        env.update(FAST, BENCHFARM_AGENT__SERVER_URL=farm.url, BENCHFARM_AGENT__TOKEN=TOKEN,
+                   BENCHFARM_AGENT__DEVICE_CLASSES=json.dumps({"cpu-x86_64": DEVICE_CLASS, "cpu-aarch64": DEVICE_CLASS}),
+                   BUILDKITE_BUILD_ID="build-42", BUILDKITE_JOB_ID="job-1", BUILDKITE_RETRY_COUNT="0")
+        cli = [sys.executable, "-m", "pipeline.cli"]
+        built = subprocess.run([*cli, "build", "--suite", str(repo / "kernels"), "--out", str(tmp_path / "out"),
+                                "--targets", "llvm-cpu:x86_64"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                               timeout=120, check=False)
+        assert built.returncode == 0, built.stderr
+        (bundle,) = (tmp_path / "out").iterdir()
+        outputs = []
+        for retry in ("0", "1"):
+            env.update(BUILDKITE_JOB_ID=f"job-{retry}", BUILDKITE_RETRY_COUNT=retry)
+            proc = subprocess.run([*cli, "run-job", "--bundle", str(bundle), "--device-class", DEVICE_CLASS], env=env,
+                                  cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            outputs.append(proc.stdout.split(":")[0])
+        assert outputs[0] == outputs[1]           # the same job both times
+        (job,) = farm.api("GET", "jobs")
+        # the retry found the job done: no second attempt, its upload only duplicates
+        assert job["status"] == "done" and job["attempts"] == 1 and job["device_class"] == DEVICE_CLASS
+        assert farm.query("SELECT COUNT(*) FROM case_results WHERE job_id = ?", job["id"]) == [(1,)]
+    finally:
+        farm.stop()
