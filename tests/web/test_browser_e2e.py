@@ -1,0 +1,161 @@
+"""End-to-end in a real headless Chromium (Debian's chromium + chromedriver, driven by Selenium)
+against the running service on a demo store: the dashboard and its filters, a series' graph drawn
+by uPlot with its samples on hover, a pull request's comparison sorted, sign-in and triage of a
+regression; HTML in a case id or a commit message never runs. With BENCHFARM_SCREENSHOTS=DIR, a
+screenshot of each page is written there (docs/screenshots in the repository)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from pipeline.config import Settings
+from pipeline.results.api import create_app
+from pipeline.results.db import open_store
+from tests.helpers.live_server import live_server
+
+from . import demo_store
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+if not (CHROMIUM and CHROMEDRIVER):
+    pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)",
+                allow_module_level=True)
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
+from selenium.webdriver.support.select import Select  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+ADMIN = "e2e-admin-token"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, demo_store.Demo]]:
+    home = tmp_path_factory.mktemp("web-e2e")
+    engine = open_store(f"sqlite:///{home}/benchfarm.db")
+    demo = demo_store.build(engine, commits=40)
+    app = create_app(Settings(home=home, api_token=ADMIN, web={"secret_key": "e2e"}), engine)
+    with live_server(app) as url:
+        created = requests.post(f"{url}/api/v1/users", json={"name": "ada", "password": "correct horse"},
+                                headers={"authorization": f"Bearer {ADMIN}"}, timeout=30)
+        assert created.status_code == 201, created.text
+        yield url, demo
+    engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    profile = tempfile.mkdtemp(prefix="chromium-profile-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", "--window-size=1400,1000", f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def shot(driver: Any, name: str) -> None:
+    folder = os.environ.get("BENCHFARM_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        height = driver.execute_script("return Math.min(document.body.scrollHeight, 2200)")
+        driver.set_window_size(1400, max(1000, height + 40))
+        driver.save_screenshot(str(Path(folder) / f"{name}.png"))
+        driver.set_window_size(1400, 1000)
+
+
+def no_script_ran(driver: Any) -> None:
+    assert driver.execute_script("return window.__xss === undefined")
+
+
+def wait(driver: Any, seconds: float = 15) -> Any:
+    return WebDriverWait(driver, seconds)
+
+
+def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo_store.Demo], browser: Any) -> None:
+    url, demo = site
+    browser.get(url + "/")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "a.tile")) == 31
+    assert browser.find_element(By.XPATH, f"//a[contains(@class, 'tile')][contains(., 'onerror')]")  # shown as text
+    no_script_ran(browser)
+    shot(browser, "dashboard")
+
+    Select(browser.find_element(By.NAME, "family")).select_by_visible_text("gemm")  # submits on change
+    wait(browser).until(ec.url_contains("family=gemm"))
+    assert len(browser.find_elements(By.CSS_SELECTOR, "a.tile")) == 19  # 18 series and the evil case
+    text = browser.find_element(By.NAME, "q")
+    text.send_keys("vendor")
+    text.submit()
+    wait(browser).until(ec.url_contains("q=vendor"))
+    tiles = browser.find_elements(By.CSS_SELECTOR, "a.tile")
+    assert len(tiles) == 6 and all("stable" in t.get_attribute("class") for t in tiles)
+
+    browser.get(url + "/?state=regressed&family=gemm&device_class=nvidia-h100-sxm")
+    browser.find_element(By.CSS_SELECTOR, "a.tile.regressed").click()
+    wait(browser).until(lambda d: d.execute_script("return !!window.benchfarmChart"))
+    drawn = browser.execute_script("""
+        const u = window.benchfarmChart, c = document.querySelector('#chart canvas');
+        const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let painted = 0; for (let i = 3; i < px.length; i += 4) if (px[i]) painted++;
+        return [u.data[0].length, u.data[1].filter(v => v != null).length, u.series.length, painted];""")
+    assert drawn[0] == drawn[1] == 41 and drawn[2] == 5 and drawn[3] > 1000  # median, min, max, control
+    canvas = browser.find_element(By.CSS_SELECTOR, "#chart .u-over")
+    ActionChains(browser).move_to_element_with_offset(canvas, 40, 0).perform()
+    wait(browser).until(lambda d: "samples" in d.find_element(By.ID, "samples").text
+                        and "·" in d.find_element(By.ID, "samples").text)
+    assert "12 samples" in browser.find_element(By.ID, "samples").text
+    no_script_ran(browser)
+    shot(browser, "series")
+
+    browser.get(f"{url}/compare?repository={demo_store.REPO}&pr=7")
+    assert browser.find_element(By.ID, "verdict").text == "regressed"
+    table = browser.find_element(By.CSS_SELECTOR, "table.verdict-table")
+    change = table.find_elements(By.CSS_SELECTOR, "thead th")[4]
+    change.click()
+    change.click()  # descending: the largest slowdown first
+    first = table.find_element(By.CSS_SELECTOR, "tbody tr")
+    assert "regressed" in first.text and demo.cases[0] in first.text
+    shot(browser, "compare")
+
+    browser.get(url + "/regressions")
+    assert "to triage" in browser.page_source and not browser.find_elements(By.CSS_SELECTOR, "form.triage")
+    browser.find_element(By.LINK_TEXT, "sign in").click()
+    browser.find_element(By.NAME, "name").send_keys("ada")
+    browser.find_element(By.NAME, "password").send_keys("correct horse")
+    browser.find_element(By.CSS_SELECTOR, "#login button[type=submit]").click()
+    wait(browser).until(ec.url_contains("/regressions"))
+    sections = browser.find_elements(By.CSS_SELECTOR, "section.regression")
+    assert len(sections) == 8
+    target = sections[0]
+    cp_id = target.get_attribute("id")
+    Select(target.find_element(By.NAME, "state")).select_by_visible_text("confirmed")
+    target.find_element(By.NAME, "bug_link").send_keys("https://bugs.example/1234")
+    target.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait(browser).until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".flash"), "is now confirmed"))
+    triaged = browser.find_element(By.ID, cp_id)
+    assert triaged.find_element(By.CSS_SELECTOR, ".triage-state").text == "confirmed"
+    assert "ada → confirmed" in triaged.text and "https://bugs.example/1234" in triaged.text
+    shot(browser, "regressions")
+
+    browser.get(url + "/roofline?device_class=nvidia-h100-sxm")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.roofline circle.case")) == len(demo.cases)
+    shot(browser, "roofline")
+    browser.get(url + "/login")
+    shot(browser, "login")
