@@ -10,7 +10,7 @@ import os
 import tomllib
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -29,8 +29,14 @@ class SettingsError(RuntimeError):
     """A setting with a wrong value; the message names the setting and where it came from."""
 
 
+GPU_MEASUREMENT: dict[str, float | int | str] = {"min_time_s": 0.5, "max_time_s": 15.0, "max_rel_noise": 0.005}
+"""NVBench's cold-measurement defaults for GPUs (0.5 s of kernel time, 0.5% noise, 15 s timeout)."""
+
+
 class MeasurementSettings(BaseModel):
-    """Noise-based stopping for CPU timing (NVBench's defaults, shortened for CPUs)."""
+    """Noise-based stopping (NVBench's method): warm up, then sample until the noise is low enough
+    after a minimum time and number of samples, or a timeout. Defaults suit CPUs; `device_overrides`
+    changes them per device class (by its name, else its kind: `cpu`, `gpu`, `phone`)."""
 
     model_config = SettingsConfigDict(extra="forbid")
 
@@ -38,12 +44,42 @@ class MeasurementSettings(BaseModel):
     min_samples: int = Field(default=10, ge=2)
     min_time_s: float = Field(default=0.3, ge=0)
     max_time_s: float = Field(default=3.0, gt=0)
-    max_rel_noise: float = Field(default=0.01, gt=0, lt=1, description="stop once relative stdev of the median is under this")
+    max_rel_noise: float = Field(default=0.01, gt=0, lt=1, description="stop once the noise statistic is under this")
+    noise: Literal["median_stderr", "rel_stdev"] = Field(
+        default="median_stderr",
+        description="median_stderr: relative standard error of the median (shrinks with more samples); rel_stdev: "
+        "relative standard deviation of the samples, NVBench's stdev criterion")
+    throttle_threshold: float = Field(
+        default=0.75, ge=0, lt=1,
+        description="a sample taken with the SM clock under this fraction of the default clock is discarded (NVBench); "
+        "0: never")
+    throttle_backoff_s: float = Field(
+        default=0.05, ge=0, description="pause after a throttled sample; grows while throttling goes on (NVBench)")
     rounds: int = Field(
         default=5, ge=1, le=100,
         description="cases are timed round-robin in this many rounds, so a passing disturbance on the host "
         "lands on every case a little instead of on one case entirely",
     )
+    device_overrides: dict[str, dict[str, float | int | str]] = Field(
+        default_factory=lambda: {"gpu": dict(GPU_MEASUREMENT)},
+        description="device class name or kind -> settings that differ there; a class's name wins over its kind",
+    )
+
+    @field_validator("device_overrides")
+    @classmethod
+    def _known_overrides(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for key, changes in value.items():
+            unknown = set(changes) - (set(cls.model_fields) - {"device_overrides"})
+            if unknown:
+                raise ValueError(f"device_overrides[{key!r}] sets unknown measurement settings {sorted(unknown)}")
+        return value
+
+    def for_device(self, name: str, kind: str) -> MeasurementSettings:
+        """These settings with the overrides of the device's kind, then of its class name, applied."""
+        changes = {**self.device_overrides.get(kind, {}), **self.device_overrides.get(name, {})}
+        if not changes:
+            return self
+        return MeasurementSettings.model_validate({**self.model_dump(), **changes})
 
     def per_round(self) -> MeasurementSettings:
         """The budget of one round: time and sample minimums split evenly; warm-up repeated each round."""
@@ -58,6 +94,10 @@ class CompareSettings(BaseModel):
     model_config = SettingsConfigDict(extra="forbid")
 
     min_change: float = Field(default=0.05, gt=0, lt=1, description="smallest relative change called a regression")
+    paired_min_change: float = Field(
+        default=0.02, gt=0, lt=1,
+        description="the same for paired results (base and head interleaved in one job): their ratios spread ~0.1% "
+        "on an H200 (BENCHMARKS.md, Measurement quality), so 3% changes are called where unpaired runs cannot")
     max_pvalue: float = Field(default=0.01, gt=0, lt=1)
     min_samples: int = Field(default=5, ge=2, description="fewer samples on a side: insufficient data")
     ancestor_walk: int = Field(default=50, ge=1, description="how many first-parent ancestors to search for a base")

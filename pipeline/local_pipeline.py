@@ -16,12 +16,12 @@ from sqlalchemy.engine import Engine
 
 from pipeline.agents.devices import LocalDevice, discover_local_devices
 from pipeline.agents.local import run_bundle
-from pipeline.build.bundle import build_bundle
+from pipeline.build.bundle import build_bundle, load_bundle
 from pipeline.build.suite_loader import SuiteLocation, commit_history, locate_suite, resolve_commit
 from pipeline.config import Settings
 from pipeline.contracts import Target
 from pipeline.results import ingest
-from pipeline.results.compare import Comparison, compare
+from pipeline.results.compare import Comparison, choose_base, compare
 from pipeline.results.db import session_scope
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,10 @@ def run_pipeline(
     targets: Sequence[str] | None = None,
     devices: Sequence[LocalDevice] | None = None,
     progress: ProgressFn = _log_progress,
+    paired: bool = True,
 ) -> PipelineOutcome:
+    """Build, run, store and compare. `paired`: where the base commit's bundle for the same targets is
+    still under `settings.bundles_dir`, each device times head interleaved with it (`paired_base`)."""
     location = locate_suite(suite)
     sha = resolve_commit(location, ref)
     devices = list(devices) if devices is not None else discover_local_devices(settings.phones)
@@ -116,9 +119,11 @@ def run_pipeline(
         with session_scope(engine) as session:
             ingest.set_job_status(session, job_id=job_id, status="running", agent="embedded")
         try:
+            base_dir = _base_bundle(engine, settings, repo, sha, device, bundle_dir) if paired else None
             document = run_bundle(
                 bundle_dir=bundle_dir, manifest=manifest, device=device, run_id=run_id, job_id=job_id,
                 settings=settings.measurement, progress=progress,
+                base_bundle_dir=base_dir, base_manifest=load_bundle(base_dir) if base_dir else None,
             )
             with session_scope(engine) as session:
                 ingest.ingest_result(session, document=document)
@@ -134,6 +139,21 @@ def run_pipeline(
                         settings=settings.compare)
             )
     return outcome
+
+
+def _base_bundle(engine: Engine, settings: Settings, repository: str, sha: str, device: LocalDevice,
+                 bundle_dir: Path) -> Path | None:
+    """The bundle of head's base on this device class (the newest first-parent ancestor with results
+    there, as `compare` chooses it) built for the same targets and compilers, when it is still under
+    bundles_dir (bundle names: `<sha12>-<suite digest12>-<targets+compilers hash>`); else None."""
+    with session_scope(engine) as session:
+        base = choose_base(session, repository=repository, sha=sha, device_class=device.device_class.name,
+                           walk=settings.compare.ancestor_walk).sha
+    if base is None or base == sha:
+        return None
+    suffix = bundle_dir.name.rsplit("-", 1)[-1]
+    found = sorted(p for p in bundle_dir.parent.glob(f"{base[:12]}-*-{suffix}") if (p / "manifest.json").is_file())
+    return found[-1] if found else None
 
 
 def _fail_jobs(engine: Engine, job_ids: Iterable[str], error: str) -> None:

@@ -8,7 +8,7 @@ import logging
 import platform
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ import numpy as np
 
 from pipeline.agents.adb import AdbTransport
 from pipeline.agents.devices import LocalDevice
-from pipeline.agents.measure import sample
+from pipeline.agents.measure import Measured, measure, measure_pairs
 from pipeline.agents.runners import CheckedKernel
 from pipeline.agents.runners.iree_runner import IreeDevice, prepare_entry
 from pipeline.results.stats import summarize
@@ -25,7 +25,7 @@ from pipeline.build.bundle import bundle_digest
 from pipeline.build.suite_loader import load_suite_module
 from pipeline.config import MeasurementSettings
 from pipeline.contracts import BundleEntry, BundleManifest, CaseResult, ResultDocument
-from pipeline.contracts.result import AgentInfo
+from pipeline.contracts.result import AgentInfo, PairedBase
 
 log = logging.getLogger(__name__)
 
@@ -122,15 +122,30 @@ def run_bundle(
     job_id: str,
     settings: MeasurementSettings,
     progress: ProgressFn | None = None,
+    base_bundle_dir: Path | None = None,
+    base_manifest: BundleManifest | None = None,
 ) -> ResultDocument:
     """Check and time every entry of the bundle whose target this device runs.
 
     Built entries: ok (samples + stats), wrong (correctness, no samples) or error (the reason).
     Entries that failed to compile: skipped, with the compile error. One case's failure never
-    stops the others.
+    stops the others. `settings` are taken for the device's class (`MeasurementSettings.for_device`).
+
+    Paired (DESIGN.md, "Measurement": pair what is compared): with `base_bundle_dir` and
+    `base_manifest`, every case that both bundles have and that passes its check in both is timed
+    with the base's entry back to back, pair by pair in ABBA order (`measure.measure_pairs`), in
+    every round, on the same inputs; the head's result carries the base's samples as `paired_base`,
+    paired by index. Cases in one bundle only, or whose base entry is not ok, are timed unpaired
+    (the environment's `unpaired` says why, where a base entry exists). Only head results are
+    returned: the base is a reference for this job, not a run of the base commit.
     """
     bundle_dir = Path(bundle_dir)
     device_class = device.device_class
+    settings = settings.for_device(device_class.name, device_class.kind)
+    if (base_bundle_dir is None) != (base_manifest is None):
+        raise ValueError("a paired run needs both base_bundle_dir and base_manifest")
+    if base_manifest is not None and base_manifest.commit == manifest.commit:
+        raise ValueError(f"base and head are the same commit {manifest.commit[:12]}; pair two commits")
     runner = _runner(device)
     started = datetime.now(timezone.utc)
     entries = [e for e in manifest.entries if e.target in device_class.targets]
@@ -145,49 +160,112 @@ def run_bundle(
             results[index] = outcome
         if progress:
             progress(f"checking: {entry.case} on {device_class.name}", index + 1, len(entries))
+    bases, notes = _prepare_bases(runner, checked, base_bundle_dir, base_manifest, run_id, job_id, progress)
 
     # Round-robin timing: every checked case gets a share of its budget in each round, so a passing
     # disturbance on the host lands on every case a little rather than on one case entirely.
-    samples: dict[int, list[float]] = {index: [] for index in checked}
-    clocks: dict[int, list[float | None]] = {index: [] for index in checked}
+    timed = {index: _Timed() for index in checked}
     round_settings = settings.per_round()
     steps, step = settings.rounds * len(checked), 0
     try:
         for round_number in range(1, settings.rounds + 1):
             for index, kernel in list(checked.items()):
+                base = bases.get(index)
                 try:
-                    taken = sample(kernel.run_once, round_settings)
+                    if base is None:
+                        timed[index].add(measure(kernel.read, round_settings, default_clock_mhz=kernel.default_clock_mhz))
+                    else:
+                        pairs = measure_pairs(base.read, kernel.read, round_settings,
+                                              first_pair=len(timed[index].head.readings),
+                                              default_clock_mhz=kernel.default_clock_mhz)
+                        timed[index].add(pairs[1], base=pairs[0])
                 except Exception as exc:  # a kernel that fails while timed is an error; the others go on
                     log.warning("case %s timing failed: %s", kernel.entry.case, exc)
                     results[index] = _error(kernel.entry, exc)
                     kernel.release()
                     del checked[index]
-                else:
-                    samples[index].extend(taken)
-                    # one reading per call, warm-up calls first: the round's last len(taken) are the samples'
-                    read = kernel.clocks_mhz[-len(taken):] if kernel.clocks_mhz else []
-                    clocks[index].extend(read if len(read) == len(taken) else [None] * len(taken))
+                    if base is not None:
+                        base.release()
+                        del bases[index]
                 step += 1
                 if progress:
                     progress(f"timing: round {round_number}/{settings.rounds} {kernel.entry.case}", step, steps)
     finally:
-        for kernel in checked.values():
+        for kernel in [*checked.values(), *bases.values()]:
             kernel.release()
     for index, kernel in checked.items():
         seed = input_seed(run_id, job_id, kernel.entry)
-        known = [c for c in clocks[index] if c is not None]
-        results[index] = CaseResult(
-            case=kernel.entry.case, target=kernel.entry.target, status="ok", samples=samples[index],
-            stats=summarize(samples[index]), correctness=kernel.correctness,
-            environment={**kernel.environment, "input_seed": str(seed)},
-            sample_clocks_mhz=known if len(known) == len(samples[index]) else None,
-        )
+        environment = {**kernel.environment, "input_seed": str(seed), **notes.get(index, {})}
+        results[index] = timed[index].result(kernel, environment, bases.get(index), base_manifest)
     return ResultDocument(
         run_id=run_id, job_id=job_id, repository=manifest.repository, commit=manifest.commit,
         bundle_digest=bundle_digest(bundle_dir), device=device.info, agent=agent_info(),
         started_at=started, finished_at=datetime.now(timezone.utc), environment=_environment(device),
         results=[results[index] for index in range(len(entries))],
     )
+
+
+@dataclass
+class _Timed:
+    """What the rounds gave one case: its readings, the base's paired with them, throttled discards."""
+
+    head: Measured = field(default_factory=Measured)
+    base: Measured = field(default_factory=Measured)
+
+    def add(self, head: Measured, base: Measured | None = None) -> None:
+        self.head.readings.extend(head.readings)
+        self.head.throttled += head.throttled
+        if base is not None:
+            self.base.readings.extend(base.readings)
+
+    def result(self, kernel: CheckedKernel, environment: dict[str, str], base: CheckedKernel | None,
+               base_manifest: BundleManifest | None) -> CaseResult:
+        entry, readings = kernel.entry, self.head.readings
+        if kernel.default_clock_mhz is not None:   # throttling could be judged: say how often it was seen
+            environment["throttled_samples_discarded"] = str(self.head.throttled)
+            environment["default_sm_clock_mhz"] = f"{kernel.default_clock_mhz:g}"
+        if not readings:
+            return CaseResult(case=entry.case, target=entry.target, status="error", environment=environment,
+                              reason=f"no sample kept: all {self.head.throttled} were taken with the GPU throttled")
+        samples = [r.seconds for r in readings]
+        clocks = [r.sm_clock_mhz for r in readings]
+        temperatures = [r.temperature_c for r in readings]
+        paired = None
+        if base is not None and base_manifest is not None:
+            paired = PairedBase(commit=base_manifest.commit, samples=[r.seconds for r in self.base.readings])
+        return CaseResult(
+            case=entry.case, target=entry.target, status="ok", samples=samples, stats=summarize(samples),
+            correctness=kernel.correctness, environment=environment,
+            sample_clocks_mhz=None if None in clocks else clocks,  # type: ignore[arg-type]
+            sample_temperatures_c=None if None in temperatures else temperatures,  # type: ignore[arg-type]
+            paired_base=paired,
+        )
+
+
+def _prepare_bases(
+    runner: _Runner, checked: dict[int, CheckedKernel], base_bundle_dir: Path | None,
+    base_manifest: BundleManifest | None, run_id: str, job_id: str, progress: ProgressFn | None,
+) -> tuple[dict[int, CheckedKernel], dict[int, dict[str, str]]]:
+    """The base's checked kernel for every checked head case the base bundle has (same case and
+    target, same inputs), and a note for each head case whose base entry could not be paired."""
+    if base_bundle_dir is None or base_manifest is None:
+        return {}, {}
+    base_entries = {(e.case, e.target): e for e in base_manifest.entries}
+    references = _References(Path(base_bundle_dir) / base_manifest.suite_source)
+    bases: dict[int, CheckedKernel] = {}
+    notes: dict[int, dict[str, str]] = {}
+    wanted = [(i, base_entries[(k.entry.case, k.entry.target)]) for i, k in checked.items()
+              if (k.entry.case, k.entry.target) in base_entries]
+    for done, (index, entry) in enumerate(wanted, start=1):
+        outcome = _prepare(runner, Path(base_bundle_dir), entry, references, run_id, job_id)
+        if isinstance(outcome, CaseResult):
+            notes[index] = {"unpaired": f"base {base_manifest.commit[:12]} is {outcome.status}: "
+                                        f"{(outcome.reason or '')[:300]}"}
+        else:
+            bases[index] = outcome
+        if progress:
+            progress(f"checking base: {entry.case}", done, len(wanted))
+    return bases, notes
 
 
 def _error(entry: BundleEntry, exc: Exception) -> CaseResult:

@@ -1,7 +1,8 @@
-"""The sampling loop: warm up, then time until the median is known well enough, or time runs out.
+"""The sampling loop (NVBench's cold measurement): warm up, then time until the median is known well
+enough, or time runs out; samples taken while the GPU was throttled are discarded, with a pause.
 
-Pure: it calls `run_once` (which returns one sample, in seconds) and reads `clock`; both are
-parameters, so the loop is tested with deterministic fakes.
+Pure: it calls `read_once` (one sample, with the SM clock and temperature read beside it), `clock`
+and `sleep`; all are parameters, so the loop is tested with deterministic fakes.
 """
 
 from __future__ import annotations
@@ -10,13 +11,39 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from pipeline.config import MeasurementSettings
 
-__all__ = ["sample", "median_rel_stderr", "MEDIAN_STDERR_FACTOR"]
+__all__ = ["Reading", "Measured", "measure", "measure_pairs", "sample", "pair_order", "noise", "median_rel_stderr", "rel_stdev",
+           "MEDIAN_STDERR_FACTOR", "MAX_BACKOFF_STEP_S"]
 
 MEDIAN_STDERR_FACTOR = math.sqrt(math.pi / 2)
 """Standard error of the median = sqrt(pi/2) * stdev / sqrt(n) for normal samples (1.2533)."""
+MAX_BACKOFF_STEP_S = 0.5
+"""NVBench: after more than 2 throttled samples in a row the pause grows by min(1.5 x pause, 0.5 s)."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One timed call: seconds, and the SM clock (MHz) and temperature (Celsius) read right after it
+    (None where the runner cannot read them)."""
+
+    seconds: float
+    sm_clock_mhz: float | None = None
+    temperature_c: float | None = None
+
+
+@dataclass
+class Measured:
+    """Every accepted sample in order, and how many were discarded as throttled."""
+
+    readings: list[Reading] = field(default_factory=list)
+    throttled: int = 0
+
+    @property
+    def samples(self) -> list[float]:
+        return [r.seconds for r in self.readings]
 
 
 def median_rel_stderr(samples: Sequence[float]) -> float:
@@ -34,34 +61,148 @@ def median_rel_stderr(samples: Sequence[float]) -> float:
     return MEDIAN_STDERR_FACTOR * statistics.stdev(samples) / (math.sqrt(n) * median)
 
 
+def rel_stdev(samples: Sequence[float]) -> float:
+    """Relative standard deviation stdev / mean: NVBench's "Noise" column and stdev stopping criterion.
+    Unlike the median's standard error it does not shrink with more samples. Infinite below 2 samples."""
+    if len(samples) < 2:
+        return math.inf
+    mean = statistics.fmean(samples)
+    return statistics.stdev(samples) / mean if mean > 0 else math.inf
+
+
+def noise(samples: Sequence[float], statistic: str) -> float:
+    """The settings' noise statistic (`MeasurementSettings.noise`) of the samples."""
+    return rel_stdev(samples) if statistic == "rel_stdev" else median_rel_stderr(samples)
+
+
+def _throttled(reading: Reading, settings: MeasurementSettings, default_clock_mhz: float | None) -> bool:
+    return (
+        settings.throttle_threshold > 0 and default_clock_mhz is not None and reading.sm_clock_mhz is not None
+        and reading.sm_clock_mhz < settings.throttle_threshold * default_clock_mhz
+    )
+
+
+def measure(
+    read_once: Callable[[], Reading],
+    settings: MeasurementSettings,
+    *,
+    default_clock_mhz: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Measured:
+    """Warm up, then sample (module doc).
+
+    1. Warm-up: call `read_once` (results discarded) until `settings.warmup_s` of wall time passed.
+    2. Sample until n >= min_samples AND the samples' sum >= min_time_s AND the noise statistic
+       (`settings.noise`) <= max_rel_noise; or until the sampling phase's wall time reaches
+       max_time_s. A sample whose SM clock is under `throttle_threshold` x `default_clock_mhz` is
+       discarded and followed by a pause of `throttle_backoff_s`, which grows after more than two
+       such samples in a row (NVBench's rule); it is counted in `Measured.throttled`. With no
+       default clock or no clock reading, nothing is discarded. Every accepted sample is kept; with
+       every sample throttled until the timeout, none are.
+    """
+    start = clock()
+    while clock() - start < settings.warmup_s:
+        read_once()
+    measured = Measured()
+    total = 0.0
+    backoff, in_a_row = settings.throttle_backoff_s, 0
+    start = clock()
+    while True:
+        reading = read_once()
+        if _throttled(reading, settings, default_clock_mhz):
+            if in_a_row > 2:
+                backoff += min(backoff * 1.5, MAX_BACKOFF_STEP_S)
+            measured.throttled += 1
+            in_a_row += 1
+            if backoff > 0:
+                sleep(backoff)
+        else:
+            backoff, in_a_row = settings.throttle_backoff_s, 0
+            measured.readings.append(reading)
+            total += reading.seconds
+            samples = measured.samples
+            if (
+                len(samples) >= settings.min_samples
+                and total >= settings.min_time_s
+                and noise(samples, settings.noise) <= settings.max_rel_noise
+            ):
+                return measured
+        if clock() - start >= settings.max_time_s:
+            return measured
+
+
+def pair_order(index: int) -> tuple[int, int]:
+    """Which side runs first in pair `index` (0 = base, 1 = head): base-head, then head-base (calls
+    A B B A A B ...), so a drift that is linear over two pairs cancels, and so does any edge the
+    second call of a pair gets from the first (caches, clocks ramping)."""
+    return (0, 1) if index % 2 == 0 else (1, 0)
+
+
+def measure_pairs(
+    read_base: Callable[[], Reading],
+    read_head: Callable[[], Reading],
+    settings: MeasurementSettings,
+    *,
+    first_pair: int = 0,
+    default_clock_mhz: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[Measured, Measured]:
+    """Base and head sampled back to back, pair by pair, in ABBA order (`pair_order`, counting from
+    `first_pair` so that rounds continue the pattern): index i of the two results is one pair.
+
+    Warm-up alternates the two for `warmup_s`. Stops when n >= min_samples pairs AND each side's
+    samples sum to min_time_s AND the noise statistic of the ratios head[i] / base[i] is at most
+    max_rel_noise (the paired verdict reads the ratios, and slow drift that makes each side noisy
+    cancels in them); or at max_time_s. A pair with either sample throttled is discarded (both
+    sides count it) with `measure`'s back-off.
+    """
+    readers = (read_base, read_head)
+    start, turn = clock(), 0
+    while clock() - start < settings.warmup_s:
+        readers[turn % 2]()
+        turn += 1
+    base, head = Measured(), Measured()
+    ratios: list[float] = []
+    totals = [0.0, 0.0]
+    backoff, in_a_row, index = settings.throttle_backoff_s, 0, first_pair
+    start = clock()
+    while True:
+        pair: list[Reading] = [Reading(0.0), Reading(0.0)]
+        for side in pair_order(index):
+            pair[side] = readers[side]()
+        index += 1
+        if any(_throttled(r, settings, default_clock_mhz) for r in pair):
+            if in_a_row > 2:
+                backoff += min(backoff * 1.5, MAX_BACKOFF_STEP_S)
+            base.throttled += 1
+            head.throttled += 1
+            in_a_row += 1
+            if backoff > 0:
+                sleep(backoff)
+        else:
+            backoff, in_a_row = settings.throttle_backoff_s, 0
+            base.readings.append(pair[0])
+            head.readings.append(pair[1])
+            totals[0] += pair[0].seconds
+            totals[1] += pair[1].seconds
+            ratios.append(pair[1].seconds / pair[0].seconds)
+            if (
+                len(ratios) >= settings.min_samples and min(totals) >= settings.min_time_s
+                and noise(ratios, settings.noise) <= settings.max_rel_noise
+            ):
+                return base, head
+        if clock() - start >= settings.max_time_s:
+            return base, head
+
+
 def sample(
     run_once: Callable[[], float],
     settings: MeasurementSettings,
     *,
     clock: Callable[[], float] = time.perf_counter,
 ) -> list[float]:
-    """Every sample taken, in seconds.
-
-    1. Warm-up: call `run_once` (results discarded) until `settings.warmup_s` of wall time passed.
-    2. Sample until n >= min_samples AND the samples' sum >= min_time_s AND the relative standard
-       error of the median (`median_rel_stderr`) <= max_rel_noise; or until the sampling phase's
-       wall time reaches max_time_s (at least one sample is always taken).
-    """
-    start = clock()
-    while clock() - start < settings.warmup_s:
-        run_once()
-    samples: list[float] = []
-    total = 0.0
-    start = clock()
-    while True:
-        value = run_once()
-        samples.append(value)
-        total += value
-        if (
-            len(samples) >= settings.min_samples
-            and total >= settings.min_time_s
-            and median_rel_stderr(samples) <= settings.max_rel_noise
-        ):
-            return samples
-        if clock() - start >= settings.max_time_s:
-            return samples
+    """`measure` for a `run_once` that returns seconds alone (no clock, so nothing is discarded):
+    every sample taken, in seconds (at least one)."""
+    return measure(lambda: Reading(run_once()), settings, clock=clock).samples

@@ -87,6 +87,9 @@ class CaseResult(BaseModel):
     sample_clocks_mhz: list[Finite] | None = Field(
         default=None, description="SM clock read with each sample, same length as samples"
     )
+    sample_temperatures_c: list[Finite] | None = Field(
+        default=None, description="GPU temperature read with each sample, same length as samples"
+    )
     stats: SampleStats | None = None
     correctness: Correctness | None = None
     environment: dict[str, str] = Field(default_factory=dict)
@@ -112,6 +115,8 @@ class CaseResult(BaseModel):
                 raise ValueError(f"status {self.status} carries no samples or stats")
         if self.sample_clocks_mhz is not None and len(self.sample_clocks_mhz) != len(self.samples):
             raise ValueError("sample_clocks_mhz must have one entry per sample")
+        if self.sample_temperatures_c is not None and len(self.sample_temperatures_c) != len(self.samples):
+            raise ValueError("sample_temperatures_c must have one entry per sample")
         if self.paired_base is not None:
             if self.status != "ok":
                 raise ValueError(f"status {self.status} carries no paired_base")

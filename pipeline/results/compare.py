@@ -14,7 +14,8 @@ Base (`choose_base`), on one device class:
 
 Per case and target, the newest result of each commit is used, with all its samples:
 - paired (the head's result carries the base's samples of the same job): `stats.paired_verdict`,
-  a signed-rank test on the log ratios plus the minimum magnitude;
+  a signed-rank test on the log ratios plus the minimum magnitude `paired_min_change` (2%: paired
+  ratios are far less noisy than unpaired medians);
 - unpaired: `stats.verdict`, Mann-Whitney U on the samples plus the minimum magnitude.
 Statuses: regressed / improved / similar / insufficient data / errored (head wrong or error) /
 no baseline (no base, or the base has no ok result of the case).
@@ -374,7 +375,7 @@ def compare(
             continue
         if key in paired_keys and h.measurement_id is not None:
             base_samples = paired[h.result_id]
-            v = paired_verdict(base_samples, samples[h.measurement_id], **options)
+            v = paired_verdict(base_samples, samples[h.measurement_id], **{**options, "min_change": settings.paired_min_change})
             rows.append(ComparisonRow(case_text, key[1], model, _median(base_samples), h.median, v.change, v.pvalue,
                                       v.status, paired=True))
             continue

@@ -5,7 +5,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pipeline.agents.measure import median_rel_stderr, sample
+from pipeline.agents.measure import Reading, measure, measure_pairs, median_rel_stderr, noise, pair_order, rel_stdev, sample
 from pipeline.config import MeasurementSettings
 
 
@@ -70,3 +70,81 @@ def test_median_rel_stderr_known_values() -> None:
     assert median_rel_stderr([1.0, 3.0]) == pytest.approx(math.sqrt(math.pi / 2) / 2)
 
 
+
+
+# ---- throttling (NVBench: a sample under 75% of the default SM clock is discarded, with a pause) ----
+
+def _readings(clocks: list[float], seconds: float = 0.1) -> Callable[[], Reading]:
+    calls = iter(range(len(clocks)))
+    return lambda: Reading(seconds, clocks[next(calls)], 40.0)
+
+
+def test_throttled_samples_are_discarded_and_counted_with_growing_pauses() -> None:
+    now = [0.0]
+    pauses: list[float] = []
+    clocks = [1980.0] * 3 + [1000.0] * 5 + [1980.0] * 7      # five samples under 0.75 x 1980
+    read = _readings(clocks)
+
+    def timed() -> Reading:
+        now[0] += 0.1
+        return read()
+
+    measured = measure(timed, settings(min_time_s=0.0), default_clock_mhz=1980.0, clock=lambda: now[0],
+                       sleep=pauses.append)
+    assert measured.throttled == 5 and len(measured.readings) == 10
+    assert all(r.sm_clock_mhz == 1980.0 and r.temperature_c == 40.0 for r in measured.readings)
+    # 0.05 s each, growing by min(1.5 x pause, 0.5 s) once more than two in a row were throttled
+    assert pauses == pytest.approx([0.05, 0.05, 0.05, 0.125, 0.3125])
+
+
+def test_without_a_default_clock_nothing_is_discarded() -> None:
+    measured = measure(_readings([100.0] * 10), settings(min_time_s=0.0, max_rel_noise=0.5), clock=lambda: 0.0)
+    assert measured.throttled == 0 and len(measured.readings) == 10
+
+
+def test_rel_stdev_is_nvbench_noise() -> None:
+    assert rel_stdev([1.0, 3.0]) == pytest.approx(math.sqrt(2) / 2)
+    assert noise([1.0, 3.0], "rel_stdev") == rel_stdev([1.0, 3.0])
+    assert noise([1.0, 3.0], "median_stderr") == median_rel_stderr([1.0, 3.0])
+
+
+# ---- pairs -----------------------------------------------------------------------------------------
+
+def test_pairs_alternate_abba_and_stop_on_the_noise_of_the_ratios() -> None:
+    calls: list[str] = []
+    now = [0.0]
+
+    def side(name: str, seconds: Callable[[], float]) -> Callable[[], Reading]:
+        def read() -> Reading:
+            calls.append(name)
+            value = seconds()
+            now[0] += value
+            return Reading(value)
+        return read
+
+    # both sides drift by 30% over the run (each side alone is noisy); the ratio stays exactly 1.1
+    drift = lambda: 1.0 + 0.3 * now[0] / 3.0    # noqa: E731
+    base, head = measure_pairs(side("b", lambda: 0.01 * drift()), side("h", lambda: 0.011 * drift()),
+                               settings(min_time_s=0.0, max_rel_noise=0.001), clock=lambda: now[0])
+    assert calls[:8] == ["b", "h", "h", "b", "b", "h", "h", "b"]
+    assert len(base.readings) == len(head.readings) == 10      # ratios steady: stops at min_samples
+    ratios = [h / b for b, h in zip(base.samples, head.samples)]
+    assert all(r == pytest.approx(1.1, rel=0.01) for r in ratios)
+    assert median_rel_stderr(head.samples) > 0.001              # a side alone would not have stopped
+
+
+def test_pairs_continue_the_pattern_across_rounds() -> None:
+    assert [pair_order(i) for i in range(4)] == [(0, 1), (1, 0), (0, 1), (1, 0)]
+
+
+def test_device_overrides_by_kind_then_name() -> None:
+    base = MeasurementSettings(device_overrides={"gpu": {"min_time_s": 0.5, "rounds": 3},
+                                                 "nvidia-h100-sxm": {"rounds": 7}})
+    assert base.for_device("pixel-8-pro-cpu-big", "phone") == base
+    gpu = base.for_device("nvidia-h200", "gpu")
+    assert (gpu.min_time_s, gpu.rounds) == (0.5, 3)
+    h100 = base.for_device("nvidia-h100-sxm", "gpu")
+    assert (h100.min_time_s, h100.rounds) == (0.5, 7)
+    with pytest.raises(ValueError, match="unknown measurement settings"):
+        MeasurementSettings(device_overrides={"gpu": {"min_tim_s": 1}})
+    assert MeasurementSettings().for_device("x", "gpu").max_rel_noise == 0.005    # NVBench's default on GPUs

@@ -8,8 +8,10 @@ Order per entry (DESIGN.md, "Measurement"): verify the cubin's sha256; make fres
 the NumPy reference); fill every output with a NaN pattern, so elements the kernel never writes
 fail the check; launch once and compare with the float64 reference (a wrong kernel is never
 timed); then time with CUDA events around the kernel alone, with L2 flushed (a buffer twice the
-L2 size written) before each sample, and the SM clock read through NVML with each sample where
-nvidia-ml-py is importable.
+L2 size written) before each sample, and the SM clock and the GPU temperature read through NVML with
+each sample where nvidia-ml-py is importable. The device's default SM clock (NVML's default
+application clock, else its maximum, else the driver's clock-rate attribute) is what the agent
+discards throttled samples against.
 """
 
 from __future__ import annotations
@@ -120,6 +122,9 @@ class CudaDevice:
         self.flush_buffer = self.alloc(self.flush_words * 4)
         self._flushes = 0
         self._nvml = _Nvml.open(uid)
+        rate_khz = self._call(driver.cuDeviceGetAttribute, attr.CU_DEVICE_ATTRIBUTE_CLOCK_RATE, self.device)
+        nvml_default = self._nvml.default_sm_clock_mhz() if self._nvml else None
+        self.default_clock_mhz: float | None = nvml_default or (rate_khz / 1000.0 if rate_khz else None)
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         result = fn(*args)
@@ -184,6 +189,14 @@ class CudaDevice:
     def sm_clock_mhz(self) -> float | None:
         return self._nvml.sm_clock_mhz() if self._nvml else None
 
+    def temperature_c(self) -> float | None:
+        return self._nvml.temperature_c() if self._nvml else None
+
+    def record_reading(self, checked: CheckedKernel) -> None:
+        """Append the SM clock and the temperature, read now, to a kernel's per-call readings."""
+        checked.clocks_mhz.append(self.sm_clock_mhz())
+        checked.temperatures_c.append(self.temperature_c())
+
 
 class _Nvml:
     """The SM clock through NVML (nvidia-ml-py), when it is importable; otherwise no clocks."""
@@ -207,6 +220,23 @@ class _Nvml:
             return float(self._nvml.nvmlDeviceGetClockInfo(self._handle, self._nvml.NVML_CLOCK_SM))
         except Exception:
             return None
+
+    def temperature_c(self) -> float | None:
+        try:
+            return float(self._nvml.nvmlDeviceGetTemperature(self._handle, self._nvml.NVML_TEMPERATURE_GPU))
+        except Exception:
+            return None
+
+    def default_sm_clock_mhz(self) -> float | None:
+        """The clock an unthrottled GPU runs its SMs at: the default application clock, else the maximum."""
+        for read in (self._nvml.nvmlDeviceGetDefaultApplicationsClock, self._nvml.nvmlDeviceGetMaxClockInfo):
+            try:
+                value = float(read(self._handle, self._nvml.NVML_CLOCK_SM))
+            except Exception:
+                continue
+            if value > 0:
+                return value
+        return None
 
 
 @dataclass
@@ -296,11 +326,12 @@ def prepare_entry(
             case=entry.case, target=entry.target, status="wrong",
             reason=f"correctness check failed: {correctness.detail}", correctness=correctness,
         )
-    checked = CheckedKernel(entry=entry, correctness=correctness, run_once=lambda: 0.0, release=release)
+    checked = CheckedKernel(entry=entry, correctness=correctness, run_once=lambda: 0.0, release=release,
+                            default_clock_mhz=device.default_clock_mhz)
 
     def run_once() -> float:
         seconds = device.time_once(run)
-        checked.clocks_mhz.append(device.sm_clock_mhz())
+        device.record_reading(checked)
         return seconds
 
     checked.run_once = run_once

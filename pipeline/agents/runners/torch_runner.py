@@ -7,6 +7,12 @@ operator writes into a given tensor (matmul, index ops; SDPA and conv2d allocate
 reference and check (`checking.check_against_reference`), and `CudaDevice.time_once` for every
 sample: torch launches onto the device's own stream (torch.cuda.ExternalStream), so the CUDA events
 bracket the operator alone and the L2 flush and SM clock reading are the ones every CUDA sample gets.
+
+What is timed is the operator captured once in a CUDA graph (`torch.cuda.CUDAGraph`) and replayed
+between the events: an eager PyTorch call spends 20-30 us of host time (dispatch, checks, launch) that
+the events would count for small shapes, a graph replay only the launch of the graph, which the L2
+flush before the start event hides. The flush stays outside the graph. Where capture fails the
+operator is timed eagerly and the case's environment says why (`timing: eager`).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ __all__ = ["TORCH_MISSING", "torch_missing", "prepare_entry", "OPS"]
 
 TORCH_MISSING = "torch not available on this agent"
 BACKEND_TRIAL_CALLS = 5       # SDPA: calls timed per backend to pick the fastest
+GRAPH_WARMUP_CALLS = 3        # eager calls on a side stream before capture (workspaces, cuDNN's autotuning)
 
 
 def torch_missing() -> str | None:
@@ -198,21 +205,62 @@ def prepare_entry(
     if not correctness.passed:
         return CaseResult(case=entry.case, target=entry.target, status="wrong",
                           reason=f"correctness check failed: {correctness.detail}", correctness=correctness)
-    environment = {"torch": torch.__version__, **op.environment}
+    graph, why_eager = _capture(op, gpu)
+    environment = {"torch": torch.__version__, **op.environment,
+                   "timing": "cuda graph replay" if graph is not None else f"eager ({why_eager})"}
+
+    def release() -> None:
+        tensors.clear()
+        if graph is not None:
+            graph.reset()
+
     checked = CheckedKernel(entry=entry, correctness=correctness, run_once=lambda: 0.0, environment=environment,
-                            release=tensors.clear)
+                            release=release, default_clock_mhz=device.default_clock_mhz)
 
     def launch_op() -> None:
         with torch.cuda.device(gpu), torch.cuda.stream(stream):
-            op.run()
+            if graph is not None:
+                graph.replay()
+            else:
+                op.run()
 
     def run_once() -> float:
         seconds = device.time_once(launch_op)
-        checked.clocks_mhz.append(device.sm_clock_mhz())
+        device.record_reading(checked)
         return seconds
 
     checked.run_once = run_once
     return checked
+
+
+def _capture(op: _Op, gpu: Any) -> tuple[Any | None, str]:
+    """The operator captured in a CUDA graph (after warm-up calls on a side stream, as PyTorch's graph
+    docs ask), or None and why capture failed. Capture is thread-local, so other threads' CUDA calls
+    cannot invalidate it."""
+    import torch
+
+    try:
+        with torch.cuda.device(gpu):
+            side = torch.cuda.Stream(device=gpu)
+            side.wait_stream(torch.cuda.current_stream(gpu))
+            with torch.cuda.stream(side):
+                for _ in range(GRAPH_WARMUP_CALLS):
+                    op.run()
+            torch.cuda.current_stream(gpu).wait_stream(side)
+            torch.cuda.synchronize(gpu)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                op.run()
+            torch.cuda.synchronize(gpu)
+            graph.replay()
+            torch.cuda.synchronize(gpu)
+        return graph, ""
+    except Exception as exc:   # e.g. an operator that synchronizes or allocates on the host while captured
+        try:
+            torch.cuda.synchronize(gpu)
+        except Exception:
+            pass
+        return None, f"graph capture failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
 
 
 def _torch_dtype(dtype: str) -> Any:
