@@ -53,7 +53,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     with _progress_bar() as progress:
         outcome = run_pipeline(
             settings=settings, engine=engine, suite=Path(args.suite), ref=args.ref,
-            targets=_split_targets(args.targets), progress=progress, paired=not args.unpaired,
+            targets=_split_targets(args.targets), progress=progress,
         )
     for comparison in outcome.comparisons:
         out_console.print(terminal_table(comparison))
@@ -151,6 +151,28 @@ def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
         else:
             auth.revoke_token(session, name=args.name)
             out_console.print(f"token {args.name!r} revoked", markup=False, highlight=False)
+    return 0
+
+
+def cmd_user(args: argparse.Namespace, settings: Settings) -> int:
+    """A password user of the web UI, made straight in the store (the first one needs no API token)."""
+    import getpass
+
+    from pipeline.results import users
+    from pipeline.results.db import open_store, session_scope
+
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = getpass.getpass(f"password for {args.name}: ")
+        if getpass.getpass("again: ") != password:
+            err_console.print("benchfarm user create: the passwords differ", markup=False, highlight=False)
+            return 1
+    engine = open_store(settings.database_url)
+    with session_scope(engine) as session:
+        made = users.create_user(session, name=args.name, password=password, scopes=args.scope or ["user"])
+    err_console.print(f"user {made.name!r} ({', '.join(made.scopes)}) created in {settings.database_url}",
+                      markup=False, highlight=False)
     return 0
 
 
@@ -259,8 +281,6 @@ def build_parser() -> argparse.ArgumentParser:
     suite_flags(p)
     p.add_argument("--ref", default="HEAD", help="commit or ref of the suite checkout (default HEAD)")
     p.add_argument("--targets", help="comma-separated targets (default: all this machine runs)")
-    p.add_argument("--unpaired", action="store_true",
-                   help="do not time the base commit's bundle interleaved with this one, even where it is kept")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("up", help="the embedded service: store, in-process agent, a run of HEAD, web UI")
@@ -296,6 +316,16 @@ def build_parser() -> argparse.ArgumentParser:
     t = token_sub.add_parser("revoke", help="revoke a token by name")
     t.add_argument("name")
     p.set_defaults(func=cmd_token)
+
+    p = sub.add_parser("user", help="password users of the web UI: create")
+    user_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    u = user_sub.add_parser("create", help="create a user who signs in to the web UI with a password")
+    u.add_argument("--name", required=True, help="letters, digits, '.', '_', '@' or '-'")
+    u.add_argument("--password-stdin", action="store_true", help="read the password from stdin's first line "
+                   "(default: asked twice on the terminal)")
+    u.add_argument("--scope", action="append", choices=["user", "admin"],
+                   help="user: browse, trigger, triage (default); admin: also manage users and tokens (repeatable)")
+    p.set_defaults(func=cmd_user)
 
     p = sub.add_parser("schemas", help="check (or --write) the committed JSON Schemas")
     p.add_argument("--write", action="store_true")

@@ -1,6 +1,6 @@
 """The service process: the API, the dispatcher's reaper and builder threads; and the embedded
 one-machine mode (`benchfarm up`), which adds an in-process agent talking HTTP to its own service
-on loopback and queues a run of the suite's `ref` on this machine's devices."""
+on loopback and (unless told not to) queues a run of the suite's `ref` on this machine's devices."""
 
 from __future__ import annotations
 
@@ -59,9 +59,10 @@ def _internal_token(engine: Engine) -> tuple[str, str]:
     return name, token
 
 
-def start_embedded_agent(settings: Settings, engine: Engine, *, suite: Path, ref: str) -> threading.Thread:
+def start_embedded_agent(settings: Settings, engine: Engine, *, suite: Path, ref: str | None) -> threading.Thread:
     """In a background thread: once the service answers, start the in-process agent (same code as
-    `benchfarm agent`, over HTTP on loopback) and queue a run of `ref` on its device classes."""
+    `benchfarm agent`, over HTTP on loopback) and queue a run of `ref` on its device classes (none
+    when `ref` is None: the agent waits for runs triggered from the web UI or `benchfarm trigger`)."""
     from pipeline.agents.agent import DeviceAgent
     from pipeline.agents.agent_log import AgentLog
 
@@ -81,6 +82,8 @@ def start_embedded_agent(settings: Settings, engine: Engine, *, suite: Path, ref
                     if session.scalar(sa.select(Agent.id).where(Agent.name == EMBEDDED_AGENT)) is not None:
                         break
                 time.sleep(0.2)
+            if ref is None:
+                return
             classes = sorted({d.device_class.name for d in agent.devices.values()})
             if not classes:
                 log.error("embedded agent: no local device to run %s on", ref)
@@ -136,8 +139,8 @@ def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_s
     engine = open_store(settings.database_url)
     app = create_app(settings, engine)
     start_dispatcher(settings, engine)
-    if run_on_start and suite is not None:
-        start_embedded_agent(settings, engine, suite=suite, ref=ref)
+    if suite is not None:
+        start_embedded_agent(settings, engine, suite=suite, ref=ref if run_on_start else None)
     print(f"benchfarm serving {settings.database_url} at {settings.public_url}  (Ctrl-C stops)", flush=True)
     try:
         # graceful shutdown waits for open requests: a long-polling claim would hold it for claim_wait_s

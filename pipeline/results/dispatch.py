@@ -361,7 +361,7 @@ def get_job(session: Session, job_id: str) -> JobRow | None:
 
 
 def list_jobs(session: Session, *, status: str | None = None, run_id: str | None = None, job_id: str | None = None,
-              limit: int = 100) -> list[JobRow]:
+              device_class: str | None = None, agent: str | None = None, limit: int = 100) -> list[JobRow]:
     """Newest first, with what a waiting job waits for (a build, or an agent with its device class)."""
     query = (
         sa.select(Job, Run.id, Repository.name, Commit.sha, DeviceClassRow.name, Device.uid, BuildRequest.status)
@@ -380,13 +380,17 @@ def list_jobs(session: Session, *, status: str | None = None, run_id: str | None
         query = query.where(Job.run_id == run_id)
     if job_id is not None:
         query = query.where(Job.id == job_id)
+    if device_class is not None:
+        query = query.where(DeviceClassRow.name == device_class)
+    if agent is not None:
+        query = query.where(Job.agent == agent)
     rows = []
-    for job, run_id_, repo, sha, device_class, uid, build_status in session.execute(query).all():
+    for job, run_id_, repo, sha, class_name, uid, build_status in session.execute(query).all():
         waiting = None
         if job.status == "queued":
             waiting = f"build ({build_status})" if job.bundle_digest is None else "an agent"
         rows.append(JobRow(
-            id=job.id, run_id=run_id_, repository=repo, commit=sha, device_class=device_class, status=job.status,
+            id=job.id, run_id=run_id_, repository=repo, commit=sha, device_class=class_name, status=job.status,
             attempts=job.attempts, max_attempts=job.max_attempts, agent=job.agent, device_uid=uid,
             lease_expires_at=job.lease_expires_at, cases=job.cases, bundle_digest=job.bundle_digest,
             waiting_for=waiting, error=job.error, created_at=job.created_at, started_at=job.started_at,

@@ -15,7 +15,9 @@ import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import sqlalchemy as sa
 from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
 from pipeline.config import AnalysisSettings
 from pipeline.contracts import BundleEntry, CaseResult, CommitInfo, DeviceClass
@@ -158,7 +160,6 @@ EVIL_CASE = 'gemm/<img src=x onerror="window.__xss=3">/1x1x1/f32/triton'
 def add_evil_case(engine: Engine, device_class_name: str) -> None:
     """A case id holding HTML, written straight into the store (the contract would refuse it):
     the pages must show it as text."""
-    import sqlalchemy as sa
 
     from pipeline.results.models import Case, DeviceClassRow, Series
 
@@ -169,3 +170,66 @@ def add_evil_case(engine: Engine, device_class_name: str) -> None:
         s.flush()
         dc_id = s.scalar(sa.select(DeviceClassRow.id).where(DeviceClassRow.name == device_class_name))
         s.add(Series(case_id=case.id, device_class_id=dc_id, metric="latency"))
+
+
+EVIL_ERROR = '<script>window.__xss = 4</script> device lost: CUDA_ERROR_LAUNCH_FAILED'
+
+
+@dataclass
+class DemoFarm:
+    agents: list[str] = field(default_factory=list)
+    running_job: str = ""
+    waiting_job: str = ""
+    failed_job: str = ""
+
+
+def add_farm(engine: Engine, demo: Demo) -> DemoFarm:
+    """Agents and jobs for the devices and jobs pages: `gpu-box-1` online with two H100s, one of them
+    running an ad-hoc job of the newest commit; `cpu-box` offline; a run waiting for its build; a
+    failed job whose error holds HTML (shown as text)."""
+    from pipeline.contracts import DeviceInfo
+    from pipeline.results import dispatch, triggers
+    from pipeline.results.models import Agent
+
+    gpu, cpu = demo.device_classes[0], demo.device_classes[-1]
+    farm = DemoFarm(agents=["gpu-box-1", "cpu-box"])
+    newest = main_sha(demo.commits - 1)
+    with session_scope(engine) as s:
+        dispatch.register_agent(s, name="gpu-box-1", token_name="agent-token", host="gpu-box-1.lab", version="0.1.0",
+                                devices=[(device_class(gpu), DeviceInfo(device_class=gpu, uid=f"GPU-{i}a2f-0000",
+                                                                        name="NVIDIA H100 80GB HBM3", host="gpu-box-1.lab"))
+                                         for i in range(2)])
+        dispatch.register_agent(s, name="cpu-box", token_name="agent-token", host="cpu-box.lab", version="0.1.0",
+                                devices=[(device_class(cpu), DeviceInfo(device_class=cpu, uid="cpu-box-x86",
+                                                                        name="AMD EPYC 9654", host="cpu-box.lab"))])
+        dispatch.heartbeat(s, agent_name="cpu-box", device_uids=[], running=[], lease_s=60)  # its device gone
+        s.execute(sa.update(Agent).where(Agent.name == "cpu-box").values(state="offline"))
+        running = triggers.queue_run(s, repository=REPO, commit_sha=newest, device_classes=[gpu], cases="gemm/*",
+                                     max_attempts=3)
+        triggers.finish_build(s, build_id=_build_id(s, running.run_id), digest=_bundle_digest(s))
+        claimed = dispatch.claim_job(s, agent_name="gpu-box-1", devices=[("GPU-0a2f-0000", gpu)], lease_s=600)
+        assert claimed is not None
+        farm.running_job = claimed.job_id
+        waiting = triggers.queue_run(s, repository=REPO, commit_sha=demo.pr_head, device_classes=[gpu, cpu], cases=None,
+                                     max_attempts=3)
+        farm.waiting_job = waiting.job_ids[cpu]
+        failed = triggers.queue_run(s, repository=REPO, commit_sha=main_sha(demo.commits - 2), device_classes=[gpu],
+                                    cases=None, max_attempts=1)
+        triggers.finish_build(s, build_id=_build_id(s, failed.run_id), digest=_bundle_digest(s))
+        job = dispatch.claim_job(s, agent_name="gpu-box-1", devices=[("GPU-1a2f-0000", gpu)], lease_s=600)
+        assert job is not None
+        dispatch.fail_job(s, job_id=job.job_id, agent_name="gpu-box-1", reason=EVIL_ERROR)
+        farm.failed_job = job.job_id
+    return farm
+
+
+def _build_id(session: Session, run_id: str) -> int:
+    from pipeline.results.models import BuildRequest
+
+    return int(session.scalar(sa.select(BuildRequest.id).where(BuildRequest.run_id == run_id)))
+
+
+def _bundle_digest(session: Session) -> str:
+    from pipeline.results.models import Bundle
+
+    return str(session.scalar(sa.select(Bundle.digest).limit(1)))

@@ -1,14 +1,21 @@
 """End-to-end in a real headless Chromium (Debian's chromium + chromedriver, driven by Selenium)
 against the running service on a demo store: the dashboard and its filters, a series' graph drawn
 by uPlot with its samples on hover, a pull request's comparison sorted, sign-in and triage of a
-regression; HTML in a case id or a commit message never runs. With BENCHFARM_SCREENSHOTS=DIR, a
-screenshot of each page is written there (docs/screenshots in the repository)."""
+regression; HTML in a case id or a commit message never runs. Then `benchfarm up --no-run` in a
+subprocess (service, builder and the in-process agent) on a tiny suite: sign in, trigger an ad-hoc
+run from the form, watch its job go from the build to the agent to done, see the results. With
+BENCHFARM_SCREENSHOTS=DIR, a screenshot of each page is written there (docs/screenshots in the
+repository)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +26,14 @@ import requests
 from pipeline.config import Settings
 from pipeline.results.api import create_app
 from pipeline.results.db import open_store
-from tests.helpers.live_server import live_server
+from tests.helpers.farm import FAST
+from tests.helpers.live_server import free_port, live_server
+from tests.helpers.suite_repo import (
+    GemmCase,
+    case_id,
+    gemm_suite_files,
+    make_suite_repo,
+)
 
 from . import demo_store
 
@@ -30,11 +44,12 @@ if not (CHROMIUM and CHROMEDRIVER):
     pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)",
                 allow_module_level=True)
 webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
-from selenium.webdriver.support.select import Select  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.select import Select
+from selenium.webdriver.support.ui import WebDriverWait
 
 ADMIN = "e2e-admin-token"
 
@@ -89,11 +104,19 @@ def wait(driver: Any, seconds: float = 15) -> Any:
     return WebDriverWait(driver, seconds)
 
 
+def sign_in(driver: Any, url: str, next_path: str) -> None:
+    driver.get(f"{url}/login?next={next_path}")
+    driver.find_element(By.NAME, "name").send_keys("ada")
+    driver.find_element(By.NAME, "password").send_keys("correct horse")
+    driver.find_element(By.CSS_SELECTOR, "#login button[type=submit]").click()
+    wait(driver).until(ec.url_contains(next_path))
+
+
 def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo_store.Demo], browser: Any) -> None:
     url, demo = site
     browser.get(url + "/")
     assert len(browser.find_elements(By.CSS_SELECTOR, "a.tile")) == 31
-    assert browser.find_element(By.XPATH, f"//a[contains(@class, 'tile')][contains(., 'onerror')]")  # shown as text
+    assert browser.find_element(By.XPATH, "//a[contains(@class, 'tile')][contains(., 'onerror')]")  # shown as text
     no_script_ran(browser)
     shot(browser, "dashboard")
 
@@ -159,3 +182,110 @@ def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo
     shot(browser, "roofline")
     browser.get(url + "/login")
     shot(browser, "login")
+
+
+ADHOC_CASES = [GemmCase("alpha", 32, 32, 32), GemmCase("beta", 16, 32, 64)]
+
+
+@pytest.fixture
+def embedded(tmp_path: Path) -> Iterator[str]:
+    """`benchfarm up --no-run` on a free port with a two-case suite and short measurements; a user
+    made first with `benchfarm user create`."""
+    repo = make_suite_repo(tmp_path, gemm_suite_files(ADHOC_CASES), name="suite-repo")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
+    env.update(FAST, BENCHFARM_HOME=str(tmp_path / "home"), BENCHFARM_PORT=str(free_port()),
+               BENCHFARM_DISPATCH__CLAIM_WAIT_S="1", BENCHFARM_DISPATCH__CLAIM_POLL_S="0.1",
+               BENCHFARM_AGENT__HEARTBEAT_S="1", BENCHFARM_BUILD_WORKERS="2", BENCHFARM_LOG_LEVEL="INFO")
+    made = subprocess.run([sys.executable, "-m", "pipeline.cli", "user", "create", "--name", "ada", "--password-stdin"],
+                          input="correct horse\n", env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert made.returncode == 0, made.stderr
+    log_path = tmp_path / "up.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "up", "--no-run", "--suite", str(repo / "kernels")],
+                                cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{env['BENCHFARM_PORT']}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
+            try:
+                if requests.get(f"{url}/api/v1/health", timeout=2).ok:
+                    break
+            except requests.ConnectionError:
+                time.sleep(0.2)
+        yield url
+    except BaseException:
+        print(log_path.read_text())
+        raise
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_trigger_an_adhoc_run_and_watch_it_complete_with_the_embedded_agent(embedded: str, browser: Any) -> None:
+    url = embedded
+    browser.get(url + "/devices")
+    for _ in range(60):  # the in-process agent registers once the service answers
+        if browser.find_elements(By.CSS_SELECTOR, "section.agent.online[data-agent=embedded] tr[data-uid]"):
+            break
+        time.sleep(0.5)
+        browser.refresh()
+    agent = browser.find_element(By.CSS_SELECTOR, "section.agent[data-agent=embedded]")
+    assert "online" in agent.find_element(By.CSS_SELECTOR, ".agent-state").text
+    assert "idle" in agent.find_element(By.CSS_SELECTOR, "tr[data-uid]").text
+    device_class = agent.find_element(By.CSS_SELECTOR, "tr[data-uid] td:nth-child(2)").text
+    shot(browser, "devices-idle")
+
+    browser.get(url + "/runs/new")
+    assert "/login" in browser.current_url  # triggering needs a signed-in user
+    sign_in(browser, url, "/runs/new")
+    form = browser.find_element(By.ID, "adhoc")
+    ref = form.find_element(By.NAME, "ref")
+    assert ref.get_attribute("value") == "HEAD"
+    box = form.find_element(By.CSS_SELECTOR, f"input[name=device_class][value='{device_class}']")
+    assert box.is_selected()
+    form.find_element(By.NAME, "cases").send_keys("gemm/*")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+
+    wait(browser).until(ec.visibility_of_element_located((By.ID, "progress")))
+    run_id = browser.find_element(By.ID, "run-link").get_attribute("href").rsplit("/", 1)[1]
+    seen: set[str] = set()
+    deadline = time.monotonic() + 75
+    while "/runs/new" in browser.current_url:
+        assert time.monotonic() < deadline, f"the run did not end; states seen: {seen}"
+        try:
+            states = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#progress-jobs td.job-status")]
+            now = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#progress-jobs tbody td:last-child")]
+        except StaleElementReferenceException:  # the page went on to the run's page between the two reads
+            break
+        seen.update(states)
+        if "running" in states and "adhoc-running" not in seen:
+            seen.add("adhoc-running")
+            shot(browser, "adhoc")
+        assert "failed" not in states, now
+        time.sleep(0.2)
+    assert {"queued", "running"} & seen, seen  # the progress was shown before the results
+    wait(browser, 10).until(ec.url_contains(f"/runs/{run_id}"))
+    assert "done" in browser.find_element(By.CSS_SELECTOR, "p .status-done").text
+    rows = browser.find_elements(By.CSS_SELECTOR, "table tr td.mono")
+    shown = {r.text for r in rows}
+    assert {case_id(c) for c in ADHOC_CASES} <= shown, shown
+    shot(browser, "run")
+
+    browser.get(url + "/jobs")
+    job = browser.find_element(By.CSS_SELECTOR, "#jobs tbody tr")
+    assert job.get_attribute("data-status") == "done" and "embedded" in job.text and "gemm/*" in job.text
+    shot(browser, "jobs")
+    job.find_element(By.CSS_SELECTOR, "td a").click()
+    events = browser.find_element(By.ID, "events").text
+    for event in ("queued", "build requested", "build started", "build done", "attempt 1 of 3 started", "done"):
+        assert event in events, events
+    assert "2 ok" in browser.find_element(By.ID, "case-counts").text
+    shot(browser, "job")
+    browser.get(url + "/devices")
+    shot(browser, "devices")

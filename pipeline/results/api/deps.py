@@ -7,6 +7,7 @@ so recording a token's use commits or rolls back with the request's own work.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Iterator
 from typing import Annotated, Any
 
@@ -64,8 +65,27 @@ def _bearer(request: Request) -> str:
     return given.strip() if scheme.lower() == "bearer" else ""
 
 
+CSRF_HEADER = "x-csrf-token"
+
+
+def _page_principal(request: Request, session: Session, settings: Settings) -> Principal | None:
+    """The signed-in user of the web UI's session cookie, for a script of its own pages: only with the
+    session's CSRF token in the X-CSRF-Token header (another site's page can send the cookie, never
+    the header's value)."""
+    # imported here: the web package imports this module
+    from pipeline.results.web.session import principal_of
+
+    data = request.scope.get("session") or {}
+    given, expected = request.headers.get(CSRF_HEADER, ""), str(data.get("csrf", ""))
+    if not given or not expected or not hmac.compare_digest(given, expected):
+        return None
+    return principal_of(request, session, settings)
+
+
 def require_scope(scope: Scope) -> Any:
-    """A dependency admitting requests whose bearer token holds `scope` (admin holds them all).
+    """A dependency admitting requests whose bearer token holds `scope` (admin holds them all), or
+    without a bearer token, the web UI's signed-in user sending its session's CSRF token in the
+    X-CSRF-Token header (the ad-hoc run form posts to the API as the CLI does).
 
     401: no token, or one that is unknown or revoked; 403: a valid token without the scope, or
     no token configured at all (neither BENCHFARM_API_TOKEN nor a stored one: writes are off).
@@ -76,6 +96,8 @@ def require_scope(scope: Scope) -> Any:
     def guard(request: Request, session: SessionDep, settings: SettingsDep) -> Principal:
         bootstrap = settings.api_token.get_secret_value()
         principal = auth.authenticate(session, token=_bearer(request), bootstrap=bootstrap)
+        if principal is None and not _bearer(request):
+            principal = _page_principal(request, session, settings)
         if principal is None:
             if not bootstrap and not auth.has_active_tokens(session):
                 raise HTTPException(403, WRITES_DISABLED)

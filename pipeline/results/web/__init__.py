@@ -2,8 +2,9 @@
 under /static (no CDN), signed-cookie sessions and CSRF-checked forms.
 
 `mount(app)` is all the service calls. Pages: / (dashboard), /series/{id}, /compare, /regressions,
-/roofline, /runs/{id}, /login. With `web.public` false, pages and the JSON API's reads need a
-signed-in user or a bearer token with the user scope (health and the API's schema stay open).
+/roofline, /runs/{id}, /devices, /jobs, /jobs/{id}, /runs/new (the ad-hoc run form), /login. With
+`web.public` false, pages and the JSON API's reads need a signed-in user or a bearer token with the
+user scope (health and the API's schema stay open).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ OPEN_API_PATHS = ("/api/v1/health",)
 
 
 def mount(app: FastAPI) -> None:
-    from pipeline.results.web import account, pages, review, users_api
+    from pipeline.results.web import account, farm, pages, review, users_api
 
     settings = app.state.settings
     web = settings.web
@@ -63,5 +64,5 @@ def mount(app: FastAPI) -> None:
                             '<p><a href="/">benchfarm</a></p>', status_code=403)
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    for module in (account, pages, review, users_api):
+    for module in (account, farm, pages, review, users_api):  # farm's /runs/new before /runs/{run_id}
         app.include_router(module.router)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlparse
@@ -10,8 +11,14 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from pipeline.pr_comments.table import format_change, format_pvalue, format_seconds, summary_line
+from pipeline.pr_comments.table import (
+    format_change,
+    format_pvalue,
+    format_seconds,
+    summary_line,
+)
 from pipeline.results.auth import Principal
+from pipeline.results.models import utcnow
 from pipeline.results.web.session import csrf_token
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
@@ -46,9 +53,31 @@ def first_line(text: str | None, limit: int = 80) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def ago(when: datetime | None, now: datetime | None = None) -> str:
+    """How long ago, coarsely: "12 s ago", "5 min ago", "3 h ago", "2 d ago"."""
+    if when is None:
+        return ""
+    seconds = max(0.0, ((now or utcnow()) - when).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return f"{seconds:.0f} s ago"
+
+
+def duration(start: datetime | None, end: datetime | None) -> str:
+    """The time between two moments ("1.4 s", "3 min 5 s"); empty when either is missing."""
+    if start is None or end is None:
+        return ""
+    seconds = max(0.0, (end - start).total_seconds())
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes < 120 else f"{minutes / 60:.1f} h"
+
+
 templates.env.filters.update(seconds=format_seconds, change=format_change, pvalue=format_pvalue, rate=format_rate,
-                             first_line=first_line, slug=lambda s: str(s).replace(" ", "-"))
-templates.env.globals.update(summary_line=summary_line, commit_url=commit_url, query=query)
+                             first_line=first_line, slug=lambda s: str(s).replace(" ", "-"), ago=ago)
+templates.env.globals.update(summary_line=summary_line, commit_url=commit_url, query=query, duration=duration)
 
 
 def page(request: Request, name: str, user: Principal | None, context: dict[str, Any],
