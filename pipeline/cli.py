@@ -53,7 +53,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     with _progress_bar() as progress:
         outcome = run_pipeline(
             settings=settings, engine=engine, suite=Path(args.suite), ref=args.ref,
-            targets=_split_targets(args.targets), progress=progress,
+            targets=_split_targets(args.targets), progress=progress, paired=not args.unpaired,
         )
     for comparison in outcome.comparisons:
         out_console.print(terminal_table(comparison))
@@ -281,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     suite_flags(p)
     p.add_argument("--ref", default="HEAD", help="commit or ref of the suite checkout (default HEAD)")
     p.add_argument("--targets", help="comma-separated targets (default: all this machine runs)")
+    p.add_argument("--unpaired", action="store_true",
+                   help="do not time the base commit's bundle interleaved with this one, even where it is kept")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("up", help="the embedded service: store, in-process agent, a run of HEAD, web UI")
