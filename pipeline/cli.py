@@ -90,7 +90,7 @@ def cmd_build(args: argparse.Namespace, settings: Settings) -> int:
     with _progress_bar() as progress:
         bundle_dir, manifest = build_bundle(
             location=location, sha=sha, targets=targets, out_dir=out, cache_dir=settings.cache_dir,
-            workers=settings.build_workers, progress=progress,
+            workers=settings.build_workers, progress=progress, repository=settings.repository or None,
         )
     failed = [e for e in manifest.entries if e.status == "failed"]
     out_console.print(f"bundle {bundle_dir}: {len(manifest.entries) - len(failed)} built, {len(failed)} failed")

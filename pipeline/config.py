@@ -126,6 +126,20 @@ class GitHubSettings(BaseModel):
     max_wait_s: float = Field(default=120.0, ge=0, description="longest single wait (Retry-After, rate-limit reset) before giving up")
     seconds_between_writes: float = Field(default=1.0, ge=0, description="GitHub asks for a pause between content writes")
     timeout_s: int = Field(default=30, ge=1)
+    # The webhook (POST /api/v1/webhooks/github, `pipeline.pr_comments.webhook`)
+    webhook_secret: SecretStr = Field(
+        default=SecretStr(""), description="the webhook's secret: deliveries must carry its X-Hub-Signature-256; "
+        "empty: every delivery is refused (401) and nothing is queued")
+    trusted_label: str = Field(
+        default="benchfarm:run", min_length=1,
+        description="a pull request from a fork runs on devices only while it carries this label (a maintainer adds "
+        "it after reading the change); adding it to any pull request runs it again")
+    device_classes: list[str] = Field(
+        default_factory=list,
+        description="device classes that pull requests and pushes run on; empty: every class with an online device")
+    fetch_remote: str = Field(
+        default="origin", description="remote of the service's suite checkout that pull request heads are fetched "
+        "from (refs/pull/N/head); a checkout without it fetches from the payload's clone URL")
 
     @property
     def uses_app(self) -> bool:
@@ -152,6 +166,8 @@ class BuildkiteSettings(BaseModel):
     report_timeout_min: int = Field(default=15, ge=1)
     agent_lost_retries: int = Field(default=2, ge=0, le=10, description="automatic retries when an agent is lost or stopped")
     bundle_dir: str = Field(default="bundle", description="folder the bundle is built into and uploaded from, relative to the checkout")
+    suite_dir: str = Field(default="", description="the suite folder relative to the checkout, passed to benchfarm build "
+                           "as --suite; empty: benchfarm's default")
 
 
 class AnalysisSettings(BaseModel):

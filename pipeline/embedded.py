@@ -118,12 +118,17 @@ class _LogStream(io.TextIOBase):
 
 def start_dispatcher(settings: Settings, engine: Engine) -> list[threading.Thread]:
     """What the service runs beside the API: leases restarted (agents could not heartbeat while it
-    was down), the reaper, and the builder when it has a suite checkout."""
+    was down), the reaper, the webhook worker, the reporter (`pipeline.pr_comments`), and the
+    builder when it has a suite checkout."""
+    from pipeline.pr_comments.reporter import Reporter
+    from pipeline.pr_comments.webhook import WebhookWorker
+
     with session_scope(engine) as session:
         extended = dispatch.extend_leases(session, lease_s=settings.dispatch.lease_s)
     if extended:
         log.info("%d running jobs get a fresh lease after the restart", extended)
-    loops: list[threading.Thread] = [triggers.Reaper(settings, engine)]
+    loops: list[threading.Thread] = [triggers.Reaper(settings, engine), WebhookWorker(settings, engine),
+                                     Reporter(settings, engine)]
     if settings.dispatch.suite_path:
         loops.append(triggers.Builder(settings, engine, suite=Path(settings.dispatch.suite_path)))
     for loop in loops:

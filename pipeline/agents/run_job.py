@@ -21,11 +21,11 @@ from typing import Any
 from pipeline.agents.agent import DeviceAgent, Work, map_devices, run_locally
 from pipeline.agents.agent_log import AgentLog
 from pipeline.agents.devices import discover_local_devices
-from pipeline.build.bundle import load_bundle
+from pipeline.build.bundle import MANIFEST, load_bundle
 from pipeline.config import Settings
 from pipeline.contracts import CommitInfo
 
-__all__ = ["RunJobError", "job_ids", "run_job"]
+__all__ = ["RunJobError", "bundle_folder", "job_ids", "run_job"]
 
 _NAMESPACE = uuid.UUID("6b1f0c59-3f0e-4d7e-9a57-62656e636866")
 
@@ -48,9 +48,25 @@ def _kind(env: Mapping[str, str]) -> str:
     return "pr" if pr not in ("", "false") else "push" if env.get("BUILDKITE_BUILD_ID") else "adhoc"
 
 
+def bundle_folder(path: Path) -> Path:
+    """The bundle at `path`: the folder itself when it holds a manifest, else its one subfolder
+    that does (`benchfarm build --out DIR` builds into DIR/<bundle name>, and a Buildkite step
+    downloads DIR whole)."""
+    path = Path(path)
+    if (path / MANIFEST).is_file():
+        return path
+    found = sorted(p for p in path.iterdir() if (p / MANIFEST).is_file()) if path.is_dir() else []
+    if len(found) != 1:
+        raise RunJobError(f"{path}: {'no bundle' if not found else f'{len(found)} bundles'} "
+                          f"(a folder with {MANIFEST}, or a folder holding exactly one)")
+    return found[0]
+
+
 def run_job(settings: Settings, *, bundle: Path, device_class: str, base_bundle: Path | None = None,
             env: Mapping[str, str] | None = None) -> dict[str, Any]:
     env = os.environ if env is None else env
+    bundle = bundle_folder(bundle)
+    base_bundle = bundle_folder(base_bundle) if base_bundle is not None else None
     manifest = load_bundle(bundle)
     base_manifest = load_bundle(base_bundle) if base_bundle is not None else None
     devices = map_devices(discover_local_devices(), settings.agent.device_classes, settings.agent.only_classes)

@@ -80,6 +80,7 @@ def _retry(settings: BuildkiteSettings) -> dict[str, object]:
 
 def _build_step(request: PipelineRequest, settings: BuildkiteSettings) -> CommandStep:
     targets = f" --targets {shlex.quote(','.join(request.targets))}" if request.targets else ""
+    targets += f" --suite {shlex.quote(settings.suite_dir)}" if settings.suite_dir else ""
     bundles = settings.bundle_dir
     commands = [f"benchfarm build --commit {request.commit} --out {bundles}/head{targets}"]
     if request.base:

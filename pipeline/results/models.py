@@ -44,6 +44,8 @@ OPEN_STATES = ("needs triage", "confirmed", "assigned")
 DIRECTIONS = ("regression", "improvement")
 AGENT_STATES = ("online", "offline")
 BUILD_STATUSES = ("pending", "building", "done", "failed")
+DELIVERY_STATES = ("pending", "done", "ignored", "failed")
+REPORT_STATES = ("waiting", "posted", "kept", "failed", "superseded")
 
 # 64-bit on PostgreSQL; on SQLite only "INTEGER PRIMARY KEY" autoincrements (and is 64-bit anyway).
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -479,6 +481,48 @@ class BuildRequest(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    base_sha: Mapped[str | None] = mapped_column(sa.String(40))
+    """Paired runs: the base commit, built too (or its bundle reused); its digest goes to the jobs'
+    `base_bundle_digest`, and the jobs become claimable once both bundles exist."""
+
+
+class WebhookDelivery(Base):
+    """A GitHub webhook delivery, kept by its X-GitHub-Delivery id: a redelivery of the same id is
+    answered and not processed again. The payload waits here until the service's webhook worker
+    has processed it (fetch, record, queue), so GitHub gets its answer at once."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (_one_of("state", DELIVERY_STATES, "state"), sa.Index(None, "state", "received_at"))
+
+    id: Mapped[str] = mapped_column(sa.String(100), primary_key=True)
+    event: Mapped[str] = mapped_column(sa.String(50))
+    action: Mapped[str | None] = mapped_column(sa.String(50))
+    payload: Mapped[dict[str, Any]]
+    state: Mapped[str] = mapped_column(sa.String(16), default="pending")
+    outcome: Mapped[str | None] = mapped_column(sa.Text)
+    run_id: Mapped[str | None] = mapped_column(sa.ForeignKey("runs.id", ondelete="SET NULL"))
+    received_at: Mapped[datetime] = mapped_column(default=utcnow)
+    processed_at: Mapped[datetime | None]
+
+
+class RunReport(Base):
+    """A report owed for a run: when the run ends, its verdict goes on the pull request (sticky
+    comment and check or status), or on the pushed commit; kept in the outbox when GitHub fails."""
+
+    __tablename__ = "run_reports"
+    __table_args__ = (_one_of("state", REPORT_STATES, "state"), sa.Index(None, "state", "created_at"))
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[str] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"), unique=True)
+    repository: Mapped[str] = mapped_column(sa.String(200))
+    pull_request: Mapped[int | None]
+    head_sha: Mapped[str] = mapped_column(sa.String(40))
+    base_sha: Mapped[str | None] = mapped_column(sa.String(40))
+    merge_base: Mapped[str | None] = mapped_column(sa.String(40))
+    state: Mapped[str] = mapped_column(sa.String(16), default="waiting")
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    reported_at: Mapped[datetime | None]
 
 
 ALL_TABLES = [table.name for table in Base.metadata.sorted_tables]

@@ -6,6 +6,11 @@ otherwise a build request waits for `Builder`, a thread of the service that buil
 from the suite checkout it was given (`dispatch.suite_path`; `benchfarm up` passes its suite),
 ingests the manifest and hands the digest to the jobs. `Reaper`, another thread, requeues jobs
 whose lease expired and marks silent agents offline.
+
+Paired runs (a pull request: `base_sha` given): each job runs the head's bundle and the base's,
+interleaved on its device. The base's bundle is reused when one covering the targets is known,
+else the builder builds it after the head's; the jobs get `bundle_digest` and
+`base_bundle_digest` together, and only then are they claimable.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from pipeline.results.models import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Builder", "Reaper", "TriggerError", "TriggerResult", "queue_run", "resolve_commit_for_trigger"]
+__all__ = ["Builder", "Loop", "Reaper", "TriggerError", "TriggerResult", "queue_run", "resolve_commit_for_trigger"]
 
 
 class TriggerError(ValueError):
@@ -50,6 +55,8 @@ class TriggerResult:
     commit: str
     job_ids: dict[str, str]
     bundle_digest: str | None   # None: a build was requested
+    base_sha: str | None = None
+    base_bundle_digest: str | None = None
 
 
 def _manifest_targets(path: str) -> set[str] | None:
@@ -109,9 +116,11 @@ def resolve_commit_for_trigger(session: Session, settings: Settings, *, reposito
 def queue_run(
     session: Session, *, repository: str, commit_sha: str, device_classes: Sequence[str], cases: str | None,
     max_attempts: int, extra_targets: Sequence[str] = (), can_build: bool = True, kind: str = "adhoc",
+    base_sha: str | None = None,
 ) -> TriggerResult:
-    """An ad-hoc run of a recorded commit: one queued job per device class, claimable at once when
-    a bundle covering the classes' targets exists, else after the builder made one."""
+    """A run of a recorded commit: one queued job per device class, claimable at once when a bundle
+    covering the classes' targets exists, else after the builder made one. With `base_sha` (a
+    recorded commit) the jobs are paired: the base's bundle is reused or built too (module doc)."""
     rows = {r.name: r for r in session.scalars(sa.select(DeviceClassRow).where(DeviceClassRow.name.in_(list(device_classes))))}
     unknown = [c for c in device_classes if c not in rows]
     if unknown:
@@ -120,22 +129,37 @@ def queue_run(
     run = ingest.create_run(session, repository=repository, commit_sha=commit_sha, kind=kind,
                             device_classes=list(device_classes))
     digest = find_bundle(session, commit_id=run.commit_id, targets=targets)
-    if digest is None and not can_build:
-        raise TriggerError(f"commit: no bundle of {commit_sha[:10]} covers {', '.join(sorted(targets))}, "
-                           "and the service has no suite checkout to build one (dispatch.suite_path)")
+    base_digest = None
+    if base_sha is not None:
+        base_id = session.scalar(sa.select(Commit.id).where(Commit.repository_id == run.repository_id,
+                                                             Commit.sha == base_sha))
+        if base_id is None:
+            raise TriggerError(f"base_sha: {base_sha} is not a recorded commit of {repository}")
+        base_digest = find_bundle(session, commit_id=base_id, targets=targets)
+    missing = digest is None or (base_sha is not None and base_digest is None)
+    if missing and not can_build:
+        raise TriggerError(f"commit: no bundle of {commit_sha[:10]}{' or its base' if base_sha else ''} covers "
+                           f"{', '.join(sorted(targets))}, and the service has no suite checkout to build one "
+                           "(dispatch.suite_path)")
     for job in run.jobs:
-        job.cases, job.max_attempts, job.bundle_digest = cases, max_attempts, digest
-    if digest is None:
-        session.add(BuildRequest(run_id=run.id, targets=sorted(targets), status="pending", created_at=utcnow()))
+        job.cases, job.max_attempts = cases, max_attempts
+        if not missing:
+            job.bundle_digest, job.base_bundle_digest = digest, base_digest
+    if missing:
+        session.add(BuildRequest(run_id=run.id, targets=sorted(targets), status="pending", created_at=utcnow(),
+                                 base_sha=base_sha))
     session.flush()
     return TriggerResult(run_id=run.id, repository=repository, commit=commit_sha,
-                         job_ids={j.device_class.name: j.id for j in run.jobs}, bundle_digest=digest)
+                         job_ids={j.device_class.name: j.id for j in run.jobs}, bundle_digest=None if missing else digest,
+                         base_sha=base_sha, base_bundle_digest=None if missing else base_digest)
 
 
 # --- the service's threads ---------------------------------------------------------------------
 
 
-class _Loop(threading.Thread):
+class Loop(threading.Thread):
+    """A service thread: `step` again and again, pausing `period_s` after a step with nothing to do."""
+
     def __init__(self, name: str, period_s: float) -> None:
         super().__init__(name=name, daemon=True)
         self.period_s = period_s
@@ -158,7 +182,7 @@ class _Loop(threading.Thread):
         self.stopped.set()
 
 
-class Reaper(_Loop):
+class Reaper(Loop):
     """Requeues jobs whose lease expired; marks agents that stopped heartbeating offline."""
 
     def __init__(self, settings: Settings, engine: Engine) -> None:
@@ -174,17 +198,17 @@ class Reaper(_Loop):
         return False
 
 
-class Builder(_Loop):
+class Builder(Loop):
     """Builds the bundles of triggered runs from the suite checkout, one at a time."""
 
     def __init__(self, settings: Settings, engine: Engine, *, suite: Path) -> None:
         super().__init__("dispatch-builder", 0.5)
         self.settings, self.engine, self.suite = settings, engine, suite
 
-    def _take(self) -> tuple[int, str, str, list[str]] | None:
+    def _take(self) -> tuple[int, str, str, list[str], str | None] | None:
         with session_scope(self.engine) as session:
             row = session.execute(
-                sa.select(BuildRequest.id, Repository.name, Commit.sha, BuildRequest.targets)
+                sa.select(BuildRequest.id, Repository.name, Commit.sha, BuildRequest.targets, BuildRequest.base_sha)
                 .join(Run, BuildRequest.run_id == Run.id).join(Repository, Run.repository_id == Repository.id)
                 .join(Commit, Run.commit_id == Commit.id)
                 .where(BuildRequest.status == "pending").order_by(BuildRequest.created_at).limit(1)).first()
@@ -193,7 +217,7 @@ class Builder(_Loop):
             won = dispatch.rowcount(session.execute(
                 sa.update(BuildRequest).where(BuildRequest.id == row[0], BuildRequest.status == "pending")
                 .values(status="building", started_at=utcnow())))
-            return (row[0], row[1], row[2], list(row[3])) if won == 1 else None
+            return (row[0], row[1], row[2], list(row[3]), row[4]) if won == 1 else None
 
     def step(self) -> bool:
         from pipeline.build.bundle import build_bundle
@@ -202,15 +226,27 @@ class Builder(_Loop):
         taken = self._take()
         if taken is None:
             return False
-        build_id, repository, sha, targets = taken
-        log.info("building %s@%s for %s", repository, sha[:10], ", ".join(targets))
+        build_id, repository, sha, targets, base_sha = taken
         try:
-            bundle_dir, manifest = build_bundle(
-                location=locate_suite(self.suite), sha=sha, targets=targets, out_dir=self.settings.bundles_dir,
-                cache_dir=self.settings.cache_dir, workers=self.settings.build_workers, repository=repository)
+            digests = []
+            for commit in (sha, base_sha) if base_sha else (sha,):
+                with session_scope(self.engine) as session:
+                    commit_id = session.scalar(sa.select(Commit.id).join(Repository).where(
+                        Repository.name == repository, Commit.sha == commit))
+                    known = find_bundle(session, commit_id=commit_id, targets=set(targets)) if commit_id else None
+                if known is not None:
+                    digests.append(known)
+                    continue
+                log.info("building %s@%s for %s", repository, commit[:10], ", ".join(targets))
+                bundle_dir, manifest = build_bundle(
+                    location=locate_suite(self.suite), sha=commit, targets=targets, out_dir=self.settings.bundles_dir,
+                    cache_dir=self.settings.cache_dir, workers=self.settings.build_workers, repository=repository)
+                with session_scope(self.engine) as session:
+                    digests.append(ingest.ingest_manifest(session, manifest=manifest,
+                                                          path=str(Path(bundle_dir).resolve())).digest)
             with session_scope(self.engine) as session:
-                bundle = ingest.ingest_manifest(session, manifest=manifest, path=str(Path(bundle_dir).resolve()))
-                finish_build(session, build_id=build_id, digest=bundle.digest)
+                finish_build(session, build_id=build_id, digest=digests[0],
+                             base_digest=digests[1] if base_sha else None)
         except Exception as exc:
             log.exception("build of %s failed", sha[:10])
             with session_scope(self.engine) as session:
@@ -218,12 +254,13 @@ class Builder(_Loop):
         return True
 
 
-def finish_build(session: Session, *, build_id: int, digest: str) -> None:
+def finish_build(session: Session, *, build_id: int, digest: str, base_digest: str | None = None) -> None:
+    """The run's bundles exist: its jobs get them (both at once when paired) and become claimable."""
     build = session.get(BuildRequest, build_id)
     assert build is not None
     build.status, build.bundle_digest, build.finished_at = "done", digest, utcnow()
     session.execute(sa.update(Job).where(Job.run_id == build.run_id, Job.bundle_digest.is_(None))
-                    .values(bundle_digest=digest))
+                    .values(bundle_digest=digest, base_bundle_digest=base_digest))
 
 
 def fail_build(session: Session, *, build_id: int, error: str) -> None:

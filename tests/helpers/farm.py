@@ -92,7 +92,7 @@ class Farm:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def service(self) -> Proc:
+    def service(self, extra_env: dict[str, str] | None = None) -> Proc:
         env = base_env(self.root / "service")
         env.update(BENCHFARM_PORT=str(self.port), BENCHFARM_API_TOKEN=TOKEN,
                    BENCHFARM_DISPATCH__SUITE_PATH=str(self.suite), BENCHFARM_DISPATCH__LEASE_S=str(self.lease_s),
@@ -100,6 +100,7 @@ class Farm:
                    BENCHFARM_BUILD_WORKERS="2")
         if self.database_url:
             env["BENCHFARM_DATABASE_URL"] = self.database_url
+        env.update(extra_env or {})
         proc = Proc("service", ["serve"], env, self.root / "service.log", self.root).start()
         self.procs.append(proc)
         wait_for(lambda: self._up(proc), 60, "the service to answer")

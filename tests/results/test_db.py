@@ -20,7 +20,7 @@ EXPECTED_TABLES = {
     "repositories", "commits", "commit_parents", "device_classes", "devices", "cases", "series", "bundles",
     "compile_stats", "runs", "jobs", "case_results", "measurements", "samples", "api_tokens", "paired_samples",
     "change_points", "triage_events", "users",
-    "change_points", "triage_events", "agents", "build_requests",
+    "change_points", "triage_events", "agents", "build_requests", "webhook_deliveries", "run_reports",
 }
 
 

@@ -28,6 +28,7 @@ from pipeline.results.api.routes import (
     runs,
     series,
     tokens,
+    webhooks,
 )
 from pipeline.results.api.schemas import add_body_schemas
 from pipeline.results.auth import AuthError
@@ -82,7 +83,7 @@ def create_app(settings: Settings, engine: Engine) -> FastAPI:
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
     for module in (health, commits, runs, compare, series, change_points, regressions, dashboard, results, imports,
-                   tokens, agents, jobs, bundles):
+                   tokens, agents, jobs, bundles, webhooks):
         app.include_router(module.router, prefix="/api/v1")
     web.mount(app)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import asdict
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
@@ -201,7 +201,10 @@ def external_job(run_id: str, job_id: str, body: ExternalJob, session: SessionDe
 
     with dispatch_errors():
         try:
-            ingest.record_commits(session, repository=body.repository, commits=[body.commit])
+            commits = [body.commit]
+            if body.base_manifest is not None:   # the paired base: recorded when the store does not know it
+                commits.append(CommitInfo(sha=body.base_manifest.commit, committed_at=body.base_manifest.created_at or datetime.now(UTC)))
+            ingest.record_commits(session, repository=body.repository, commits=commits)
             digest = ingest.ingest_manifest(session, manifest=body.manifest, path=f"external:{run_id}").digest
             base = (ingest.ingest_manifest(session, manifest=body.base_manifest, path=f"external:{run_id}").digest
                     if body.base_manifest is not None else None)
