@@ -12,6 +12,15 @@ def gather_rows(table: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return _f64(table)[np.asarray(idx, dtype=np.int64).reshape(-1)]
 
 
+def scatter_rows(y: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """out[pos[r], :] = y[r, :]: MoE un-permute, expert-sorted rows back to token-slot order (`pos` a
+    permutation, so every output row is written once)."""
+    pos = np.asarray(pos, dtype=np.int64).reshape(-1)
+    out = np.full((pos.size, np.shape(y)[1]), np.nan)
+    out[pos] = _f64(y)
+    return out
+
+
 def scatter_add_rows(residual: np.ndarray, y: np.ndarray, token: np.ndarray, w: np.ndarray) -> np.ndarray:
     """out = residual; out[token[r], :] += w[r] * y[r, :] for every row r: MoE combine into the
     residual stream, scatter form (`token` is [R, 1])."""

@@ -1,5 +1,6 @@
 """Gather/scatter in Triton (`cuda:sm_90`; `hip:gfx942|gfx950|gfx1250` build-only) and in Gluon with
-the AMD Tensor Data Mover (`hip:gfx1250`, build-only): MoE dispatch, MoE combine, embedding lookup.
+the AMD Tensor Data Mover (`hip:gfx1250`, build-only): MoE dispatch, MoE combine, embedding lookup,
+and (TDM only) the MoE un-permute.
 bf16 rows, int32 indices, fp32 router weights.
 
 Read top to bottom: the shapes (named by model), the tiles, the kernels (`triton_kernel.py`,
@@ -9,7 +10,9 @@ launch, reference, FLOP/byte counts and the case list. This module imports no co
 - dispatch / embedding: out[r, :] = table[idx[r], :];
 - combine: out[t, :] = sum_j w[t, j] * y[pos[t, j], :] (segmented sum: each token's K slots are
   one segment; `pos` is each slot's row in the expert-sorted buffer). The IREE combine takes the
-  scatter form instead (destination token per row, added into the residual).
+  scatter form instead (destination token per row, added into the residual);
+- unpermute (Gluon TDM async_scatter): out[pos[r], :] = y[r, :], expert-sorted rows back to
+  token-slot order, `pos` a permutation (every output row written once).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pipeline.build.suite_api import KernelCase, Pointer, Scalar, TritonSource
 from pipeline.contracts.ids import CaseId, Target
 from pipeline.contracts.manifest import ReferenceSpec, TensorSpec
 
-Op = Literal["dispatch", "combine", "embedding"]
+Op = Literal["dispatch", "combine", "embedding", "unpermute"]
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,7 @@ class Shape:
     model: str
     op: Op
     source_rows: int    # dispatch, combine: tokens; embedding: vocabulary
-    rows: int           # rows moved (dispatch: tokens * top-k; embedding: tokens looked up)
+    rows: int           # rows moved (dispatch, unpermute: tokens * top-k; embedding: tokens looked up)
     hidden: int
     top_k: int = 1
 
@@ -55,8 +58,13 @@ SHAPES: tuple[Shape, ...] = (
     Shape("llama3-8b-embedding", "Llama-3-8B", "embedding", 128256, 4096, 4096),
     Shape("llama3-8b-embedding", "Llama-3-8B", "embedding", 128256, 64, 4096),
 )
-# Gluon TDM (gfx1250): the row gathers (dispatch, embedding) through async_gather.
+# Gluon TDM (gfx1250): the row gathers (dispatch, embedding) through async_gather, and the MoE
+# un-permute (the expert outputs' rows written back to token-slot order, ahead of the weighted sum)
+# through async_scatter, on the MoE shapes.
 TDM_SHAPES: tuple[Shape, ...] = tuple(s for s in SHAPES if s.op != "combine")
+TDM_SCATTER_SHAPES: tuple[Shape, ...] = tuple(
+    Shape(s.name.replace("-moe-combine", "-moe-unpermute"), s.model, "unpermute", s.source_rows, s.rows, s.hidden, s.top_k)
+    for s in SHAPES if s.op == "combine")
 
 TRITON_TARGETS = ("cuda:sm_90", "hip:gfx942", "hip:gfx950", "hip:gfx1250")
 TDM_TARGETS = ("hip:gfx1250",)
@@ -123,9 +131,30 @@ def tdm_gather_source(s: Shape, target: Target) -> TritonSource:
     )
 
 
+def tdm_scatter_source(s: Shape, target: Target) -> TritonSource:
+    t = TDM_TILE
+    if s.rows % t.block_r:   # a masked row would scatter to row 0: whole row blocks only
+        raise ValueError(f"{s.name}: {s.rows} rows is not a multiple of the TDM block's {t.block_r}")
+    return TritonSource(
+        module="gather_scatter.gluon_kernel", function="tdm_scatter_rows_kernel",
+        args={
+            "y_ptr": Pointer("y", "bf16"), "pos_ptr": Pointer("pos", "i32"), "out_ptr": Pointer("out", "bf16"),
+            "ROWS": Scalar(s.rows), "COLS": Scalar(s.hidden),
+        },
+        constexprs={"BLOCK_R": t.block_r, "BLOCK_C": t.block_c},
+        grid=(cdiv(s.rows, t.block_r), cdiv(s.hidden, t.block_c)), num_warps=t.num_warps, num_stages=1,
+    )
+
+
 # ---- reference, roofline ------------------------------------------------------------------------
 
 def tensors(s: Shape) -> tuple[TensorSpec, ...]:
+    if s.op == "unpermute":   # pos: each sorted row's token slot, a permutation
+        return (
+            TensorSpec(name="y", role="input", shape=[s.rows, s.hidden], dtype="bf16", init="normal"),
+            TensorSpec(name="pos", role="input", shape=[s.rows], dtype="i32", init="permutation", high=s.rows),
+            TensorSpec(name="out", role="output", shape=[s.rows, s.hidden], dtype="bf16", init="none"),
+        )
     if s.op == "combine":
         return (
             TensorSpec(name="y", role="input", shape=[s.rows, s.hidden], dtype="bf16", init="normal"),
@@ -144,6 +173,8 @@ def reference(s: Shape) -> ReferenceSpec:
     if s.op == "combine":
         # fp32 sum of K weighted bf16 rows, rounded to bf16 (2^-8 relative)
         return ReferenceSpec(module="gather_scatter.reference", function="combine_rows", atol=1e-2, rtol=1e-2)
+    if s.op == "unpermute":
+        return ReferenceSpec(module="gather_scatter.reference", function="scatter_rows", atol=0.0, rtol=0.0)
     return ReferenceSpec(module="gather_scatter.reference", function="gather_rows", atol=0.0, rtol=0.0)
 
 
@@ -154,17 +185,21 @@ def flops(s: Shape) -> int:
 def bytes_moved(s: Shape) -> int:
     if s.op == "combine":   # read K rows per token and the routing, write one row per token
         return 2 * s.rows * s.hidden + 8 * s.rows + 2 * s.source_rows * s.hidden
-    return 4 * s.rows * s.hidden + 4 * s.rows
+    return 4 * s.rows * s.hidden + 4 * s.rows   # dispatch, embedding, unpermute: rows read and written, index
+
+
+ARGUMENTS: dict[str, tuple[str, ...]] = {
+    "dispatch": ("table", "idx"), "embedding": ("table", "idx"), "combine": ("y", "pos", "w"), "unpermute": ("y", "pos"),
+}
 
 
 def case(s: Shape, impl: str, targets: tuple[str, ...], make_source, files: tuple[str, ...]) -> KernelCase:
-    arguments = ("y", "pos", "w") if s.op == "combine" else ("table", "idx")
     return KernelCase(
         case_id=CaseId(family="gather-scatter", name=s.name, shape=s.label, dtype="bf16", impl=impl),
         model=s.model,
         targets=targets,
         tensors=tensors(s),
-        arguments=arguments,
+        arguments=ARGUMENTS[s.op],
         results=("out",),
         reference=reference(s),
         flops=flops(s),
@@ -175,9 +210,10 @@ def case(s: Shape, impl: str, targets: tuple[str, ...], make_source, files: tupl
 
 
 def cases() -> list[KernelCase]:
-    triton = ("gather_scatter/triton_kernel.py",)
+    triton, gluon = ("gather_scatter/triton_kernel.py",), ("gather_scatter/gluon_kernel.py",)
     return [
         *(case(s, "triton", TRITON_TARGETS, combine_source if s.op == "combine" else gather_source, triton)
           for s in SHAPES),
-        *(case(s, "gluon-tdm", TDM_TARGETS, tdm_gather_source, ("gather_scatter/gluon_kernel.py",)) for s in TDM_SHAPES),
+        *(case(s, "gluon-tdm", TDM_TARGETS, tdm_gather_source, gluon) for s in TDM_SHAPES),
+        *(case(s, "gluon-tdm", TDM_TARGETS, tdm_scatter_source, gluon) for s in TDM_SCATTER_SHAPES),
     ]

@@ -23,16 +23,25 @@ class TensorSpec(BaseModel):
     role: Literal["input", "output"]
     shape: list[Annotated[int, Field(ge=1)]]
     dtype: DType
-    init: Literal["normal", "uniform", "randint", "none"] = Field(
-        default="normal", description="how a fresh input is drawn; never zeros"
+    init: Literal["normal", "uniform", "randint", "permutation", "none"] = Field(
+        default="normal",
+        description="how a fresh input is drawn; never zeros. permutation: distinct integers, the first "
+                    "N (N = the element count, C order) of a random permutation of range(high); a [N] or "
+                    "[N, 1] tensor is then a permutation along axis 0 when N == high (e.g. destination rows)",
     )
     low: int | None = Field(default=None, description="randint: inclusive lower bound")
-    high: int | None = Field(default=None, description="randint: exclusive upper bound")
+    high: int | None = Field(default=None, description="randint: exclusive upper bound; permutation: range(high)")
 
     @model_validator(mode="after")
-    def _randint_bounds(self) -> TensorSpec:
+    def _integer_bounds(self) -> TensorSpec:
         if self.init == "randint" and (self.low is None or self.high is None or self.high <= self.low):
             raise ValueError("init=randint needs low < high")
+        if self.init == "permutation":
+            count = 1
+            for n in self.shape:
+                count *= n
+            if self.low is not None or self.high is None or self.high < count:
+                raise ValueError("init=permutation needs high >= the element count (and no low)")
         return self
 
 

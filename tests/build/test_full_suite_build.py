@@ -19,12 +19,14 @@ IREE_TARGETS = {t for t in ALL_TARGETS if t != "cuda:sm_90"}   # iree-compile 3.
 TRITON_TARGETS = {"cuda:sm_90", "hip:gfx942", "hip:gfx950", "hip:gfx1250"}
 # (family, impl) -> the targets it must have entries for. Every family's IREE cases cover every IREE
 # target; Triton covers cuda:sm_90 and AMD (attention's and conv's Triton cases come from their own
-# files and are held to whatever those declare); Gluon TDM is gfx1250's.
+# files and are held to whatever those declare); Gluon TDM is gfx1250's;
+# vendor controls (torch) are recorded for cuda:sm_90.
 EXPECTED = {
     **{(family, "iree"): IREE_TARGETS for family in FAMILIES},
     ("gemm", "triton"): {"cuda:sm_90"},
     ("gather-scatter", "triton"): TRITON_TARGETS,
     ("gather-scatter", "gluon-tdm"): {"hip:gfx1250"},
+    **{(family, "vendor"): {"cuda:sm_90"} for family in FAMILIES},
 }
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from pipeline.agents.runners import CheckedKernel
 from pipeline.agents.runners.checking import check_against_reference
+from pipeline.agents.runners.inputs import random_values
 from pipeline.agents.runners.iree_runner import verify_artifact
 from pipeline.contracts import BundleEntry, CaseResult, Correctness, TensorSpec
 
@@ -67,14 +68,7 @@ def make_inputs(tensors: Sequence[TensorSpec], rng: np.random.Generator) -> dict
     for spec in tensors:
         if spec.role != "input":
             continue
-        if spec.init == "randint":
-            values = rng.integers(spec.low, spec.high, size=spec.shape)  # type: ignore[arg-type]
-        elif spec.init == "uniform":
-            values = rng.uniform(-1.0, 1.0, size=spec.shape)
-        elif spec.init == "normal":
-            values = rng.standard_normal(size=spec.shape, dtype=np.float32)
-        else:
-            raise ValueError(f"input {spec.name} has init={spec.init}; an input needs random values")
+        values = random_values(spec, rng, normal_dtype=np.float32)
         if spec.dtype == "bf16":
             bits = bf16_bits(values.astype(np.float32))
             arrays[spec.name] = (bits, bf16_values(bits))

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.agents.runners import CheckedKernel
+from pipeline.agents.runners.inputs import random_values
 from pipeline.contracts import BundleEntry, CaseResult, Correctness, TensorSpec
 from pipeline.contracts.manifest import ReferenceSpec
 
@@ -65,7 +66,7 @@ def verify_artifact(bundle_dir: Path, entry: BundleEntry) -> bytes:
 
 
 def make_inputs(tensors: Sequence[TensorSpec], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Fresh random inputs (never zeros): normal N(0, 1), uniform [-1, 1), or randint [low, high)."""
+    """Fresh random inputs (never zeros), drawn per `TensorSpec.init` (`inputs.random_values`)."""
     arrays = {}
     for spec in tensors:
         if spec.role != "input":
@@ -73,14 +74,7 @@ def make_inputs(tensors: Sequence[TensorSpec], rng: np.random.Generator) -> dict
         dtype = _NUMPY_DTYPES.get(spec.dtype)
         if dtype is None:
             raise ValueError(f"tensor {spec.name}: dtype {spec.dtype} is not supported by the IREE runner")
-        if spec.init == "randint":
-            values = rng.integers(spec.low, spec.high, size=spec.shape)  # type: ignore[arg-type]
-        elif spec.init == "uniform":
-            values = rng.uniform(-1.0, 1.0, size=spec.shape)
-        elif spec.init == "normal":
-            values = rng.standard_normal(size=spec.shape)
-        else:
-            raise ValueError(f"input {spec.name} has init={spec.init}; an input needs random values")
+        values = random_values(spec, rng)
         arrays[spec.name] = np.ascontiguousarray(values.astype(dtype))
     return arrays
 

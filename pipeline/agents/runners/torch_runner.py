@@ -133,12 +133,27 @@ def _index_select(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any])
 
 
 def _index_add(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _Op:
-    """arguments (x, index, src) -> result y = x.index_add(dim, index, src), into a poisoned y."""
+    """arguments (x, index, src) -> result y = x.index_add(dim, index, src), into a poisoned y.
+
+    With `top_k` set, the MoE-combine form on the suite's tensors: arguments (y, pos, w), pos and w
+    [T, K] -> out[t, :] = sum_j w[t, j] * y[pos[t, j], :], computed as PyTorch MoE layers do: the
+    weighted rows y[pos] * w (fp32) index_add-ed into each token's row (slot t*K + j -> token t)."""
     import torch
 
-    x, index, src = (t[n] for n in entry.launch.arguments)  # type: ignore[union-attr]
-    y, dim = t[entry.launch.results[0]], int(params.get("dim", 0))  # type: ignore[union-attr]
-    return _Op(lambda: [torch.index_add(x, dim, index, src, out=y)], {})
+    if "top_k" not in params:
+        x, index, src = (t[n] for n in entry.launch.arguments)  # type: ignore[union-attr]
+        y, dim = t[entry.launch.results[0]], int(params.get("dim", 0))  # type: ignore[union-attr]
+        return _Op(lambda: [torch.index_add(x, dim, index, src, out=y)], {})
+    rows, pos, w = (t[n] for n in entry.launch.arguments)  # type: ignore[union-attr]
+    out, top_k = t[entry.launch.results[0]], int(params["top_k"])  # type: ignore[union-attr]
+    slots, weights = pos.reshape(-1), w.reshape(-1, 1).float()
+    token = torch.arange(slots.numel(), device=slots.device, dtype=torch.int32) // top_k   # routing metadata
+    acc = torch.empty(out.shape, dtype=torch.float32, device=out.device)
+
+    def run() -> list[Any]:
+        acc.zero_().index_add_(0, token, rows.index_select(0, slots).float() * weights)
+        return [out.copy_(acc)]
+    return _Op(run, {})
 
 
 OPS: dict[str, Callable[[dict[str, Any], BundleEntry, dict[str, Any]], _Op]] = {
