@@ -118,9 +118,20 @@ def _histories(session: Session, chain: Sequence[ChainCommit], series_ids: Itera
     }
 
 
+def _stored_change_points(session: Session, series_ids: Sequence[int]) -> dict[int, list[ChangePoint]]:
+    """series id -> its stored change points: one query per 1,000 series (not one per series)."""
+    out: dict[int, list[ChangePoint]] = defaultdict(list)
+    for i in range(0, len(series_ids), 1000):
+        chunk = list(series_ids[i:i + 1000])
+        for cp in session.scalars(sa.select(ChangePoint).where(ChangePoint.series_id.in_(chunk))):
+            out[cp.series_id].append(cp)
+    return out
+
+
 def _analyze(session: Session, series: Series, points: list[_Point], settings: AnalysisSettings, *,
-             incremental: bool) -> int:
-    """Detect on one series' history and store what is new; returns how many change points were stored."""
+             incremental: bool, stored: Sequence[ChangePoint]) -> int:
+    """Detect on one series' history and store what is new; returns how many change points were stored.
+    `stored`: the series' change points already stored."""
     now = utcnow()
     series.history_points = len(points)
     series.analyzed_at = now
@@ -128,7 +139,6 @@ def _analyze(session: Session, series: Series, points: list[_Point], settings: A
         return 0
     values = [p.value for p in points]
     index_of = {p.commit.id: i for i, p in enumerate(points)}
-    stored = session.scalars(sa.select(ChangePoint).where(ChangePoint.series_id == series.id)).all()
     stored_at = sorted((index_of[cp.after_commit_id], cp) for cp in stored if cp.after_commit_id in index_of)
     min_magnitude = series.min_magnitude if series.min_magnitude is not None else settings.min_magnitude
     options: dict[str, Any] = {"window": settings.window, "max_pvalue": settings.max_pvalue,
@@ -158,7 +168,6 @@ def _analyze(session: Session, series: Series, points: list[_Point], settings: A
         session.add(TriageEvent(change_point_id=change_point_id, state="needs triage", who=ANALYSIS_WHO, at=now,
                                 note=f"{direction} of {cp.magnitude:+.1%} (p={cp.pvalue:.2g}) detected"))
         added += 1
-    session.flush()
     return added
 
 
@@ -192,10 +201,14 @@ def _run(session: Session, series_ids: list[int] | None, settings: AnalysisSetti
         chain = default_branch_chain(session, repository_id)
         histories = _histories(session, chain, series_ids)
         wanted = series_ids if series_ids is not None else list(histories)
-        rows = {s.id: s for s in session.scalars(sa.select(Series).where(Series.id.in_(wanted)))} if wanted else {}
+        rows = {s.id: s for i in range(0, len(wanted), 1000)
+                for s in session.scalars(sa.select(Series).where(Series.id.in_(list(wanted[i:i + 1000]))))}
+        stored = _stored_change_points(session, sorted(rows))
         for series_id in sorted(rows):
-            added += _analyze(session, rows[series_id], histories.get(series_id, []), settings, incremental=incremental)
+            added += _analyze(session, rows[series_id], histories.get(series_id, []), settings, incremental=incremental,
+                              stored=stored.get(series_id, []))
             analysed.add(series_id)
+    session.flush()  # the series' history_points / analyzed_at: one batched UPDATE, not one per series
     return AnalysisSummary(series=len(analysed), new_change_points=added)
 
 

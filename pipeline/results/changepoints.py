@@ -56,8 +56,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy.stats import t as student_t
-from scipy.stats import ttest_ind
+from scipy.special import stdtr
 
 WINDOW = 50
 """Commits per analysis window (Otava's default)."""
@@ -131,8 +130,25 @@ def _ttest(left: np.ndarray, right: np.ndarray) -> float:
         return 1.0
     if np.ptp(left) == 0 and np.ptp(right) == 0:
         return 1.0 if left[0] == right[0] else 0.0
-    p = float(ttest_ind(left, right, equal_var=True).pvalue)
+    p = _pooled_ttest_pvalue(left, right)
     return 1.0 if math.isnan(p) else p
+
+
+def _pooled_ttest_pvalue(left: np.ndarray, right: np.ndarray) -> float:
+    """`scipy.stats.ttest_ind(left, right, equal_var=True).pvalue`, same arithmetic in the same
+    order (population variance of the demeaned values times n / (n - 1), pooled; Student's t
+    survival function `stdtr`), without the wrapper's input checks: ~50 times faster, which
+    matters since analysis runs this thousands of times per uploaded document."""
+    n1, n2 = left.size, right.size
+    m1, m2 = left.mean(), right.mean()
+    v1 = float(np.mean((left - m1) ** 2)) * (n1 / (n1 - 1)) if n1 > 1 else 0.0
+    v2 = float(np.mean((right - m2) ** 2)) * (n2 / (n2 - 1)) if n2 > 1 else 0.0
+    df = n1 + n2 - 2.0
+    denom = math.sqrt(((n1 - 1) * v1 + (n2 - 1) * v2) / df * (1.0 / n1 + 1.0 / n2))
+    if denom == 0.0:
+        return math.nan
+    t = float(m1 - m2) / denom
+    return 2 * float(stdtr(df, -abs(t)))
 
 
 def _step_beyond_trend(left: np.ndarray, right: np.ndarray, max_pvalue: float) -> float:
@@ -159,10 +175,10 @@ def _step_beyond_trend(left: np.ndarray, right: np.ndarray, max_pvalue: float) -
     if s2 == 0.0:
         return 0.0
     cov = s2 * np.linalg.inv(design.T @ design)
-    p_trend = 2 * float(student_t.sf(abs(coef[1]) / math.sqrt(cov[1, 1]), dof))
+    p_trend = 2 * float(stdtr(dof, -abs(coef[1]) / math.sqrt(cov[1, 1])))  # = student_t.sf(|t|, dof)
     if p_trend > max_pvalue:
         return 0.0
-    return 2 * float(student_t.sf(abs(coef[2]) / math.sqrt(cov[2, 2]), dof))
+    return 2 * float(stdtr(dof, -abs(coef[2]) / math.sqrt(cov[2, 2])))
 
 
 def _best_split(x: np.ndarray, min_size: int) -> int | None:

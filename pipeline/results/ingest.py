@@ -377,13 +377,20 @@ def _latency_series(session: Session, case_pks: set[int], device_class_id: int) 
     """cases.id -> series.id of the latency series on that device class, created when missing."""
     if not case_pks:
         return {}
-    rows = [{"case_id": c, "device_class_id": device_class_id, "metric": LATENCY} for c in sorted(case_pks)]
+
+    def found() -> dict[int, int]:
+        return dict(session.execute(  # type: ignore[arg-type]
+            sa.select(Series.case_id, Series.id).where(
+                Series.case_id.in_(case_pks), Series.device_class_id == device_class_id, Series.metric == LATENCY)
+        ).all())
+
+    series = found()  # after a suite's first upload, every series exists: one query
+    missing = sorted(case_pks - series.keys())
+    if not missing:
+        return series
+    rows = [{"case_id": c, "device_class_id": device_class_id, "metric": LATENCY} for c in missing]
     _insert_ignoring_conflicts(session, Series.__table__, rows, ["case_id", "device_class_id", "metric"])  # type: ignore[arg-type]
-    found = session.execute(
-        sa.select(Series.case_id, Series.id).where(
-            Series.case_id.in_(case_pks), Series.device_class_id == device_class_id, Series.metric == LATENCY)
-    ).all()
-    return dict(found)
+    return found()
 
 
 DEFAULT_ANALYSIS = AnalysisSettings()
@@ -427,10 +434,7 @@ def ingest_result(
         "device_id": device.id,
         "paired_base_commit_id": paired_ids[r.paired_base.commit] if r.paired_base is not None else None,
     } for r in new]
-    result_ids = session.scalars(
-        sa.insert(CaseResultRow.__table__).returning(CaseResultRow.__table__.c.id, sort_by_parameter_order=True),
-        result_rows,
-    ).all()
+    result_ids = _insert_returning_ids(session, CaseResultRow.__table__, result_rows)  # type: ignore[arg-type]
 
     ok = [(result_id, r) for result_id, r in zip(result_ids, new, strict=True) if r.status == "ok"]
     if not ok:
@@ -443,43 +447,65 @@ def ingest_result(
             "case_result_id": result_id, "series_id": series[case_ids[r.case]], "commit_id": run.commit_id,
             "n": s.n, "median": s.median, "mean": s.mean, "stdev": s.stdev, "min": s.min, "max": s.max,
         })
-    measurement_ids = session.scalars(
-        sa.insert(Measurement.__table__).returning(Measurement.__table__.c.id, sort_by_parameter_order=True),
-        measurement_rows,
-    ).all()
+    measurement_ids = _insert_returning_ids(session, Measurement.__table__, measurement_rows)  # type: ignore[arg-type]
     sample_rows = [
         {"measurement_id": m_id, "idx": i, "value": value,
          "clock_mhz": r.sample_clocks_mhz[i] if r.sample_clocks_mhz is not None else None}
         for m_id, (_, r) in zip(measurement_ids, ok, strict=True)
         for i, value in enumerate(r.samples)
     ]
-    _insert_samples(session, sample_rows)
+    _bulk_insert(session, Sample.__table__, sample_rows)  # type: ignore[arg-type]
     paired_rows = [
         {"case_result_id": result_id, "idx": i, "value": value}
         for result_id, r in ok if r.paired_base is not None
         for i, value in enumerate(r.paired_base.samples)
     ]
-    if paired_rows:
-        session.execute(sa.insert(PairedSample.__table__), paired_rows)
+    _bulk_insert(session, PairedSample.__table__, paired_rows)  # type: ignore[arg-type]
     if analysis is not None:
         analyze_after_ingest(session, document, analysis)
     return IngestSummary(stored=len(new), duplicates=duplicates, samples=len(sample_rows))
 
 
-def _insert_samples(session: Session, rows: list[dict[str, Any]]) -> None:
-    """Samples are most of the store's rows: PostgreSQL gets them through COPY on the session's
-    own connection (same transaction, several times faster than multi-row INSERT); SQLite through
-    an executemany INSERT."""
+# --- bulk writes ------------------------------------------------------------------------------
+# A result document of a full suite is thousands of case results and tens of thousands of samples.
+# On PostgreSQL they go in through COPY on the session's own connection (same transaction): no
+# statement to build or parse, one round trip per table. Ids of rows that others point to are
+# drawn from the table's sequence first (one query), so that COPY can write them. SQLite gets
+# executemany INSERTs (RETURNING the ids where needed).
+
+
+def _insert_returning_ids(session: Session, table: sa.Table, rows: list[dict[str, Any]]) -> list[int]:
+    """Insert rows into a table with an integer `id` key; returns their ids in row order."""
+    if not rows:
+        return []
+    if session.get_bind().dialect.name != "postgresql":
+        return list(session.scalars(
+            sa.insert(table).returning(table.c.id, sort_by_parameter_order=True), rows).all())
+    ids = list(session.scalars(
+        sa.text("SELECT nextval(pg_get_serial_sequence(:table, 'id')) FROM generate_series(1, :n)"),
+        {"table": table.name, "n": len(rows)}).all())
+    for row, row_id in zip(rows, ids, strict=True):
+        row["id"] = row_id
+    _bulk_insert(session, table, rows)
+    return ids
+
+
+def _bulk_insert(session: Session, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+    """Insert rows (all with the same keys): COPY on PostgreSQL, executemany INSERT elsewhere."""
     if not rows:
         return
     connection = session.connection()
     if connection.dialect.name != "postgresql":
-        session.execute(sa.insert(Sample.__table__), rows)
+        session.execute(sa.insert(table), rows)
         return
     driver_connection = connection.connection.driver_connection
     if driver_connection is None:
         raise RuntimeError("the session's PostgreSQL connection is closed")
-    with driver_connection.cursor() as cursor:
-        with cursor.copy("COPY samples (measurement_id, idx, value, clock_mhz) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row((row["measurement_id"], row["idx"], row["value"], row["clock_mhz"]))
+    columns = list(rows[0])
+    for name in columns:  # names come from code, never from documents; checked all the same
+        if name not in table.c:
+            raise ValueError(f"{table.name} has no column {name!r}")
+    statement = f"COPY {table.name} ({', '.join(columns)}) FROM STDIN"
+    with driver_connection.cursor() as cursor, cursor.copy(statement) as copy:
+        for row in rows:
+            copy.write_row(tuple(row[c] for c in columns))

@@ -41,14 +41,12 @@ def summarize(samples: Sequence[float]) -> SampleStats:
     if not samples:
         raise ValueError("cannot summarize no samples")
     values = [float(v) for v in samples]
-    return SampleStats(
-        n=len(values),
-        median=statistics.median(values),
-        mean=statistics.fmean(values),
-        stdev=statistics.stdev(values) if len(values) > 1 else 0.0,
-        min=min(values),
-        max=max(values),
-    )
+    n = len(values)
+    mean = math.fsum(values) / n
+    # Two passes with fsum: correctly rounded sums, within an ulp or two of statistics.stdev's
+    # exact fractions and ~20 times faster (ingest summarizes every case result it stores).
+    stdev = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+    return SampleStats(n=n, median=statistics.median(values), mean=mean, stdev=stdev, min=min(values), max=max(values))
 
 
 def rank_test(base: Sequence[float], head: Sequence[float]) -> float:
