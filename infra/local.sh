@@ -39,29 +39,33 @@ case "$mode" in
     exec .venv/bin/benchfarm up "$@"
     ;;
   test)
-    # --- phones (tests/agents/test_adb_phone.py): the real adb client, qemu-aarch64 and an aarch64
-    # glibc + libstdc++ for IREE's aarch64 tools; installed when missing (root, or sudo without a
-    # password), then the tools themselves (pip download of the aarch64 iree-base-runtime wheel).
-    phone_pkgs=()
-    command -v adb >/dev/null || phone_pkgs+=(adb)
-    command -v qemu-aarch64 >/dev/null || phone_pkgs+=(qemu-user)
-    [ -e /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 ] || phone_pkgs+=(libc6-arm64-cross)
-    [ -e /usr/aarch64-linux-gnu/lib/libstdc++.so.6 ] || phone_pkgs+=(libstdc++6-arm64-cross)
-    if [ "${#phone_pkgs[@]}" -gt 0 ]; then
+    # --- system packages the tests drive, installed when missing (root, or sudo without a password):
+    # phones (tests/agents/test_adb_phone.py): the real adb client, qemu-aarch64 and an aarch64
+    # glibc + libstdc++ for IREE's aarch64 tools (then the tools themselves: pip download of the
+    # aarch64 iree-base-runtime wheel); the browser (tests/web/test_browser_e2e.py): Debian's
+    # chromium and its chromedriver.
+    test_pkgs=()
+    command -v adb >/dev/null || test_pkgs+=(adb)
+    command -v qemu-aarch64 >/dev/null || test_pkgs+=(qemu-user)
+    [ -e /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 ] || test_pkgs+=(libc6-arm64-cross)
+    [ -e /usr/aarch64-linux-gnu/lib/libstdc++.so.6 ] || test_pkgs+=(libstdc++6-arm64-cross)
+    command -v chromium >/dev/null || test_pkgs+=(chromium)
+    command -v chromedriver >/dev/null || test_pkgs+=(chromium-driver)
+    if [ "${#test_pkgs[@]}" -gt 0 ]; then
       as_root=()
       [ "$(id -u)" -eq 0 ] || as_root=(sudo -n)
       if command -v apt-get >/dev/null && "${as_root[@]}" true 2>/dev/null; then
-        echo "benchfarm test: installing ${phone_pkgs[*]} for the phone tests" >&2
+        echo "benchfarm test: installing ${test_pkgs[*]} for the phone and browser tests" >&2
         { "${as_root[@]}" apt-get update -qq \
-            && "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${phone_pkgs[@]}" >/dev/null; } \
-          || echo "benchfarm test: apt-get install ${phone_pkgs[*]} failed; the phone tests will skip or fail" >&2
+            && "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${test_pkgs[@]}" >/dev/null; } \
+          || echo "benchfarm test: apt-get install ${test_pkgs[*]} failed; the phone or browser tests will skip or fail" >&2
       else
-        echo "benchfarm test: cannot install ${phone_pkgs[*]} (needs apt-get and root); the phone tests will skip or fail" >&2
+        echo "benchfarm test: cannot install ${test_pkgs[*]} (needs apt-get and root); the phone or browser tests will skip or fail" >&2
       fi
     fi
     .venv/bin/python -m tests.helpers.aarch64_iree >/dev/null \
       || echo "benchfarm test: could not fetch IREE's aarch64 tools; the phone tests will fail" >&2
-    # --- end phones
+    # --- end system packages
     set +e
     .venv/bin/python -m pytest "$@"
     status=$?

@@ -122,19 +122,37 @@ def get_run(session: Session, run_id: str) -> RunDetail | None:
     )
 
 
-def list_series(session: Session, *, limit: int = 500) -> list[SeriesSummary]:
-    """Every series, by case id then device class, with its number of measured commits and the
-    median at the newest of them."""
-    return _series_summaries(session, limit=limit)
+def list_series(session: Session, *, limit: int = 500, device_class: str | None = None,
+                metric: str | None = None) -> list[SeriesSummary]:
+    """Every series (or those of one device class and/or metric), by case id then device class,
+    with its number of measured commits and the median at the newest of them."""
+    wanted = sa.select(Series.id)
+    if device_class is not None:
+        wanted = wanted.join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id) \
+            .where(DeviceClassRow.name == device_class)
+    if metric is not None:
+        wanted = wanted.where(Series.metric == metric)
+    scoped = device_class is not None or metric is not None
+    return _series_summaries(session, limit=limit, series_ids=wanted.scalar_subquery() if scoped else None)
 
 
 def get_series(session: Session, series_id: int) -> SeriesSummary | None:
     """One series' summary; None when there is no such series."""
-    found = _series_summaries(session, limit=1, series_id=series_id)
+    found = _series_summaries(session, limit=1, series_ids=series_id)
     return found[0] if found else None
 
 
-def _series_summaries(session: Session, *, limit: int, series_id: int | None = None) -> list[SeriesSummary]:
+def _series_summaries(session: Session, *, limit: int,
+                      series_ids: int | sa.ScalarSelect[int] | None = None) -> list[SeriesSummary]:
+    """The summaries of every series, of one (an id) or of a subquery's ids. The filter goes inside
+    the windowed and grouped subqueries, so a page about one series or one device class ranks only
+    their measurements, not the store's."""
+
+    def scoped(column: sa.orm.InstrumentedAttribute[int]) -> sa.ColumnElement[bool]:
+        if series_ids is None:
+            return sa.true()
+        return column == series_ids if isinstance(series_ids, int) else column.in_(series_ids)
+
     ranked = (
         sa.select(
             Measurement.series_id, Measurement.median, Commit.sha,
@@ -144,10 +162,12 @@ def _series_summaries(session: Session, *, limit: int, series_id: int | None = N
             ).label("rank"),
         )
         .join(Commit, Measurement.commit_id == Commit.id)
+        .where(scoped(Measurement.series_id))
         .subquery()
     )
     points = (
         sa.select(Measurement.series_id, sa.func.count(sa.distinct(Measurement.commit_id)).label("points"))
+        .where(scoped(Measurement.series_id))
         .group_by(Measurement.series_id)
         .subquery()
     )
@@ -158,7 +178,7 @@ def _series_summaries(session: Session, *, limit: int, series_id: int | None = N
         .join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
         .outerjoin(points, points.c.series_id == Series.id)
         .outerjoin(ranked, sa.and_(ranked.c.series_id == Series.id, ranked.c.rank == 1))
-        .where(sa.true() if series_id is None else Series.id == series_id)
+        .where(scoped(Series.id))
         .order_by(Case.case_id, DeviceClassRow.name, Series.metric)
         .limit(limit)
     )

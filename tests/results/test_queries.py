@@ -9,7 +9,13 @@ from sqlalchemy import Engine
 
 from pipeline.results import ingest
 from pipeline.results.db import session_scope
-from pipeline.results.queries import get_run, list_runs, list_series, series_history
+from pipeline.results.queries import (
+    get_run,
+    get_series,
+    list_runs,
+    list_series,
+    series_history,
+)
 
 from . import factories as f
 
@@ -67,3 +73,18 @@ def test_list_series_and_history_follow_commit_time(measured: tuple[Engine, list
         assert history[0].n == 10 and history[0].min == pytest.approx(0.99e-3) and history[0].max == pytest.approx(1.01e-3)
         assert history[0].committed_at < history[1].committed_at
         assert series_history(s, 123456) == []
+
+
+def test_series_summaries_scoped_to_a_series_or_a_device_class(measured: tuple[Engine, list[str]]) -> None:
+    engine, _ = measured
+    with session_scope(engine) as s:
+        f.run_and_upload(s, 3, [f.ok(f.GEMM, f.series_samples(7e-3))], device_class="other-cpu")
+        everything = {(x.case_id, x.device_class): x for x in list_series(s)}
+        assert len(everything) == 3
+        mine = list_series(s, device_class=f.DEVICE_CLASS, metric="latency")
+        assert mine == [everything[(f.CONV, f.DEVICE_CLASS)], everything[(f.GEMM, f.DEVICE_CLASS)]]
+        (other,) = list_series(s, device_class="other-cpu")
+        assert other.latest_commit == f.sha(3) and other.points == 1 and other.latest_median == pytest.approx(7e-3)
+        assert list_series(s, metric="throughput") == [] and list_series(s, device_class="nope") == []
+        gemm = everything[(f.GEMM, f.DEVICE_CLASS)]
+        assert get_series(s, gemm.id) == gemm and get_series(s, 123456) is None

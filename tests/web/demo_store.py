@@ -49,6 +49,8 @@ class Demo:
     commits: int = 0
     pr_head: str = ""
     regressed: list[str] = field(default_factory=list)
+    farm: DemoFarm | None = None
+    """set by `add_farm`"""
 
 
 def _cases(scale: int) -> list[str]:
@@ -220,6 +222,7 @@ def add_farm(engine: Engine, demo: Demo) -> DemoFarm:
         assert job is not None
         dispatch.fail_job(s, job_id=job.job_id, agent_name="gpu-box-1", reason=EVIL_ERROR)
         farm.failed_job = job.job_id
+    demo.farm = farm
     return farm
 
 

@@ -59,6 +59,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, demo_s
     home = tmp_path_factory.mktemp("web-e2e")
     engine = open_store(f"sqlite:///{home}/benchfarm.db")
     demo = demo_store.build(engine, commits=40)
+    demo_store.add_farm(engine, demo)
     app = create_app(Settings(home=home, api_token=ADMIN, web={"secret_key": "e2e"}), engine)
     with live_server(app) as url:
         created = requests.post(f"{url}/api/v1/users", json={"name": "ada", "password": "correct horse"},
@@ -183,6 +184,21 @@ def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo
     browser.get(url + "/login")
     shot(browser, "login")
 
+    farm = demo.farm
+    assert farm is not None
+    browser.get(url + "/devices")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "section.agent")) == 2
+    assert browser.find_element(By.CSS_SELECTOR, f"a[href='/jobs/{farm.running_job}']")
+    shot(browser, "devices")
+    browser.get(url + "/jobs")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-status=failed]")) == 1
+    no_script_ran(browser)
+    shot(browser, "jobs")
+    browser.get(f"{url}/jobs/{farm.failed_job}")
+    assert "<script>window.__xss = 4</script>" in browser.find_element(By.ID, "job-error").text  # as text
+    no_script_ran(browser)
+    shot(browser, "job")
+
 
 ADHOC_CASES = [GemmCase("alpha", 32, 32, 32), GemmCase("beta", 16, 32, 64)]
 
@@ -239,7 +255,6 @@ def test_trigger_an_adhoc_run_and_watch_it_complete_with_the_embedded_agent(embe
     assert "online" in agent.find_element(By.CSS_SELECTOR, ".agent-state").text
     assert "idle" in agent.find_element(By.CSS_SELECTOR, "tr[data-uid]").text
     device_class = agent.find_element(By.CSS_SELECTOR, "tr[data-uid] td:nth-child(2)").text
-    shot(browser, "devices-idle")
 
     browser.get(url + "/runs/new")
     assert "/login" in browser.current_url  # triggering needs a signed-in user
@@ -250,9 +265,12 @@ def test_trigger_an_adhoc_run_and_watch_it_complete_with_the_embedded_agent(embe
     box = form.find_element(By.CSS_SELECTOR, f"input[name=device_class][value='{device_class}']")
     assert box.is_selected()
     form.find_element(By.NAME, "cases").send_keys("gemm/*")
+    shot(browser, "adhoc-form")
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
 
     wait(browser).until(ec.visibility_of_element_located((By.ID, "progress")))
+    wait(browser).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#progress-jobs td.job-status"))
+    shot(browser, "adhoc")
     run_id = browser.find_element(By.ID, "run-link").get_attribute("href").rsplit("/", 1)[1]
     seen: set[str] = set()
     deadline = time.monotonic() + 75
@@ -264,9 +282,6 @@ def test_trigger_an_adhoc_run_and_watch_it_complete_with_the_embedded_agent(embe
         except StaleElementReferenceException:  # the page went on to the run's page between the two reads
             break
         seen.update(states)
-        if "running" in states and "adhoc-running" not in seen:
-            seen.add("adhoc-running")
-            shot(browser, "adhoc")
         assert "failed" not in states, now
         time.sleep(0.2)
     assert {"queued", "running"} & seen, seen  # the progress was shown before the results
@@ -280,12 +295,8 @@ def test_trigger_an_adhoc_run_and_watch_it_complete_with_the_embedded_agent(embe
     browser.get(url + "/jobs")
     job = browser.find_element(By.CSS_SELECTOR, "#jobs tbody tr")
     assert job.get_attribute("data-status") == "done" and "embedded" in job.text and "gemm/*" in job.text
-    shot(browser, "jobs")
     job.find_element(By.CSS_SELECTOR, "td a").click()
     events = browser.find_element(By.ID, "events").text
     for event in ("queued", "build requested", "build started", "build done", "attempt 1 of 3 started", "done"):
         assert event in events, events
     assert "2 ok" in browser.find_element(By.ID, "case-counts").text
-    shot(browser, "job")
-    browser.get(url + "/devices")
-    shot(browser, "devices")

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from pipeline.results import queries
 from pipeline.results.compare import CONTROL_IMPL
 from pipeline.results.models import (
     Bundle,
     Case,
+    CaseResultRow,
     Commit,
     CompileStat,
     DeviceClassRow,
@@ -109,6 +109,15 @@ def triage_histories(session: Session, change_point_ids: Sequence[int]) -> dict[
     return out
 
 
+def store_version(session: Session) -> tuple[int | None, ...]:
+    """Changes whenever results or commits are added: the newest case result, measurement and commit
+    ids (each a primary key's maximum: an index lookup on both stores)."""
+    return tuple(session.execute(sa.select(
+        sa.select(sa.func.max(CaseResultRow.id)).scalar_subquery(),
+        sa.select(sa.func.max(Measurement.id)).scalar_subquery(),
+        sa.select(sa.func.max(Commit.id)).scalar_subquery())).one())
+
+
 def repositories(session: Session) -> list[str]:
     return list(session.scalars(sa.select(Repository.name).order_by(Repository.name)))
 
@@ -178,13 +187,29 @@ def roofline_points(session: Session, device_class: str) -> list[RooflinePoint]:
         sa.select(newest.c.case_id, newest.c.flops, newest.c.bytes).where(newest.c.rank == 1))}
     if not work:
         return []
-    summaries = {s.id: s for s in queries.list_series(session, limit=100_000)
-                 if s.device_class == device_class and s.metric == LATENCY and s.latest_median}
-    series_cases = session.execute(sa.select(Series.id, Series.case_id).where(Series.id.in_(list(summaries)))) \
-        if summaries else []
     out = []
-    for sid, case_pk in series_cases:
-        if case_pk in work and work[case_pk][0]:
-            s = summaries[sid]
-            out.append(RooflinePoint(sid, s.case_id, float(s.latest_median or 0), *work[case_pk]))
+    for sid, case_pk, case_id, median in latest_medians(session, device_class_id=dc.id, metric=LATENCY):
+        if case_pk in work and work[case_pk][0] and median:
+            out.append(RooflinePoint(sid, case_id, median, *work[case_pk]))
     return sorted(out, key=lambda p: p.case_id)
+
+
+def latest_medians(session: Session, *, device_class_id: int, metric: str) -> list[tuple[int, int, str, float]]:
+    """(series id, case pk, case id, median at the newest measured commit) of each series of a
+    device class and metric. An aggregate (the newest commit time per series) and a join back, not
+    a window over every measurement: no sort of the device class's whole history."""
+    series = (sa.select(Series.id).where(Series.device_class_id == device_class_id, Series.metric == metric)
+              .scalar_subquery())
+    newest = (sa.select(Measurement.series_id, sa.func.max(Commit.committed_at).label("at"))
+              .join(Commit, Measurement.commit_id == Commit.id).where(Measurement.series_id.in_(series))
+              .group_by(Measurement.series_id).subquery())
+    best: dict[int, tuple[tuple[int, int], int, str, float]] = {}
+    for sid, case_pk, case_id, median, commit_pk, measurement_pk in session.execute(
+            sa.select(Measurement.series_id, Series.case_id, Case.case_id, Measurement.median, Commit.id, Measurement.id)
+            .join(Commit, Measurement.commit_id == Commit.id)
+            .join(newest, sa.and_(newest.c.series_id == Measurement.series_id, newest.c.at == Commit.committed_at))
+            .join(Series, Series.id == Measurement.series_id).join(Case, Series.case_id == Case.id)):
+        order = (commit_pk, measurement_pk)  # ties on commit time: the newest commit row, then measurement
+        if sid not in best or order > best[sid][0]:
+            best[sid] = (order, case_pk, case_id, float(median))
+    return [(sid, case_pk, case_id, median) for sid, (_, case_pk, case_id, median) in best.items()]

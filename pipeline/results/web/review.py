@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import OrderedDict
+
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from pipeline.pr_comments.table import STATUS_ORDER
 from pipeline.results import queries, triage
 from pipeline.results.api.deps import SessionDep, SettingsDep
-from pipeline.results.compare import CompareError, PRVerdict, compare, compare_all, overall_verdict
+from pipeline.results.compare import (
+    CompareError,
+    PRVerdict,
+    compare,
+    compare_all,
+    overall_verdict,
+)
 from pipeline.results.models import TRIAGE_STATES
 from pipeline.results.web import data
 from pipeline.results.web.render import page
-from pipeline.results.web.session import UserDep, browse_guard, checked_form, require_signed_in, safe_next
+from pipeline.results.web.session import (
+    UserDep,
+    browse_guard,
+    checked_form,
+    require_signed_in,
+    safe_next,
+)
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(browse_guard)])
 
@@ -41,8 +57,6 @@ def compare_page(
         except CompareError as exc:
             error = str(exc)
         else:
-            for comparison in verdict.comparisons:
-                comparison.rows.sort(key=lambda r: (STATUS_ORDER.index(r.status), r.case_id, r.target))
             context["verdict"] = verdict
             context["series_ids"] = data.latency_series_ids(session, [c.device_class for c in verdict.comparisons])
             context["infos"] = data.commit_infos(
@@ -71,8 +85,38 @@ def _head(session: SessionDep, repository: str, head: str, pr: str) -> tuple[str
     return (sha, None) if sha else (None, f"no recorded commit of pull request #{pr.strip().lstrip('#')}")
 
 
+VERDICT_CACHE_SIZE = 64
+VERDICT_CACHE_TTL_S = 300.0
+"""Verdicts are kept per (inputs, store version) for this long at most: `data.store_version` sees
+new uploads and commits; the limit bounds what it cannot see (a row changed in place)."""
+_verdicts: OrderedDict[tuple[object, ...], tuple[float, PRVerdict]] = OrderedDict()
+_verdicts_lock = threading.Lock()
+
+
 def _verdict(session: SessionDep, settings: SettingsDep, repository: str, head: str, base: str | None,
              device_class: str | None, merge_base: str | None) -> PRVerdict:
+    """The comparison, from the cache when the store has not changed since it was made (each rank
+    test costs about a millisecond: a few hundred cases would be most of the page's time)."""
+    key = (str(session.get_bind().engine.url), settings.compare.model_dump_json(), repository, head, base, device_class,
+           merge_base, data.store_version(session))
+    now = time.monotonic()
+    with _verdicts_lock:
+        hit = _verdicts.get(key)
+        if hit is not None and now - hit[0] < VERDICT_CACHE_TTL_S:
+            _verdicts.move_to_end(key)
+            return hit[1]
+    verdict = _compute_verdict(session, settings, repository, head, base, device_class, merge_base)
+    for comparison in verdict.comparisons:
+        comparison.rows.sort(key=lambda r: (STATUS_ORDER.index(r.status), r.case_id, r.target))
+    with _verdicts_lock:
+        _verdicts[key] = (now, verdict)
+        while len(_verdicts) > VERDICT_CACHE_SIZE:
+            _verdicts.popitem(last=False)
+    return verdict
+
+
+def _compute_verdict(session: SessionDep, settings: SettingsDep, repository: str, head: str, base: str | None,
+                     device_class: str | None, merge_base: str | None) -> PRVerdict:
     if device_class is None:
         return compare_all(session, repository=repository, head_sha=head, settings=settings.compare,
                            base_sha=base, merge_base=merge_base)
