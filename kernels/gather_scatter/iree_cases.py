@@ -4,8 +4,13 @@ rows on GPUs (the combine accumulates in f32).
 - dispatch and embedding, out[r, :] = table[idx[r], :]: a `linalg.generic` whose body reads the
   table with `tensor.extract` at the index (`iree_linalg_ext.gather` has no Vulkan lowering in 3.13:
   "failed to get lowering configuration"; this form compiles for every target);
-- combine, out = residual; out[token[r], :] += w[r] * y[r, :]: the weighting in a `linalg.generic`,
-  then `iree_linalg_ext.scatter` (non-unique indices, add) into the residual stream.
+- combine on CPUs, out = residual; out[token[r], :] += w[r] * y[r, :]: the weighting in a
+  `linalg.generic`, then `iree_linalg_ext.scatter` (non-unique indices, add) into the residual stream;
+- combine on GPUs, out[t, :] = sum_j w[t, j] * y[pos[t, j], :] (the Triton cases' segmented sum, `pos`
+  a permutation: each expert-sorted row belongs to one slot): a reduction `linalg.generic` reading y
+  with `tensor.extract`. The scatter form does not build for GPUs in 3.13: its dispatch keeps the
+  whole output in shared memory (64 MiB for 8192x2048 f32 on valhall: "uses 67108864 bytes of shared
+  memory; exceeded the limit"; hip and cuda fail the same dispatch's translation).
 Read top to bottom: the shapes (named by model), the kernels, reference, FLOP/byte counts, cases.
 """
 
@@ -32,6 +37,7 @@ class Shape:
     source_rows: int    # dispatch: tokens; combine: tokens (output rows); embedding: vocabulary
     rows: int           # rows moved: tokens * top-k (dispatch, combine) or tokens looked up
     hidden: int
+    top_k: int = 1
 
     @property
     def label(self) -> str:   # source rows x moved rows x hidden
@@ -39,8 +45,8 @@ class Shape:
 
 
 def moe(name: str, model: str, tokens: int, top_k: int, hidden: int) -> tuple[Shape, Shape]:
-    return (Shape(f"{name}-moe-dispatch", model, "dispatch", tokens, tokens * top_k, hidden),
-            Shape(f"{name}-moe-combine", model, "combine", tokens, tokens * top_k, hidden))
+    return (Shape(f"{name}-moe-dispatch", model, "dispatch", tokens, tokens * top_k, hidden, top_k),
+            Shape(f"{name}-moe-combine", model, "combine", tokens, tokens * top_k, hidden, top_k))
 
 
 # MoE: Mixtral-8x7B (hidden 4096, top-2 of 8 experts), Qwen3-30B-A3B (hidden 2048, top-8 of 128),
@@ -113,14 +119,55 @@ func.func @{ENTRY_POINT}(%residual: {out_t}, %ys: {y_t}, %token: tensor<{s.rows}
 """
 
 
+def segmented_combine_mlir(s: Shape, elem: str) -> str:
+    y_t = f"tensor<{s.rows}x{s.hidden}x{elem}>"
+    route_t = f"tensor<{s.source_rows}x{s.top_k}"
+    out_t = f"tensor<{s.source_rows}x{s.hidden}xf32>"
+    return f"""\
+func.func @{ENTRY_POINT}(%ys: {y_t}, %pos: {route_t}xi32>, %w: {route_t}xf32>) -> {out_t} {{
+  %zero = arith.constant 0.0 : f32
+  %empty = tensor.empty() : {out_t}
+  %init = linalg.fill ins(%zero : f32) outs(%empty : {out_t}) -> {out_t}
+  %out = linalg.generic {{indexing_maps = [affine_map<(t, h, j) -> (t, j)>, affine_map<(t, h, j) -> (t, j)>,
+                                          affine_map<(t, h, j) -> (t, h)>],
+                          iterator_types = ["parallel", "parallel", "reduction"]}}
+      ins(%pos, %w : {route_t}xi32>, {route_t}xf32>) outs(%init : {out_t}) {{
+    ^bb0(%p: i32, %weight: f32, %acc: f32):
+      %row = arith.index_cast %p : i32 to index
+      %col = linalg.index 1 : index
+      %y = tensor.extract %ys[%row, %col] : {y_t}
+      %yf = arith.extf %y : {elem} to f32
+      %u = arith.mulf %yf, %weight : f32
+      %sum = arith.addf %u, %acc : f32
+      linalg.yield %sum : f32
+  }} -> {out_t}
+  return %out : {out_t}
+}}
+"""
+
+
+def is_segmented(s: Shape, elem: str) -> bool:
+    """The GPU combine (f16 rows) takes the segmented-sum form; the CPU one the scatter form."""
+    return s.op == "combine" and elem != "f32"
+
+
 def make_source(shape: Shape, elem: str, target: Target) -> IreeSource:
+    if is_segmented(shape, elem):
+        return IreeSource(mlir=segmented_combine_mlir(shape, elem), entry_point=ENTRY_POINT)
     text = combine_mlir(shape, elem) if shape.op == "combine" else gather_mlir(shape, elem)
     return IreeSource(mlir=text, entry_point=ENTRY_POINT)
 
 
 # ---- launch, reference, roofline ----------------------------------------------------------------
 
-def tensors(s: Shape, dtype: str) -> tuple[TensorSpec, ...]:
+def tensors(s: Shape, dtype: str, segmented: bool) -> tuple[TensorSpec, ...]:
+    if segmented:
+        return (
+            TensorSpec(name="y", role="input", shape=[s.rows, s.hidden], dtype=dtype, init="normal"),
+            TensorSpec(name="pos", role="input", shape=[s.source_rows, s.top_k], dtype="i32", init="permutation", high=s.rows),
+            TensorSpec(name="w", role="input", shape=[s.source_rows, s.top_k], dtype="f32", init="uniform"),
+            TensorSpec(name="out", role="output", shape=[s.source_rows, s.hidden], dtype="f32", init="none"),
+        )
     if s.op == "combine":
         return (
             TensorSpec(name="residual", role="input", shape=[s.source_rows, s.hidden], dtype="f32", init="normal"),
@@ -136,7 +183,9 @@ def tensors(s: Shape, dtype: str) -> tuple[TensorSpec, ...]:
     )
 
 
-def reference(s: Shape) -> ReferenceSpec:
+def reference(s: Shape, segmented: bool) -> ReferenceSpec:
+    if segmented:   # f32 sums of top-k weighted rows
+        return ReferenceSpec(module="gather_scatter.reference", function="combine_rows", atol=1e-5, rtol=1e-5)
     if s.op == "combine":
         # f32 sums of a few weighted rows (random tokens: ~top-k rows each, a handful at most)
         return ReferenceSpec(module="gather_scatter.reference", function="scatter_add_rows", atol=1e-5, rtol=1e-5)
@@ -147,7 +196,9 @@ def flops(s: Shape) -> int:
     return 2 * s.rows * s.hidden if s.op == "combine" else 0    # multiply and add per element
 
 
-def bytes_moved(s: Shape, item_bytes: int) -> int:
+def bytes_moved(s: Shape, item_bytes: int, segmented: bool) -> int:
+    if segmented:   # read every row, the routing (pos, w), write the f32 output
+        return s.rows * s.hidden * item_bytes + 8 * s.rows + 4 * s.source_rows * s.hidden
     if s.op == "combine":   # read y, w, token and the residual, write the output
         return s.rows * s.hidden * item_bytes + 8 * s.rows + 2 * 4 * s.source_rows * s.hidden
     return 2 * s.rows * s.hidden * item_bytes + 4 * s.rows   # read the rows, write them, read the index
@@ -155,17 +206,19 @@ def bytes_moved(s: Shape, item_bytes: int) -> int:
 
 def case(shape: Shape, kind: tuple[str, str, int], targets: tuple[str, ...]) -> KernelCase:
     elem, dtype, item_bytes = kind
-    arguments = ("residual", "y", "token", "w") if shape.op == "combine" else ("table", "idx")
+    segmented = is_segmented(shape, elem)
+    arguments = (("y", "pos", "w") if segmented else ("residual", "y", "token", "w")) if shape.op == "combine" \
+        else ("table", "idx")
     return KernelCase(
         case_id=CaseId(family="gather-scatter", name=shape.name, shape=shape.label, dtype=dtype, impl="iree"),
         model=shape.model,
         targets=targets,
-        tensors=tensors(shape, dtype),
+        tensors=tensors(shape, dtype, segmented),
         arguments=arguments,
         results=("out",),
-        reference=reference(shape),
+        reference=reference(shape, segmented),
         flops=flops(shape),
-        bytes=bytes_moved(shape, item_bytes),
+        bytes=bytes_moved(shape, item_bytes, segmented),
         make_source=partial(make_source, shape, elem),
         source_files=("gather_scatter/iree_cases.py", "gather_scatter/reference.py", "iree_targets.py"),
     )
