@@ -43,15 +43,44 @@ def test_pytest_benchmark_without_data_gives_the_median_alone() -> None:
     assert "median" in parsed.benchmarks[0].environment["pytest_benchmark.sample"]
 
 
-def test_nvbench_states_give_their_mean_gpu_time() -> None:
+def test_real_nvbench_states_give_their_mean_gpu_time() -> None:
+    """NVBench's own output (cuda-bench 0.3.0 on an H200, see data/README.md): each state's mean
+    cold GPU time is its one sample; noise, sample count, min and max ride along."""
+    raw = load("nvbench_real.json")
+    parsed = formats.parse("nvbench", raw)
+    assert [b.name for b in parsed.benchmarks] == ["triton_gemm_bf16[Device=0 Shape=256x256x256]",
+                                                    "torch_matmul_bf16[Device=0 Shape=256x256x256]"]
+    for benchmark, bench in zip(parsed.benchmarks, raw["benchmarks"], strict=True):
+        (state,) = bench["states"]
+        summary = {s["tag"]: s["data"][0]["value"] for s in state["summaries"] if s.get("data")}
+        assert benchmark.samples == [float(summary["nv/cold/time/gpu/mean"])]
+        assert 1e-6 < benchmark.samples[0] < 1e-4  # a 256^3 bf16 GEMM: microseconds
+        assert benchmark.environment["nvbench.noise"] == summary["nv/cold/time/gpu/stdev/relative"]
+        assert benchmark.environment["nvbench.sample_size"] == summary["nv/cold/sample_size"]
+        assert benchmark.environment["nvbench.gpu_min_s"] == summary["nv/cold/time/gpu/min"]
+        assert benchmark.environment["nvbench.device"] == "NVIDIA H200"
+        assert not benchmark.skipped and benchmark.error is None
+    assert parsed.device_name == "NVIDIA H200"
+    assert parsed.environment == {"nvbench.version": "0.1.0", "nvbench.git_version": "python-0.3.0"}
+
+
+def test_real_nvbench_file_maps_onto_cases() -> None:
+    m = mapping({"pattern": r"(?P<impl>triton)_gemm_bf16\[Device=0 Shape=(?P<s>\d+)x.*", "match": "regex",
+                 "case": "gemm/square-{s}/{s}x{s}x{s}/bf16/{impl}"},
+                {"pattern": "torch_matmul_bf16[[]*", "case": f.CONV})
+    document, cases = formats.to_document(formats.parse("nvbench", load("nvbench_real.json")), m, run_id="r", job_id="j")
+    assert cases == {"triton_gemm_bf16[Device=0 Shape=256x256x256]": "gemm/square-256/256x256x256/bf16/triton",
+                     "torch_matmul_bf16[Device=0 Shape=256x256x256]": f.CONV}
+    assert [r.status for r in document.results] == ["ok", "ok"]
+
+
+def test_nvbench_skipped_states_are_skipped() -> None:
+    # Hand-written (data/README.md): the real file has no skipped state.
     parsed = formats.parse("nvbench", load("nvbench.json"))
     ran, skipped = parsed.benchmarks
     assert ran.name == "gemm_f32[Device=0 M=256]"
     assert ran.samples == [1.2534e-05]
-    assert ran.environment["nvbench.noise"] == "0.0043"
-    assert ran.environment["nvbench.sample_size"] == "40123"
     assert skipped.name == "gemm_f32[Device=0 M=8192]" and skipped.skipped and not skipped.samples
-    assert parsed.device_name == "NVIDIA H100 80GB HBM3"
 
 
 def test_google_benchmark_aggregates_alone_are_refused() -> None:
@@ -127,7 +156,7 @@ def test_bad_rules_are_refused(rule: dict[str, Any], named: str) -> None:
 def test_unknown_schema_versions_are_refused() -> None:
     with pytest.raises(ContractError, match="unknown schema version 2"):
         formats.parse("google-benchmark", {"context": {"json_schema_version": 2}, "benchmarks": []})
-    nv = load("nvbench.json")
+    nv = load("nvbench_real.json")
     nv["meta"]["version"]["json"]["major"] = 2
     with pytest.raises(ContractError, match="unknown schema version 2"):
         formats.parse("nvbench", nv)

@@ -1,8 +1,9 @@
 """POST /import/{format} over real HTTP on both stores: files from the real tools, and refusals.
 
 The Google Benchmark file comes from the real iree-benchmark-module, run here on a 64x64 matmul
-compiled with iree-compile; the pytest-benchmark files are real (see data/README.md); the
-NVBench file is hand-written to NVBench's documented format."""
+compiled with iree-compile; the pytest-benchmark files are real (see data/README.md); one NVBench
+file is real (cuda-bench 0.3.0 on an H200), the other hand-written to NVBench's format for a
+skipped state."""
 
 from __future__ import annotations
 
@@ -116,6 +117,19 @@ def test_pytest_benchmark_and_nvbench_files_are_stored(service: Service) -> None
                  mapping(*NV_RULES, commit=f.sha(2)))
     assert nv.status_code == 200, nv.text
     assert (nv.json()["stored"], nv.json()["samples"]) == (2, 1)  # one ok state (one sample), one skipped
+
+
+def test_a_real_nvbench_file_is_stored(service: Service) -> None:
+    real = json.loads((DATA / "nvbench_real.json").read_text())
+    rules = ({"pattern": "triton_gemm_bf16[[]Device=0 Shape=256x256x256]", "case": f.GEMM},
+             {"pattern": "torch_matmul_bf16[[]Device=0 Shape=256x256x256]", "case": f.CONV})
+    nv = import_(service, "nvbench", real, mapping(*rules, commit=f.sha(3)))
+    assert nv.status_code == 200, nv.text
+    assert (nv.json()["stored"], nv.json()["samples"]) == (2, 2)  # two states, one sample (the mean) each
+    means = sorted(float(next(s["data"][0]["value"] for s in b["states"][0]["summaries"]
+                              if s["tag"] == "nv/cold/time/gpu/mean")) for b in real["benchmarks"])
+    with session_scope(service.engine) as s:
+        assert sorted(row[2] for row in f.snapshot(s)["samples"]) == pytest.approx(means)
 
 
 def test_an_existing_job_takes_the_import(service: Service, google_benchmark_json: dict[str, Any]) -> None:

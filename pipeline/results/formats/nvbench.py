@@ -11,6 +11,9 @@ one device); every value is a string. What is used:
   case result's environment. One sample per commit is enough for the history and its change
   points, not for a per-commit rank test (compare reports insufficient data);
 - a skipped state (`is_skipped`) becomes status skipped with its `skip_reason`.
+
+Checked against a real file: `tests/results/data/nvbench_real.json`, written by NVBench's Python
+package cuda-bench 0.3.0 on an H200 (`bench/nvbench_reference.py --set small`).
 """
 
 from __future__ import annotations
@@ -97,7 +100,12 @@ def parse(data: Any) -> Parsed:
             benchmarks.append(Benchmark(name=name, field=path, samples=[seconds], environment=environment))
     problems.raise_if_any()
     nvbench_version = ((data.get("meta") or {}).get("version") or {}).get("nvbench") or {}
-    environment = {"nvbench.version": str(nvbench_version.get("string"))} if isinstance(nvbench_version, dict) and \
-        nvbench_version.get("string") else {}
+    run_environment: dict[str, str] = {}
+    if isinstance(nvbench_version, dict):
+        # The Python package's NVBench says "0.1.0" in `string`; its release is in `git_version`
+        # (cuda-bench 0.3.0: "python-0.3.0").
+        for field, key in (("string", "nvbench.version"), ("git_version", "nvbench.git_version")):
+            if nvbench_version.get(field):
+                run_environment[key] = str(nvbench_version[field])
     return Parsed(tool=NAME, benchmarks=benchmarks, device_name=next(iter(devices.values()), ""),
-                  environment=environment)
+                  environment=run_environment)
