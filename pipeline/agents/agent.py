@@ -259,6 +259,9 @@ class DeviceAgent:
                        attempt=job["attempt"], cases=job["cases"])
         try:
             work = self._prepare(job)
+            if work is None:
+                self.log.event("abandoned", job=job_id, reason="agent stopping")
+                return
             document = self._execute(work)
             if document is None:
                 return
@@ -273,15 +276,24 @@ class DeviceAgent:
             self.current = None
             self.log.update(job=None, progress=None)
 
-    def _prepare(self, job: dict[str, Any]) -> Work:
+    def _prepare(self, job: dict[str, Any]) -> Work | None:
+        """The job's work with its bundles fetched and verified; None when the agent is stopping."""
         device = self.devices.get(job["device_uid"])
         if device is None:
             raise JobRefused(f"device {job['device_uid']} ({job['device_class']}) went away before the job started")
         try:
-            bundle_dir, manifest = fetch_bundle(self.client, job["bundle_digest"], self.cache_dir)
+            # A service that goes away mid-download is waited for, not blamed on the job.
+            fetched = self._until_reachable(lambda: fetch_bundle(self.client, job["bundle_digest"], self.cache_dir))
+            if fetched is None:
+                return None
+            bundle_dir, manifest = fetched
             base_dir = base_manifest = None
             if job.get("base_bundle_digest"):
-                base_dir, base_manifest = fetch_bundle(self.client, job["base_bundle_digest"], self.cache_dir)
+                base = self._until_reachable(
+                    lambda: fetch_bundle(self.client, job["base_bundle_digest"], self.cache_dir))
+                if base is None:
+                    return None
+                base_dir, base_manifest = base
         except BundleRefused as exc:
             self.log.event("bundle_refused", job=job["job_id"], error=str(exc))
             raise BundleRefused(f"bundle refused: {exc}") from None
