@@ -1,9 +1,11 @@
-"""Discover the devices this host can benchmark: always its CPU, NVIDIA GPUs via nvidia-smi, and
+"""Discover the devices this host can benchmark: always its CPU, NVIDIA GPUs via nvidia-smi, AMD GPUs
+via amd-smi or rocm-smi, and
 Android phones through adb where the phone settings enable them (`pipeline.agents.adb`)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import platform
 import re
@@ -130,11 +132,77 @@ def nvidia_devices() -> list[LocalDevice]:
     return parse_nvidia_smi(proc.stdout, host=socket.gethostname())
 
 
+def _amd_class(name: str, gfx: str) -> DeviceClass:
+    """AMD GPUs run the suite's IREE HIP artifacts through IREE's `hip` HAL driver."""
+    return DeviceClass(name=slug(name), kind="gpu", targets=[f"hip:{gfx}"], runtime="iree", hal_driver="hip",
+                       description=name)
+
+
+def _amd_device(name: str, gfx: str, uid: str, driver: str | None, host: str) -> LocalDevice | None:
+    if not re.fullmatch(r"gfx[0-9a-f]+", gfx or ""):
+        return None
+    device_class = _amd_class(name or gfx, gfx)
+    return LocalDevice(device_class, DeviceInfo(device_class=device_class.name, uid=uid or f"{host}-{gfx}",
+                                                name=name, driver=driver, host=host))
+
+
+def parse_amd_smi(static_json: str, host: str = "") -> list[LocalDevice]:
+    """Devices from `amd-smi static --asic --json`: a list of {gpu, asic: {market_name,
+    target_graphics_version, asic_serial, ...}} (ROCm 6), or the same list under "gpu_data" (ROCm 7)."""
+    data = json.loads(static_json)
+    entries = data.get("gpu_data", []) if isinstance(data, dict) else data
+    devices = []
+    for entry in entries if isinstance(entries, list) else []:
+        asic = entry.get("asic", {}) if isinstance(entry, dict) else {}
+        serial = str(asic.get("asic_serial") or "")
+        uid = f"amd-{serial}" if serial and serial.lower() not in ("n/a", "0x0") else f"{host}-amd-{entry.get('gpu')}"
+        found = _amd_device(str(asic.get("market_name") or ""), str(asic.get("target_graphics_version") or ""),
+                            uid, None, host)
+        if found:
+            devices.append(found)
+    return devices
+
+
+def parse_rocm_smi(product_json: str, host: str = "") -> list[LocalDevice]:
+    """Devices from `rocm-smi --showproductname --showuniqueid --json`: {"card0": {"Card Series": ...,
+    "GFX Version": "gfx942", "Unique ID": ...}} (key case varies between ROCm releases)."""
+    devices = []
+    for card, fields in sorted(json.loads(product_json).items()):
+        if not card.startswith("card") or not isinstance(fields, dict):
+            continue
+        lower = {k.lower(): str(v) for k, v in fields.items()}
+        uid = lower.get("unique id", "")
+        found = _amd_device(lower.get("card series") or lower.get("card model", ""), lower.get("gfx version", ""),
+                            f"amd-{uid}" if uid and uid.lower() != "n/a" else f"{host}-{card}", None, host)
+        if found:
+            devices.append(found)
+    return devices
+
+
+def amd_devices() -> list[LocalDevice]:
+    """AMD GPUs through amd-smi, else rocm-smi; nothing where neither is installed or both fail."""
+    host = socket.gethostname()
+    for tool, args, parse in (("amd-smi", ["static", "--asic", "--json"], parse_amd_smi),
+                              ("rocm-smi", ["--showproductname", "--showuniqueid", "--json"], parse_rocm_smi)):
+        path = shutil.which(tool)
+        if path is None:
+            continue
+        try:
+            proc = subprocess.run([path, *args], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S,
+                                  check=False)
+            if proc.returncode == 0:
+                return parse(proc.stdout, host)
+            log.warning("%s exited %d: %s", tool, proc.returncode, proc.stderr.strip()[-500:])
+        except (OSError, subprocess.TimeoutExpired, ValueError, AttributeError) as exc:
+            log.warning("%s failed: %s", tool, exc)
+    return []
+
+
 def discover_local_devices(phones: PhoneSettings | None = None) -> list[LocalDevice]:
     """The host's CPU and NVIDIA GPUs; and its phones (one device per CPU cluster) when `phones`
     is given with `enabled` set (a host without adb, or whose adb fails, simply has none)."""
     cpu = cpu_device()
-    found = ([cpu] if cpu else []) + nvidia_devices()
+    found = ([cpu] if cpu else []) + nvidia_devices() + amd_devices()
     if phones is not None and phones.enabled:
         from pipeline.agents.adb import AdbError
 

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.agents.devices import discover_local_devices, nvidia_devices, parse_nvidia_smi
+from pipeline.agents.devices import (
+    amd_devices,
+    discover_local_devices,
+    nvidia_devices,
+    parse_amd_smi,
+    parse_nvidia_smi,
+    parse_rocm_smi,
+)
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="x86_64 host")
@@ -56,3 +63,50 @@ def test_nvidia_smi_output_becomes_devices(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     names = [d.device_class.name for d in discover_local_devices()]
     assert "nvidia-h200" in names
+
+
+# `amd-smi static --asic --json` as ROCm 6 prints it (one MI300X; fields trimmed to the ones read).
+AMD_SMI_STATIC = """[{"gpu": 0, "asic": {"market_name": "AMD Instinct MI300X", "vendor_id": "0x1002",
+  "device_id": "0x74a1", "rev_id": "0x00", "asic_serial": "0x5E1C2B3A4D5F6071", "oam_id": 0,
+  "num_compute_units": 304, "target_graphics_version": "gfx942"}},
+ {"gpu": 1, "asic": {"market_name": "AMD Instinct MI355X", "asic_serial": "N/A",
+  "target_graphics_version": "gfx950"}}]"""
+
+# `rocm-smi --showproductname --showuniqueid --json` (key case as older releases print it).
+ROCM_SMI_PRODUCT = """{"card0": {"Card series": "AMD Instinct MI300X", "Card model": "0x74a1",
+  "Card vendor": "Advanced Micro Devices, Inc. [AMD/ATI]", "Card SKU": "M3000100",
+  "GFX Version": "gfx942", "Unique ID": "0x5e1c2b3a4d5f6071"}, "system": {"Driver version": "6.8.5"}}"""
+
+
+def test_parse_amd_smi() -> None:
+    first, second = parse_amd_smi(AMD_SMI_STATIC, host="mi-host")
+    assert first.device_class.name == "amd-instinct-mi300x"
+    assert first.device_class.targets == ["hip:gfx942"]
+    assert (first.device_class.runtime, first.device_class.hal_driver) == ("iree", "hip")
+    assert first.info.uid == "amd-0x5E1C2B3A4D5F6071"
+    assert second.device_class.targets == ["hip:gfx950"] and second.info.uid == "mi-host-amd-1"
+    wrapped = parse_amd_smi('{"gpu_data": ' + AMD_SMI_STATIC + "}")
+    assert [d.device_class.targets for d in wrapped] == [["hip:gfx942"], ["hip:gfx950"]]
+    assert parse_amd_smi('[{"gpu": 0, "asic": {"market_name": "x", "target_graphics_version": "N/A"}}]') == []
+
+
+def test_parse_rocm_smi() -> None:
+    (device,) = parse_rocm_smi(ROCM_SMI_PRODUCT, host="mi-host")
+    assert device.device_class.name == "amd-instinct-mi300x"
+    assert device.device_class.targets == ["hip:gfx942"]
+    assert device.info.uid == "amd-0x5e1c2b3a4d5f6071"
+
+
+def test_amd_tools_become_devices_or_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    system_path = os.environ["PATH"]
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert amd_devices() == []
+    broken = tmp_path / "amd-smi"
+    broken.write_text("#!/bin/sh\necho 'amdgpu driver not loaded' >&2; exit 3\n")
+    broken.chmod(0o755)
+    rocm = tmp_path / "rocm-smi"
+    rocm.write_text("#!/bin/sh\ncat <<'JSON'\n" + ROCM_SMI_PRODUCT + "\nJSON\n")
+    rocm.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{system_path}")
+    assert [d.device_class.targets for d in amd_devices()] == [["hip:gfx942"]]   # amd-smi failed: rocm-smi
+    assert "amd-instinct-mi300x" in [d.device_class.name for d in discover_local_devices()]
