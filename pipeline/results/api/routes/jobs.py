@@ -61,25 +61,7 @@ class JobOutcome(BaseModel):
     reason: str | None = Field(default=None, description="why the job failed (fail only)")
 
 
-class JobOut(BaseModel):
-    id: str
-    run_id: str
-    repository: str
-    commit: str
-    device_class: str
-    status: str
-    attempts: int
-    max_attempts: int
-    agent: str | None
-    device_uid: str | None
-    lease_expires_at: datetime | None
-    cases: str | None
-    bundle_digest: str | None
-    waiting_for: str | None
-    error: str | None
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
+JobOut = dispatch.JobRow   # the API's job document is the dispatcher's row, serialised as it is
 
 
 class TriggerRequest(BaseModel):
@@ -151,7 +133,7 @@ def _job_out(session: SessionDep, job_id: str) -> JobOut:
     found = dispatch.get_job(session, job_id)
     if found is None:
         raise HTTPException(404, f"no job {job_id}")
-    return JobOut(**asdict(found))
+    return found
 
 
 @router.get("/jobs", response_model=list[JobOut], summary="Jobs, newest first, with their state")
@@ -159,7 +141,7 @@ def list_jobs(session: SessionDep, status: str | None = Query(None, description=
               run_id: str | None = None, limit: int = Query(100, ge=1, le=1000)) -> list[JobOut]:
     if status is not None and status not in JOB_STATUSES:
         raise HTTPException(422, f"status: {status!r} is not one of {', '.join(JOB_STATUSES)}")
-    return [JobOut(**asdict(r)) for r in dispatch.list_jobs(session, status=status, run_id=run_id, limit=limit)]
+    return dispatch.list_jobs(session, status=status, run_id=run_id, limit=limit)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, summary="One job and its state")
