@@ -32,9 +32,7 @@ programs, one wave on 132 SMs, 128 K steps each, so E extra steps cost about E/1
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -43,6 +41,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _two_step import two_step_main  # noqa: E402
 
 SLOWED = {"g2": 3, "g3": 4, "g5": 7, "g10": 13}     # name -> extra K steps of 64 (of 128)
 SLOW_SHAPE = (2048, 2048, 8192)
@@ -333,18 +334,7 @@ def _report(runs: list, verdicts: dict, nvbench: dict, out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="step", required=True)
-    p = sub.add_parser("build")
-    p.add_argument("--out", default=".gpu/mq")
-    p = sub.add_parser("run")
-    p.add_argument("--bundles", default=".gpu/mq")
-    p.add_argument("--out", default=os.environ.get("OUT", "."))
-    args = parser.parse_args()
-    if args.step == "build":
-        build(Path(args.out))
-    else:
-        run(Path(args.bundles), Path(args.out))
+    two_step_main(__doc__ or "", build, run, bundles=".gpu/mq")
 
 
 if __name__ == "__main__":

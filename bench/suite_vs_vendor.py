@@ -16,9 +16,7 @@ the measured copy bandwidth.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -26,6 +24,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _two_step import two_step_main  # noqa: E402
 
 COPY_BYTES = 2 << 30
 
@@ -153,18 +154,7 @@ def run(bundles: Path, out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="step", required=True)
-    p = sub.add_parser("build")
-    p.add_argument("--out", default=".gpu/svv")
-    p = sub.add_parser("run")
-    p.add_argument("--bundles", default=".gpu/svv")
-    p.add_argument("--out", default=os.environ.get("OUT", "."))
-    args = parser.parse_args()
-    if args.step == "build":
-        build(Path(args.out))
-    else:
-        run(Path(args.bundles), Path(args.out))
+    two_step_main(__doc__ or "", build, run, bundles=".gpu/svv")
 
 
 if __name__ == "__main__":
