@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -40,19 +39,7 @@ class ClaimRequest(BaseModel):
     wait_s: float | None = Field(default=None, ge=0, description="longest wait for a job; default dispatch.claim_wait_s")
 
 
-class ClaimedJob(BaseModel):
-    job_id: str
-    run_id: str
-    repository: str
-    commit: str
-    device_class: str
-    device_uid: str
-    bundle_digest: str
-    base_bundle_digest: str | None
-    cases: str | None
-    attempt: int
-    max_attempts: int
-    lease_expires_at: datetime
+ClaimedJob = dispatch.ClaimedJob   # what a claim hands the agent is the dispatcher's record as it is
 
 
 class JobOutcome(BaseModel):
@@ -103,7 +90,7 @@ async def claim(body: ClaimRequest, request: Request, session: SessionDep, setti
             return Response(status_code=204)
         claimed = await run_in_threadpool(once)
         if claimed is not None:
-            return ClaimedJob(**asdict(claimed))
+            return claimed
         if time.monotonic() >= deadline:
             return Response(status_code=204)
         await asyncio.sleep(min(settings.dispatch.claim_poll_s, max(0.0, deadline - time.monotonic())))
