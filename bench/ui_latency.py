@@ -38,7 +38,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.config import Settings
-from pipeline.results.api import create_app
+from pipeline.results.api import create_app, freeze_startup_heap
 from pipeline.results.db import make_engine, open_store, session_scope
 from pipeline.results.models import (
     Case,
@@ -58,6 +58,7 @@ from tests.web import demo_store
 def time_pages(app, pages: dict[str, str], repeat: int) -> list[tuple[str, float, float, float, float, int]]:
     """(page, first, p50, p95, max in ms, size in bytes) of each page: one warm-up, then `repeat` fetches."""
     rows = []
+    freeze_startup_heap()  # as `benchfarm serve` does just before serving
     with live_server(app) as url, requests.Session() as http:
         for name, path in pages.items():
             t = time.perf_counter()
@@ -91,6 +92,12 @@ def store_pages(engine: sa.Engine, *, series: int, seed: int) -> dict[str, str]:
         family = s.scalar(sa.select(Case.family).order_by(Case.id).limit(1))
         if family:
             pages["dashboard, filtered"] = f"/?family={family}"
+        group = s.execute(sa.select(Case.family, DeviceClassRow.name).join(Series, Series.case_id == Case.id)
+                          .join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
+                          .order_by(Series.id).limit(1)).first()
+        if group:
+            pages["dashboard, one group"] = f"/?family={group[0]}&device_class={group[1]}"
+        pages["dashboard, text filter"] = "/?q=" + (family or "a")[:3]
         ids = list(s.scalars(sa.select(Series.id).order_by(Series.id)))
         picked = rng.sample(ids, min(series, len(ids)))
         stepped = list(s.scalars(sa.select(ChangePoint.series_id).distinct().order_by(ChangePoint.series_id)))
@@ -115,11 +122,16 @@ def store_pages(engine: sa.Engine, *, series: int, seed: int) -> dict[str, str]:
             if head and base:
                 compare = f"/compare?repository={repo.name}&head={head.sha}&base={base}"
                 pages["compare (head vs parent, all device classes)"] = compare
+                pages["compare (all device classes), similar, page 3, largest slowdown first"] = \
+                    f"{compare}&status=similar&order=slowdown&page=3"
                 if classes:
                     pages[f"compare (head vs parent, {classes[0]})"] = f"{compare}&device_class={classes[0]}"
     pages["regressions"] = "/regressions"
     for name in classes:
         pages[f"roofline {name}"] = f"/roofline?device_class={name}"
+    if classes:
+        pages[f"roofline {classes[0]}, furthest below the roof first, page 2"] = \
+            f"/roofline?device_class={classes[0]}&order=share&page=2"
     pages["devices"] = "/devices"
     pages["jobs"] = "/jobs"
     return pages

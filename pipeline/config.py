@@ -218,7 +218,7 @@ class PhoneSettings(BaseModel):
 
 
 class WebSettings(BaseModel):
-    """The history web UI (`pipeline.results.web`): who may browse, signed sessions, roofline ceilings."""
+    """The history web UI (`pipeline.results.web`): who may browse, signed sessions, roofline ceilings, page sizes."""
 
     model_config = SettingsConfigDict(extra="forbid")
 
@@ -231,6 +231,13 @@ class WebSettings(BaseModel):
         default_factory=dict,
         description="device class -> {\"flops\": peak FLOP/s, \"bytes\": peak B/s} for the roofline; a device class not "
         "listed gets ceilings derived from its best measured case")
+    page_rows: int = Field(default=100, ge=1, le=5000, description="rows per page of the compare page's tables (each "
+                           "device class) and the roofline's table: a farm's comparison can hold 20,000 rows")
+    dashboard_tiles: int = Field(default=40, ge=1, le=5000, description="series shown per family x device class on the "
+                                 "dashboard, regressed and improved first; the group's own view lists up to "
+                                 "`group_tiles`")
+    group_tiles: int = Field(default=1000, ge=1, le=20000, description="series shown when the dashboard's filters "
+                             "leave one family on one device class")
 
 
 class DispatchSettings(BaseModel):

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 
 from pipeline.config import Settings
 from pipeline.results import auth, dispatch, triggers
-from pipeline.results.api import create_app
+from pipeline.results.api import create_app, freeze_startup_heap
 from pipeline.results.db import open_store, session_scope
 from pipeline.results.models import Agent, ApiToken
 
@@ -147,6 +147,7 @@ def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_s
     if suite is not None:
         start_embedded_agent(settings, engine, suite=suite, ref=ref if run_on_start else None)
     print(f"benchfarm serving {settings.database_url} at {settings.public_url}  (Ctrl-C stops)", flush=True)
+    freeze_startup_heap()
     try:
         # graceful shutdown waits for open requests: a long-polling claim would hold it for claim_wait_s
         uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),

@@ -362,6 +362,7 @@ def list_regressions(session: Session, *, device_class: str | None = None, famil
 
 
 SERIES_STATES = ("regressed", "improved", "stable", "no data")
+"""Also the order of a group's series on the dashboard: what needs attention first."""
 
 
 @dataclass(frozen=True)
@@ -378,7 +379,10 @@ class DashboardGroup:
     family: str
     device_class: str
     counts: dict[str, int]
+    """Every series of the group that passes the filters, by state (the state filter aside)."""
     series: list[DashboardSeries]
+    """The group's series in the asked state, regressed first, then improved, stable, no data, each
+    by case id; at most `per_group` of them when a limit was asked."""
 
 
 @dataclass(frozen=True)
@@ -387,14 +391,22 @@ class Dashboard:
     groups: list[DashboardGroup]
 
 
-def dashboard(session: Session, *, device_class: str | None = None, family: str | None = None) -> Dashboard:
-    """Every series' state, grouped by family and device class, with counts: one query.
+def dashboard(
+    session: Session, *, device_class: str | None = None, family: str | None = None, dtype: str | None = None,
+    impl: str | None = None, text: str | None = None, state: str | None = None, per_group: int | None = None,
+) -> Dashboard:
+    """Every series' state, grouped by family and device class, with counts: two queries.
 
     A series is "no data" when its last analysis saw no default-branch commit with a measurement,
     "regressed" when it has an open regression (open state, after its newest intended change
     point), else "improved" when it has an open improvement, else "stable". The open change
     points come from one aggregate over `change_points` (indexed by series and commit time), so
     the cost grows with series and change points, never with measurements or samples.
+
+    Filters: exact family, device class, dtype and impl; `text` a case-insensitive part of the
+    case id; `state` lists only the series in that state (the counts still give every state).
+    The counts are a GROUP BY and the listed series are cut to `per_group` per group by a window
+    in the database: a farm of 20,000 series sends the page the few it shows.
     """
     baselines = _baselines()
     is_regression = sa.case((ChangePoint.direction == "regression", 1), else_=0)
@@ -407,33 +419,50 @@ def dashboard(session: Session, *, device_class: str | None = None, family: str 
                sa.or_(baselines.c.since.is_(None), ChangePoint.committed_at > baselines.c.since))
         .group_by(ChangePoint.series_id).subquery("open_points")
     )
-    state = sa.case(
+    series_state = sa.case(
         (Series.history_points == 0, "no data"),
         (open_points.c.regressed == 1, "regressed"),
         (open_points.c.improved == 1, "improved"),
         else_="stable",
     )
     query = (
-        sa.select(Case.family, DeviceClassRow.name, Series.id, Case.case_id, Series.metric, state,
-                  sa.func.coalesce(open_points.c.open, 0))
+        sa.select(Case.family, DeviceClassRow.name.label("device_class"), Series.id, Case.case_id, Series.metric,
+                  series_state.label("state"), sa.func.coalesce(open_points.c.open, 0).label("open"))
         .join(Case, Series.case_id == Case.id)
         .join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
         .outerjoin(open_points, open_points.c.series_id == Series.id)
-        .order_by(Case.family, DeviceClassRow.name, Case.case_id, Series.metric)
     )
-    if device_class is not None:
-        query = query.where(DeviceClassRow.name == device_class)
-    if family is not None:
-        query = query.where(Case.family == family)
-    groups: dict[tuple[str, str], list[DashboardSeries]] = {}
-    for fam, dc, series_id, case_id, metric, series_state, open_count in session.execute(query):
-        groups.setdefault((fam, dc), []).append(DashboardSeries(series_id, case_id, metric, series_state, open_count))
+    for column, wanted in ((DeviceClassRow.name, device_class), (Case.family, family), (Case.dtype, dtype),
+                           (Case.impl, impl)):
+        if wanted is not None:
+            query = query.where(column == wanted)
+    if text:
+        query = query.where(sa.func.lower(Case.case_id).contains(text.lower(), autoescape=True))
+    board = query.subquery("board")
+
+    groups: dict[tuple[str, str], dict[str, int]] = {}
     total = dict.fromkeys(SERIES_STATES, 0)
-    out = []
-    for (fam, dc), members in groups.items():
-        counts = dict.fromkeys(SERIES_STATES, 0)
-        for m in members:
-            counts[m.state] += 1
-            total[m.state] += 1
-        out.append(DashboardGroup(fam, dc, counts, members))
+    for fam, dc, series_state_name, count in session.execute(
+            sa.select(board.c.family, board.c.device_class, board.c.state, sa.func.count())
+            .group_by(board.c.family, board.c.device_class, board.c.state)):
+        groups.setdefault((fam, dc), dict.fromkeys(SERIES_STATES, 0))[series_state_name] = count
+        total[series_state_name] += count
+
+    rank = sa.case({name: i for i, name in enumerate(SERIES_STATES)}, value=board.c.state)
+    place = sa.func.row_number().over(partition_by=(board.c.family, board.c.device_class),
+                                      order_by=(rank, board.c.case_id, board.c.metric)).label("place")
+    listed = sa.select(board, place)
+    if state is not None:
+        listed = listed.where(board.c.state == state)
+    ranked = listed.subquery("ranked")
+    rows = sa.select(ranked.c.family, ranked.c.device_class, ranked.c.id, ranked.c.case_id, ranked.c.metric,
+                     ranked.c.state, ranked.c.open)
+    if per_group is not None:
+        rows = rows.where(ranked.c.place <= per_group)
+    members: dict[tuple[str, str], list[DashboardSeries]] = {}
+    for fam, dc, series_id, case_id, metric, series_state_name, open_count in session.execute(
+            rows.order_by(ranked.c.family, ranked.c.device_class, ranked.c.place)):
+        members.setdefault((fam, dc), []).append(
+            DashboardSeries(series_id, case_id, metric, series_state_name, open_count))
+    out = [DashboardGroup(fam, dc, counts, members.get((fam, dc), [])) for (fam, dc), counts in sorted(groups.items())]
     return Dashboard(total, out)

@@ -77,3 +77,77 @@ def test_paired_verdict_sees_a_small_change_under_drift_that_unpaired_samples_hi
     assert short.status == "insufficient data" and short.change == pytest.approx(0.03, abs=0.003)
     with pytest.raises(ValueError, match="differ in length"):
         paired_verdict(base, head[:3])
+
+
+def _mixed_pairs(seed: int, paired: bool) -> list[tuple[list[float], list[float]]]:
+    """Pairs of every kind the batch must split apart: sizes from 1 to 60, shifted or not, rounded
+    to few levels (ties, zero log ratios), constant on both sides."""
+    import random
+
+    rng = random.Random(seed)
+    pairs = []
+    for i in range(200):
+        n = rng.choice([1, 3, 5, 8, 9, 10, 12, 20, 51, 60])
+        m = n if paired else rng.choice([n, 4, 9, 10])
+        base = [1e-3 * (1 + rng.gauss(0, 0.03)) for _ in range(n)]
+        shift = rng.choice([1.0, 1.02, 1.1, 0.9])
+        head = [b * shift * (1 + rng.gauss(0, 0.01)) for b in base] if paired else \
+            [1e-3 * shift * (1 + rng.gauss(0, 0.03)) for _ in range(m)]
+        if i % 10 == 1:  # few levels: ties, and (paired) zero log ratios
+            base, head = [round(v, 4) for v in base], [round(v, 4) for v in head]
+        if i % 17 == 3:
+            base, head = [2e-3] * n, [2e-3] * m
+        pairs.append((base, head))
+    return pairs
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_batched_rank_tests_equal_one_scipy_call_per_pair(seed: int) -> None:
+    from scipy.stats import mannwhitneyu
+
+    from pipeline.results.stats import rank_tests
+
+    pairs = _mixed_pairs(seed, paired=False)
+    expected = []
+    for base, head in pairs:
+        if min(base) == max(base) == min(head) == max(head):
+            expected.append(1.0)
+            continue
+        p = float(mannwhitneyu(base, head, alternative="two-sided").pvalue)
+        expected.append(1.0 if math.isnan(p) else p)
+    got = rank_tests(pairs)
+    assert got == pytest.approx(expected, rel=1e-12, abs=1e-300)
+    assert any(p < 0.01 for p in got) and any(p > 0.5 for p in got)  # both kinds of outcome were exercised
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_batched_paired_tests_equal_one_scipy_call_per_pair(seed: int) -> None:
+    from scipy.stats import wilcoxon
+
+    from pipeline.results.stats import paired_tests
+
+    pairs = _mixed_pairs(seed, paired=True)
+    expected = []
+    for base, head in pairs:
+        logs = [math.log(h / b) for b, h in zip(base, head, strict=True)]
+        if all(v == 0 for v in logs):
+            expected.append(1.0)
+            continue
+        p = float(wilcoxon(logs, alternative="two-sided").pvalue)
+        expected.append(1.0 if math.isnan(p) else p)
+    got = paired_tests(pairs)
+    assert got == pytest.approx(expected, rel=1e-9, abs=1e-300)
+    assert any(p < 0.01 for p in got) and any(p > 0.5 for p in got)
+    with pytest.raises(ValueError, match="equally many"):
+        paired_tests([([1.0, 2.0], [1.0])])
+
+
+def test_batched_verdicts_equal_one_verdict_per_pair() -> None:
+    from pipeline.results.stats import paired_verdict, paired_verdicts, verdicts
+
+    unpaired = _mixed_pairs(3, paired=False)
+    assert verdicts(unpaired, min_change=0.05) == [verdict(b, h, min_change=0.05) for b, h in unpaired]
+    paired = _mixed_pairs(4, paired=True)
+    assert paired_verdicts(paired, min_change=0.02) == [paired_verdict(b, h, min_change=0.02) for b, h in paired]
+    statuses = {v.status for v in verdicts(unpaired, min_change=0.05)}
+    assert statuses == {"regressed", "improved", "similar", "insufficient data"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -35,7 +36,16 @@ from pipeline.results.auth import AuthError
 from pipeline.results.ingest import IngestError
 from pipeline.results.triage import TriageError
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "freeze_startup_heap"]
+
+
+def freeze_startup_heap() -> None:
+    """Collect once, then keep what start-up left alive (modules, the app, the ORM's registries:
+    ~200,000 objects) out of later garbage collections (`gc.freeze`). Without it each full
+    collection walks them all: ~90 ms pauses inside requests that allocate a lot (a 20,000-series
+    dashboard, a large comparison). Call it once, just before serving."""
+    gc.collect()
+    gc.freeze()
 
 
 def create_app(settings: Settings, engine: Engine) -> FastAPI:

@@ -52,7 +52,7 @@ def roofline_svg(points: Sequence[RooflinePoint], peak_flops: float | None, peak
                  f'{escape(format_rate(peak_bytes, "B/s"))}</text>')
     for p in placed:
         intensity = p.intensity or 1.0
-        share = p.flop_rate / min(peak_flops, intensity * peak_bytes)
+        share = p.share_of_roof(peak_flops, peak_bytes) or 0.0
         tip = (f"{p.case_id}: {format_rate(p.flop_rate, 'FLOP/s')}, {format_rate(p.byte_rate, 'B/s')}, "
                f"{intensity:.3g} FLOP/B, {share:.0%} of the roof")
         parts.append(f'<a href="/series/{p.series_id}"><circle class="case" cx="{x(intensity):.1f}" '

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -16,8 +16,10 @@ from pipeline.results.models import (
     Commit,
     CompileStat,
     DeviceClassRow,
+    Job,
     Measurement,
     Repository,
+    Run,
     Sample,
     Series,
     TriageEvent,
@@ -25,12 +27,6 @@ from pipeline.results.models import (
 from pipeline.results.triage import TriageRecord
 
 LATENCY = "latency"
-
-
-def parse_case(case_id: str) -> tuple[str, str, str, str, str]:
-    """(family, name, shape, dtype, impl) of a case id; missing parts are empty."""
-    parts = (case_id.split("/") + [""] * 5)[:5]
-    return parts[0], parts[1], parts[2], parts[3], parts[4]
 
 
 @dataclass(frozen=True)
@@ -56,15 +52,18 @@ def commit_infos(session: Session, shas: Iterable[str]) -> dict[str, CommitInfo]
     return out
 
 
-def latency_series_ids(session: Session, device_classes: Sequence[str]) -> dict[tuple[str, str], int]:
-    """(case id, device class) -> the latency series' id, on those device classes."""
-    if not device_classes:
+def latency_series_ids(session: Session, device_classes: Sequence[str],
+                       case_ids: Collection[str] | None = None) -> dict[tuple[str, str], int]:
+    """(case id, device class) -> the latency series' id, on those device classes (and of those
+    cases only, when given: a page links the rows it shows, not the whole store)."""
+    if not device_classes or case_ids is not None and not case_ids:
         return {}
-    rows = session.execute(
-        sa.select(Case.case_id, DeviceClassRow.name, Series.id).join(Case, Series.case_id == Case.id)
-        .join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
-        .where(Series.metric == LATENCY, DeviceClassRow.name.in_(list(device_classes))))
-    return {(case_id, dc): sid for case_id, dc, sid in rows}
+    query = (sa.select(Case.case_id, DeviceClassRow.name, Series.id).join(Case, Series.case_id == Case.id)
+             .join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
+             .where(Series.metric == LATENCY, DeviceClassRow.name.in_(list(device_classes))))
+    if case_ids is not None:
+        query = query.where(Case.case_id.in_(sorted(case_ids)))
+    return {(case_id, dc): sid for case_id, dc, sid in session.execute(query)}
 
 
 def control_series(session: Session, series_id: int) -> tuple[int, str] | None:
@@ -118,6 +117,18 @@ def store_version(session: Session) -> tuple[int | None, ...]:
         sa.select(sa.func.max(Commit.id)).scalar_subquery())).one())
 
 
+def dashboard_options(session: Session) -> dict[str, list[str]]:
+    """The values the dashboard's filters offer: families, device classes, dtypes and impls that
+    have series (from the small cases and device-class tables, not the series' states)."""
+    with_series = sa.select(Series.case_id).distinct().scalar_subquery()
+    cases = session.execute(sa.select(Case.family, Case.dtype, Case.impl).distinct()
+                            .where(Case.id.in_(with_series))).all()
+    classes = session.scalars(sa.select(DeviceClassRow.name).where(
+        DeviceClassRow.id.in_(sa.select(Series.device_class_id).distinct().scalar_subquery()))).all()
+    return {"family": sorted({c.family for c in cases}), "device_class": sorted(classes),
+            "dtype": sorted({c.dtype for c in cases}), "impl": sorted({c.impl for c in cases})}
+
+
 def repositories(session: Session) -> list[str]:
     return list(session.scalars(sa.select(Repository.name).order_by(Repository.name)))
 
@@ -167,6 +178,12 @@ class RooflinePoint:
     def intensity(self) -> float | None:
         return self.flops / self.bytes if self.bytes else None
 
+    def share_of_roof(self, peak_flops: float | None, peak_bytes: float | None) -> float | None:
+        """Achieved FLOP/s over the roof at this intensity: min(compute ceiling, intensity x bandwidth)."""
+        if not peak_flops or not peak_bytes or not self.intensity:
+            return None
+        return self.flop_rate / min(peak_flops, self.intensity * peak_bytes)
+
 
 def roofline_points(session: Session, device_class: str) -> list[RooflinePoint]:
     """Each latency series of the device class with its latest median and its case's FLOPs and
@@ -196,20 +213,36 @@ def roofline_points(session: Session, device_class: str) -> list[RooflinePoint]:
 
 def latest_medians(session: Session, *, device_class_id: int, metric: str) -> list[tuple[int, int, str, float]]:
     """(series id, case pk, case id, median at the newest measured commit) of each series of a
-    device class and metric. An aggregate (the newest commit time per series) and a join back, not
-    a window over every measurement: no sort of the device class's whole history."""
-    series = (sa.select(Series.id).where(Series.device_class_id == device_class_id, Series.metric == metric)
-              .scalar_subquery())
-    newest = (sa.select(Measurement.series_id, sa.func.max(Commit.committed_at).label("at"))
-              .join(Commit, Measurement.commit_id == Commit.id).where(Measurement.series_id.in_(series))
-              .group_by(Measurement.series_id).subquery())
-    best: dict[int, tuple[tuple[int, int], int, str, float]] = {}
-    for sid, case_pk, case_id, median, commit_pk, measurement_pk in session.execute(
-            sa.select(Measurement.series_id, Series.case_id, Case.case_id, Measurement.median, Commit.id, Measurement.id)
-            .join(Commit, Measurement.commit_id == Commit.id)
-            .join(newest, sa.and_(newest.c.series_id == Measurement.series_id, newest.c.at == Commit.committed_at))
-            .join(Series, Series.id == Measurement.series_id).join(Case, Series.case_id == Case.id)):
-        order = (commit_pk, measurement_pk)  # ties on commit time: the newest commit row, then measurement
-        if sid not in best or order > best[sid][0]:
-            best[sid] = (order, case_pk, case_id, float(median))
-    return [(sid, case_pk, case_id, median) for sid, (_, case_pk, case_id, median) in best.items()]
+    device class and metric.
+
+    The commits with results on the device class (from its jobs: a few rows per run) are walked
+    newest first, in batches of growing size, taking each series' measurement from the first
+    commit that has one; nearly always the newest commit holds every series and one batch does.
+    Reading the newest measurement of every series over the whole history instead costs a sort of
+    the device class's history (100,000 rows for 2,000 cases x 50 commits: ~250 ms on PostgreSQL).
+    Ties on commit time: the newer commit row, then the newer measurement.
+    """
+    commits = list(session.scalars(
+        sa.select(Commit.id).join(Run, Run.commit_id == Commit.id).join(Job, Job.run_id == Run.id)
+        .where(Job.device_class_id == device_class_id).group_by(Commit.id)
+        .order_by(sa.func.max(Commit.committed_at).desc(), Commit.id.desc())))
+    position = {commit_pk: i for i, commit_pk in enumerate(commits)}
+    remaining = set(session.scalars(sa.select(Series.id).where(Series.device_class_id == device_class_id,
+                                                                 Series.metric == metric)))
+    out: list[tuple[int, int, str, float]] = []
+    start, batch = 0, 1
+    while remaining and start < len(commits):
+        chunk = commits[start:start + batch]
+        rows = session.execute(
+            sa.select(Measurement.series_id, Series.case_id, Case.case_id, Measurement.median, Measurement.commit_id,
+                      Measurement.id)
+            .join(Series, Series.id == Measurement.series_id).join(Case, Series.case_id == Case.id)
+            .where(Measurement.commit_id.in_(chunk), Series.device_class_id == device_class_id,
+                   Series.metric == metric)).all()
+        rows.sort(key=lambda r: (position[r[4]], -r[5]))
+        for sid, case_pk, case_id, median, _, _ in rows:
+            if sid in remaining:
+                remaining.discard(sid)
+                out.append((sid, case_pk, case_id, float(median)))
+        start, batch = start + batch, batch * 4
+    return out

@@ -4,72 +4,53 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from pipeline.pr_comments.table import STATUS_ORDER
 from pipeline.results import queries
 from pipeline.results.api.deps import SessionDep, SettingsDep
-from pipeline.results.api.routes.runs import run_comparisons
 from pipeline.results.web import data
 from pipeline.results.web.chart import roofline_svg
-from pipeline.results.web.data import parse_case
+from pipeline.results.web.paging import paginate
 from pipeline.results.web.render import page
+from pipeline.results.web.verdicts import cached_verdict
 from pipeline.results.web.session import UserDep, browse_guard
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(browse_guard)])
 
 
-def _matches(case_id: str, *, dtype: str, impl: str, text: str) -> bool:
-    parts = parse_case(case_id)
-    return ((not dtype or parts[3] == dtype) and (not impl or parts[4] == impl)
-            and (not text or text in case_id.lower()))
-
-
 @router.get("/", response_class=HTMLResponse)
-def dashboard(request: Request, session: SessionDep, user: UserDep, family: str = "", device_class: str = "",
+def dashboard(request: Request, session: SessionDep, settings: SettingsDep, user: UserDep, family: str = "",
+              device_class: str = "",
               dtype: str = "", impl: str = "", q: str = "", state: str = "") -> HTMLResponse:
     """Every series' state by family and device class; filters; counts; the newest runs."""
-    full = queries.dashboard(session)
-    options: dict[str, set[str]] = {"family": set(), "device_class": set(), "dtype": set(), "impl": set()}
-    groups = []
-    total = dict.fromkeys(queries.SERIES_STATES, 0)
-    text = q.strip().lower()
-    for group in full.groups:
-        options["family"].add(group.family)
-        options["device_class"].add(group.device_class)
-        for s in group.series:
-            parts = parse_case(s.case_id)
-            options["dtype"].add(parts[3])
-            options["impl"].add(parts[4])
-        if (family and group.family != family) or (device_class and group.device_class != device_class):
-            continue
-        members = [s for s in group.series if _matches(s.case_id, dtype=dtype, impl=impl, text=text)]
-        counts = dict.fromkeys(queries.SERIES_STATES, 0)
-        for s in members:
-            counts[s.state] += 1
-            total[s.state] += 1
-        shown = [s for s in members if not state or s.state == state]
-        if shown:
-            groups.append({"family": group.family, "device_class": group.device_class, "counts": counts,
-                           "series": shown})
+    state = state if state in queries.SERIES_STATES else ""
+    board = queries.dashboard(session, family=family or None, device_class=device_class or None,
+                              dtype=dtype or None, impl=impl or None, text=q.strip() or None, state=state or None,
+                              per_group=settings.web.group_tiles if family and device_class else settings.web.dashboard_tiles)
+    groups = [g for g in board.groups if g.series]
     filters = {"family": family, "device_class": device_class, "dtype": dtype, "impl": impl, "q": q, "state": state}
     return page(request, "index.html", user, {
-        "groups": groups, "counts": total, "filters": filters, "states": queries.SERIES_STATES,
-        "options": {k: sorted(v) for k, v in options.items()}, "series_total": sum(total.values()),
+        "groups": groups, "counts": board.counts, "filters": filters, "states": queries.SERIES_STATES,
+        "options": data.dashboard_options(session), "group_tiles": settings.web.group_tiles, "series_total": sum(board.counts.values()),
         "runs": queries.list_runs(session, limit=10)})
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 def run_page(run_id: str, request: Request, session: SessionDep, settings: SettingsDep, user: UserDep) -> HTMLResponse:
+    """The run's jobs, and on each device class with results its comparison: changes first, the
+    first `web.page_rows` rows (the compare page has them all)."""
     detail = queries.get_run(session, run_id)
     if detail is None:
         raise HTTPException(404, f"no run {run_id}")
-    comparisons = run_comparisons(session, settings, detail)
-    for comparison in comparisons:
-        comparison.rows.sort(key=lambda r: (STATUS_ORDER.index(r.status), r.case_id))
-    series_ids = data.latency_series_ids(session, [j.device_class for j in detail.jobs])
-    return page(request, "run.html", user, {"detail": detail, "comparisons": comparisons, "series_ids": series_ids})
+    comparisons = [c for dc in dict.fromkeys(j.device_class for j in detail.jobs)
+                   for c in cached_verdict(session, settings, detail.run.repository, detail.run.commit_sha, None, dc,
+                                           None).comparisons if c.rows]
+    shown = {c.device_class: c.rows[:settings.web.page_rows] for c in comparisons}
+    series_ids = data.latency_series_ids(session, list(shown), case_ids={r.case_id for rows in shown.values()
+                                                                         for r in rows})
+    return page(request, "run.html", user, {"detail": detail, "comparisons": comparisons, "shown": shown,
+                                            "series_ids": series_ids})
 
 
 @router.get("/series/{series_id}", response_class=HTMLResponse)
@@ -118,8 +99,9 @@ def series_samples(series_id: int, sha: str, session: SessionDep) -> JSONRespons
 
 @router.get("/roofline", response_class=HTMLResponse)
 def roofline(request: Request, session: SessionDep, settings: SettingsDep, user: UserDep,
-             device_class: str = "") -> HTMLResponse:
-    """Each case's achieved FLOP/s against the device class's compute and bandwidth ceilings."""
+             device_class: str = "", order: str = "case", page_number: int = Query(1, alias="page")) -> HTMLResponse:
+    """Each case's achieved FLOP/s against the device class's compute and bandwidth ceilings; the
+    table by case or furthest below the roof first, a page at a time."""
     names = data.device_class_names(session)
     device_class = device_class or (names[0] if names else "")
     points = data.roofline_points(session, device_class) if device_class else []
@@ -129,6 +111,11 @@ def roofline(request: Request, session: SessionDep, settings: SettingsDep, user:
     ceilings = {"flops": configured.get("flops") or best_flops, "bytes": configured.get("bytes") or best_bytes,
                 "flops_source": "setting" if configured.get("flops") else "best measured case",
                 "bytes_source": "setting" if configured.get("bytes") else "best measured case"}
+    shares = {p.series_id: p.share_of_roof(ceilings["flops"], ceilings["bytes"]) for p in points}
+    order = order if order in ("case", "share") else "case"
+    rows = sorted(points, key=lambda p: (shares[p.series_id] is None, shares[p.series_id] or 0.0, p.case_id)) \
+        if order == "share" else points
     return page(request, "roofline.html", user, {
         "device_classes": names, "device_class": device_class, "points": points, "ceilings": ceilings,
+        "rows": paginate(rows, page_number, settings.web.page_rows), "shares": shares, "order": order,
         "chart": roofline_svg(points, ceilings["flops"], ceilings["bytes"]) if points else None})

@@ -43,9 +43,10 @@ def format_rate(value: float | None, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
-def query(base: str, **params: Any) -> str:
+def query(path: str, /, **params: Any) -> str:
+    """`path` with the non-empty params as its query string."""
     kept = {k: v for k, v in params.items() if v not in (None, "")}
-    return base + ("?" + urlencode(kept) if kept else "")
+    return path + ("?" + urlencode(kept) if kept else "")
 
 
 def first_line(text: str | None, limit: int = 80) -> str:

@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import threading
-import time
-from collections import OrderedDict
-
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from pipeline.pr_comments.table import STATUS_ORDER
 from pipeline.results import queries, triage
 from pipeline.results.api.deps import SessionDep, SettingsDep
-from pipeline.results.compare import (
-    CompareError,
-    PRVerdict,
-    compare,
-    compare_all,
-    overall_verdict,
-)
+from pipeline.results.compare import STATUSES, CompareError
 from pipeline.results.models import TRIAGE_STATES
 from pipeline.results.web import data
+from pipeline.results.web.paging import paginate
 from pipeline.results.web.render import page
+from pipeline.results.web.verdicts import ROW_ORDERS, cached_verdict
 from pipeline.results.web.session import (
     UserDep,
     browse_guard,
@@ -37,14 +29,19 @@ router = APIRouter(include_in_schema=False, dependencies=[Depends(browse_guard)]
 def compare_page(
     request: Request, session: SessionDep, settings: SettingsDep, user: UserDep, repository: str = "",
     head: str = "", base: str = "", device_class: str = "", pr: str = "", merge_base: str = "",
+    status: str = "", q: str = "", order: str = "verdict", page_number: int = Query(1, alias="page"),
 ) -> HTMLResponse:
-    """Any two commits, or a pull request and its base, on one or every device class."""
+    """Any two commits, or a pull request and its base, on one or every device class: the verdict
+    table of each, filtered by status or text, in pages of `web.page_rows` rows."""
     repos = data.repositories(session)
     repository = repository or (repos[0] if len(repos) == 1 else "")
-    form = {"repository": repository, "head": head, "base": base, "device_class": device_class, "pr": pr}
+    order = order if order in ROW_ORDERS else "verdict"
+    status = status if status in STATUSES else ""
+    form = {"repository": repository, "head": head, "base": base, "device_class": device_class, "pr": pr,
+            "merge_base": merge_base, "status": status, "q": q, "order": order}
     context = {"form": form, "repositories": repos, "device_classes": data.device_class_names(session),
-               "verdict": None, "error": None, "commits": [], "series_ids": {}, "infos": {},
-               "max_pvalue": settings.compare.max_pvalue}
+               "verdict": None, "error": None, "commits": [], "series_ids": {}, "infos": {}, "tables": [],
+               "statuses": STATUS_ORDER, "rows_per_page": settings.web.page_rows, "max_pvalue": settings.compare.max_pvalue}
     if repository:
         context["commits"] = queries.list_commits(session, repository=repository, limit=30)
     head_sha, error = _head(session, repository, head, pr)
@@ -52,13 +49,26 @@ def compare_page(
     error = error or base_error
     if head_sha and not error:
         try:
-            verdict = _verdict(session, settings, repository, head_sha, base_sha, device_class or None,
-                               merge_base or None)
+            verdict = cached_verdict(session, settings, repository, head_sha, base_sha, device_class or None,
+                                      merge_base or None)
         except CompareError as exc:
             error = str(exc)
         else:
+            text = q.strip().lower()
+            tables = []
+            for comparison in verdict.comparisons:
+                rows = [r for r in comparison.rows
+                        if (not status or r.status == status) and (not text or text in r.case_id.lower())]
+                if order != "verdict":  # the cached rows are in verdict order already
+                    rows.sort(key=ROW_ORDERS[order])
+                tables.append((comparison, paginate(rows, page_number, settings.web.page_rows)))
             context["verdict"] = verdict
-            context["series_ids"] = data.latency_series_ids(session, [c.device_class for c in verdict.comparisons])
+            context["tables"] = tables
+            context["pages"] = max((t.pages for _, t in tables), default=1)
+            context["page_number"] = min(max(1, page_number), context["pages"])
+            context["series_ids"] = data.latency_series_ids(
+                session, [c.device_class for c in verdict.comparisons],
+                case_ids={r.case_id for _, t in tables for r in t.items})
             context["infos"] = data.commit_infos(
                 session, [head_sha] + [c.base_sha for c in verdict.comparisons if c.base_sha])
     context["error"] = error
@@ -83,47 +93,6 @@ def _head(session: SessionDep, repository: str, head: str, pr: str) -> tuple[str
         return None, f"pull request {pr!r} is not a number"
     sha = data.pull_request_head(session, repository, int(pr.strip().lstrip("#")))
     return (sha, None) if sha else (None, f"no recorded commit of pull request #{pr.strip().lstrip('#')}")
-
-
-VERDICT_CACHE_SIZE = 64
-VERDICT_CACHE_TTL_S = 300.0
-"""Verdicts are kept per (inputs, store version) for this long at most: `data.store_version` sees
-new uploads and commits; the limit bounds what it cannot see (a row changed in place)."""
-_verdicts: OrderedDict[tuple[object, ...], tuple[float, PRVerdict]] = OrderedDict()
-_verdicts_lock = threading.Lock()
-
-
-def _verdict(session: SessionDep, settings: SettingsDep, repository: str, head: str, base: str | None,
-             device_class: str | None, merge_base: str | None) -> PRVerdict:
-    """The comparison, from the cache when the store has not changed since it was made (each rank
-    test costs about a millisecond: a few hundred cases would be most of the page's time)."""
-    key = (str(session.get_bind().engine.url), settings.compare.model_dump_json(), repository, head, base, device_class,
-           merge_base, data.store_version(session))
-    now = time.monotonic()
-    with _verdicts_lock:
-        hit = _verdicts.get(key)
-        if hit is not None and now - hit[0] < VERDICT_CACHE_TTL_S:
-            _verdicts.move_to_end(key)
-            return hit[1]
-    verdict = _compute_verdict(session, settings, repository, head, base, device_class, merge_base)
-    for comparison in verdict.comparisons:
-        comparison.rows.sort(key=lambda r: (STATUS_ORDER.index(r.status), r.case_id, r.target))
-    with _verdicts_lock:
-        _verdicts[key] = (now, verdict)
-        while len(_verdicts) > VERDICT_CACHE_SIZE:
-            _verdicts.popitem(last=False)
-    return verdict
-
-
-def _compute_verdict(session: SessionDep, settings: SettingsDep, repository: str, head: str, base: str | None,
-                     device_class: str | None, merge_base: str | None) -> PRVerdict:
-    if device_class is None:
-        return compare_all(session, repository=repository, head_sha=head, settings=settings.compare,
-                           base_sha=base, merge_base=merge_base)
-    one = compare(session, repository=repository, head_sha=head, device_class=device_class,
-                  settings=settings.compare, base_sha=base, merge_base=merge_base)
-    return PRVerdict(repository=repository, head_sha=head, comparisons=[one], verdict=overall_verdict(one.rows),
-                     errored=one.errored, counts=one.counts)
 
 
 @router.get("/regressions", response_class=HTMLResponse)
