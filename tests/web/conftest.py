@@ -51,3 +51,10 @@ def service(demo: tuple[Engine, demo_store.Demo], tmp_path: Path) -> Iterator[Se
 @pytest.fixture
 def private_service(demo: tuple[Engine, demo_store.Demo], tmp_path: Path) -> Iterator[Service]:
     yield from _serve(demo, tmp_path, public=False)
+
+
+@pytest.fixture
+def paged_service(demo: tuple[Engine, demo_store.Demo], tmp_path: Path) -> Iterator[Service]:
+    """Page sizes small enough that the demo store's pages are cut: 3 tiles per dashboard group, 4
+    rows per verdict or roofline table."""
+    yield from _serve(demo, tmp_path, dashboard_tiles=3, group_tiles=5, page_rows=4)
