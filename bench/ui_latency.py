@@ -14,10 +14,13 @@ last byte is recorded (loopback adds well under a millisecond). Prints a Markdow
 
 `--on-store URL` times the pages on an existing store instead (e.g. the one
 `bench/store_scale.py --keep` leaves: postgresql://root@127.0.0.1:5432/benchfarm_scale), read
-only: `--series` random series (seeded by `--seed`; one with a change point when there is one),
-the newest default-branch commit of the first repository compared with its parent (every device
-class, and the first one alone), each device class's roofline, the dashboard, regressions, devices
-and jobs. Same timing and table; the p95/max are over `--repeat` fetches after the warm-up.
+only: the dashboard (unfiltered, one family, one family on one device class, a text filter),
+`--series` random series (seeded by `--seed`; one with a change point when there is one), the run
+of the newest default-branch commit of the first repository and that commit compared with its
+parent (every device class; the first one alone; every class's similar rows, page 3, largest
+slowdown first), each device class's roofline (and the first by share of the roof, page 2),
+regressions, devices and jobs. Same timing and table; the p95/max are over `--repeat` fetches
+after the warm-up. The service's start-up heap is frozen first, as `benchfarm serve` does.
 
     python bench/ui_latency.py --on-store postgresql://root@127.0.0.1:5432/benchfarm_scale --repeat 20
 """
@@ -48,6 +51,7 @@ from pipeline.results.models import (
     DeviceClassRow,
     Measurement,
     Repository,
+    Run,
     Sample,
     Series,
 )
@@ -119,6 +123,10 @@ def store_pages(engine: sa.Engine, *, series: int, seed: int) -> dict[str, str]:
                              .order_by(Commit.committed_at.desc(), Commit.id.desc()).limit(1)).first()
             base = s.scalar(sa.select(CommitParent.parent_sha).where(CommitParent.commit_id == head.id)
                             .order_by(CommitParent.position).limit(1)) if head else None
+            run_id = s.scalar(sa.select(Run.id).where(Run.commit_id == head.id).order_by(Run.created_at.desc())
+                              .limit(1)) if head else None
+            if run_id:
+                pages["run of the newest commit"] = f"/runs/{run_id}"
             if head and base:
                 compare = f"/compare?repository={repo.name}&head={head.sha}&base={base}"
                 pages["compare (head vs parent, all device classes)"] = compare

@@ -162,6 +162,10 @@ def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo
     first = table.find_element(By.CSS_SELECTOR, "tbody tr")
     assert "regressed" in first.text and demo.cases[0] in first.text
     shot(browser, "compare")
+    Select(browser.find_element(By.CSS_SELECTOR, "#rows-form select[name=status]")).select_by_value("regressed")
+    wait(browser).until(ec.url_contains("status=regressed"))  # the filter submits on change, keeping the PR
+    statuses = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "table.verdict-table tbody td:nth-child(8)")]
+    assert statuses and set(statuses) == {"regressed"} and "pr=7" in browser.current_url
 
     browser.get(url + "/regressions")
     assert "to triage" in browser.page_source and not browser.find_elements(By.CSS_SELECTOR, "form.triage")
