@@ -63,7 +63,7 @@ from pipeline.results.stats import paired_verdicts, verdicts
 
 __all__ = [
     "DRIFT_RATIO", "STATUSES", "VERDICTS", "BaseChoice", "CompareError", "Comparison", "ComparisonRow", "PRVerdict",
-    "choose_base", "compare", "compare_all", "find_base", "overall_verdict",
+    "choose_base", "compare", "compare_all", "find_base", "overall_verdict", "results_version",
 ]
 
 METRIC = "latency"
@@ -153,10 +153,16 @@ def _device_class_id(session: Session, name: str) -> int:
 
 
 def _has_measurement(session: Session, commit_id: int, device_class_id: int) -> bool:
-    return session.scalar(
-        sa.select(sa.literal(True)).select_from(Measurement).join(Series, Measurement.series_id == Series.id)
-        .where(Measurement.commit_id == commit_id, Series.device_class_id == device_class_id, Series.metric == METRIC)
-        .limit(1)) is not None
+    # The commit's jobs on the class first (a few rows), then one of their results with a latency
+    # measurement: neither the commit's measurements on every class (20,000 on a large farm) nor a
+    # single join, which PostgreSQL's planner, betting on LIMIT 1, ran as a scan of every result.
+    jobs = session.scalars(sa.select(Job.id).join(Run, Job.run_id == Run.id)
+                           .where(Run.commit_id == commit_id, Job.device_class_id == device_class_id)).all()
+    return bool(jobs) and session.scalar(
+        sa.select(sa.literal(True)).select_from(CaseResultRow)
+        .join(Measurement, Measurement.case_result_id == CaseResultRow.id)
+        .join(Series, Measurement.series_id == Series.id)
+        .where(CaseResultRow.job_id.in_(jobs), Series.metric == METRIC).limit(1)) is not None
 
 
 def _first_parent(session: Session, commit: Commit) -> Commit | None:
@@ -220,6 +226,20 @@ def find_base(
     """The sha of `choose_base`'s base, or None."""
     return choose_base(session, repository=repository, sha=sha, device_class=device_class, walk=walk,
                        merge_base=merge_base).sha
+
+
+def results_version(session: Session, *, repository: str, sha: str, device_class: str | None = None) -> int | None:
+    """The id of the newest case result stored for the commit (on that device class, or any): it
+    grows whenever the commit gets a result, so a comparison made from the same versions of its
+    head and base (and the same base choice) is still right. None: no results."""
+    query = (sa.select(sa.func.max(CaseResultRow.id)).join(Job, CaseResultRow.job_id == Job.id)
+             .join(Run, Job.run_id == Run.id).join(Commit, Run.commit_id == Commit.id)
+             .join(Repository, Commit.repository_id == Repository.id)
+             .where(Repository.name == repository, Commit.sha == sha))
+    if device_class is not None:
+        query = query.join(DeviceClassRow, Job.device_class_id == DeviceClassRow.id).where(
+            DeviceClassRow.name == device_class)
+    return session.scalar(query)
 
 
 @dataclass(frozen=True)
