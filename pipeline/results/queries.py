@@ -449,19 +449,24 @@ def dashboard(
         total[series_state_name] += count
 
     rank = sa.case({name: i for i, name in enumerate(SERIES_STATES)}, value=board.c.state)
-    place = sa.func.row_number().over(partition_by=(board.c.family, board.c.device_class),
-                                      order_by=(rank, board.c.case_id, board.c.metric)).label("place")
-    listed = sa.select(board, place)
-    if state is not None:
-        listed = listed.where(board.c.state == state)
-    ranked = listed.subquery("ranked")
-    rows = sa.select(ranked.c.family, ranked.c.device_class, ranked.c.id, ranked.c.case_id, ranked.c.metric,
-                     ranked.c.state, ranked.c.open)
-    if per_group is not None:
-        rows = rows.where(ranked.c.place <= per_group)
+    columns = (board.c.family, board.c.device_class, board.c.id, board.c.case_id, board.c.metric, board.c.state,
+               board.c.open)
+    if per_group is None:  # every series: a plain sort, no window
+        rows = sa.select(*columns).order_by(board.c.family, board.c.device_class, rank, board.c.case_id,
+                                            board.c.metric)
+        if state is not None:
+            rows = rows.where(board.c.state == state)
+    else:
+        place = sa.func.row_number().over(partition_by=(board.c.family, board.c.device_class),
+                                          order_by=(rank, board.c.case_id, board.c.metric)).label("place")
+        listed = sa.select(*columns, place)
+        if state is not None:
+            listed = listed.where(board.c.state == state)
+        ranked = listed.subquery("ranked")
+        rows = (sa.select(*(ranked.c[c.name] for c in columns)).where(ranked.c.place <= per_group)
+                .order_by(ranked.c.family, ranked.c.device_class, ranked.c.place))
     members: dict[tuple[str, str], list[DashboardSeries]] = {}
-    for fam, dc, series_id, case_id, metric, series_state_name, open_count in session.execute(
-            rows.order_by(ranked.c.family, ranked.c.device_class, ranked.c.place)):
+    for fam, dc, series_id, case_id, metric, series_state_name, open_count in session.execute(rows):
         members.setdefault((fam, dc), []).append(
             DashboardSeries(series_id, case_id, metric, series_state_name, open_count))
     out = [DashboardGroup(fam, dc, counts, members.get((fam, dc), [])) for (fam, dc), counts in sorted(groups.items())]
