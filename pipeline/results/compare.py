@@ -412,28 +412,27 @@ def compare(
                                "max_pvalue": settings.max_pvalue, "min_samples": settings.min_samples}
 
     rows: list[ComparisonRow] = []
-    to_pair: list[tuple[int, str]] = []
-    to_test: list[tuple[int, str]] = []
+    to_pair: list[tuple[tuple[int, str], int]] = []  # (key, head measurement)
+    to_test: list[tuple[tuple[int, str], int, int]] = []  # (key, base and head measurements)
     for key, h in head_results.items():
         case_text, model = cases[key[0]]
         b = base_results.get(key)
         if h.status in ("wrong", "error"):
             rows.append(ComparisonRow(case_text, key[1], model, b.median if b else None, None, None, None, "errored"))
         elif key in paired_keys and h.measurement_id is not None:
-            to_pair.append(key)
+            to_pair.append((key, h.measurement_id))
         elif b is None or h.measurement_id is None or b.measurement_id is None:
             rows.append(ComparisonRow(case_text, key[1], model, None, h.median, None, None, "no baseline"))
         else:
-            to_test.append(key)
+            to_test.append((key, b.measurement_id, h.measurement_id))
     # The tests run batched: thousands of cases on a page cost milliseconds, not seconds.
-    pairs = [(paired[head_results[k].result_id], samples[head_results[k].measurement_id]) for k in to_pair]
+    pairs = [(paired[head_results[k].result_id], samples[m]) for k, m in to_pair]
     decided = paired_verdicts(pairs, **{**options, "min_change": settings.paired_min_change})
-    for key, (base_samples, _), v in zip(to_pair, pairs, decided, strict=True):
+    for (key, _), (base_samples, _), v in zip(to_pair, pairs, decided, strict=True):
         rows.append(ComparisonRow(cases[key[0]][0], key[1], cases[key[0]][1], _median(base_samples),
                                   head_results[key].median, v.change, v.pvalue, v.status, paired=True))
-    decided = verdicts([(samples[base_results[k].measurement_id], samples[head_results[k].measurement_id])
-                        for k in to_test], **options)
-    for key, v in zip(to_test, decided, strict=True):
+    decided = verdicts([(samples[b], samples[h]) for _, b, h in to_test], **options)
+    for (key, _, _), v in zip(to_test, decided, strict=True):
         rows.append(ComparisonRow(cases[key[0]][0], key[1], cases[key[0]][1], base_results[key].median,
                                   head_results[key].median, v.change, v.pvalue, v.status))
     rows = _mark_controls(rows, settings.max_pvalue)

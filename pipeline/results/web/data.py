@@ -239,8 +239,7 @@ def latest_medians(session: Session, *, device_class_id: int, metric: str) -> li
             .join(Series, Series.id == Measurement.series_id).join(Case, Series.case_id == Case.id)
             .where(Measurement.commit_id.in_(chunk), Series.device_class_id == device_class_id,
                    Series.metric == metric)).all()
-        rows.sort(key=lambda r: (position[r[4]], -r[5]))
-        for sid, case_pk, case_id, median, _, _ in rows:
+        for sid, case_pk, case_id, median, _, _ in sorted(rows, key=lambda r: (position[r[4]], -r[5])):
             if sid in remaining:
                 remaining.discard(sid)
                 out.append((sid, case_pk, case_id, float(median)))

@@ -13,8 +13,8 @@ from pipeline.results.web import data
 from pipeline.results.web.chart import roofline_svg
 from pipeline.results.web.paging import paginate
 from pipeline.results.web.render import page
-from pipeline.results.web.verdicts import cached_verdict
 from pipeline.results.web.session import UserDep, browse_guard
+from pipeline.results.web.verdicts import cached_verdict
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(browse_guard)])
 
@@ -108,14 +108,15 @@ def roofline(request: Request, session: SessionDep, settings: SettingsDep, user:
     configured = settings.web.ceilings.get(device_class, {})
     best_flops = max((p.flop_rate for p in points), default=None)
     best_bytes = max((p.byte_rate for p in points), default=None)
-    ceilings = {"flops": configured.get("flops") or best_flops, "bytes": configured.get("bytes") or best_bytes,
+    peak_flops, peak_bytes = configured.get("flops") or best_flops, configured.get("bytes") or best_bytes
+    ceilings = {"flops": peak_flops, "bytes": peak_bytes,
                 "flops_source": "setting" if configured.get("flops") else "best measured case",
                 "bytes_source": "setting" if configured.get("bytes") else "best measured case"}
-    shares = {p.series_id: p.share_of_roof(ceilings["flops"], ceilings["bytes"]) for p in points}
+    shares = {p.series_id: p.share_of_roof(peak_flops, peak_bytes) for p in points}
     order = order if order in ("case", "share") else "case"
     rows = sorted(points, key=lambda p: (shares[p.series_id] is None, shares[p.series_id] or 0.0, p.case_id)) \
         if order == "share" else points
     return page(request, "roofline.html", user, {
         "device_classes": names, "device_class": device_class, "points": points, "ceilings": ceilings,
         "rows": paginate(rows, page_number, settings.web.page_rows), "shares": shares, "order": order,
-        "chart": roofline_svg(points, ceilings["flops"], ceilings["bytes"]) if points else None})
+        "chart": roofline_svg(points, peak_flops, peak_bytes) if points else None})

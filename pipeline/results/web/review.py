@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
@@ -13,7 +15,6 @@ from pipeline.results.models import TRIAGE_STATES
 from pipeline.results.web import data
 from pipeline.results.web.paging import paginate
 from pipeline.results.web.render import page
-from pipeline.results.web.verdicts import ROW_ORDERS, cached_verdict
 from pipeline.results.web.session import (
     UserDep,
     browse_guard,
@@ -21,6 +22,7 @@ from pipeline.results.web.session import (
     require_signed_in,
     safe_next,
 )
+from pipeline.results.web.verdicts import ROW_ORDERS, cached_verdict
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(browse_guard)])
 
@@ -39,7 +41,7 @@ def compare_page(
     status = status if status in STATUSES else ""
     form = {"repository": repository, "head": head, "base": base, "device_class": device_class, "pr": pr,
             "merge_base": merge_base, "status": status, "q": q, "order": order}
-    context = {"form": form, "repositories": repos, "device_classes": data.device_class_names(session),
+    context: dict[str, Any] = {"form": form, "repositories": repos, "device_classes": data.device_class_names(session),
                "verdict": None, "error": None, "commits": [], "series_ids": {}, "infos": {}, "tables": [],
                "statuses": STATUS_ORDER, "rows_per_page": settings.web.page_rows, "max_pvalue": settings.compare.max_pvalue}
     if repository:
