@@ -194,7 +194,8 @@ def paired_tests(pairs: Sequence[Pair]) -> list[float]:
         magnitudes = np.sort(np.abs(logs), axis=1)
         clean = (magnitudes[:, 0] != 0) & ~(np.diff(magnitudes, axis=1) == 0).any(axis=1)
         if clean.any():
-            p = wilcoxon(logs[clean], axis=1, alternative="two-sided", method="exact" if n <= 50 else "asymptotic").pvalue
+            method = "exact" if n <= 50 else "asymptotic"  # scipy's own choice for a pair without ties or zeros
+            p = wilcoxon(logs[clean], axis=1, alternative="two-sided", method=method).pvalue
             for row, value in zip(np.flatnonzero(clean), np.atleast_1d(p), strict=True):
                 out[index[row]] = 1.0 if math.isnan(value) else float(value)
         for row in np.flatnonzero(~clean):

@@ -95,7 +95,7 @@ def test_compare_page_filters_orders_and_pages(paged_service: Service) -> None:
     tables = _tables(first)
     assert len(tables) == 2 and all(len(t) == 4 for t in tables)
     assert 'id="pager"' in first and "page 1 of" in first
-    assert tables[0][0][2] == "regressed" and tables[0][0][0].startswith("gemm/")  # verdict order: the PR's slowdown first
+    assert tables[0][0][2] == "regressed" and tables[0][0][0].startswith("gemm/")  # verdict order: the PR's first
     pages = int(re.search(r"page 1 of (\d+)", first).group(1))  # type: ignore[union-attr]
     seen = [r for page in range(1, pages + 1)
             for r in _tables(requests.get(url, params={**base, "page": str(page)}, timeout=30).text)[0]]
@@ -143,7 +143,8 @@ def test_latest_medians_walk_back_to_each_series_newest_commit(paged_service: Se
         newest = s.scalars(sa.select(Commit.id).order_by(Commit.committed_at.desc())).all()
         # the newest two commits lose some series, the third newest loses one more: the walk must go back
         for commit_id, dropped in ((newest[0], series[:5]), (newest[1], series[:3]), (newest[2], series[:1])):
-            gone = sa.select(Measurement.id).where(Measurement.commit_id == commit_id, Measurement.series_id.in_(dropped))
+            gone = sa.select(Measurement.id).where(Measurement.commit_id == commit_id,
+                                                   Measurement.series_id.in_(dropped))
             s.execute(sa.delete(Sample).where(Sample.measurement_id.in_(gone)))
             s.execute(sa.delete(Measurement).where(Measurement.commit_id == commit_id,
                                                    Measurement.series_id.in_(dropped)))

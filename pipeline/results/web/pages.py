@@ -21,18 +21,20 @@ router = APIRouter(include_in_schema=False, dependencies=[Depends(browse_guard)]
 
 @router.get("/", response_class=HTMLResponse)
 def dashboard(request: Request, session: SessionDep, settings: SettingsDep, user: UserDep, family: str = "",
-              device_class: str = "",
-              dtype: str = "", impl: str = "", q: str = "", state: str = "") -> HTMLResponse:
-    """Every series' state by family and device class; filters; counts; the newest runs."""
+              device_class: str = "", dtype: str = "", impl: str = "", q: str = "", state: str = "") -> HTMLResponse:
+    """Every series' state by family and device class (the first `web.dashboard_tiles` of each
+    group, regressed and improved first; a group's own view lists more); filters; counts; the
+    newest runs."""
     state = state if state in queries.SERIES_STATES else ""
+    one_group = bool(family and device_class)
     board = queries.dashboard(session, family=family or None, device_class=device_class or None,
                               dtype=dtype or None, impl=impl or None, text=q.strip() or None, state=state or None,
-                              per_group=settings.web.group_tiles if family and device_class else settings.web.dashboard_tiles)
-    groups = [g for g in board.groups if g.series]
+                              per_group=settings.web.group_tiles if one_group else settings.web.dashboard_tiles)
     filters = {"family": family, "device_class": device_class, "dtype": dtype, "impl": impl, "q": q, "state": state}
     return page(request, "index.html", user, {
-        "groups": groups, "counts": board.counts, "filters": filters, "states": queries.SERIES_STATES,
-        "options": data.dashboard_options(session), "group_tiles": settings.web.group_tiles, "series_total": sum(board.counts.values()),
+        "groups": [g for g in board.groups if g.series], "counts": board.counts, "filters": filters,
+        "states": queries.SERIES_STATES, "options": data.dashboard_options(session),
+        "group_tiles": settings.web.group_tiles, "series_total": sum(board.counts.values()),
         "runs": queries.list_runs(session, limit=10)})
 
 

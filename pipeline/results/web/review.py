@@ -43,7 +43,8 @@ def compare_page(
             "merge_base": merge_base, "status": status, "q": q, "order": order}
     context: dict[str, Any] = {"form": form, "repositories": repos, "device_classes": data.device_class_names(session),
                "verdict": None, "error": None, "commits": [], "series_ids": {}, "infos": {}, "tables": [],
-               "statuses": STATUS_ORDER, "rows_per_page": settings.web.page_rows, "max_pvalue": settings.compare.max_pvalue}
+               "statuses": STATUS_ORDER, "rows_per_page": settings.web.page_rows,
+               "max_pvalue": settings.compare.max_pvalue}
     if repository:
         context["commits"] = queries.list_commits(session, repository=repository, limit=30)
     head_sha, error = _head(session, repository, head, pr)

@@ -99,7 +99,8 @@ def _touch(key: tuple[object, ...], kept: _Kept) -> PRVerdict:
     return kept.verdict
 
 
-def _fingerprint(session: Session, settings: Settings, verdict: PRVerdict, merge_base: str | None) -> tuple[object, ...]:
+def _fingerprint(session: Session, settings: Settings, verdict: PRVerdict,
+                 merge_base: str | None) -> tuple[object, ...]:
     """What the comparison read, as values that change when it would come out different: the head's
     newest result (any device class: a new class is a new table), and per device class the base
     found by walking the ancestors (an explicit or paired base cannot move while the head's results
