@@ -122,13 +122,14 @@ def start_dispatcher(settings: Settings, engine: Engine) -> list[threading.Threa
     builder when it has a suite checkout."""
     from pipeline.pr_comments.reporter import Reporter
     from pipeline.pr_comments.webhook import WebhookWorker
+    from pipeline.results.web.verdicts import VerdictWarmer
 
     with session_scope(engine) as session:
         extended = dispatch.extend_leases(session, lease_s=settings.dispatch.lease_s)
     if extended:
         log.info("%d running jobs get a fresh lease after the restart", extended)
     loops: list[threading.Thread] = [triggers.Reaper(settings, engine), WebhookWorker(settings, engine),
-                                     Reporter(settings, engine)]
+                                     Reporter(settings, engine), VerdictWarmer(settings, engine)]
     if settings.dispatch.suite_path:
         loops.append(triggers.Builder(settings, engine, suite=Path(settings.dispatch.suite_path)))
     for loop in loops:

@@ -63,7 +63,8 @@ from pipeline.results.stats import paired_verdicts, verdicts
 
 __all__ = [
     "DRIFT_RATIO", "STATUSES", "VERDICTS", "BaseChoice", "CompareError", "Comparison", "ComparisonRow", "PRVerdict",
-    "choose_base", "compare", "compare_all", "find_base", "overall_verdict", "results_version",
+    "choose_base", "combine", "compare", "compare_all", "find_base", "overall_verdict", "result_device_classes",
+    "results_version",
 ]
 
 METRIC = "latency"
@@ -446,6 +447,24 @@ def compare(
     )
 
 
+def result_device_classes(session: Session, *, repository: str, head_sha: str) -> list[str]:
+    """Names of the device classes the commit has case results on, sorted. Raises CompareError for
+    an unknown commit."""
+    head = _commit(session, repository, head_sha)
+    return list(session.scalars(
+        sa.select(DeviceClassRow.name).distinct().join(Job, Job.device_class_id == DeviceClassRow.id)
+        .join(Run, Job.run_id == Run.id).join(CaseResultRow, CaseResultRow.job_id == Job.id)
+        .where(Run.commit_id == head.id).order_by(DeviceClassRow.name)))
+
+
+def combine(repository: str, head_sha: str, comparisons: list[Comparison]) -> PRVerdict:
+    """One verdict over the comparisons of a head on several device classes."""
+    rows = [r for c in comparisons for r in c.rows]
+    counts = Counter(r.status for r in rows)
+    return PRVerdict(repository=repository, head_sha=head_sha, comparisons=comparisons, verdict=overall_verdict(rows),
+                     errored=counts.get("errored", 0), counts={s: counts.get(s, 0) for s in STATUSES})
+
+
 def compare_all(
     session: Session,
     *,
@@ -456,14 +475,7 @@ def compare_all(
     merge_base: str | None = None,
 ) -> PRVerdict:
     """`compare` on every device class the head has results on (by name), and the verdict over all rows."""
-    head = _commit(session, repository, head_sha)
-    names = session.scalars(
-        sa.select(DeviceClassRow.name).distinct().join(Job, Job.device_class_id == DeviceClassRow.id)
-        .join(Run, Job.run_id == Run.id).join(CaseResultRow, CaseResultRow.job_id == Job.id)
-        .where(Run.commit_id == head.id).order_by(DeviceClassRow.name)).all()
-    comparisons = [compare(session, repository=repository, head_sha=head_sha, device_class=name, settings=settings,
-                           base_sha=base_sha, merge_base=merge_base) for name in names]
-    rows = [r for c in comparisons for r in c.rows]
-    counts = Counter(r.status for r in rows)
-    return PRVerdict(repository=repository, head_sha=head_sha, comparisons=comparisons, verdict=overall_verdict(rows),
-                     errored=counts.get("errored", 0), counts={s: counts.get(s, 0) for s in STATUSES})
+    names = result_device_classes(session, repository=repository, head_sha=head_sha)
+    return combine(repository, head_sha, [
+        compare(session, repository=repository, head_sha=head_sha, device_class=name, settings=settings,
+                base_sha=base_sha, merge_base=merge_base) for name in names])

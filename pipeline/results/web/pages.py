@@ -14,7 +14,7 @@ from pipeline.results.web.chart import roofline_svg
 from pipeline.results.web.paging import paginate
 from pipeline.results.web.render import page
 from pipeline.results.web.session import UserDep, browse_guard
-from pipeline.results.web.verdicts import cached_verdict
+from pipeline.results.web.verdicts import cached_comparison
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(browse_guard)])
 
@@ -46,8 +46,8 @@ def run_page(run_id: str, request: Request, session: SessionDep, settings: Setti
     if detail is None:
         raise HTTPException(404, f"no run {run_id}")
     comparisons = [c for dc in dict.fromkeys(j.device_class for j in detail.jobs)
-                   for c in cached_verdict(session, settings, detail.run.repository, detail.run.commit_sha, None, dc,
-                                           None).comparisons if c.rows]
+                   if (c := cached_comparison(session, settings, detail.run.repository, detail.run.commit_sha, None,
+                                              dc, None)).rows]
     shown = {c.device_class: c.rows[:settings.web.page_rows] for c in comparisons}
     series_ids = data.latency_series_ids(session, list(shown), case_ids={r.case_id for rows in shown.values()
                                                                          for r in rows})
