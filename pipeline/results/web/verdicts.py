@@ -82,7 +82,8 @@ def cached_verdict(session: Session, settings: Settings, repository: str, head: 
     unchanged (module doc). Raises CompareError."""
     classes = [device_class] if device_class else result_device_classes(session, repository=repository,
                                                                          head_sha=head)
-    return combine(repository, head, [cached_comparison(session, settings, repository, head, base, dc, merge_base)
+    version = store_version(session)
+    return combine(repository, head, [_cached(session, settings, repository, head, base, dc, merge_base, version)
                                       for dc in classes])
 
 
@@ -103,9 +104,13 @@ def kept_comparison(session: Session, settings: Settings, repository: str, head:
 def cached_comparison(session: Session, settings: Settings, repository: str, head: str, base: str | None,
                       device_class: str, merge_base: str | None) -> Comparison:
     """`compare` on one device class, rows in verdict order, kept (module doc). Raises CompareError."""
+    return _cached(session, settings, repository, head, base, device_class, merge_base, store_version(session))
+
+
+def _cached(session: Session, settings: Settings, repository: str, head: str, base: str | None, device_class: str,
+            merge_base: str | None, version: tuple[int | None, ...]) -> Comparison:
     key = _key(session, settings, repository, head, base, device_class, merge_base)
     now = time.monotonic()
-    version = store_version(session)
     with _kept_lock:
         kept = _kept.get(key)
     if kept is not None and now - kept.made_at < CACHE_TTL_S and (
@@ -129,9 +134,8 @@ def cached_comparison(session: Session, settings: Settings, repository: str, hea
     # The fingerprint is read after the comparison: it describes what the comparison read only if
     # the head's and the base's results (and the walk's base) did not move meanwhile.
     walked = comparison.base_source not in ("explicit", "paired")
-    consistent = (fingerprint is not None and fingerprint[0] == head_before
-                  and comparison.base_sha == base_before and fingerprint[-1] == base_results_before
-                  and (not walked or fingerprint[1] == comparison.base_sha))
+    before = (head_before, *([base_before] if walked else []), base_results_before)
+    consistent = comparison.base_sha == base_before and fingerprint == before
     if not consistent and store_version(session) != version:
         fingerprint = None
     with _kept_lock:
