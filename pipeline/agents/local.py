@@ -211,8 +211,12 @@ class _Timed:
 
     head: Measured = field(default_factory=Measured)
     base: Measured = field(default_factory=Measured)
+    rounds: list[int] = field(default_factory=list)
+    """samples kept in each round (a round that kept none is not listed)"""
 
     def add(self, head: Measured, base: Measured | None = None) -> None:
+        if head.readings:
+            self.rounds.append(len(head.readings))
         self.head.readings.extend(head.readings)
         self.head.throttled += head.throttled
         if base is not None:
@@ -232,13 +236,14 @@ class _Timed:
         temperatures = [r.temperature_c for r in readings]
         paired = None
         if base is not None and base_manifest is not None:
-            paired = PairedBase(commit=base_manifest.commit, samples=[r.seconds for r in self.base.readings])
+            paired = PairedBase(commit=base_manifest.commit, samples=[r.seconds for r in self.base.readings],
+                                binary_digest=base.entry.binary_digest())
         return CaseResult(
             case=entry.case, target=entry.target, status="ok", samples=samples, stats=summarize(samples),
             correctness=kernel.correctness, environment=environment,
             sample_clocks_mhz=None if None in clocks else clocks,  # type: ignore[arg-type]
             sample_temperatures_c=None if None in temperatures else temperatures,  # type: ignore[arg-type]
-            paired_base=paired,
+            paired_base=paired, rounds=list(self.rounds), binary_digest=entry.binary_digest(),
         )
 
 

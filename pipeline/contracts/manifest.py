@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -213,6 +215,22 @@ class BundleEntry(BaseModel):
             if self.artifact is not None:
                 raise ValueError("a failed entry has no artifact")
         return self
+
+    def binary_digest(self) -> str | None:
+        """sha256 of what a device would time for this entry: the artifact's sha256, the launch
+        description (runner, entry point, grid, parameters, or the vendor operator) and the input
+        specification. Two entries with equal digests on one device class run identical code on
+        identically made inputs; None for an entry that was not built. The reference and the case's
+        model label are left out: they judge or name the run, they do not change what is timed."""
+        if self.status != "built" or self.launch is None:
+            return None
+        identity = {
+            "target": self.target,
+            "artifact": self.artifact.sha256 if self.artifact is not None else None,
+            "launch": self.launch.model_dump(mode="json"),
+            "tensors": [t.model_dump(mode="json") for t in self.tensors],
+        }
+        return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 class BundleManifest(BaseModel):

@@ -10,6 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pipeline.contracts.ids import CaseIdStr, DeviceClassName, TargetStr
 from pipeline.contracts.manifest import Sha
 
+BinaryDigest = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+"""sha256 (hex) of what was timed: the artifact's bytes, the runner, the launch description and the
+input specification (`pipeline.contracts.manifest.binary_digest`)."""
 PositiveSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 
@@ -70,6 +73,9 @@ class PairedBase(BaseModel):
 
     commit: Sha = Field(description="the base commit whose bundle was run interleaved with this one")
     samples: list[PositiveSeconds] = Field(min_length=1, description="one per sample of the result, same order")
+    binary_digest: BinaryDigest | None = Field(
+        default=None, description="the base entry's binary digest (CaseResult.binary_digest); equal to the "
+        "head's: the pair timed identical code, an A/A calibration of the case's noise")
 
 
 class CaseResult(BaseModel):
@@ -96,6 +102,12 @@ class CaseResult(BaseModel):
     paired_base: PairedBase | None = Field(
         default=None, description="when the job ran base and head interleaved: the base's samples, paired by index"
     )
+    rounds: list[Annotated[int, Field(ge=1)]] | None = Field(
+        default=None, description="samples taken in each timing round, in order (sum = number of samples): the "
+        "round, not the sample, is the unit of replication of the statistics (DESIGN.md, 'Measurement')")
+    binary_digest: BinaryDigest | None = Field(
+        default=None, description="what was timed (artifact, runner, launch, inputs); equal digests on one device "
+        "class mean identical code")
 
     @model_validator(mode="after")
     def _stats_or_reason(self) -> CaseResult:
@@ -117,6 +129,8 @@ class CaseResult(BaseModel):
             raise ValueError("sample_clocks_mhz must have one entry per sample")
         if self.sample_temperatures_c is not None and len(self.sample_temperatures_c) != len(self.samples):
             raise ValueError("sample_temperatures_c must have one entry per sample")
+        if self.rounds is not None and sum(self.rounds) != len(self.samples):
+            raise ValueError(f"rounds add up to {sum(self.rounds)} samples but there are {len(self.samples)}")
         if self.paired_base is not None:
             if self.status != "ok":
                 raise ValueError(f"status {self.status} carries no paired_base")

@@ -433,6 +433,8 @@ def ingest_result(
         "max_rel_error": r.correctness.max_rel_error if r.correctness else None,
         "device_id": device.id,
         "paired_base_commit_id": paired_ids[r.paired_base.commit] if r.paired_base is not None else None,
+        "binary_digest": r.binary_digest,
+        "paired_binary_digest": r.paired_base.binary_digest if r.paired_base is not None else None,
     } for r in new]
     result_ids = _insert_returning_ids(session, CaseResultRow.__table__, result_rows)  # type: ignore[arg-type]
 
@@ -446,6 +448,7 @@ def ingest_result(
         measurement_rows.append({
             "case_result_id": result_id, "series_id": series[case_ids[r.case]], "commit_id": run.commit_id,
             "n": s.n, "median": s.median, "mean": s.mean, "stdev": s.stdev, "min": s.min, "max": s.max,
+            "round_sizes": r.rounds,
         })
     measurement_ids = _insert_returning_ids(session, Measurement.__table__, measurement_rows)  # type: ignore[arg-type]
     sample_rows = [

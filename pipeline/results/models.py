@@ -196,6 +196,11 @@ class Series(Base):
     lower_is_better: Mapped[bool | None]
     history_points: Mapped[int] = mapped_column(default=0, server_default="0")
     analyzed_at: Mapped[datetime | None]
+    noise_paired: Mapped[float | None] = mapped_column(sa.Double)
+    """Relative standard deviation of a paired change between identical binaries (A/A), learned
+    from the series' history; None until known."""
+    noise_unpaired: Mapped[float | None] = mapped_column(sa.Double)
+    """Relative standard deviation of the run-to-run change of the median, learned from history."""
 
 
 class Bundle(Base):
@@ -309,6 +314,10 @@ class CaseResultRow(Base):
     paired_base_commit_id: Mapped[int | None] = mapped_column(sa.ForeignKey("commits.id"))
     """Set when the job ran this commit's base interleaved with it: the base's samples are in
     `paired_samples`, paired by index with this result's samples."""
+    binary_digest: Mapped[str | None] = mapped_column(sa.String(64))
+    """What was timed (`BundleEntry.binary_digest`); None where the agent did not say."""
+    paired_binary_digest: Mapped[str | None] = mapped_column(sa.String(64))
+    """The paired base's binary digest: equal to `binary_digest`, the pair timed identical code."""
 
 
 class PairedSample(Base):
@@ -341,6 +350,8 @@ class Measurement(Base):
     stdev: Mapped[float] = mapped_column(sa.Double)
     min: Mapped[float] = mapped_column(sa.Double)
     max: Mapped[float] = mapped_column(sa.Double)
+    round_sizes: Mapped[list[int] | None] = mapped_column(sa.JSON)
+    """Samples per timing round, in order (the verdict's unit of replication); None: not reported."""
 
 
 class Sample(Base):
