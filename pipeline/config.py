@@ -56,10 +56,29 @@ class MeasurementSettings(BaseModel):
     throttle_backoff_s: float = Field(
         default=0.05, ge=0, description="pause after a throttled sample; grows while throttling goes on (NVBench)")
     rounds: int = Field(
-        default=5, ge=1, le=100,
-        description="cases are timed round-robin in this many rounds, so a passing disturbance on the host "
-        "lands on every case a little instead of on one case entirely",
+        default=8, ge=1, le=100,
+        description="cases are timed round-robin in at most this many rounds, so a passing disturbance on the host "
+        "lands on every case a little instead of on one case entirely; the round is the verdict's unit of replication",
     )
+    min_rounds: int = Field(
+        default=4, ge=1, le=100,
+        description="rounds every timed case gets; after them a case stops once its round-level 95% interval is "
+        "within round_ci_target (the sample budget above is spread over these rounds)")
+    round_ci_target: float = Field(
+        default=0.005, gt=0, lt=1,
+        description="stop timing a case when the half-width of the 95% interval of its round-level level (paired: "
+        "the log ratio head/base; unpaired: the log median) is at most this")
+    placements: int = Field(
+        default=4, ge=1, le=16,
+        description="buffer copies each case holds (same values); round r is timed on copy r mod n, so a run "
+        "averages placements instead of carrying one copy's fixed offset (DESIGN.md, Measurement)")
+    placement_bytes: int = Field(
+        default=256 * 1024 * 1024, ge=0,
+        description="byte budget for a case's copies: a case whose buffers are larger gets fewer (at least one)")
+    unchanged_sentinels: int = Field(
+        default=4, ge=0,
+        description="pull-request jobs time the cases whose binary differs from the base's and this many unchanged "
+        "ones (rotating with the run, as drift sentinels); the rest are reported unchanged, not timed")
     device_overrides: dict[str, dict[str, float | int | str]] = Field(
         default_factory=lambda: {"gpu": dict(GPU_MEASUREMENT)},
         description="device class name or kind -> settings that differ there; a class's name wins over its kind",
@@ -82,11 +101,13 @@ class MeasurementSettings(BaseModel):
         return MeasurementSettings.model_validate({**self.model_dump(), **changes})
 
     def per_round(self) -> MeasurementSettings:
-        """The budget of one round: time and sample minimums split evenly; warm-up repeated each round."""
+        """The budget of one round: time and sample minimums split evenly over the rounds every case
+        gets (`min_rounds`); warm-up repeated each round."""
+        rounds = min(self.min_rounds, self.rounds)
         return self.model_copy(update={
-            "min_samples": max(2, -(-self.min_samples // self.rounds)),
-            "min_time_s": self.min_time_s / self.rounds,
-            "max_time_s": self.max_time_s / self.rounds,
+            "min_samples": max(2, -(-self.min_samples // rounds)),
+            "min_time_s": self.min_time_s / rounds,
+            "max_time_s": self.max_time_s / rounds,
         })
 
 

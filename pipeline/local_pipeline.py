@@ -15,6 +15,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 
 from pipeline.agents.devices import LocalDevice, discover_local_devices
+from pipeline.agents.check_cache import CheckCache
 from pipeline.agents.local import run_bundle
 from pipeline.build.bundle import build_bundle, load_bundle
 from pipeline.build.suite_loader import SuiteLocation, commit_history, locate_suite, resolve_commit
@@ -124,6 +125,7 @@ def run_pipeline(
                 bundle_dir=bundle_dir, manifest=manifest, device=device, run_id=run_id, job_id=job_id,
                 settings=settings.measurement, progress=progress,
                 base_bundle_dir=base_dir, base_manifest=load_bundle(base_dir) if base_dir else None,
+                check_cache=CheckCache(settings.agent_dir / "checked"),
             )
             with session_scope(engine) as session:
                 ingest.ingest_result(session, document=document)

@@ -51,6 +51,8 @@ class Work:
     manifest: BundleManifest
     base_bundle_dir: Path | None = None
     base_manifest: BundleManifest | None = None
+    time_unchanged: bool = True
+    """False for pull requests: binaries equal to the base's are not timed, but a few sentinels"""
 
 
 ExecuteFn = Callable[[Work, ProgressFn], ResultDocument]
@@ -60,9 +62,13 @@ class JobRefused(RuntimeError):
     """The agent cannot run this job; the message is the job's failure reason."""
 
 
-def run_locally(measurement: MeasurementSettings) -> ExecuteFn:
-    """The executor of devices on this host: `local.run_bundle` (paired when the job has a base)."""
+def run_locally(measurement: MeasurementSettings, check_dir: Path | None = None) -> ExecuteFn:
+    """The executor of devices on this host: `local.run_bundle` (paired when the job has a base),
+    remembering passed checks in `check_dir` (`check_cache.CheckCache`) when given."""
+    from pipeline.agents.check_cache import CheckCache
     from pipeline.agents.local import run_bundle
+
+    check_cache = CheckCache(check_dir) if check_dir is not None else None
 
     def execute(work: Work, progress: ProgressFn) -> ResultDocument:
         extra: dict[str, Any] = {}
@@ -71,7 +77,8 @@ def run_locally(measurement: MeasurementSettings) -> ExecuteFn:
                 raise JobRefused("paired job, but this agent's run_bundle cannot run a base bundle")
             extra = {"base_bundle_dir": work.base_bundle_dir, "base_manifest": work.base_manifest}
         return run_bundle(bundle_dir=work.bundle_dir, manifest=work.manifest, device=work.device, run_id=work.run_id,
-                          job_id=work.job_id, settings=measurement, progress=progress, **extra)
+                          job_id=work.job_id, settings=measurement, progress=progress, check_cache=check_cache,
+                          time_unchanged=work.time_unchanged, **extra)
 
     return execute
 
@@ -112,7 +119,7 @@ class DeviceAgent:
             self.server, agent.token.get_secret_value(), timeout_s=agent.timeout_s, retries=agent.retries,
             backoff_s=agent.backoff_s, backoff_max_s=agent.backoff_max_s)
         self._discover = discover
-        self.execute = execute or run_locally(settings.measurement)
+        self.execute = execute or run_locally(settings.measurement, settings.agent_dir / "checked")
         self.log = log or AgentLog(settings.agent_dir / "agent.log")
         self.spool = Spool(settings.agent_dir / "spool")
         self.cache_dir = settings.agent_dir / "bundles"
@@ -300,7 +307,7 @@ class DeviceAgent:
         self.log.event("bundle_verified", job=job["job_id"], digest=job["bundle_digest"], path=str(bundle_dir))
         return Work(job_id=job["job_id"], run_id=job["run_id"], device=device, bundle_dir=bundle_dir,
                     manifest=_select_cases(manifest, device, job.get("cases")), base_bundle_dir=base_dir,
-                    base_manifest=base_manifest)
+                    base_manifest=base_manifest, time_unchanged=job.get("kind") != "pr")
 
     def _execute(self, work: Work) -> ResultDocument | None:
         """Run the job in a worker thread, watching its device and its lease; None: abandoned."""

@@ -17,14 +17,15 @@ import numpy as np
 
 from pipeline.agents.adb import AdbTransport
 from pipeline.agents.devices import LocalDevice
-from pipeline.agents.measure import Measured, measure, measure_pairs
-from pipeline.agents.runners import CheckedKernel
+from pipeline.agents.check_cache import CheckCache
+from pipeline.agents.measure import Measured, interval_halfwidth, measure, measure_pairs, round_levels
+from pipeline.agents.runners import CheckedKernel, Workspace
 from pipeline.agents.runners.iree_runner import IreeDevice, prepare_entry
 from pipeline.results.stats import summarize
 from pipeline.build.bundle import bundle_digest
 from pipeline.build.suite_loader import load_suite_module
 from pipeline.config import MeasurementSettings
-from pipeline.contracts import BundleEntry, BundleManifest, CaseResult, ResultDocument
+from pipeline.contracts import BundleEntry, BundleManifest, CaseResult, Correctness, ResultDocument
 from pipeline.contracts.result import AgentInfo, PairedBase
 
 log = logging.getLogger(__name__)
@@ -124,20 +125,29 @@ def run_bundle(
     progress: ProgressFn | None = None,
     base_bundle_dir: Path | None = None,
     base_manifest: BundleManifest | None = None,
+    check_cache: CheckCache | None = None,
+    time_unchanged: bool = True,
 ) -> ResultDocument:
     """Check and time every entry of the bundle whose target this device runs.
 
     Built entries: ok (samples + stats), wrong (correctness, no samples) or error (the reason).
     Entries that failed to compile: skipped, with the compile error. One case's failure never
     stops the others. `settings` are taken for the device's class (`MeasurementSettings.for_device`).
+    A binary whose check passed on this device class before (`check_cache`) is not checked again.
+
+    Timing: round-robin over the cases, at least `min_rounds` and at most `rounds` rounds; after
+    `min_rounds` a case stops once the 95% interval of its round levels (`measure.round_levels`)
+    is within `round_ci_target`. Round r is timed on buffer copy r mod n (`placements`), so the run
+    averages several placements. The result records the samples of each round (`rounds`).
 
     Paired (DESIGN.md, "Measurement": pair what is compared): with `base_bundle_dir` and
     `base_manifest`, every case that both bundles have and that passes its check in both is timed
-    with the base's entry back to back, pair by pair in ABBA order (`measure.measure_pairs`), in
-    every round, on the same inputs; the head's result carries the base's samples as `paired_base`,
-    paired by index. Cases in one bundle only, or whose base entry is not ok, are timed unpaired
-    (the environment's `unpaired` says why, where a base entry exists). Only head results are
-    returned: the base is a reference for this job, not a run of the base commit.
+    with the base's entry back to back, pair by pair in ABBA order (`measure.measure_pairs`), on
+    the head's own buffers (same inputs, same output, same addresses: the two slots are equal).
+    A base entry with the head's binary digest is not checked again. With `time_unchanged` False
+    (pull requests), cases whose binary equals the base's are not timed but `unchanged_sentinels`
+    of them (chosen by the run, so they rotate): the others are reported skipped, "not timed:
+    same binary". Only head results are returned: the base is a reference for this job.
     """
     bundle_dir = Path(bundle_dir)
     device_class = device.device_class
@@ -149,28 +159,44 @@ def run_bundle(
     runner = _runner(device)
     started = datetime.now(timezone.utc)
     entries = [e for e in manifest.entries if e.target in device_class.targets]
+    base_entries = {(e.case, e.target): e for e in base_manifest.entries} if base_manifest is not None else {}
+    same = {i for i, e in enumerate(entries) if _same_binary(e, base_entries.get((e.case, e.target)))}
+    untimed = set() if time_unchanged else same - _sentinels(run_id, entries, same, settings.unchanged_sentinels)
     references = _References(bundle_dir / manifest.suite_source)
     results: dict[int, CaseResult] = {}
     checked: dict[int, CheckedKernel] = {}
     for index, entry in enumerate(entries):
-        outcome = _prepare(runner, bundle_dir, entry, references, run_id, job_id)
+        if index in untimed:
+            assert base_manifest is not None
+            results[index] = CaseResult(
+                case=entry.case, target=entry.target, status="skipped", binary_digest=entry.binary_digest(),
+                reason=f"not timed: same binary as base {base_manifest.commit[:12]} (drift sentinels and "
+                       "full runs time it)")
+            continue
+        verified = check_cache.get(entry, device_class.name) if check_cache is not None else None
+        outcome = _prepare(runner, bundle_dir, entry, references, run_id, job_id, settings, verified=verified)
         if not isinstance(outcome, CaseResult):   # a checked kernel (IREE's or CUDA's), ready to time
             checked[index] = outcome
+            if check_cache is not None:
+                check_cache.put(entry, device_class.name, outcome.correctness)
         else:
             results[index] = outcome
         if progress:
             progress(f"checking: {entry.case} on {device_class.name}", index + 1, len(entries))
-    bases, notes = _prepare_bases(runner, checked, base_bundle_dir, base_manifest, run_id, job_id, progress)
+    bases, notes = _prepare_bases(runner, checked, base_bundle_dir, base_manifest, run_id, job_id, settings,
+                                  check_cache, device_class.name, progress)
 
     # Round-robin timing: every checked case gets a share of its budget in each round, so a passing
     # disturbance on the host lands on every case a little rather than on one case entirely.
     timed = {index: _Timed() for index in checked}
     round_settings = settings.per_round()
+    active = dict(checked)
     steps, step = settings.rounds * len(checked), 0
     try:
         for round_number in range(1, settings.rounds + 1):
-            for index, kernel in list(checked.items()):
+            for index, kernel in list(active.items()):
                 base = bases.get(index)
+                kernel.select(round_number - 1)
                 try:
                     if base is None:
                         timed[index].add(measure(kernel.read, round_settings, default_clock_mhz=kernel.default_clock_mhz))
@@ -182,20 +208,28 @@ def run_bundle(
                 except Exception as exc:  # a kernel that fails while timed is an error; the others go on
                     log.warning("case %s timing failed: %s", kernel.entry.case, exc)
                     results[index] = _error(kernel.entry, exc)
-                    kernel.release()
+                    del active[index]
                     del checked[index]
                     if base is not None:
                         base.release()
                         del bases[index]
+                    kernel.release()
                 step += 1
                 if progress:
                     progress(f"timing: round {round_number}/{settings.rounds} {kernel.entry.case}", step, steps)
+            if round_number >= settings.min_rounds:
+                for index in [i for i in active if timed[i].settled(settings.round_ci_target, paired=i in bases)]:
+                    del active[index]
+                    step += settings.rounds - round_number
+            if not active:
+                break
     finally:
-        for kernel in [*checked.values(), *bases.values()]:
+        for kernel in [*bases.values(), *checked.values()]:   # bases first: they time on their head's buffers
             kernel.release()
     for index, kernel in checked.items():
         seed = input_seed(run_id, job_id, kernel.entry)
-        environment = {**kernel.environment, "input_seed": str(seed), **notes.get(index, {})}
+        environment = {**kernel.environment, "input_seed": str(seed), "placements": str(kernel.placements),
+                       **notes.get(index, {})}
         results[index] = timed[index].result(kernel, environment, bases.get(index), base_manifest)
     return ResultDocument(
         run_id=run_id, job_id=job_id, repository=manifest.repository, commit=manifest.commit,
@@ -203,6 +237,18 @@ def run_bundle(
         started_at=started, finished_at=datetime.now(timezone.utc), environment=_environment(device),
         results=[results[index] for index in range(len(entries))],
     )
+
+
+def _same_binary(entry: BundleEntry, base: BundleEntry | None) -> bool:
+    digest = entry.binary_digest()
+    return base is not None and digest is not None and base.binary_digest() == digest
+
+
+def _sentinels(run_id: str, entries: list[BundleEntry], same: set[int], count: int) -> set[int]:
+    """`count` of the unchanged cases, chosen by hashing the run with each case: another run, others."""
+    def rank(index: int) -> bytes:
+        return hashlib.sha256(f"{run_id}/{entries[index].case}/{entries[index].target}".encode()).digest()
+    return set(sorted(same, key=rank)[:count])
 
 
 @dataclass
@@ -221,6 +267,12 @@ class _Timed:
         self.head.throttled += head.throttled
         if base is not None:
             self.base.readings.extend(base.readings)
+
+    def settled(self, target: float, *, paired: bool) -> bool:
+        """The 95% interval of the round levels is within `target` (relative, as a log difference)."""
+        head = self.head.samples
+        levels = round_levels(head, self.rounds, self.base.samples if paired else None)
+        return interval_halfwidth(levels) <= target
 
     def result(self, kernel: CheckedKernel, environment: dict[str, str], base: CheckedKernel | None,
                base_manifest: BundleManifest | None) -> CaseResult:
@@ -249,10 +301,12 @@ class _Timed:
 
 def _prepare_bases(
     runner: _Runner, checked: dict[int, CheckedKernel], base_bundle_dir: Path | None,
-    base_manifest: BundleManifest | None, run_id: str, job_id: str, progress: ProgressFn | None,
+    base_manifest: BundleManifest | None, run_id: str, job_id: str, settings: MeasurementSettings,
+    check_cache: CheckCache | None, device_class: str, progress: ProgressFn | None,
 ) -> tuple[dict[int, CheckedKernel], dict[int, dict[str, str]]]:
     """The base's checked kernel for every checked head case the base bundle has (same case and
-    target, same inputs), and a note for each head case whose base entry could not be paired."""
+    target), on the head's buffers when both take the same tensors; a note for each head case whose
+    base could not be paired or shares no buffers. A base of the head's binary is not checked again."""
     if base_bundle_dir is None or base_manifest is None:
         return {}, {}
     base_entries = {(e.case, e.target): e for e in base_manifest.entries}
@@ -262,12 +316,23 @@ def _prepare_bases(
     wanted = [(i, base_entries[(k.entry.case, k.entry.target)]) for i, k in checked.items()
               if (k.entry.case, k.entry.target) in base_entries]
     for done, (index, entry) in enumerate(wanted, start=1):
-        outcome = _prepare(runner, Path(base_bundle_dir), entry, references, run_id, job_id)
+        head = checked[index]
+        shared = head.workspace if entry.tensors == head.entry.tensors else None
+        if _same_binary(head.entry, entry):
+            verified: Correctness | None = head.correctness
+        else:
+            verified = check_cache.get(entry, device_class) if check_cache is not None else None
+        outcome = _prepare(runner, Path(base_bundle_dir), entry, references, run_id, job_id, settings,
+                           verified=verified, workspace=shared)
         if isinstance(outcome, CaseResult):
             notes[index] = {"unpaired": f"base {base_manifest.commit[:12]} is {outcome.status}: "
                                         f"{(outcome.reason or '')[:300]}"}
         else:
             bases[index] = outcome
+            if check_cache is not None:
+                check_cache.put(entry, device_class, outcome.correctness)
+            if shared is None:
+                notes[index] = {"paired_buffers": "separate: base and head take different tensors"}
         if progress:
             progress(f"checking base: {entry.case}", done, len(wanted))
     return bases, notes
@@ -280,7 +345,8 @@ def _error(entry: BundleEntry, exc: Exception) -> CaseResult:
 
 def _prepare(
     runner: _Runner, bundle_dir: Path, entry: BundleEntry, references: _References,
-    run_id: str, job_id: str,
+    run_id: str, job_id: str, settings: MeasurementSettings, *,
+    verified: Correctness | None = None, workspace: Workspace | None = None,
 ) -> CheckedKernel | CaseResult:
     """A kernel that passed its check, or the case's final result (skipped, wrong or error)."""
     if entry.status == "failed":
@@ -296,11 +362,13 @@ def _prepare(
         reference_fn = references.get(entry.reference.module, entry.reference.function)
         outcome = prepare(
             device=runner.device, bundle_dir=bundle_dir, entry=entry, reference_fn=reference_fn,
-            rng=np.random.default_rng(seed),
+            rng=np.random.default_rng(seed), placements=settings.placements,
+            placement_bytes=settings.placement_bytes, workspace=workspace, verified=verified,
         )
     except Exception as exc:  # one case's error is its result; the others go on
         log.warning("case %s on %s: %s", entry.case, entry.target, exc)
         outcome = _error(entry, exc)
     if isinstance(outcome, CaseResult):
-        return outcome.model_copy(update={"environment": {**outcome.environment, "input_seed": str(seed)}})
+        return outcome.model_copy(update={"environment": {**outcome.environment, "input_seed": str(seed)},
+                                          "binary_digest": entry.binary_digest()})
     return outcome

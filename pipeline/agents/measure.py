@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pipeline.config import MeasurementSettings
 
 __all__ = ["Reading", "Measured", "measure", "measure_pairs", "sample", "pair_order", "noise", "median_rel_stderr", "rel_stdev",
-           "MEDIAN_STDERR_FACTOR", "MAX_BACKOFF_STEP_S"]
+           "MEDIAN_STDERR_FACTOR", "MAX_BACKOFF_STEP_S", "round_levels", "interval_halfwidth", "T_975"]
 
 MEDIAN_STDERR_FACTOR = math.sqrt(math.pi / 2)
 """Standard error of the median = sqrt(pi/2) * stdev / sqrt(n) for normal samples (1.2533)."""
@@ -73,6 +73,36 @@ def rel_stdev(samples: Sequence[float]) -> float:
 def noise(samples: Sequence[float], statistic: str) -> float:
     """The settings' noise statistic (`MeasurementSettings.noise`) of the samples."""
     return rel_stdev(samples) if statistic == "rel_stdev" else median_rel_stderr(samples)
+
+
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+         2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086)
+"""Student's t 97.5% quantiles for 1..20 degrees of freedom (two-sided 95% intervals); 1.96 beyond."""
+
+
+def round_levels(head: Sequence[float], rounds: Sequence[int], base: Sequence[float] | None = None) -> list[float]:
+    """One value per round: the median of log(head/base) over the round's pairs when paired, else
+    the log of the round's median. These are the replicates of the agent's stopping rule (the
+    samples inside a round are serially correlated; rounds, taken minutes apart on other buffer
+    copies, are the independent units: Kalibera and Jones, ISMM 2013)."""
+    levels, start = [], 0
+    for size in rounds:
+        end = start + size
+        if base is None:
+            levels.append(math.log(statistics.median(head[start:end])))
+        else:
+            levels.append(statistics.median(math.log(h / b) for h, b in zip(head[start:end], base[start:end])))
+        start = end
+    return levels
+
+
+def interval_halfwidth(levels: Sequence[float]) -> float:
+    """Half-width of the two-sided 95% t-interval of the mean of `levels` (infinite below 2)."""
+    n = len(levels)
+    if n < 2:
+        return math.inf
+    t = T_975[n - 2] if n - 2 < len(T_975) else 1.96
+    return t * statistics.stdev(levels) / math.sqrt(n)
 
 
 def _throttled(reading: Reading, settings: MeasurementSettings, default_clock_mhz: float | None) -> bool:

@@ -90,8 +90,8 @@ def run_job(settings: Settings, *, bundle: Path, device_class: str, base_bundle:
             "manifest": manifest.model_dump(mode="json"),
             "base_manifest": base_manifest.model_dump(mode="json") if base_manifest else None})
         work = Work(job_id=job_id, run_id=run_id, device=device, bundle_dir=bundle, manifest=manifest,
-                    base_bundle_dir=base_bundle, base_manifest=base_manifest)
-        document = run_locally(settings.measurement)(work, agent.log.progress)
+                    base_bundle_dir=base_bundle, base_manifest=base_manifest, time_unchanged=_kind(env) != "pr")
+        document = run_locally(settings.measurement, settings.agent_dir / "checked")(work, agent.log.progress)
         spooled = agent.spool.put(job_id=job_id, agent=name, document=document)
         if not agent.send(spooled):
             raise RunJobError(f"results of job {job_id} not accepted; kept in {agent.spool.root}")

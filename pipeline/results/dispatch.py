@@ -86,6 +86,8 @@ class ClaimedJob:
     attempt: int
     max_attempts: int
     lease_expires_at: datetime
+    kind: str = "adhoc"
+    """the run's kind (pr, push, nightly, adhoc, local): pull requests time changed binaries and sentinels only"""
 
 
 @dataclass(frozen=True)
@@ -250,7 +252,7 @@ def claim_job(
             job_id=job.id, run_id=run.id, repository=run.repository.name, commit=run.commit.sha,
             device_class=device_class, device_uid=uid, bundle_digest=job.bundle_digest or "",
             base_bundle_digest=job.base_bundle_digest, cases=job.cases, attempt=job.attempts,
-            max_attempts=job.max_attempts, lease_expires_at=job.lease_expires_at or now,
+            max_attempts=job.max_attempts, lease_expires_at=job.lease_expires_at or now, kind=run.kind,
         )
     return None
 

@@ -3,12 +3,24 @@ vendor controls).
 
 Each runner's `prepare_entry` returns either the case's final result (wrong) or a `CheckedKernel`
 that the agent then times; timing policy (rounds, stopping, throttling) lives in the agent, not here.
+
+Every runner takes the same keyword arguments beside the entry:
+- `placements`, `placement_bytes`: how many copies of the case's buffers (inputs and outputs, the
+  same values in each) to hold, at most, and the byte budget for them all. Placement moves latency
+  by several percent on memory-bound shapes (DESIGN.md, "Measurement"), so the agent times each
+  round on the next copy and a run's level averages several placements instead of carrying one;
+- `workspace`: another kernel's `Workspace` to time on instead of making one (a paired base times
+  on its head's buffers: same data, same addresses, so the two slots of a pair are equal);
+- `verified`: a correctness outcome already known for this binary, reference and input policy on
+  this device class (the agent's check cache, or the head when the base is the same binary): the
+  check is skipped and this outcome reported.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pipeline.agents.measure import Reading
 from pipeline.contracts import BundleEntry, Correctness
@@ -16,6 +28,29 @@ from pipeline.contracts import BundleEntry, Correctness
 
 def _nothing() -> None:
     return None
+
+
+@dataclass
+class Workspace:
+    """The buffer copies a case is timed on, and which one the next call uses.
+
+    `sets[i]` is the runner's own handle for copy i (device pointers, device arrays, tensors);
+    `current` selects the copy for the kernels sharing this workspace (head and paired base);
+    `memo` keeps what the first check computed (the reference's expected outputs) for the next
+    kernel checked on the same inputs; `release` frees the copies (the creator's duty)."""
+
+    sets: list[Any]
+    current: int = 0
+    memo: dict[str, Any] = field(default_factory=dict)
+    release: Callable[[], None] = _nothing
+
+    def select(self, placement: int) -> None:
+        self.current = placement % len(self.sets)
+
+
+def placement_count(set_bytes: int, placements: int, placement_bytes: int) -> int:
+    """How many copies of a `set_bytes` buffer set to hold: as many as asked, within the budget, at least one."""
+    return max(1, min(placements, placement_bytes // max(set_bytes, 1)))
 
 
 @dataclass
@@ -36,6 +71,17 @@ class CheckedKernel:
     default_clock_mhz: float | None = None
     release: Callable[[], None] = _nothing
     environment: dict[str, str] = field(default_factory=dict)
+    workspace: Workspace | None = None
+    """the buffers this kernel is timed on (None: the runner keeps its own single copy)"""
+
+    @property
+    def placements(self) -> int:
+        return len(self.workspace.sets) if self.workspace is not None else 1
+
+    def select(self, placement: int) -> None:
+        """Time the next calls on buffer copy `placement` (modulo the copies held)."""
+        if self.workspace is not None:
+            self.workspace.select(placement)
 
     def read(self) -> Reading:
         """One call of `run_once`, with the clock and temperature it appended (None where it appended none)."""

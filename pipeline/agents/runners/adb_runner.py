@@ -35,10 +35,10 @@ from typing import Any
 import numpy as np
 
 from pipeline.agents.adb import CPUFREQ, Adb, AdbError, AdbTransport
-from pipeline.agents.runners import CheckedKernel
+from pipeline.agents.runners import CheckedKernel, Workspace
 from pipeline.agents.runners.checking import check_against_reference
 from pipeline.agents.runners.iree_runner import make_inputs, verify_artifact
-from pipeline.contracts import BundleEntry, CaseResult
+from pipeline.contracts import BundleEntry, CaseResult, Correctness
 from pipeline.results.formats import google_benchmark
 
 log = logging.getLogger(__name__)
@@ -230,9 +230,18 @@ def prepare_entry(
     entry: BundleEntry,
     reference_fn: Callable[..., Any],
     rng: np.random.Generator,
+    placements: int = 1,
+    placement_bytes: int = 1 << 62,
+    workspace: Workspace | None = None,
+    verified: Correctness | None = None,
 ) -> CheckedKernel | CaseResult:
     """Push and check one built entry on the phone: a CheckedKernel (timed through adb), or a
-    `wrong` CaseResult; raises on errors (the caller turns them into status error)."""
+    `wrong` CaseResult; raises on errors (the caller turns them into status error).
+
+    Of the runners' shared keyword arguments (`pipeline.agents.runners`) only `verified` applies:
+    every timed call is a new `iree-benchmark-module` process that allocates its buffers anew, so
+    placement already varies call by call, and a paired base pushes the same input values (the
+    input seed is the case's, not the commit's)."""
     assert entry.launch is not None and entry.reference is not None and entry.artifact is not None
     phone = device
     verify_artifact(bundle_dir, entry)
@@ -262,7 +271,7 @@ def prepare_entry(
     except BaseException:
         case.release()
         raise
-    correctness = check_against_reference(outputs, args, reference_fn, results, entry.reference, rng)
+    correctness = verified or check_against_reference(outputs, args, reference_fn, results, entry.reference, rng)
     if not correctness.passed:
         case.release()
         return CaseResult(

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.agents.runners import CheckedKernel
+from pipeline.agents.runners import CheckedKernel, Workspace, placement_count
 from pipeline.agents.runners.checking import check_against_reference
 from pipeline.agents.runners.inputs import random_values
 from pipeline.agents.runners.iree_runner import verify_artifact
@@ -271,6 +271,33 @@ def finite(correctness: Correctness) -> Correctness:
 
 # ---- one entry ----------------------------------------------------------------------------------
 
+def _workspace(device: CudaDevice, entry: BundleEntry, inputs: dict[str, tuple[np.ndarray, np.ndarray]],
+               placements: int, placement_bytes: int) -> Workspace:
+    """Copies of every tensor of the entry on the device, each with the same input values."""
+    specs = {t.name: t for t in entry.tensors}
+    count = placement_count(sum(_nbytes(s) for s in specs.values()), placements, placement_bytes)
+    sets: list[dict[str, int]] = []
+
+    def release() -> None:
+        for pointers in sets:
+            for ptr in pointers.values():
+                device.free(ptr)
+        sets.clear()
+
+    try:
+        for _ in range(count):
+            pointers = {name: device.alloc(_nbytes(spec)) for name, spec in specs.items()}
+            sets.append(pointers)
+            for name, (host, _) in inputs.items():
+                device.upload(pointers[name], host)
+    except Exception:
+        release()
+        raise
+    workspace = Workspace(sets=sets, release=release)
+    workspace.memo["inputs"] = inputs
+    return workspace
+
+
 def prepare_entry(
     *,
     device: CudaDevice,
@@ -278,9 +305,14 @@ def prepare_entry(
     entry: BundleEntry,
     reference_fn: Callable[..., Any],
     rng: np.random.Generator,
+    placements: int = 1,
+    placement_bytes: int = 1 << 62,
+    workspace: Workspace | None = None,
+    verified: Correctness | None = None,
 ) -> CheckedKernel | CaseResult:
     """Load, launch once on fresh inputs into poisoned outputs and check: a CheckedKernel, or a
-    `wrong` CaseResult. Raises on errors (the caller turns them into status error)."""
+    `wrong` CaseResult. Raises on errors (the caller turns them into status error). The keyword
+    arguments after `rng` are the runners' shared ones (`pipeline.agents.runners`)."""
     launch = entry.launch
     assert launch is not None and entry.reference is not None
     if launch.parameters is None or launch.grid is None or launch.threads is None or launch.shared_bytes is None:
@@ -288,32 +320,37 @@ def prepare_entry(
     cubin = verify_artifact(bundle_dir, entry)
     function = device.load(cubin, launch.entry_point, launch.shared_bytes)
     specs = {t.name: t for t in entry.tensors}
-    inputs = make_inputs(entry.tensors, rng)
-    pointers = {name: device.alloc(_nbytes(spec)) for name, spec in specs.items()}
-    for name, (host, _) in inputs.items():
-        device.upload(pointers[name], host)
-    outputs = [name for name, spec in specs.items() if spec.role == "output"]
-    for name in outputs:
-        device.poison(pointers[name], _nbytes(specs[name]))
-    params = _params(entry, pointers)
+    own = workspace is None
+    if workspace is None:
+        workspace = _workspace(device, entry, make_inputs(entry.tensors, rng), placements, placement_bytes)
+    params = [_params(entry, pointers) for pointers in workspace.sets]
+    ws = workspace
 
     def run() -> None:
-        device.launch(function, launch.grid, launch.threads, launch.shared_bytes, params)  # type: ignore[arg-type]
+        device.launch(function, launch.grid, launch.threads, launch.shared_bytes, params[ws.current])  # type: ignore[arg-type]
 
-    run()
-    device.synchronize()
-    got = []
-    for name in launch.results:
-        spec = specs[name]
-        host = device.download(pointers[name], np.empty(spec.shape, dtype=HOST_DTYPES[spec.dtype]))
-        got.append(bf16_values(host) if spec.dtype == "bf16" else host)
-    correctness = finite(check_against_reference(
-        got, [inputs[name][1] for name in launch.arguments], reference_fn, launch.results, entry.reference, rng))
     def release() -> None:
-        for ptr in pointers.values():
-            device.free(ptr)
-        pointers.clear()
+        if own:
+            ws.release()
 
+    correctness = verified
+    if correctness is None:
+        inputs = ws.memo["inputs"]
+        pointers = ws.sets[0]
+        for name, spec in specs.items():
+            if spec.role == "output":
+                device.poison(pointers[name], _nbytes(spec))
+        ws.select(0)
+        run()
+        device.synchronize()
+        got = []
+        for name in launch.results:
+            spec = specs[name]
+            host = device.download(pointers[name], np.empty(spec.shape, dtype=HOST_DTYPES[spec.dtype]))
+            got.append(bf16_values(host) if spec.dtype == "bf16" else host)
+        correctness = finite(check_against_reference(
+            got, [inputs[name][1] for name in launch.arguments], reference_fn, launch.results, entry.reference, rng,
+            memo=ws.memo))
     if not correctness.passed:
         release()
         return CaseResult(
@@ -321,7 +358,7 @@ def prepare_entry(
             reason=f"correctness check failed: {correctness.detail}", correctness=correctness,
         )
     checked = CheckedKernel(entry=entry, correctness=correctness, run_once=lambda: 0.0, release=release,
-                            default_clock_mhz=device.default_clock_mhz)
+                            default_clock_mhz=device.default_clock_mhz, workspace=ws)
 
     def run_once() -> float:
         seconds = device.time_once(run)

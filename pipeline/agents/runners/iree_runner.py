@@ -2,7 +2,7 @@
 
 Order per entry (DESIGN.md, "Measurement"): verify the artifact's sha256, make fresh random
 inputs, run once and compare with the float64 reference (a wrong kernel is never timed), then
-upload the inputs once and time each synchronous call with `measure.sample`.
+upload the inputs once (one copy per placement the agent asks for) and time each synchronous call.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.agents.runners import CheckedKernel
+from pipeline.agents.runners import CheckedKernel, Workspace, placement_count
 from pipeline.agents.runners.inputs import random_values
 from pipeline.contracts import BundleEntry, CaseResult, Correctness, TensorSpec
 from pipeline.contracts.manifest import ReferenceSpec
@@ -120,28 +120,49 @@ def prepare_entry(
     entry: BundleEntry,
     reference_fn: Callable[..., Any],
     rng: np.random.Generator,
+    placements: int = 1,
+    placement_bytes: int = 1 << 62,
+    workspace: Workspace | None = None,
+    verified: Correctness | None = None,
 ) -> CheckedKernel | CaseResult:
     """Load and check one built entry: a CheckedKernel, or a `wrong` CaseResult; raises on errors
-    (the caller turns them into status error)."""
+    (the caller turns them into status error). The inputs are uploaded once per buffer copy and
+    reused by every timed call (the runners' shared keyword arguments: `pipeline.agents.runners`);
+    IREE allocates each call's results itself."""
     assert entry.launch is not None and entry.reference is not None
     data = verify_artifact(bundle_dir, entry)
     kernel = device.load(data, entry.launch.entry_point)
-    inputs = make_inputs(entry.tensors, rng)
-    args = [inputs[name] for name in entry.launch.arguments]
-    device_args = [device.upload(a) for a in args]   # uploaded once, reused by every timed call
-
-    outputs = [np.asarray(r.to_host()) for r in _as_tuple(kernel(*device_args))]
-    expected = [np.asarray(r) for r in _as_tuple(reference_fn(*args))]
-    correctness = check_outputs(outputs, expected, entry.launch.results, entry.reference)
+    own = workspace is None
+    if workspace is None:
+        inputs = make_inputs(entry.tensors, rng)
+        args = [inputs[name] for name in entry.launch.arguments]
+        count = placement_count(sum(a.nbytes for a in args), placements, placement_bytes)
+        workspace = Workspace(sets=[[device.upload(a) for a in args] for _ in range(count)])
+        workspace.memo["arguments"] = args
+        workspace.release = workspace.sets.clear
+    ws = workspace
+    correctness = verified
+    if correctness is None:
+        outputs = [np.asarray(r.to_host()) for r in _as_tuple(kernel(*ws.sets[0]))]
+        if "expected" not in ws.memo:
+            ws.memo["expected"] = [np.asarray(r) for r in _as_tuple(reference_fn(*ws.memo["arguments"]))]
+        correctness = check_outputs(outputs, ws.memo["expected"], entry.launch.results, entry.reference)
     if not correctness.passed:
+        if own:
+            ws.release()
         return CaseResult(
             case=entry.case, target=entry.target, status="wrong",
             reason=f"correctness check failed: {correctness.detail}", correctness=correctness,
         )
 
     def run_once() -> float:
+        args = ws.sets[ws.current]
         start = time.perf_counter_ns()
-        kernel(*device_args)   # synchronous on local-sync: returns when the dispatch is done
+        kernel(*args)   # synchronous on local-sync: returns when the dispatch is done
         return (time.perf_counter_ns() - start) * 1e-9
 
-    return CheckedKernel(entry=entry, correctness=correctness, run_once=run_once)
+    def release() -> None:
+        if own:
+            ws.release()
+
+    return CheckedKernel(entry=entry, correctness=correctness, run_once=run_once, workspace=ws, release=release)

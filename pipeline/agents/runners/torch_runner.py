@@ -8,7 +8,9 @@ reference and check (`checking.check_against_reference`), and `CudaDevice.time_o
 sample: torch launches onto the device's own stream (torch.cuda.ExternalStream), so the CUDA events
 bracket the operator alone and the L2 flush and SM clock reading are the ones every CUDA sample gets.
 
-What is timed is the operator captured once in a CUDA graph (`torch.cuda.CUDAGraph`) and replayed
+What is timed is the operator captured in a CUDA graph (one graph per buffer copy of the case's
+workspace, each capturing the operator on that copy's tensors; a paired base captures its own graphs
+on its head's copies) (`torch.cuda.CUDAGraph`) and replayed
 between the events: an eager PyTorch call spends 20-30 us of host time (dispatch, checks, launch) that
 the events would count for small shapes, a graph replay only the launch of the graph, which the L2
 flush before the start event hides. The flush stays outside the graph. Where capture fails the
@@ -25,15 +27,18 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.agents.runners import CheckedKernel
+from pipeline.agents.runners import CheckedKernel, Workspace, placement_count
 from pipeline.agents.runners.checking import check_against_reference
 from pipeline.agents.runners.cuda_runner import CudaDevice, HOST_DTYPES, bf16_values, finite, make_inputs
-from pipeline.contracts import BundleEntry, CaseResult
+from pipeline.contracts import BundleEntry, CaseResult, Correctness
 
 __all__ = ["TORCH_MISSING", "torch_missing", "prepare_entry", "OPS"]
 
 TORCH_MISSING = "torch not available on this agent"
 BACKEND_TRIAL_CALLS = 5       # SDPA: calls timed per backend to pick the fastest
+CHOICE = "_chosen"
+"""params key: the environment of the operator first bound on a workspace, so that every copy and a
+paired base run the same backend (SDPA picks the fastest by a brief trial, which could differ)."""
 GRAPH_WARMUP_CALLS = 3        # eager calls on a side stream before capture (workspaces, cuDNN's autotuning)
 
 
@@ -78,8 +83,13 @@ def _sdpa(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _Op:
     repeated: tuple[Any, Any] | None = None
     best: tuple[float, Callable[[], list[Any]], dict[str, str]] | None = None
     errors = []
+    chosen = params.get(CHOICE) or {}   # bound before on the same workspace: the same backend and path
     for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
+        if chosen and backend.name != chosen.get("sdpa_backend"):
+            continue
         for path in (("enable_gqa", "repeat") if gqa else ("none",)):
+            if chosen and path != chosen.get("gqa"):
+                continue
             if path == "repeat" and repeated is None:
                 repeated = (k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1))
             kk, vv = repeated if path == "repeat" else (k, v)
@@ -182,6 +192,28 @@ def _to_host(tensor: Any, dtype: str) -> np.ndarray:
 
 # ---- one entry ----------------------------------------------------------------------------------
 
+def _workspace(entry: BundleEntry, inputs: dict[str, tuple[np.ndarray, np.ndarray]], gpu: Any,
+               placements: int, placement_bytes: int) -> Workspace:
+    """Copies of every tensor of the entry on the GPU (inputs with the same values, outputs poisoned)."""
+    import torch
+
+    specs = {t.name: t for t in entry.tensors}
+    set_bytes = sum(int(np.prod(s.shape)) * torch.empty((), dtype=_torch_dtype(s.dtype)).element_size()
+                    for s in specs.values())
+    sets: list[dict[str, Any]] = []
+    for _ in range(placement_count(set_bytes, placements, placement_bytes)):
+        tensors = {name: _to_device(host, specs[name].dtype, gpu) for name, (host, _) in inputs.items()}
+        for name, spec in specs.items():
+            if spec.role == "output":   # poisoned: NaN in every float width
+                out = torch.empty(spec.shape, dtype=_torch_dtype(spec.dtype), device=gpu)
+                out.view(torch.uint8).fill_(0xFF)
+                tensors[name] = out
+        sets.append(tensors)
+    workspace = Workspace(sets=sets, release=sets.clear)
+    workspace.memo["inputs"] = inputs
+    return workspace
+
+
 def prepare_entry(
     *,
     device: CudaDevice,
@@ -189,9 +221,15 @@ def prepare_entry(
     entry: BundleEntry,
     reference_fn: Callable[..., Any],
     rng: np.random.Generator,
+    placements: int = 1,
+    placement_bytes: int = 1 << 62,
+    workspace: Workspace | None = None,
+    verified: Correctness | None = None,
 ) -> CheckedKernel | CaseResult:
     """Bind the operator to fresh inputs, run it once into poisoned outputs and check: a CheckedKernel,
-    a `wrong` CaseResult, or `skipped` where torch with CUDA is missing. Raises on errors."""
+    a `wrong` CaseResult, or `skipped` where torch with CUDA is missing. Raises on errors. The
+    operator is bound, and captured in a graph, on every buffer copy of the workspace (the runners'
+    shared keyword arguments: `pipeline.agents.runners`)."""
     launch = entry.launch
     assert launch is not None and launch.torch is not None and entry.reference is not None
     if (missing := torch_missing()) is not None:
@@ -203,41 +241,58 @@ def prepare_entry(
     gpu = torch.device("cuda", device.ordinal)
     stream = torch.cuda.ExternalStream(device.stream_handle, device=gpu)
     specs = {t.name: t for t in entry.tensors}
-    inputs = make_inputs(entry.tensors, rng)
+    own = workspace is None
     with torch.cuda.device(gpu), torch.cuda.stream(stream):
-        tensors = {name: _to_device(host, specs[name].dtype, gpu) for name, (host, _) in inputs.items()}
-        for name, spec in specs.items():
-            if spec.role == "output":   # poisoned: NaN in every float width
-                out = torch.empty(spec.shape, dtype=_torch_dtype(spec.dtype), device=gpu)
-                out.view(torch.uint8).fill_(0xFF)
-                tensors[name] = out
-        op = OPS[launch.torch.op](tensors, entry, dict(launch.torch.params))
-        results = op.run()
-        stream.synchronize()
-        got = [_to_host(r, specs[name].dtype) for r, name in zip(results, launch.results)]
-    correctness = finite(check_against_reference(
-        got, [inputs[name][1] for name in launch.arguments], reference_fn, launch.results, entry.reference, rng))
+        if workspace is None:
+            workspace = _workspace(entry, make_inputs(entry.tensors, rng), gpu, placements, placement_bytes)
+        ops = []
+        for tensors in workspace.sets:
+            params = {**launch.torch.params, CHOICE: workspace.memo.get(CHOICE)}
+            ops.append(OPS[launch.torch.op](tensors, entry, params))
+            workspace.memo.setdefault(CHOICE, ops[-1].environment)
+        correctness = verified
+        if correctness is None:
+            for name, spec in specs.items():
+                if spec.role == "output":
+                    workspace.sets[0][name].view(torch.uint8).fill_(0xFF)
+            results = ops[0].run()
+            stream.synchronize()
+            got = [_to_host(r, specs[name].dtype) for r, name in zip(results, launch.results)]
+    ws = workspace
+    if correctness is None:
+        inputs = ws.memo["inputs"]
+        correctness = finite(check_against_reference(
+            got, [inputs[name][1] for name in launch.arguments], reference_fn, launch.results, entry.reference, rng,
+            memo=ws.memo))
     if not correctness.passed:
+        if own:
+            ws.release()
         return CaseResult(case=entry.case, target=entry.target, status="wrong",
                           reason=f"correctness check failed: {correctness.detail}", correctness=correctness)
-    graph, why_eager = _capture(op, gpu)
-    environment = {"torch": torch.__version__, **op.environment,
-                   "timing": "cuda graph replay" if graph is not None else f"eager ({why_eager})"}
+    captured = [_capture(op, gpu) for op in ops]
+    graphs = [graph for graph, _ in captured]
+    why_eager = next((why for graph, why in captured if graph is None), "")
+    environment = {"torch": torch.__version__, **ops[0].environment,
+                   "timing": "cuda graph replay" if not why_eager else f"eager ({why_eager})"}
 
     def release() -> None:
-        tensors.clear()
-        if graph is not None:
-            graph.reset()
+        for graph in graphs:
+            if graph is not None:
+                graph.reset()
+        graphs.clear()
+        if own:
+            ws.release()
 
     checked = CheckedKernel(entry=entry, correctness=correctness, run_once=lambda: 0.0, environment=environment,
-                            release=release, default_clock_mhz=device.default_clock_mhz)
+                            release=release, default_clock_mhz=device.default_clock_mhz, workspace=ws)
 
     def launch_op() -> None:
         with torch.cuda.device(gpu), torch.cuda.stream(stream):
+            graph = graphs[ws.current]
             if graph is not None:
                 graph.replay()
             else:
-                op.run()
+                ops[ws.current].run()
 
     def run_once() -> float:
         seconds = device.time_once(launch_op)
