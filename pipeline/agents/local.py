@@ -165,6 +165,7 @@ def run_bundle(
     references = _References(bundle_dir / manifest.suite_source)
     results: dict[int, CaseResult] = {}
     checked: dict[int, CheckedKernel] = {}
+    checks = {"run": 0, "reused": 0}   # correctness checks made, and outcomes reused (cache, same binary)
     for index, entry in enumerate(entries):
         if index in untimed:
             assert base_manifest is not None
@@ -174,6 +175,7 @@ def run_bundle(
                        "full runs time it)")
             continue
         verified = check_cache.get(entry, device_class.name) if check_cache is not None else None
+        checks["reused" if verified is not None else "run"] += entry.status == "built"
         outcome = _prepare(runner, bundle_dir, entry, references, run_id, job_id, settings, verified=verified)
         if not isinstance(outcome, CaseResult):   # a checked kernel (IREE's or CUDA's), ready to time
             checked[index] = outcome
@@ -184,11 +186,12 @@ def run_bundle(
         if progress:
             progress(f"checking: {entry.case} on {device_class.name}", index + 1, len(entries))
     bases, notes = _prepare_bases(runner, checked, base_bundle_dir, base_manifest, run_id, job_id, settings,
-                                  check_cache, device_class.name, progress)
+                                  check_cache, device_class.name, progress, checks)
 
     # Round-robin timing: every checked case gets a share of its budget in each round, so a passing
     # disturbance on the host lands on every case a little rather than on one case entirely.
     timed = {index: _Timed() for index in checked}
+    placements = {index: kernel.placements for index, kernel in checked.items()}
     round_settings = settings.per_round()
     active = dict(checked)
     steps, step = settings.rounds * len(checked), 0
@@ -223,18 +226,21 @@ def run_bundle(
                     step += settings.rounds - round_number
             if not active:
                 break
+        if progress:
+            progress("timing: done", steps, steps)
     finally:
         for kernel in [*bases.values(), *checked.values()]:   # bases first: they time on their head's buffers
             kernel.release()
     for index, kernel in checked.items():
         seed = input_seed(run_id, job_id, kernel.entry)
-        environment = {**kernel.environment, "input_seed": str(seed), "placements": str(kernel.placements),
+        environment = {**kernel.environment, "input_seed": str(seed), "placements": str(placements[index]),
                        **notes.get(index, {})}
         results[index] = timed[index].result(kernel, environment, bases.get(index), base_manifest)
     return ResultDocument(
         run_id=run_id, job_id=job_id, repository=manifest.repository, commit=manifest.commit,
         bundle_digest=bundle_digest(bundle_dir), device=device.info, agent=agent_info(),
-        started_at=started, finished_at=datetime.now(timezone.utc), environment=_environment(device),
+        started_at=started, finished_at=datetime.now(timezone.utc),
+        environment={**_environment(device), "checks_run": str(checks["run"]), "checks_reused": str(checks["reused"])},
         results=[results[index] for index in range(len(entries))],
     )
 
@@ -302,7 +308,7 @@ class _Timed:
 def _prepare_bases(
     runner: _Runner, checked: dict[int, CheckedKernel], base_bundle_dir: Path | None,
     base_manifest: BundleManifest | None, run_id: str, job_id: str, settings: MeasurementSettings,
-    check_cache: CheckCache | None, device_class: str, progress: ProgressFn | None,
+    check_cache: CheckCache | None, device_class: str, progress: ProgressFn | None, checks: dict[str, int],
 ) -> tuple[dict[int, CheckedKernel], dict[int, dict[str, str]]]:
     """The base's checked kernel for every checked head case the base bundle has (same case and
     target), on the head's buffers when both take the same tensors; a note for each head case whose
@@ -322,6 +328,7 @@ def _prepare_bases(
             verified: Correctness | None = head.correctness
         else:
             verified = check_cache.get(entry, device_class) if check_cache is not None else None
+        checks["reused" if verified is not None else "run"] += 1
         outcome = _prepare(runner, Path(base_bundle_dir), entry, references, run_id, job_id, settings,
                            verified=verified, workspace=shared)
         if isinstance(outcome, CaseResult):

@@ -106,3 +106,87 @@ def _ingest(engine, repo: Path, document: ResultDocument, device: LocalDevice, b
         document = document.model_copy(update={"run_id": run.id, "job_id": run.jobs[0].id})
     with session_scope(engine) as session:
         ingest.ingest_result(session, document=document)
+
+
+# ---- slot equality, placements, the check cache and pull-request timing --------------------------
+
+def test_a_paired_base_times_on_its_heads_buffers_and_reuses_its_reference(device: LocalDevice, tmp_path: Path) -> None:
+    """IREE runner: the base kernel gets the head's workspace (the very same device arrays, every
+    copy), and the reference is computed once for both."""
+    import numpy as np
+
+    from pipeline.agents.runners.iree_runner import IreeDevice, prepare_entry
+
+    repo = make_suite_repo(tmp_path, gemm_suite_files([CASES[0]]))
+    location = locate_suite(repo / "kernels")
+    bundle_dir, manifest = build_bundle(location=location, sha=resolve_commit(location), targets=["llvm-cpu:x86_64"],
+                                        out_dir=tmp_path / "b", cache_dir=tmp_path / "c", workers=1)
+    (entry,) = manifest.entries
+    calls: list[int] = []
+
+    def reference(*args):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return np.asarray(args[0], dtype=np.float64) @ np.asarray(args[1], dtype=np.float64)
+
+    iree = IreeDevice("local-sync")
+    head = prepare_entry(device=iree, bundle_dir=bundle_dir, entry=entry, reference_fn=reference,
+                         rng=np.random.default_rng(1), placements=3)
+    base = prepare_entry(device=iree, bundle_dir=bundle_dir, entry=entry, reference_fn=reference,
+                         rng=np.random.default_rng(2), workspace=head.workspace)  # type: ignore[union-attr]
+    assert head.correctness.passed and base.correctness.passed  # type: ignore[union-attr]
+    assert base.workspace is head.workspace and head.placements == 3  # type: ignore[union-attr]
+    assert calls == [1]                     # one reference for both kernels
+    head.select(4)                          # type: ignore[union-attr]
+    assert base.workspace.current == 1      # type: ignore[union-attr]  # the pair moves together
+    assert base.read().seconds > 0 and head.read().seconds > 0  # type: ignore[union-attr]
+
+
+def test_placements_respect_the_byte_budget() -> None:
+    from pipeline.agents.runners import placement_count
+
+    assert placement_count(10 << 20, 4, 256 << 20) == 4
+    assert placement_count(100 << 20, 4, 256 << 20) == 2
+    assert placement_count(1 << 30, 4, 256 << 20) == 1          # always one copy
+
+
+def test_rounds_are_recorded_and_checks_are_cached_across_jobs(
+    bundles: tuple[Path, tuple[Path, BundleManifest], tuple[Path, BundleManifest]], device: LocalDevice, tmp_path: Path,
+) -> None:
+    from pipeline.agents.check_cache import CACHED_DETAIL, CheckCache
+
+    _, (base_dir, base), (head_dir, head) = bundles
+    cache = CheckCache(tmp_path / "checked")
+    settings = SETTINGS.model_copy(update={"rounds": 3, "min_rounds": 2})
+    alone = run_bundle(bundle_dir=base_dir, manifest=base, device=device, run_id="r1", job_id="j", settings=settings,
+                       check_cache=cache)
+    assert alone.environment["checks_run"] == str(len(CASES)) and alone.environment["checks_reused"] == "0"
+    for r in alone.results:
+        assert r.rounds is not None and sum(r.rounds) == len(r.samples) and 2 <= len(r.rounds) <= 3
+        assert r.binary_digest is not None and r.environment["placements"] == str(settings.placements)
+    paired = run_bundle(bundle_dir=head_dir, manifest=head, device=device, run_id="r2", job_id="j", settings=settings,
+                        base_bundle_dir=base_dir, base_manifest=base, check_cache=cache)
+    # head: alpha and gamma are the base's binaries (cached), beta and delta are new; base: all cached
+    assert paired.environment["checks_run"] == "2"
+    assert paired.environment["checks_reused"] == str(2 + len(CASES))
+    results = {r.case: r for r in paired.results}
+    alpha = results[case_id(CASES[0])]
+    assert alpha.correctness is not None and alpha.correctness.detail == CACHED_DETAIL
+    assert alpha.paired_base is not None and alpha.paired_base.binary_digest == alpha.binary_digest
+    beta = results[case_id(CASES[1])]
+    assert beta.paired_base is not None and beta.paired_base.binary_digest != beta.binary_digest
+
+
+def test_a_pull_request_times_changed_binaries_and_sentinels_only(
+    bundles: tuple[Path, tuple[Path, BundleManifest], tuple[Path, BundleManifest]], device: LocalDevice,
+) -> None:
+    _, (base_dir, base), (head_dir, head) = bundles
+    settings = SETTINGS.model_copy(update={"unchanged_sentinels": 1})
+    document = run_bundle(bundle_dir=head_dir, manifest=head, device=device, run_id="pr-1", job_id="j",
+                          settings=settings, base_bundle_dir=base_dir, base_manifest=base, time_unchanged=False)
+    results = {r.case: r for r in document.results}
+    assert results[case_id(CASES[1])].status == "ok" and results[case_id(ONLY_HEAD)].status == "ok"
+    unchanged = [results[case_id(c)] for c in (CASES[0], CASES[2])]
+    assert sorted(r.status for r in unchanged) == ["ok", "skipped"]      # one sentinel timed
+    skipped = next(r for r in unchanged if r.status == "skipped")
+    assert skipped.reason is not None and skipped.reason.startswith("not timed: same binary")
+    assert skipped.binary_digest == next(e for e in base.entries if e.case == skipped.case).binary_digest()

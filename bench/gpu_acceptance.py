@@ -1,0 +1,147 @@
+"""Suite-scale acceptance on an NVIDIA GPU through real processes (issues 11 and 12): A/A over the whole
+CUDA part of the default suite, paired and unpaired, and the pull-request latency.
+
+Two steps (the GPU host has no Triton 3.9 and no network):
+
+    .venv/bin/python bench/gpu_acceptance.py build --out .gpu/acc      # here: five commits, cuda:sm_90
+    python3 bench/gpu_acceptance.py run --bundles .gpu/acc --out $OUT   # on the GPU host (with .whl)
+
+`build` clones this checkout and commits, in order: `base` (HEAD), `readme` (README only: the
+identical-code head of the A/A runs), `one-tile` (one GEMM shape's tile changed: PR (a)),
+`all-tiles` (every GEMM tile's pipeline depth changed: PR (b)); each built for cuda:sm_90.
+
+`run` starts `benchfarm serve` (SQLite, default settings) and runs `benchfarm run-job` steps against it:
+1. nightly paired (readme over base, every case timed): the PR latency's case (c), and A/A 1;
+2. A/A 2 and 3: the same again (the check cache now warm);
+3. PR (a) and (b): one-tile and all-tiles over base, as a pull request's step (changed binaries and
+   4 rotating sentinels timed, the rest reported unchanged);
+4. unpaired A/A: base alone, then readme alone, compared with an explicit base.
+After each job: GET /api/v1/compare; everything is written to OUT/acceptance.json as it goes (a
+run longer than one device call can be read by the next), and each A/A job's samples to
+OUT/aa-<n>.npz (float32, per case: round sizes, head and paired base samples) so that the verdicts
+can be recomputed from the same measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _gpu_farm import GpuFarm, build_variants, cuda_device_class, replace_in  # noqa: E402
+
+GEMM = "kernels/gemm/triton_cases.py"
+VARIANTS = {
+    "base": lambda repo: None,
+    "readme": replace_in("README.md", "# benchfarm", "# benchfarm\n\n(an edit that changes no kernel)"),
+    "one-tile": replace_in(GEMM, '"4096x4096x4096": _PREFILL,',
+                           '"4096x4096x4096": Tile(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, '
+                           'num_stages=4),'),
+    "all-tiles": replace_in(GEMM, "group_m=8, num_warps=8, num_stages=3)", "group_m=8, num_warps=8, num_stages=4)"),
+}
+
+
+def build(out: Path) -> None:
+    build_variants(out, VARIANTS, target=os.environ.get("ACCEPTANCE_TARGET", "cuda:sm_90"))
+
+
+def _save(out: Path, report: dict[str, Any]) -> None:
+    partial = out / "acceptance.json.tmp"
+    partial.write_text(json.dumps(report, indent=1))
+    os.replace(partial, out / "acceptance.json")
+
+
+def _dump(farm: GpuFarm, head: str, path: Path) -> int:
+    """The newest job's samples of `head` as float32 arrays per case (offline re-analysis)."""
+    import numpy as np
+
+    job = farm.query("SELECT j.id FROM jobs j JOIN runs r ON j.run_id = r.id JOIN commits c ON r.commit_id = c.id "
+                     "WHERE c.sha = ? ORDER BY j.finished_at DESC LIMIT 1", head)[0][0]
+    rows = farm.query(
+        "SELECT cs.case_id, cr.target, cr.id, m.id, m.round_sizes, cr.binary_digest, cr.paired_binary_digest "
+        "FROM case_results cr JOIN cases cs ON cr.case_id = cs.id JOIN measurements m ON m.case_result_id = cr.id "
+        "WHERE cr.job_id = ?", job)
+    arrays: dict[str, Any] = {}
+    meta = []
+    for i, (case, target, result_id, measurement_id, rounds, digest, paired_digest) in enumerate(rows):
+        head_samples = [v for (v,) in farm.query("SELECT value FROM samples WHERE measurement_id = ? ORDER BY idx",
+                                                  measurement_id)]
+        base_samples = [v for (v,) in farm.query(
+            "SELECT value FROM paired_samples WHERE case_result_id = ? ORDER BY idx", result_id)]
+        arrays[f"h{i}"] = np.asarray(head_samples, dtype=np.float32)
+        arrays[f"b{i}"] = np.asarray(base_samples, dtype=np.float32)
+        meta.append({"case": case, "target": target, "rounds": json.loads(rounds) if isinstance(rounds, str) else rounds,
+                     "same_binary": digest is not None and digest == paired_digest})
+    np.savez_compressed(path, meta=json.dumps(meta), **arrays)
+    return len(rows)
+
+
+def run(bundles: Path, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    shas = json.loads((bundles / "shas.json").read_text())
+    device_class = os.environ.get("ACCEPTANCE_DEVICE_CLASS") or cuda_device_class()
+    report: dict[str, Any] = {"device_class": device_class, "shas": shas, "jobs": []}
+    farm = GpuFarm(Path("/tmp/bf-acceptance"))
+    only = os.environ.get("ACCEPTANCE_STEPS", "nightly,aa,pr,unpaired").split(",")
+    try:
+        def job(label: str, head: str, base: str | None, pr: bool = False, compare_with: str | None = None) -> None:
+            started = time.perf_counter()
+            info = farm.run_job(bundles / head, device_class, base=bundles / base if base else None, pr=pr,
+                                name=label)
+            body, compare_s = farm.compare(shas[head], shas[compare_with] if compare_with else None)
+            rows = [r for c in body["comparisons"] for r in c["rows"]]
+            report["jobs"].append({
+                "label": label, "head": head, "base": base, "pr": pr, "wall_s": round(info["wall_s"], 1),
+                "claim_to_comparison_s": round(time.perf_counter() - started, 1), "compare_s": round(compare_s, 2),
+                "phases": info["phases"], "verdict": body["verdict"],
+                "counts": {k: v for k, v in body.get("counts", {}).items() if v},
+                "flagged": [{k: r.get(k) for k in ("case_id", "change", "ci_low", "ci_high", "pvalue", "status")}
+                            for r in rows if r["status"] in ("regressed", "improved") and not r.get("is_control")],
+                "rows": [{k: r.get(k) for k in ("case_id", "change", "ci_low", "ci_high", "pvalue", "status", "paired")}
+                         for r in rows],
+            })
+            if label.startswith("aa") or label.startswith("nightly"):
+                report["jobs"][-1]["dumped"] = _dump(farm, shas[head], out / f"{label}.npz")
+            _save(out, report)
+            print(f"{label}: {info['wall_s']:.0f} s, {body['verdict']}, phases {info['phases']}", flush=True)
+
+        if "nightly" in only:
+            job("nightly-aa1", "readme", "base")
+        if "aa" in only:
+            job("aa2", "readme", "base")
+            job("aa3", "readme", "base")
+        if "pr" in only:
+            job("pr-a-one-tile", "one-tile", "base", pr=True)
+            job("pr-b-all-tiles", "all-tiles", "base", pr=True)
+        if "unpaired" in only:
+            job("unpaired-base", "base", None)
+            job("unpaired-readme", "readme", None, compare_with="base")
+    finally:
+        farm.stop()
+        _save(out, report)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="step", required=True)
+    sub.add_parser("build").add_argument("--out", default=".gpu/acc")
+    p = sub.add_parser("run")
+    p.add_argument("--bundles", default=".gpu/acc")
+    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = parser.parse_args()
+    if args.step == "build":
+        build(Path(args.out))
+    else:
+        run(Path(args.bundles), Path(args.out))
+
+
+if __name__ == "__main__":
+    main()
