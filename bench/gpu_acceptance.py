@@ -86,6 +86,7 @@ def _dump(farm: GpuFarm, head: str, path: Path) -> int:
 
 def run(bundles: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    bundles = bundles.resolve()
     shas = json.loads((bundles / "shas.json").read_text())
     device_class = os.environ.get("ACCEPTANCE_DEVICE_CLASS") or cuda_device_class()
     report: dict[str, Any] = {"device_class": device_class, "shas": shas, "jobs": []}

@@ -181,6 +181,8 @@ def run_bundle(
             checked[index] = outcome
             if check_cache is not None:
                 check_cache.put(entry, device_class.name, outcome.correctness)
+            if outcome.workspace is not None and (base_entries.get((entry.case, entry.target)) is None):
+                outcome.workspace.memo.clear()   # no base will be checked on these inputs: free the host copies
         else:
             results[index] = outcome
         if progress:
@@ -340,6 +342,8 @@ def _prepare_bases(
                 check_cache.put(entry, device_class, outcome.correctness)
             if shared is None:
                 notes[index] = {"paired_buffers": "separate: base and head take different tensors"}
+        if head.workspace is not None:   # the host copies of inputs and the reference: not needed any more
+            head.workspace.memo.clear()
         if progress:
             progress(f"checking base: {entry.case}", done, len(wanted))
     return bases, notes
