@@ -114,8 +114,8 @@ def test_a_full_suite_paired_document_uploads_with_default_settings(tmp_path: Pa
         assert (int(stored), int(n), int(paired), int(clocks)) == (total, total, total, total)
         again = deliver(ServiceClient(farm.url, TOKEN, timeout_s=300), document)   # idempotent, chunk by chunk
         assert (again.stored, again.duplicates, again.samples) == (0, SUITE_CASES, 0)
-    except AssertionError:
-        raise AssertionError(farm.logs()) from None
+    except Exception as exc:
+        raise AssertionError(f"{exc}\n{farm.logs()}") from exc
     finally:
         farm.stop()
 
@@ -160,8 +160,8 @@ def test_a_refused_upload_stays_on_the_agent_and_resend_delivers_it(tmp_path: Pa
                                 "--token", TOKEN], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                                env={**farm_env(tmp_path)})
         assert again.returncode == 0 and f"0 results stored, {len(CPU_CASES)} already there" in again.stdout, again
-    except AssertionError:
-        raise AssertionError(farm.logs()) from None
+    except Exception as exc:
+        raise AssertionError(f"{exc}\n{farm.logs()}") from exc
     finally:
         farm.stop()
 
