@@ -80,10 +80,12 @@ def upgrade() -> None:
     with op.batch_alter_table("case_results") as batch:
         batch.add_column(sa.Column("paired_samples", sa.LargeBinary(), nullable=True))
     _rows_to_arrays(op.get_bind())
-    with op.batch_alter_table("measurements") as batch:
-        batch.alter_column("samples", existing_type=sa.LargeBinary(), nullable=False)
+    # Dropped before measurements is altered: SQLite alters it by copying it and dropping the old
+    # table, which would first delete every row of samples (ON DELETE CASCADE), one by one.
     op.drop_table("samples")
     op.drop_table("paired_samples")
+    with op.batch_alter_table("measurements") as batch:
+        batch.alter_column("samples", existing_type=sa.LargeBinary(), nullable=False)
 
 
 def downgrade() -> None:
@@ -126,8 +128,9 @@ def downgrade() -> None:
                 for i, v in enumerate(from_blob(blob))]
         if rows:
             connection.execute(sa.insert(paired), rows)
-    with op.batch_alter_table("case_results") as batch:
-        batch.drop_column("paired_samples")
-    with op.batch_alter_table("measurements") as batch:
-        batch.drop_column("sample_clocks")
-        batch.drop_column("samples")
+    # ALTER TABLE ... DROP COLUMN in place (SQLite >= 3.35 too), not batch mode: SQLite's batch mode
+    # copies the table and drops the old one, which would delete the rows just written into
+    # samples and paired_samples (ON DELETE CASCADE).
+    op.drop_column("case_results", "paired_samples")
+    op.drop_column("measurements", "sample_clocks")
+    op.drop_column("measurements", "samples")
