@@ -90,7 +90,8 @@ def manifest(commit: str, cases: int) -> BundleManifest:
         flops=2 * 64**3, bytes=3 * 4 * 64**2,
         compile=CompileStats(compiler="triton", compiler_version="3.9.0", compile_time_s=1.0, binary_bytes=4096,
                              registers=None, spills=0, shared_bytes=None)) for i in range(cases)]
-    return BundleManifest(repository=REPO, commit=commit, suite_digest="d" * 64, created_at=T0, entries=entries)
+    return BundleManifest(repository=REPO, commit=commit, suite_path="kernels", suite_digest="d" * 40, created_at=T0,
+                          compilers={"triton": "3.9.0"}, targets=[TARGET], entries=entries)
 
 
 def prepare(url: str, cases: int) -> tuple[sa.Engine, str, str]:
