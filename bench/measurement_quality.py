@@ -230,7 +230,7 @@ def run(bundles: Path, out: Path) -> None:
         rows = {_name(r.case_id): (r.status, r.change, r.pvalue, r.paired) for r in (comparison.rows if comparison else [])}
         for name, row in rows.items():
             verdicts.setdefault(kind, {}).setdefault(name, []).append(row)
-        runs.append({"kind": kind, "results": [json.loads(r.model_dump_json()) for r in document.results],
+        runs.append({"kind": kind, "results": [r.model_dump() for r in document.results],
                      "rows": rows})
         summary = ", ".join(f"{n} {s} {c * 100:+.2f}%" if c is not None else f"{n} {s}" for n, (s, c, _, _) in rows.items())
         print(f"{kind}: {summary}", flush=True)

@@ -234,6 +234,19 @@ def cmd_run_job(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_resend(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.remote import resend
+
+    path = Path(args.path)
+    if not path.is_file():
+        raise CliError(f"{path}: no such file (a kept result: <agent dir>/spool/rejected/<job>.json)")
+    r = resend(settings, path, server=args.server, token=args.token)
+    out_console.print(f"job {r['job_id']}: {r['stored']} results stored, {r['duplicates']} already there, "
+                      f"{r['samples']} samples, in {r['chunks']} uploads; job {r['job']}. {path} can go.",
+                      markup=False, highlight=False)
+    return 0
+
+
 def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.remote import trigger
 
@@ -359,6 +372,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device-class", required=True)
     p.add_argument("--base-bundle", help="the base commit's bundle, run interleaved (paired)")
     p.set_defaults(func=cmd_run_job)
+
+    p = sub.add_parser("resend", help="deliver a result document an agent kept after the service refused it")
+    p.add_argument("path", help="the kept file (spool/rejected/<job>.json in the agent's folder) or a result document")
+    service_flags(p)
+    p.set_defaults(func=cmd_resend)
 
     p = sub.add_parser("trigger", help="queue an ad-hoc run of a ref or commit on device classes")
     p.add_argument("--ref", help="a ref of the service's suite checkout (branch, tag, HEAD)")

@@ -304,6 +304,10 @@ class AgentSettings(BaseModel):
     retries: int = Field(default=5, ge=0, description="retries of one request on connection errors and 5xx")
     backoff_s: float = Field(default=0.5, ge=0, description="first back-off between retries, doubled up to backoff_max_s")
     backoff_max_s: float = Field(default=10.0, gt=0)
+    upload_chunk_bytes: int = Field(
+        default=4 * 1024 * 1024, ge=64 * 1024,
+        description="a result document is uploaded in chunks of case results of at most this many bytes each "
+                    "(keep it well below the service's max_upload_bytes)")
 
 
 class Settings(BaseSettings):

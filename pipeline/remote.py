@@ -1,13 +1,16 @@
-"""`benchfarm trigger` and `benchfarm jobs`: ad-hoc runs and the job queue, through the service's API."""
+"""`benchfarm trigger`, `benchfarm jobs` and `benchfarm resend`: ad-hoc runs, the job queue and kept
+results, through the service's API."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from pipeline.agents.client import ServiceClient
+from pipeline.agents.client import ServiceClient, ServiceError
+from pipeline.agents.upload import deliver, load_kept
 from pipeline.config import Settings
 
-__all__ = ["list_jobs", "trigger"]
+__all__ = ["list_jobs", "resend", "trigger"]
 
 
 def _client(settings: Settings, server: str | None, token: str | None) -> ServiceClient:
@@ -29,3 +32,20 @@ def list_jobs(settings: Settings, *, status: str | None = None, run_id: str | No
     params = "&".join(f"{k}={v}" for k, v in (("status", status), ("run_id", run_id), ("limit", limit)) if v)
     jobs: list[dict[str, Any]] = _client(settings, server, token).get(f"jobs?{params}")
     return jobs
+
+
+def resend(settings: Settings, path: Path, *, server: str | None = None, token: str | None = None) -> dict[str, Any]:
+    """Deliver a result document the agent kept (spool/rejected/<job>.json, or a bare document), in
+    chunks as the agent does, then mark its job done when the file names the agent that ran it.
+    The file is left in place: it is the measurements' only copy until the caller removes it."""
+    document, agent = load_kept(path)
+    client = _client(settings, server, token)
+    delivered = deliver(client, document, budget_bytes=settings.agent.upload_chunk_bytes)
+    job_state = "left as it is (the file names no agent)"
+    if agent:
+        try:
+            job_state = client.post(f"jobs/{document['job_id']}/complete", {"agent": agent})["status"]
+        except ServiceError as exc:
+            job_state = f"not marked done: {exc}"
+    return {"job_id": document["job_id"], "chunks": delivered.chunks, "stored": delivered.stored,
+            "duplicates": delivered.duplicates, "samples": delivered.samples, "job": job_state}

@@ -16,7 +16,6 @@ one at a time, so that two measurements on one host never disturb each other.
 from __future__ import annotations
 
 import inspect
-import json
 import socket
 import threading
 from collections.abc import Callable, Sequence
@@ -30,6 +29,7 @@ from pipeline.agents.bundle_cache import BundleRefused, fetch_bundle
 from pipeline.agents.client import ServiceClient, ServiceError, Unreachable
 from pipeline.agents.devices import LocalDevice, discover_local_devices
 from pipeline.agents.spool import Spool, Spooled
+from pipeline.agents.upload import deliver, resend_command
 from pipeline.config import MeasurementSettings, Settings
 from pipeline.contracts import BundleManifest, ResultDocument
 from pipeline.results.dispatch import selects_case
@@ -350,20 +350,24 @@ class DeviceAgent:
             self.log.event("fail_refused", job=job_id, error=str(exc))
 
     def send(self, item: Spooled) -> bool:
-        """Upload a spooled result document and complete its job, retrying until the service
-        answers; the spool file goes once both are acknowledged."""
-        data = json.dumps(item.document).encode()
+        """Upload a spooled result document (in chunks, `upload.deliver`) and complete its job, waiting
+        out an unreachable service; the spool file goes once every chunk and the completion are
+        acknowledged. A refusal (4xx, or 5xx after the client's retries) keeps the document in
+        spool/rejected/, fails the job and logs one line saying how to resend it."""
         try:
-            summary = self._until_reachable(lambda: self.client.post_raw("results", data))
+            delivered = deliver(self.client, item.document, budget_bytes=self.settings.agent.upload_chunk_bytes,
+                                post=lambda chunk: self._until_reachable(lambda: self.client.post_raw("results", chunk)))
+        except InterruptedError:   # stopped while the service was away: the spool keeps it
+            return False
         except ServiceError as exc:
             kept = self.spool.reject(item)
-            self.log.event("results_refused", job=item.job_id, error=str(exc), kept=str(kept))
-            self.fail(item.job_id, f"results refused by the service: {exc.message}")
+            command = resend_command(kept, self.server)
+            self.log.event("results_refused", job=item.job_id, error=str(exc), kept=str(kept), resend=command)
+            self.fail(item.job_id, f"results refused by the service: {exc.message}; the measurements are kept on "
+                                   f"agent {self.name} in {kept}: {command}")
             return False
-        if summary is None:   # stopped while the service was away: the spool keeps it
-            return False
-        self.log.event("uploaded", job=item.job_id, stored=summary["stored"], duplicates=summary["duplicates"],
-                       samples=summary["samples"])
+        self.log.event("uploaded", job=item.job_id, stored=delivered.stored, duplicates=delivered.duplicates,
+                       samples=delivered.samples, chunks=delivered.chunks)
         try:
             self._until_reachable(lambda: self.client.post(f"jobs/{item.job_id}/complete", {"agent": item.agent}))
         except ServiceError as exc:   # 409: another agent holds the job now; the results are stored anyway
@@ -374,7 +378,6 @@ class DeviceAgent:
             self.log.event("job_done", job=item.job_id)
         self.spool.done(item)
         return True
-
 
 
 def run_agent(settings: Settings, *, server: str | None = None, token: str | None = None, name: str | None = None,

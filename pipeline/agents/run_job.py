@@ -21,6 +21,7 @@ from typing import Any
 from pipeline.agents.agent import DeviceAgent, Work, map_devices, run_locally
 from pipeline.agents.agent_log import AgentLog
 from pipeline.agents.devices import discover_local_devices
+from pipeline.agents.upload import resend_command
 from pipeline.build.bundle import MANIFEST, load_bundle
 from pipeline.config import Settings
 from pipeline.contracts import CommitInfo
@@ -94,7 +95,10 @@ def run_job(settings: Settings, *, bundle: Path, device_class: str, base_bundle:
         document = run_locally(settings.measurement, settings.agent_dir / "checked")(work, agent.log.progress)
         spooled = agent.spool.put(job_id=job_id, agent=name, document=document)
         if not agent.send(spooled):
-            raise RunJobError(f"results of job {job_id} not accepted; kept in {agent.spool.root}")
+            rejected = agent.spool.rejected / spooled.path.name
+            kept = rejected if rejected.exists() else spooled.path
+            raise RunJobError(f"results of job {job_id} not accepted; kept in {kept}: "
+                              f"{resend_command(kept, agent.server)}")
         statuses = [r.status for r in document.results]
         return {"run_id": run_id, "job_id": job_id, "results": len(statuses),
                 "ok": statuses.count("ok"), "not_ok": len(statuses) - statuses.count("ok")}

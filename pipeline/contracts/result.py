@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from pipeline.contracts.arrays import ReadingArray, SampleArray
 from pipeline.contracts.ids import CaseIdStr, DeviceClassName, TargetStr
 from pipeline.contracts.manifest import Sha
 
@@ -72,7 +73,7 @@ class PairedBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     commit: Sha = Field(description="the base commit whose bundle was run interleaved with this one")
-    samples: list[PositiveSeconds] = Field(min_length=1, description="one per sample of the result, same order")
+    samples: SampleArray = Field(min_length=1, description="one per sample of the result, same order")
     binary_digest: BinaryDigest | None = Field(
         default=None, description="the base entry's binary digest (CaseResult.binary_digest); equal to the "
         "head's: the pair timed identical code, an A/A calibration of the case's noise")
@@ -89,11 +90,11 @@ class CaseResult(BaseModel):
     reason: str | None = None
     metric: Literal["latency"] = "latency"
     unit: Literal["s"] = "s"
-    samples: list[PositiveSeconds] = Field(default_factory=list)
-    sample_clocks_mhz: list[Finite] | None = Field(
+    samples: SampleArray = Field(default_factory=list)
+    sample_clocks_mhz: ReadingArray | None = Field(
         default=None, description="SM clock read with each sample, same length as samples"
     )
-    sample_temperatures_c: list[Finite] | None = Field(
+    sample_temperatures_c: ReadingArray | None = Field(
         default=None, description="GPU temperature read with each sample, same length as samples"
     )
     stats: SampleStats | None = None

@@ -53,10 +53,8 @@ from pipeline.results.models import (
     DeviceClassRow,
     Job,
     Measurement,
-    PairedSample,
     Repository,
     Run,
-    Sample,
     Series,
 )
 from pipeline.results.stats import paired_verdicts, verdicts
@@ -278,31 +276,31 @@ def _samples(session: Session, measurement_ids: list[int], *, commit_ids: list[i
     every measurement of two commits, and an IN list of thousands of ids costs more to send and
     plan than the few unwanted rows (older results of the same commits) cost to skip.
     """
+    from pipeline.contracts.arrays import from_blob  # the store's sample codec
+
     out: dict[int, list[float]] = {m: [] for m in measurement_ids}
     if not measurement_ids:
         return out
-    of_commits = (sa.select(Measurement.id).join(Series, Measurement.series_id == Series.id)
-                  .where(Measurement.commit_id.in_(commit_ids), Series.device_class_id == device_class_id,
-                         Series.metric == METRIC))
-    for m_id, value in session.connection().execute(  # Core rows: no ORM bookkeeping for 10 per measurement
-        sa.select(Sample.measurement_id, Sample.value).where(Sample.measurement_id.in_(of_commits.scalar_subquery()))
-        .order_by(Sample.measurement_id, Sample.idx)
+    for m_id, blob in session.connection().execute(  # Core rows: no ORM bookkeeping
+        sa.select(Measurement.id, Measurement.samples).join(Series, Measurement.series_id == Series.id)
+        .where(Measurement.commit_id.in_(commit_ids), Series.device_class_id == device_class_id,
+               Series.metric == METRIC)
     ):
-        values = out.get(m_id)
-        if values is not None:
-            values.append(value)
+        if m_id in out:
+            out[m_id] = from_blob(blob)
     return out
 
 
 def _paired_samples(session: Session, result_ids: list[int]) -> dict[int, list[float]]:
+    from pipeline.contracts.arrays import from_blob  # the store's sample codec
+
     out: dict[int, list[float]] = {r: [] for r in result_ids}
     if not result_ids:
         return out
-    for r_id, value in session.execute(
-        sa.select(PairedSample.case_result_id, PairedSample.value).where(PairedSample.case_result_id.in_(result_ids))
-        .order_by(PairedSample.case_result_id, PairedSample.idx)
+    for r_id, blob in session.connection().execute(
+        sa.select(CaseResultRow.id, CaseResultRow.paired_samples).where(CaseResultRow.id.in_(result_ids))
     ):
-        out[r_id].append(value)
+        out[r_id] = from_blob(blob)
     return out
 
 

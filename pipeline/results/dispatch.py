@@ -269,11 +269,15 @@ def _held_by(job: Job, agent_name: str) -> None:
 
 
 def complete_job(session: Session, *, job_id: str, agent_name: str) -> Job:
-    """The agent finished the job and its results were stored: done. Idempotent for a done job."""
+    """The agent finished the job and its results were stored: done. Idempotent for a done job.
+
+    A job failed because the service refused its results may be completed by the agent that ran
+    it once `benchfarm resend` delivered them (the failure said how)."""
     job = _job(session, job_id)
     if job.status == "done":
         return job
-    _held_by(job, agent_name)
+    if not (job.status == "failed" and job.agent == agent_name and job.lease_owner is None):
+        _held_by(job, agent_name)
     job.lease_owner, job.lease_expires_at = None, None
     return ingest.set_job_status(session, job_id=job_id, status="done", agent=agent_name)
 

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipeline.config import AnalysisSettings
+from pipeline.contracts.arrays import to_blob
 from pipeline.contracts import (
     BundleManifest,
     CaseId,
@@ -43,10 +44,8 @@ from pipeline.results.models import (
     DeviceClassRow,
     Job,
     Measurement,
-    PairedSample,
     Repository,
     Run,
-    Sample,
     Series,
     utcnow,
 )
@@ -406,9 +405,9 @@ def ingest_result(
     already stored for its (job, case, target) is skipped and counted as a duplicate.
 
     ok results get a measurement in the case's latency series (statistics recomputed from the
-    samples, which are the source of truth) and every sample with its clock; wrong / error /
-    skipped results store the case result only. Rows go in with bulk inserts. A result with a
-    `paired_base` records the base commit (which must be recorded) and its samples beside.
+    samples, which are the source of truth) holding every sample and its clock as arrays; wrong /
+    error / skipped results store the case result only. Rows go in with bulk inserts. A result with
+    a `paired_base` records the base commit (which must be recorded) and its samples beside.
 
     Then, when new ok results were stored, `analysis.analyze_after_ingest` looks for change points
     in the series they touched (push, nightly and local runs, and commits on the default branch),
@@ -433,6 +432,7 @@ def ingest_result(
         "max_rel_error": r.correctness.max_rel_error if r.correctness else None,
         "device_id": device.id,
         "paired_base_commit_id": paired_ids[r.paired_base.commit] if r.paired_base is not None else None,
+        "paired_samples": to_blob(r.paired_base.samples) if r.paired_base is not None else None,
         "binary_digest": r.binary_digest,
         "paired_binary_digest": r.paired_base.binary_digest if r.paired_base is not None else None,
     } for r in new]
@@ -448,29 +448,18 @@ def ingest_result(
         measurement_rows.append({
             "case_result_id": result_id, "series_id": series[case_ids[r.case]], "commit_id": run.commit_id,
             "n": s.n, "median": s.median, "mean": s.mean, "stdev": s.stdev, "min": s.min, "max": s.max,
-            "round_sizes": r.rounds,
+            "round_sizes": r.rounds, "samples": to_blob(r.samples),
+            "sample_clocks": to_blob(r.sample_clocks_mhz) if r.sample_clocks_mhz is not None else None,
         })
-    measurement_ids = _insert_returning_ids(session, Measurement.__table__, measurement_rows)  # type: ignore[arg-type]
-    sample_rows = [
-        {"measurement_id": m_id, "idx": i, "value": value,
-         "clock_mhz": r.sample_clocks_mhz[i] if r.sample_clocks_mhz is not None else None}
-        for m_id, (_, r) in zip(measurement_ids, ok, strict=True)
-        for i, value in enumerate(r.samples)
-    ]
-    _bulk_insert(session, Sample.__table__, sample_rows)  # type: ignore[arg-type]
-    paired_rows = [
-        {"case_result_id": result_id, "idx": i, "value": value}
-        for result_id, r in ok if r.paired_base is not None
-        for i, value in enumerate(r.paired_base.samples)
-    ]
-    _bulk_insert(session, PairedSample.__table__, paired_rows)  # type: ignore[arg-type]
+    _bulk_insert(session, Measurement.__table__, measurement_rows)  # type: ignore[arg-type]
     if analysis is not None:
         analyze_after_ingest(session, document, analysis)
-    return IngestSummary(stored=len(new), duplicates=duplicates, samples=len(sample_rows))
+    return IngestSummary(stored=len(new), duplicates=duplicates, samples=sum(len(r.samples) for _, r in ok))
 
 
 # --- bulk writes ------------------------------------------------------------------------------
-# A result document of a full suite is thousands of case results and tens of thousands of samples.
+# A result document of a full suite is thousands of case results (each ok one holding its samples
+# as one array: millions of samples are a few thousand column values).
 # On PostgreSQL they go in through COPY on the session's own connection (same transaction): no
 # statement to build or parse, one round trip per table. Ids of rows that others point to are
 # drawn from the table's sequence first (one query), so that COPY can write them. SQLite gets
@@ -508,7 +497,10 @@ def _bulk_insert(session: Session, table: sa.Table, rows: list[dict[str, Any]]) 
     for name in columns:  # names come from code, never from documents; checked all the same
         if name not in table.c:
             raise ValueError(f"{table.name} has no column {name!r}")
+    # COPY writes a Python list as a PostgreSQL array: JSON columns get their JSON text instead.
+    as_json = {c for c in columns if isinstance(table.c[c].type, sa.JSON)}
     statement = f"COPY {table.name} ({', '.join(columns)}) FROM STDIN"
     with driver_connection.cursor() as cursor, cursor.copy(statement) as copy:
         for row in rows:
-            copy.write_row(tuple(row[c] for c in columns))
+            copy.write_row(tuple(json.dumps(row[c]) if c in as_json and row[c] is not None else row[c]
+                                 for c in columns))

@@ -1,7 +1,7 @@
 """The store's tables, as typed SQLAlchemy 2.0 models.
 
 Conventions:
-- integer surrogate keys; the two tables that grow with every upload (`measurements`, `samples`)
+- integer surrogate keys; the tables that grow with every upload (`case_results`, `measurements`)
   use 64-bit keys (plain INTEGER on SQLite, where only INTEGER PRIMARY KEY is the row id);
 - runs and jobs are keyed by a string UUID, because agents and the API pass those ids around;
 - a foreign key column is named after the table it points to plus `_id` and holds that table's
@@ -314,22 +314,13 @@ class CaseResultRow(Base):
     paired_base_commit_id: Mapped[int | None] = mapped_column(sa.ForeignKey("commits.id"))
     """Set when the job ran this commit's base interleaved with it: the base's samples are in
     `paired_samples`, paired by index with this result's samples."""
+    paired_samples: Mapped[bytes | None] = mapped_column(sa.LargeBinary, deferred=True)
+    """The paired base's samples (contract: `paired_base.samples`), one float64 little-endian array
+    (`contracts.arrays.to_blob`); None when the result is not paired."""
     binary_digest: Mapped[str | None] = mapped_column(sa.String(64))
     """What was timed (`BundleEntry.binary_digest`); None where the agent did not say."""
     paired_binary_digest: Mapped[str | None] = mapped_column(sa.String(64))
     """The paired base's binary digest: equal to `binary_digest`, the pair timed identical code."""
-
-
-class PairedSample(Base):
-    """A base sample timed back to back with the head sample of the same index (contract: `paired_base`)."""
-
-    __tablename__ = "paired_samples"
-
-    case_result_id: Mapped[int] = mapped_column(
-        BigId, sa.ForeignKey("case_results.id", ondelete="CASCADE"), primary_key=True
-    )
-    idx: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
-    value: Mapped[float] = mapped_column(sa.Double)
 
 
 class Measurement(Base):
@@ -352,20 +343,12 @@ class Measurement(Base):
     max: Mapped[float] = mapped_column(sa.Double)
     round_sizes: Mapped[list[int] | None] = mapped_column(sa.JSON)
     """Samples per timing round, in order (the verdict's unit of replication); None: not reported."""
-
-
-class Sample(Base):
-    """Every repetition, kept. Lean on purpose (10M+ rows): 8-byte key, 4-byte index, a double
-    value and an optional 4-byte clock; no surrogate key, no secondary index."""
-
-    __tablename__ = "samples"
-
-    measurement_id: Mapped[int] = mapped_column(
-        BigId, sa.ForeignKey("measurements.id", ondelete="CASCADE"), primary_key=True
-    )
-    idx: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
-    value: Mapped[float] = mapped_column(sa.Double)
-    clock_mhz: Mapped[float | None] = mapped_column(sa.REAL)
+    samples: Mapped[bytes] = mapped_column(sa.LargeBinary, deferred=True)
+    """Every repetition, kept: `n` float64 little-endian values in the order taken, one array per
+    measurement (`contracts.arrays.to_blob` / `from_blob`) rather than one row per sample, so that a
+    full suite's millions of samples are written and read as a few thousand values."""
+    sample_clocks: Mapped[bytes | None] = mapped_column(sa.LargeBinary, deferred=True)
+    """The SM clock (MHz) read with each sample, same form and order; None when not reported."""
 
 
 class ChangePoint(Base):

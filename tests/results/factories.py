@@ -124,6 +124,21 @@ def row_counts(session: Session) -> dict[str, int]:
             for t in Base.metadata.sorted_tables}
 
 
+def sample_count(session: Session) -> int:
+    """How many samples the store holds (each measurement keeps its samples as one float64 array)."""
+    from pipeline.results.models import Measurement
+
+    return int(session.scalar(sa.select(sa.func.coalesce(sa.func.sum(sa.func.length(Measurement.samples)), 0)))) // 8
+
+
+def stored_samples(session: Session) -> list[float]:
+    """Every sample of every measurement, measurement by measurement."""
+    from pipeline.contracts.arrays import from_blob
+    from pipeline.results.models import Measurement
+
+    return [v for blob in session.scalars(sa.select(Measurement.samples).order_by(Measurement.id)) for v in from_blob(blob)]
+
+
 def run_and_upload(session: Session, label: str | int, results: Sequence[CaseResult],
                    device_class: str = DEVICE_CLASS) -> tuple[str, str]:
     """Create a run of commit `label` on one device class and upload `results` for its job;

@@ -73,7 +73,7 @@ def test_upload_is_stored_once_and_served(service: tuple[str, Engine]) -> None:
     assert again.status_code == 200
     assert again.json() == {"job_id": job_id, "stored": 0, "duplicates": 1, "samples": 0}
     with session_scope(engine) as s:
-        assert f.row_counts(s)["samples"] == 10
+        assert f.sample_count(s) == 10
 
     runs = requests.get(f"{url}/api/v1/runs", timeout=10).json()
     assert [r["id"] for r in runs] == [run_id]

@@ -12,7 +12,6 @@ from sqlalchemy import Engine
 from pipeline.contracts import ContractError, parse_manifest, parse_result
 from pipeline.results import ingest
 from pipeline.results.db import session_scope
-from pipeline.results.models import Sample
 
 from . import factories as f
 
@@ -66,7 +65,7 @@ def test_invalid_result_documents_are_refused_with_the_field(seeded: Engine, pat
 def test_a_parsed_raw_document_is_stored(seeded: Engine) -> None:
     with session_scope(seeded) as s:
         assert ingest.ingest_result(s, document=parse_result(_valid_result(seeded))).samples == 5
-        assert s.scalar(sa.select(sa.func.count()).select_from(Sample)) == 5
+        assert f.sample_count(s) == 5
 
 
 @pytest.mark.parametrize("path, value, named", [

@@ -6,6 +6,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
+from pipeline.contracts.arrays import from_blob
 from pipeline.results import ingest
 from pipeline.results.db import session_scope
 from pipeline.results.ingest import IngestError
@@ -19,7 +20,6 @@ from pipeline.results.models import (
     Job,
     Measurement,
     Run,
-    Sample,
     Series,
 )
 
@@ -145,11 +145,10 @@ def test_valid_document_is_stored_with_every_sample(seeded: Engine) -> None:
         assert m.median == pytest.approx(1e-3) and m.min == pytest.approx(samples[0])
         series = s.get(Series, m.series_id)
         assert series is not None and series.metric == "latency"
-        stored = s.execute(sa.select(Sample.idx, Sample.value, Sample.clock_mhz)
-                           .where(Sample.measurement_id == m.id).order_by(Sample.idx)).all()
-        assert [i for i, _, _ in stored] == list(range(7))
-        assert [v for _, v, _ in stored] == pytest.approx(samples, rel=1e-12)
-        assert [c for _, _, c in stored] == pytest.approx(clocks)
+        stored, stored_clocks = s.execute(sa.select(Measurement.samples, Measurement.sample_clocks)
+                                          .where(Measurement.id == m.id)).one()
+        assert from_blob(stored) == samples  # every sample, in order, exactly
+        assert from_blob(stored_clocks) == pytest.approx(clocks)
         device = s.scalars(sa.select(Device)).one()
         assert device.uid == "host-1" and results["ok"].device_id == device.id
 
@@ -170,7 +169,7 @@ def test_duplicate_upload_is_an_idempotent_success(seeded: Engine) -> None:
     assert (summary.stored, summary.duplicates, summary.samples) == (1, 1, 4)
     with session_scope(seeded) as s:
         counts = f.row_counts(s)
-        assert (counts["case_results"], counts["measurements"], counts["samples"]) == (2, 2, 14)
+        assert (counts["case_results"], counts["measurements"], f.sample_count(s)) == (2, 2, 14)
         # the duplicate kept the first upload's samples
         gemm_median = s.scalar(sa.select(Measurement.median).join(Series).join(Case).where(Case.case_id == f.GEMM))
         assert gemm_median == pytest.approx(1e-3)
@@ -230,7 +229,7 @@ def test_failure_after_writes_rolls_everything_back(seeded: Engine) -> None:
     with pytest.raises(RuntimeError), session_scope(seeded) as s:
         summary = ingest.ingest_result(s, document=f.result_document(
             run_id=run_id, job_id=job_id, commit_sha=f.sha(1), results=[f.ok(f.GEMM, f.series_samples(1e-3))]))
-        assert summary.samples == 10 and f.row_counts(s)["samples"] == 10
+        assert summary.samples == 10 and f.sample_count(s) == 10
         raise RuntimeError("the caller's next step failed")
     with session_scope(seeded) as s:
         assert f.snapshot(s) == before

@@ -11,7 +11,7 @@ import requests
 import sqlalchemy as sa
 
 from pipeline.results.db import session_scope
-from pipeline.results.models import Case, Commit, DeviceClassRow, Measurement, Run, Sample, Series
+from pipeline.results.models import Case, Commit, DeviceClassRow, Measurement, Run, Series
 from pipeline.results.web import data
 from pipeline.results.web.paging import paginate
 
@@ -145,7 +145,6 @@ def test_latest_medians_walk_back_to_each_series_newest_commit(paged_service: Se
         for commit_id, dropped in ((newest[0], series[:5]), (newest[1], series[:3]), (newest[2], series[:1])):
             gone = sa.select(Measurement.id).where(Measurement.commit_id == commit_id,
                                                    Measurement.series_id.in_(dropped))
-            s.execute(sa.delete(Sample).where(Sample.measurement_id.in_(gone)))
             s.execute(sa.delete(Measurement).where(Measurement.commit_id == commit_id,
                                                    Measurement.series_id.in_(dropped)))
     with session_scope(paged_service.engine) as s:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from pipeline.contracts.arrays import from_blob
 from pipeline.results.compare import CONTROL_IMPL
 from pipeline.results.models import (
     Bundle,
@@ -20,7 +21,6 @@ from pipeline.results.models import (
     Measurement,
     Repository,
     Run,
-    Sample,
     Series,
     TriageEvent,
 )
@@ -92,8 +92,7 @@ def commit_samples(session: Session, series_id: int, sha: str) -> list[float] | 
         .where(Measurement.series_id == series_id, Commit.sha == sha).order_by(Measurement.id.desc()).limit(1))
     if measurement_id is None:
         return None
-    return list(session.scalars(sa.select(Sample.value).where(Sample.measurement_id == measurement_id)
-                                .order_by(Sample.idx)))
+    return from_blob(session.scalar(sa.select(Measurement.samples).where(Measurement.id == measurement_id)))
 
 
 def triage_histories(session: Session, change_point_ids: Sequence[int]) -> dict[int, list[TriageRecord]]:
