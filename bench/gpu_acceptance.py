@@ -65,19 +65,17 @@ def _dump(farm: GpuFarm, head: str, path: Path) -> int:
 
     job = farm.query("SELECT j.id FROM jobs j JOIN runs r ON j.run_id = r.id JOIN commits c ON r.commit_id = c.id "
                      "WHERE c.sha = ? ORDER BY j.finished_at DESC LIMIT 1", head)[0][0]
+    from pipeline.contracts.arrays import from_blob
+
     rows = farm.query(
-        "SELECT cs.case_id, cr.target, cr.id, m.id, m.round_sizes, cr.binary_digest, cr.paired_binary_digest "
-        "FROM case_results cr JOIN cases cs ON cr.case_id = cs.id JOIN measurements m ON m.case_result_id = cr.id "
-        "WHERE cr.job_id = ?", job)
+        "SELECT cs.case_id, cr.target, m.samples, cr.paired_samples, m.round_sizes, cr.binary_digest, "
+        "cr.paired_binary_digest FROM case_results cr JOIN cases cs ON cr.case_id = cs.id "
+        "JOIN measurements m ON m.case_result_id = cr.id WHERE cr.job_id = ?", job)
     arrays: dict[str, Any] = {}
     meta = []
-    for i, (case, target, result_id, measurement_id, rounds, digest, paired_digest) in enumerate(rows):
-        head_samples = [v for (v,) in farm.query("SELECT value FROM samples WHERE measurement_id = ? ORDER BY idx",
-                                                  measurement_id)]
-        base_samples = [v for (v,) in farm.query(
-            "SELECT value FROM paired_samples WHERE case_result_id = ? ORDER BY idx", result_id)]
-        arrays[f"h{i}"] = np.asarray(head_samples, dtype=np.float32)
-        arrays[f"b{i}"] = np.asarray(base_samples, dtype=np.float32)
+    for i, (case, target, head_blob, base_blob, rounds, digest, paired_digest) in enumerate(rows):
+        arrays[f"h{i}"] = np.asarray(from_blob(head_blob), dtype=np.float32)
+        arrays[f"b{i}"] = np.asarray(from_blob(base_blob), dtype=np.float32)
         meta.append({"case": case, "target": target, "rounds": json.loads(rounds) if isinstance(rounds, str) else rounds,
                      "same_binary": digest is not None and digest == paired_digest})
     np.savez_compressed(path, meta=json.dumps(meta), **arrays)

@@ -15,7 +15,8 @@ from pipeline.config import MeasurementSettings
 from pipeline.contracts import BundleManifest, ResultDocument, parse_result
 from tests.helpers.suite_repo import GemmCase, case_id, gemm_suite_files, make_suite_repo
 
-FAST = MeasurementSettings(warmup_s=0.0, min_samples=5, min_time_s=0.0, max_time_s=0.2, max_rel_noise=0.5)
+FAST = MeasurementSettings(warmup_s=0.0, min_samples=5, min_time_s=0.0, max_time_s=0.2, max_rel_noise=0.5, rounds=2,
+                           min_rounds=2)
 GOOD, WRONG, BROKEN = GemmCase("good"), GemmCase("wrong", variant="wrong"), GemmCase("broken", variant="broken")
 
 
@@ -44,9 +45,10 @@ def _run(bundle_dir: Path, manifest: BundleManifest, device: LocalDevice, run_id
                           settings=FAST, progress=lambda *a: seen.append(a))
     checking = [s[1:] for s in seen if s[0].startswith("checking:")]
     assert checking == [(i, len(manifest.entries)) for i in range(1, len(manifest.entries) + 1)]
-    timing = [s[1:] for s in seen if s[0].startswith("timing:")]
+    timing = [s[1:] for s in seen if s[0].startswith("timing: round")]
     timed = sum(1 for r in document.results if r.status == "ok") * FAST.rounds
     assert timing == [(i, timed) for i in range(1, timed + 1)]
+    assert seen[-1] == ("timing: done", timed, timed)
     return parse_result(document.model_dump_json())   # the document survives the contract
 
 
