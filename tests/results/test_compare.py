@@ -80,8 +80,8 @@ def test_compare_gives_each_status(history: Engine) -> None:
     assert rows[ATTN].change == pytest.approx(-0.5)
     assert rows[GATHER].base_median is None and rows[GATHER].head_median == pytest.approx(1e-3)
     assert rows[BROKEN].head_median is None
-    assert result.counts == {"regressed": 1, "improved": 1, "similar": 1, "insufficient data": 1, "errored": 1,
-                             "no baseline": 1}
+    assert result.counts == {"regressed": 1, "improved": 1, "similar": 1, "unchanged": 0, "insufficient data": 1,
+                             "errored": 1, "no baseline": 1}
 
 
 def test_compare_with_an_explicit_base_and_without_any(history: Engine) -> None:
