@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -77,11 +77,11 @@ from pipeline.results.models import (
     Sample,
     Series,
 )
-from pipeline.results.stats import Verdict, paired_verdicts, threshold, verdicts
+from pipeline.results.stats import Verdict, paired_estimates, paired_verdicts, threshold, verdicts
 
 __all__ = [
     "DRIFT_RATIO", "STATUSES", "STATUS_LABELS", "VERDICTS", "BaseChoice", "CompareError", "Comparison", "ComparisonRow",
-    "PRVerdict", "choose_base", "combine", "compare", "compare_all", "counted_status", "find_base", "overall_verdict",
+    "PRVerdict", "choose_base", "combine", "compare", "compare_all", "counted_status", "find_base", "overall_verdict", "paired_changes",
     "result_device_classes", "results_version", "status_label", "verdict_counts",
 ]
 
@@ -310,23 +310,27 @@ def _latest_results(session: Session, commit_id: int, device_class_id: int) -> d
     return latest
 
 
-def _samples(session: Session, measurement_ids: list[int], *, commit_ids: list[int],
-             device_class_id: int) -> dict[int, list[float]]:
-    """The samples of those measurements (of those commits on that device class), in order.
+def _samples(session: Session, measurement_ids: list[int], *, commit_ids: list[int] | None = None,
+             device_class_id: int | None = None) -> dict[int, list[float]]:
+    """The samples of those measurements (of those commits on that device class, when given), in order.
 
     Selected through their commits and device class, then kept by id: a comparison wants nearly
     every measurement of two commits, and an IN list of thousands of ids costs more to send and
-    plan than the few unwanted rows (older results of the same commits) cost to skip.
+    plan than the few unwanted rows (older results of the same commits) cost to skip. Without
+    commits (a few measurements of many commits: calibrations), by id.
     """
     out: dict[int, list[float]] = {m: [] for m in measurement_ids}
     if not measurement_ids:
         return out
-    of_commits = (sa.select(Measurement.id).join(Series, Measurement.series_id == Series.id)
-                  .where(Measurement.commit_id.in_(commit_ids), Series.device_class_id == device_class_id,
-                         Series.metric == METRIC))
+    if commit_ids is None:
+        chosen: Any = Sample.measurement_id.in_(measurement_ids)
+    else:
+        of_commits = (sa.select(Measurement.id).join(Series, Measurement.series_id == Series.id)
+                      .where(Measurement.commit_id.in_(commit_ids), Series.device_class_id == device_class_id,
+                             Series.metric == METRIC))
+        chosen = Sample.measurement_id.in_(of_commits.scalar_subquery())
     for m_id, value in session.connection().execute(  # Core rows: no ORM bookkeeping for 10 per measurement
-        sa.select(Sample.measurement_id, Sample.value).where(Sample.measurement_id.in_(of_commits.scalar_subquery()))
-        .order_by(Sample.measurement_id, Sample.idx)
+        sa.select(Sample.measurement_id, Sample.value).where(chosen).order_by(Sample.measurement_id, Sample.idx)
     ):
         values = out.get(m_id)
         if values is not None:
@@ -346,7 +350,19 @@ def _paired_samples(session: Session, result_ids: list[int]) -> dict[int, list[f
     return out
 
 
-def _median(values: list[float]) -> float:
+def paired_changes(session: Session, results: Sequence[tuple[int, int, list[int] | None]]) -> dict[int, float | None]:
+    """result id -> the paired change of that stored result (`stats.paired_estimates`), for
+    (case result id, its measurement id, its round sizes); None where it has no paired samples."""
+    samples = _samples(session, [m for _, m, _ in results])
+    paired = _paired_samples(session, [r for r, _, _ in results])
+    usable = [(r, m, rounds) for r, m, rounds in results if paired[r] and len(paired[r]) == len(samples[m])]
+    estimates = paired_estimates([(paired[r], samples[m], rounds) for r, m, rounds in usable])
+    out: dict[int, float | None] = dict.fromkeys((r for r, _, _ in results), None)
+    out.update({r: e.change for (r, _, _), e in zip(usable, estimates, strict=True)})
+    return out
+
+
+def _median(values: Sequence[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

@@ -57,6 +57,8 @@ NOISE_FACTOR = 3.0
 """k in threshold = max(floor, k x noise): see `threshold`."""
 MAD_TO_SD = 1.4826
 """A normal distribution's standard deviation is 1.4826 times its median absolute deviation."""
+NOISE_MIN_POINTS = 5
+"""Fewest changes a noise is learned from (`paired_noise`, `run_to_run_noise`); fewer: unknown."""
 
 VerdictStatus = Literal["regressed", "improved", "similar", "insufficient data"]
 Rounds = Sequence[int] | None
@@ -270,6 +272,37 @@ def robust_sd(values: Sequence[float], *, center: float | None = 0.0) -> float |
     data = np.asarray(values, dtype=float)
     middle = float(np.median(data)) if center is None else center
     return MAD_TO_SD * float(np.median(np.abs(data - middle)))
+
+
+def paired_noise(changes: Sequence[float], min_points: int = NOISE_MIN_POINTS) -> float | None:
+    """The noise of a paired change between identical binaries (A/A calibrations): `robust_sd` of
+    their log changes about 0, not about their median, since the true change is 0 and an offset
+    they share (one slot always slower) is noise a verdict must not take for a change. None with
+    fewer than `min_points`."""
+    if len(changes) < min_points:
+        return None
+    return robust_sd([math.log1p(c) for c in changes])
+
+
+def run_to_run_noise(medians: Sequence[float], digests: Sequence[str | None], min_points: int = NOISE_MIN_POINTS
+                     ) -> float | None:
+    """One run's noise of the median, from a series' consecutive runs (oldest first, each with the
+    digest of the binary it timed, None: unknown): `robust_sd` of the successive differences of the
+    log medians about 0, divided by sqrt(2) (a difference of two runs has twice one run's variance).
+
+    Differences between runs of one binary are pure noise; where at least `min_points` such pairs
+    exist, only they are used. Otherwise every successive difference: the few that carry a real
+    change are outliers the median absolute deviation ignores. None with fewer than `min_points`.
+    """
+    if len(medians) != len(digests):
+        raise ValueError(f"{len(medians)} medians but {len(digests)} digests")
+    logs = [math.log(m) for m in medians]
+    steps = [(b - a, d is not None and d == e) for a, b, d, e in zip(logs, logs[1:], digests, digests[1:])]
+    same = [step for step, alike in steps if alike]
+    chosen = same if len(same) >= min_points else [step for step, _ in steps]
+    if len(chosen) < min_points:
+        return None
+    return robust_sd(chosen) / math.sqrt(2)  # type: ignore[operator]
 
 
 def _decide(estimate: Estimate, threshold_: float, *, lower_is_better: bool, max_pvalue: float,

@@ -217,3 +217,24 @@ def test_robust_sd_known_answers_and_outliers() -> None:
     rng = np.random.default_rng(2)
     values = list(rng.normal(0, 0.01, 29)) + [0.5]
     assert robust_sd(values) == pytest.approx(0.01, rel=0.35)
+
+
+def test_run_to_run_noise_prefers_pairs_of_one_binary() -> None:
+    from pipeline.results.stats import paired_noise, run_to_run_noise
+
+    # 6 binaries run twice (a rerun moves +-0.2 %), each followed by another binary run once (+5 to 10 %):
+    # 6 steps within one binary, 11 across binaries
+    medians, digests = [], []
+    for k in range(6):
+        level = 1e-3 * (1.05 if k % 2 else 1.0)
+        medians += [level, level * (1.002 if k % 3 else 0.998), 1.1e-3]
+        digests += [f"b{k}", f"b{k}", f"single{k}"]
+    same_only = run_to_run_noise(medians, digests)
+    assert same_only == pytest.approx(1.4826 * math.log(1.002) / math.sqrt(2), rel=0.01)
+    anonymous = run_to_run_noise(medians, [None] * len(medians))  # every step counts: the code changes too
+    assert anonymous is not None and anonymous > 5 * same_only
+    assert run_to_run_noise(medians[:5], [None] * 5) is None  # 4 steps: too few
+    with pytest.raises(ValueError, match="digests"):
+        run_to_run_noise(medians, digests[:3])
+    assert paired_noise([0.01, -0.01, 0.02, -0.02]) is None
+    assert paired_noise([0.01, 0.01, 0.01, 0.01, 0.01]) == pytest.approx(1.4826 * math.log(1.01))  # an offset is noise
