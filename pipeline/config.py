@@ -130,8 +130,19 @@ class CompareSettings(BaseModel):
         default=0.02, gt=0, lt=1,
         description="the same for paired results (base and head interleaved in one job): their ratios spread ~0.1% "
         "on an H200 (BENCHMARKS.md, Measurement quality), so 3% changes are called where unpaired runs cannot")
-    max_pvalue: float = Field(default=0.01, gt=0, lt=1)
+    max_pvalue: float = Field(default=0.01, gt=0, lt=1,
+                              description="largest p-value (a t-test over timing rounds) called significant")
     min_samples: int = Field(default=5, ge=2, description="fewer samples on a side: insufficient data")
+    min_rounds: int = Field(default=3, ge=2, description="fewer timing rounds on a side: insufficient data")
+    noise_factor: float = Field(
+        default=3.0, ge=0,
+        description="a case's threshold is max(the minimum change, noise_factor x its measured noise on the device "
+        "class): 3 standard deviations of a change between identical code pass 0.27 % of the time (normal noise), "
+        "and absorb the uncertainty of a noise learned from a few runs (pipeline.results.stats.threshold)")
+    same_binary_shortcut: bool = Field(
+        default=True,
+        description="a case whose head and base binaries are identical is 'unchanged (same binary)', never regressed "
+        "or improved; false: judged by its timings like any other (A/A measurements)")
     ancestor_walk: int = Field(default=50, ge=1, description="how many first-parent ancestors to search for a base")
 
 

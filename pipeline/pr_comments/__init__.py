@@ -2,7 +2,7 @@
 (sticky comment plus check run or commit status) posted on GitHub, with an outbox for reports
 that could not be posted yet."""
 
-from pipeline.pr_comments.comment import MARKER, CommentSettings, comment_marker, overall_status, render_comment
+from pipeline.pr_comments.comment import MARKER, CommentSettings, comment_marker, render_comment
 from pipeline.pr_comments.github import GitHubError, GitHubPoster, Posted
 from pipeline.pr_comments.markdown import Md, md_escape
 from pipeline.pr_comments.outbox import Delivery, Outbox, deliver, flush
@@ -10,6 +10,5 @@ from pipeline.pr_comments.report import Report, conclusion_for, make_report, rep
 
 __all__ = [
     "MARKER", "CommentSettings", "Delivery", "GitHubError", "GitHubPoster", "Md", "Outbox", "Posted", "Report",
-    "comment_marker", "conclusion_for", "deliver", "flush", "make_report", "md_escape", "overall_status",
-    "render_comment", "report_for_commit",
+    "comment_marker", "conclusion_for", "deliver", "flush", "make_report", "md_escape", "render_comment", "report_for_commit",
 ]

@@ -1,7 +1,9 @@
 """The PR comment: a verdict (one Comparison per device class) rendered from Jinja2 templates.
 
 Sections as in DESIGN.md ("PR comment"): a summary with the commits compared, "Regressed" and
-"Improved" tables, the rest folded in `<details>`; each section shows at most `top_n` rows and
+"Improved" tables (the rows that count as such in the verdict, `compare.counted_status`: never a
+vendor control or a row marked device drift), the rest folded in `<details>`; the headline is the
+verdict of `compare.overall_verdict` and its counts; each section shows at most `top_n` rows and
 links to the full comparison when it has more. The hidden marker on the first line finds the
 comment again; the body never passes GitHub's size limit (rows are dropped, then lines cut, with a
 link to the full comparison).
@@ -9,7 +11,6 @@ link to the full comparison).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -20,16 +21,23 @@ from urllib.parse import quote
 import jinja2
 
 from pipeline.pr_comments.markdown import Md, md_escape, md_link, md_url, truncate_lines
-from pipeline.pr_comments.table import STATUS_ORDER, format_change, format_pvalue, format_seconds, summary_line
-from pipeline.results.compare import Comparison, ComparisonRow
+from pipeline.pr_comments.table import (
+    STATUS_ORDER,
+    format_pvalue,
+    format_seconds,
+    row_change,
+    row_status,
+    summary_line,
+    verdict_line,
+)
+from pipeline.results.compare import Comparison, ComparisonRow, counted_status
 
-__all__ = ["MARKER", "CommentSettings", "comment_marker", "overall_status", "render_comment", "status_counts"]
+__all__ = ["MARKER", "CommentSettings", "comment_marker", "render_comment"]
 
 MARKER = "<!-- benchfarm:pr-comment -->"
 SeriesIds = Mapping[tuple[str, str], int]  # (case id, device class) -> series id
 
-_SECTIONS = (("Regressed", ("regressed",), False), ("Improved", ("improved",), False))
-_FOLDED = tuple(s for s in STATUS_ORDER if s not in ("regressed", "improved"))
+_SECTIONS = ("Regressed", "Improved", "Other cases")
 
 
 @dataclass(frozen=True)
@@ -43,26 +51,6 @@ def comment_marker(repository: str, pr: int | None) -> str:
     """The hidden first line: the fixed marker, then which pull request it is about."""
     where = f"{quote(repository, safe='/')}#{pr}" if pr is not None else quote(repository, safe="/")
     return f"{MARKER[:-4]} {where} -->"
-
-
-def status_counts(comparisons: Sequence[Comparison]) -> dict[str, int]:
-    total: Counter[str] = Counter()
-    for comparison in comparisons:
-        total.update({s: n for s, n in comparison.counts.items() if n})
-    return {s: total[s] for s in STATUS_ORDER if total[s]}
-
-
-def overall_status(comparisons: Sequence[Comparison]) -> str:
-    """regressed > errored > improved > similar > insufficient data > no baseline; 'no cases' when empty."""
-    counts = status_counts(comparisons)
-    for status in ("regressed", "errored", "improved", "similar", "insufficient data", "no baseline"):
-        if counts.get(status):
-            return status
-    return "no cases"
-
-
-def _counts_text(counts: Mapping[str, int]) -> str:
-    return ", ".join(f"{n} {s}" for s, n in counts.items()) or "no cases"
 
 
 @dataclass
@@ -86,14 +74,15 @@ def _row_view(row: ComparisonRow, comparison: Comparison, settings: CommentSetti
         link = md_link("history", md_url(settings.public_url, f"series/{series_id}"))
     else:
         link = md_link("compare", _compare_url(settings.public_url, comparison, comparison.device_class))
-    # Fields the analysis may add to rows later; the comment shows them when present.
-    notes = ["probable device drift"] if getattr(row, "drift", False) else []
-    if note := getattr(row, "note", None):
+    notes = ["probable device drift"] if row.drift else []
+    if row.is_control:
+        notes.append("vendor control")
+    if note := getattr(row, "note", None):  # a field the analysis may add to rows later
         notes.append(str(note))
     return {
-        "case": row.case_id, "device_class": comparison.device_class, "status": row.status,
+        "case": row.case_id, "device_class": comparison.device_class, "status": Md(row_status(row)),
         "base": Md(format_seconds(row.base_median)), "head": Md(format_seconds(row.head_median)),
-        "change": Md(format_change(row.change)), "pvalue": Md(format_pvalue(row.pvalue)),  # our own numbers
+        "change": Md(row_change(row)), "pvalue": Md(format_pvalue(row.pvalue)),  # our own numbers
         "note": "; ".join(notes), "link": link,
     }
 
@@ -101,9 +90,11 @@ def _row_view(row: ComparisonRow, comparison: Comparison, settings: CommentSetti
 def _sections(comparisons: Sequence[Comparison], settings: CommentSettings, series_ids: SeriesIds,
               limit: int) -> list[_Section]:
     pairs = [(row, c) for c in comparisons for row in c.rows]
+    section_of = {"regressed": "Regressed", "improved": "Improved"}
     out = []
-    for title, statuses, folded in (*_SECTIONS, ("Other cases", _FOLDED, True)):
-        chosen = [(r, c) for r, c in pairs if r.status in statuses]
+    for title in _SECTIONS:
+        folded = title == "Other cases"
+        chosen = [(r, c) for r, c in pairs if section_of.get(counted_status(r) or "", "Other cases") == title]
         if title == "Regressed":   # the worst first
             chosen.sort(key=lambda p: (-(p[0].change or 0.0), p[0].case_id, p[1].device_class))
         elif title == "Improved":  # the best first
@@ -139,13 +130,12 @@ def render_comment(
         raise ValueError("a report needs at least one comparison")
     first = comparisons[0]
     ids = series_ids or {}
-    counts = status_counts(comparisons)
     bases = sorted({c.base_sha[:10] for c in comparisons if c.base_sha})
     full_url = md_url(settings.public_url, "compare", {"repository": first.repository, "head": first.head_sha})
     full_link = md_link("full comparison", full_url)
     context: dict[str, Any] = {
         "marker": Md(comment_marker(first.repository, pr)),
-        "headline": f"{_counts_text(counts)}",
+        "headline": Md(verdict_line(comparisons)),  # our own words and numbers
         "summary": Md(
             f"{md_escape(first.repository)} {Md('`' + first.head_sha[:10] + '`')} compared with "
             + (", ".join(f"`{b}`" for b in bases) if bases else "no stored ancestor")
@@ -153,7 +143,10 @@ def render_comment(
         ),
         "device_lines": [summary_line(c) for c in comparisons],
         "full_link": full_link,
-        "footer": Md("benchfarm · statuses: regressed / improved need both a rank-test p-value and a minimum change"),
+        "footer": Md("benchfarm · regressed / improved: significant over the timing rounds (p) and at least the "
+                     "case's threshold (the larger of the minimum change and a multiple of its measured noise); change with its "
+                     "95 % interval; unchanged (same binary): identical code, never a change; controls and device "
+                     "drift do not count"),
     }
     tail = Md(f"\n\n**Truncated** to fit GitHub's comment size; see the {full_link}.\n")
     template = _environment().get_template("comment.md.j2")

@@ -15,16 +15,10 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipeline.config import Settings
-from pipeline.pr_comments.comment import (
-    CommentSettings,
-    SeriesIds,
-    comment_marker,
-    overall_status,
-    render_comment,
-    status_counts,
-)
+from pipeline.pr_comments.comment import CommentSettings, SeriesIds, comment_marker, render_comment
 from pipeline.pr_comments.markdown import md_url, truncate_lines
-from pipeline.results.compare import METRIC, Comparison, compare
+from pipeline.pr_comments.table import verdict_line
+from pipeline.results.compare import METRIC, Comparison, combine, compare
 from pipeline.results.models import Case, Commit, DeviceClassRow, Job, Repository, Run, Series
 
 __all__ = ["CHECK_SUMMARY_MAX", "Report", "conclusion_for", "device_classes_of", "make_report", "report_for_commit",
@@ -34,12 +28,14 @@ CHECK_SUMMARY_MAX = 65535  # GitHub's limit on a check run's output.summary
 REPORT_VERSION = 1
 
 
-def conclusion_for(status: str, policy: str) -> str:
-    """A check run's conclusion for an overall status: regressions and errors fail the check under
-    the "fail" policy and are reported as neutral under "neutral"; nothing compared is neutral."""
-    if status in ("regressed", "errored"):
+def conclusion_for(verdict: str, errored: int, policy: str) -> str:
+    """A check run's conclusion for a verdict (`compare.overall_verdict`, the store's) and the
+    number of errored rows: a regression or an error fails the check under the "fail" policy and
+    is reported as neutral under "neutral"; improved or similar succeed; nothing compared (no
+    baseline, insufficient data) is neutral."""
+    if verdict == "regressed" or errored:
         return "failure" if policy == "fail" else "neutral"
-    if status in ("improved", "similar"):
+    if verdict in ("improved", "similar"):
         return "success"
     return "neutral"
 
@@ -86,12 +82,11 @@ def make_report(comparisons: Sequence[Comparison], *, settings: Settings, pr: in
                                                                  gh.comment_max_chars),
                           pr=pr, series_ids=series_ids)
     first = comparisons[0]
-    counts = status_counts(comparisons)
-    title = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no cases"
+    verdict = combine(first.repository, first.head_sha, list(comparisons))  # the one verdict, as the store's
     return Report(
         repository=first.repository, head_sha=first.head_sha, pr=pr, body=body,
-        title=f"{title} on {len(comparisons)} device class{'es' if len(comparisons) != 1 else ''}",
-        conclusion=conclusion_for(overall_status(comparisons), gh.verdict_policy),
+        title=f"{verdict_line(comparisons)} on {len(comparisons)} device class{'es' if len(comparisons) != 1 else ''}",
+        conclusion=conclusion_for(verdict.verdict, verdict.errored, gh.verdict_policy),
         details_url=md_url(settings.public_url, "compare", {"repository": first.repository, "head": first.head_sha}),
     )
 

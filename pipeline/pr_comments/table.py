@@ -1,21 +1,29 @@
-"""The comparison table as people read it in a terminal; the PR comment reuses the formatters."""
+"""The comparison table as people read it in a terminal; the PR comment and the pages reuse the formatters.
+
+Every word and count comes from `pipeline.results.compare` (one status vocabulary, one verdict):
+the verdict is `overall_verdict`, the counts `verdict_counts`, a status is shown by `status_label`.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
 
 from rich.table import Table
 from rich.text import Text
 
-from pipeline.results.compare import Comparison
+from pipeline.results.compare import Comparison, ComparisonRow, overall_verdict, status_label, verdict_counts
 
 STATUS_STYLE = {
     "regressed": "bold red",
     "improved": "bold green",
     "similar": "dim",
+    "unchanged": "dim",
     "insufficient data": "yellow",
     "errored": "bold magenta",
     "no baseline": "cyan",
 }
-STATUS_ORDER = ["regressed", "errored", "improved", "insufficient data", "no baseline", "similar"]
+STATUS_ORDER = ["regressed", "errored", "improved", "insufficient data", "no baseline", "similar", "unchanged"]
+"""The order rows and counts are shown in: what needs a look first."""
 
 
 def format_seconds(value: float | None) -> str:
@@ -27,25 +35,61 @@ def format_seconds(value: float | None) -> str:
     return f"{value / 1e-9:.3g} ns"
 
 
-def format_change(change: float | None) -> str:
-    return "-" if change is None else f"{change * 100:+.1f}%"
+def format_change(change: float | None, ci_low: float | None = None, ci_high: float | None = None) -> str:
+    """"+3.1 %", and with its interval "+3.1 % [+2.4, +3.8]"; "-" for none."""
+    if change is None:
+        return "-"
+    text = f"{change * 100:+.1f} %"
+    if ci_low is not None and ci_high is not None:
+        text += f" [{ci_low * 100:+.1f}, {ci_high * 100:+.1f}]"
+    return text
+
+
+def row_change(row: ComparisonRow) -> str:
+    """A row's change with its 95 % interval."""
+    return format_change(row.change, row.ci_low, row.ci_high)
 
 
 def format_pvalue(pvalue: float | None) -> str:
     return "-" if pvalue is None else f"{pvalue:.2g}"
 
 
+def row_status(row: ComparisonRow) -> str:
+    """A row's status as shown: its label, and why it does not count when it does not."""
+    label = status_label(row.status)
+    if row.is_control:
+        return f"{label} (control)"
+    return f"{label} (device drift)" if row.drift else label
+
+
+def counts_text(rows: Iterable[ComparisonRow]) -> str:
+    """"2 regressed, 1 errored, 3 similar, 1 device drift; 2 controls": the rows the verdict stands
+    on (`verdict_counts`), then the controls apart."""
+    rows = list(rows)
+    counts = verdict_counts(rows)
+    parts = [f"{counts[s]} {status_label(s)}" for s in STATUS_ORDER if counts.get(s)]
+    if counts.get("drift"):
+        parts.append(f"{counts['drift']} device drift")
+    text = ", ".join(parts) or "no cases"
+    controls = sum(r.is_control for r in rows)
+    return text + (f"; {controls} control{'s' if controls != 1 else ''}" if controls else "")
+
+
+def verdict_line(comparisons: Sequence[Comparison]) -> str:
+    """"regressed: 2 regressed, 5 similar" over the rows of every comparison."""
+    rows = [r for c in comparisons for r in c.rows]
+    return f"{overall_verdict(rows)}: {counts_text(rows)}" if rows else "no cases"
+
+
 def summary_line(comparison: Comparison) -> str:
     base = comparison.base_sha[:10] if comparison.base_sha else "no stored ancestor"
-    counts = ", ".join(f"{n} {status}" for status in STATUS_ORDER if (n := comparison.counts.get(status)))
-    return (f"{comparison.device_class}: {comparison.head_sha[:10]} vs {base}"
-            f" — {counts or 'no cases'}")
+    return f"{comparison.device_class}: {comparison.head_sha[:10]} vs {base} — {verdict_line([comparison])}"
 
 
 def terminal_table(comparison: Comparison) -> Table:
     table = Table(title=summary_line(comparison), title_justify="left")
     table.add_column("case", overflow="fold", ratio=1)  # a case id is never cut short
-    for column in ("base", "now", "change", "p"):
+    for column in ("base", "now", "change [95% CI]", "p"):
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     rows = sorted(comparison.rows, key=lambda r: (STATUS_ORDER.index(r.status), r.case_id))
@@ -54,8 +98,8 @@ def terminal_table(comparison: Comparison) -> Table:
             Text(row.case_id),  # Text(): a case name is never read as console markup
             format_seconds(row.base_median),
             format_seconds(row.head_median),
-            format_change(row.change),
+            row_change(row),
             format_pvalue(row.pvalue),
-            Text(row.status, style=STATUS_STYLE.get(row.status, "")),
+            Text(row_status(row), style=STATUS_STYLE.get(row.status, "")),
         )
     return table

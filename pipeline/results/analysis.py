@@ -27,6 +27,16 @@ as the series' reference. Detection itself needs no rebase: each change point is
 its neighbouring levels, so the level after an intended change is what later changes are
 measured against. PR verdicts compare with the base commit's own samples, which already show
 whatever level was current there.
+
+Noise (the verdict's threshold is max(floor, k x noise), `stats.threshold`), kept on the series:
+- `Series.noise_unpaired`, each time a series is analysed: `stats.run_to_run_noise` over its
+  last `NOISE_HISTORY` default-branch commits (their medians, and the binaries they timed: pairs
+  of runs of one binary are preferred). No sample is read.
+- `Series.noise_paired`, by `learn_paired_noise` after every ingest that stored A/A calibrations
+  (paired results whose base timed the same binary, `binary_digest == paired_binary_digest`), of
+  any run kind: `stats.paired_noise` of the paired changes of the series' last `NOISE_HISTORY`
+  calibrations. Only those series, only those results' samples are read: an ingest without
+  calibrations costs one query.
 """
 
 from __future__ import annotations
@@ -42,13 +52,15 @@ from sqlalchemy.orm import Session
 
 from pipeline.config import AnalysisSettings
 from pipeline.contracts import METRICS, ResultDocument
-from pipeline.results import changepoints
+from pipeline.results import changepoints, stats
+from pipeline.results.compare import paired_changes
 from pipeline.results.history import (
     FALLBACK_RUN_KINDS,
     ChainCommit,
     default_branch_chain,
 )
 from pipeline.results.models import (
+    CaseResultRow,
     ChangePoint,
     Commit,
     Job,
@@ -65,6 +77,7 @@ __all__ = [
     "AnalysisSummary",
     "analyze_after_ingest",
     "analyze_series",
+    "learn_paired_noise",
     "reanalyze_all",
     "series_direction",
 ]
@@ -75,6 +88,8 @@ ANALYSIS_WHO = "benchfarm analysis"
 """Who the first triage event ("needs triage") of a detected change point names."""
 ANALYZED_RUN_KINDS = FALLBACK_RUN_KINDS
 """Runs whose upload triggers analysis, besides any run of a commit recorded on the default branch."""
+NOISE_HISTORY = 30
+"""Newest default-branch commits (unpaired) or A/A calibrations (paired) a series' noise is learned from."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,8 @@ class AnalysisSummary:
 class _Point:
     commit: ChainCommit
     value: float
+    digest: str | None = None
+    """the binary the measurement timed (None: not reported)"""
 
 
 def series_direction(series: Series) -> bool:
@@ -102,18 +119,20 @@ def _histories(session: Session, chain: Sequence[ChainCommit], series_ids: Itera
     position = {c.id: i for i, c in enumerate(chain)}
     if not position:
         return {}
-    query = sa.select(Measurement.series_id, Measurement.commit_id, Measurement.median).order_by(Measurement.id)
+    query = (sa.select(Measurement.series_id, Measurement.commit_id, Measurement.median, CaseResultRow.binary_digest)
+             .join(CaseResultRow, Measurement.case_result_id == CaseResultRow.id).order_by(Measurement.id))
     if series_ids is not None:
         ids = list(series_ids)
         if not ids:
             return {}
         query = query.where(Measurement.series_id.in_(ids))
-    newest: dict[int, dict[int, float]] = defaultdict(dict)
-    for series_id, commit_id, median in session.execute(query):
+    newest: dict[int, dict[int, tuple[float, str | None]]] = defaultdict(dict)
+    for series_id, commit_id, median, digest in session.execute(query):
         if commit_id in position:
-            newest[series_id][commit_id] = median  # ordered by id: the last one wins
+            newest[series_id][commit_id] = (median, digest)  # ordered by id: the last one wins
     return {
-        series_id: [_Point(chain[position[c]], v) for c, v in sorted(values.items(), key=lambda kv: position[kv[0]])]
+        series_id: [_Point(chain[position[c]], v, d)
+                    for c, (v, d) in sorted(values.items(), key=lambda kv: position[kv[0]])]
         for series_id, values in newest.items()
     }
 
@@ -135,6 +154,8 @@ def _analyze(session: Session, series: Series, points: list[_Point], settings: A
     now = utcnow()
     series.history_points = len(points)
     series.analyzed_at = now
+    recent = points[-NOISE_HISTORY:]
+    series.noise_unpaired = stats.run_to_run_noise([p.value for p in recent], [p.digest for p in recent])
     if len(points) < 2 * settings.min_size:
         return 0
     values = [p.value for p in points]
@@ -248,3 +269,29 @@ def reanalyze_all(session: Session, settings: AnalysisSettings) -> AnalysisSumma
     summary = _run(session, None, settings, incremental=False)
     log.info("re-analysed %d series, %d new change points", summary.series, summary.new_change_points)
     return summary
+
+
+def learn_paired_noise(session: Session, job_id: str) -> int:
+    """Update `Series.noise_paired` (module doc) of the series in which this job stored A/A
+    calibrations; returns how many series. Idempotent."""
+    calibration = sa.and_(CaseResultRow.binary_digest.is_not(None),
+                          CaseResultRow.binary_digest == CaseResultRow.paired_binary_digest)
+    series_ids = list(session.scalars(
+        sa.select(Measurement.series_id).distinct().join(CaseResultRow, Measurement.case_result_id == CaseResultRow.id)
+        .where(CaseResultRow.job_id == job_id, calibration)))
+    if not series_ids:
+        return 0
+    found: dict[int, list[tuple[int, int, list[int] | None]]] = defaultdict(list)
+    for series_id, result_id, measurement_id, rounds in session.execute(
+        sa.select(Measurement.series_id, CaseResultRow.id, Measurement.id, Measurement.round_sizes)
+        .join(CaseResultRow, Measurement.case_result_id == CaseResultRow.id)
+        .where(Measurement.series_id.in_(series_ids), calibration).order_by(Measurement.id.desc())
+    ):
+        if len(found[series_id]) < NOISE_HISTORY:
+            found[series_id].append((result_id, measurement_id, rounds))
+    changes = paired_changes(session, [r for results in found.values() for r in results])
+    for series in session.scalars(sa.select(Series).where(Series.id.in_(series_ids))):
+        values = [c for r, _, _ in found[series.id] if (c := changes[r]) is not None]
+        series.noise_paired = stats.paired_noise(values)
+    session.flush()
+    return len(series_ids)

@@ -12,13 +12,29 @@ Base (`choose_base`), on one device class:
   first-parent ancestors; so is one whose walk meets no default-branch commit (nothing recorded as
   the default branch, or a branch that forked long ago): its own first-parent ancestors.
 
-Per case and target, the newest result of each commit is used, with all its samples:
-- paired (the head's result carries the base's samples of the same job): `stats.paired_verdict`,
-  a signed-rank test on the log ratios plus the minimum magnitude `paired_min_change` (2%: paired
-  ratios are far less noisy than unpaired medians);
-- unpaired: `stats.verdict`, Mann-Whitney U on the samples plus the minimum magnitude.
-Statuses: regressed / improved / similar / insufficient data / errored (head wrong or error) /
-no baseline (no base, or the base has no ok result of the case).
+Per case and target, the newest result of each commit is used, with all its samples, judged on
+its timing rounds (`stats`: the round, not the sample, is the unit of replication):
+- paired (the head's result carries the base's samples of the same job): `stats.paired_verdicts`,
+  a t-test over the rounds' median log ratios;
+- unpaired: `stats.verdicts`, Welch's t-test over each side's log round medians.
+A change counts when it is significant (p <= max_pvalue) and at least the case's threshold:
+`stats.threshold(floor, noise, noise_factor)`, the floor being `paired_min_change` (2 %: paired
+ratios are far less noisy than unpaired medians) or `min_change`, the noise the series' learned
+one on that device class (`Series.noise_paired`: the sd of a paired A/A change; for unpaired
+rows the sd of a change between two runs, sqrt(2) x `Series.noise_unpaired`, which is one run's).
+Every row carries its change's 95 % interval (ci_low, ci_high); base and head medians are those
+of the very samples the change was computed from.
+
+Identical code is not a change (`CompareSettings.same_binary_shortcut`): when the head's and the
+base's binary digests (`BundleEntry.binary_digest`: artifact, launch, inputs) are equal, the row
+is "unchanged" (shown "unchanged (same binary)"), with its change and interval when it was timed
+(a free A/A calibration) but never regressed or improved. Paired rows compare the result's own
+digest with its paired base's; unpaired rows the head result's with the base result's. A head
+result "skipped" because its binary is the base's (the agent does not time it again) is an
+unchanged row showing the base's median. Other skipped results are left out.
+
+Statuses (`STATUSES`): regressed / improved / similar / unchanged / insufficient data / errored
+(head wrong or error) / no baseline (no base, or the base has no ok result of the case).
 
 Vendor controls: a case whose impl is `vendor` (cuBLAS, cuDNN, SDPA through torch) is the control
 of the suite cases with its family, shape and dtype (its name too, when several match). A
@@ -26,16 +42,18 @@ regressed or improved case whose control moved the same way, significantly (p <=
 at least `DRIFT_RATIO` of the case's change is marked `drift` (probable device drift, not a code
 change): the PR cannot have changed the vendor library, so the device did.
 
-Overall verdict (`overall_verdict`), over the rows that are not controls, a row marked drift
-counting as similar: regressed if any regressed, else improved if any improved, else similar if any similar, else
-insufficient data if any, else no baseline. Errored rows are counted apart (`errored`), never
-hidden in the verdict's word.
+The verdict (`overall_verdict`, the only one: terminal, API, pages, PR comment and check use it)
+counts each row as `counted_status` says: controls do not count, drift-marked and unchanged rows
+count as similar. Regressed if any regressed, else improved if any improved, else similar if any
+similar, else insufficient data if any, else no baseline. Errored rows are counted apart
+(`errored`), never hidden in the verdict's word.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -57,17 +75,23 @@ from pipeline.results.models import (
     Run,
     Series,
 )
-from pipeline.results.stats import paired_verdicts, verdicts
+from pipeline.results.stats import Verdict, paired_estimates, paired_verdicts, threshold, verdicts
 
 __all__ = [
-    "DRIFT_RATIO", "STATUSES", "VERDICTS", "BaseChoice", "CompareError", "Comparison", "ComparisonRow", "PRVerdict",
-    "choose_base", "combine", "compare", "compare_all", "find_base", "overall_verdict", "result_device_classes",
-    "results_version",
+    "DRIFT_RATIO", "STATUSES", "STATUS_LABELS", "VERDICTS", "BaseChoice", "CompareError", "Comparison", "ComparisonRow",
+    "PRVerdict", "choose_base", "combine", "compare", "compare_all", "counted_status", "find_base", "overall_verdict", "paired_changes",
+    "result_device_classes", "results_version", "status_label", "verdict_counts",
 ]
 
 METRIC = "latency"
-STATUSES = ("regressed", "improved", "similar", "insufficient data", "errored", "no baseline")
+STATUSES = ("regressed", "improved", "similar", "unchanged", "insufficient data", "errored", "no baseline")
+"""A row's status."""
 VERDICTS = ("regressed", "improved", "similar", "insufficient data", "no baseline")
+"""The verdict's words, by precedence."""
+STATUS_LABELS = {"unchanged": "unchanged (same binary)"}
+"""How a status is shown where it needs saying why (the others are shown as they are)."""
+SAME_BINARY_SKIP = "not timed: same binary"
+"""How the agent's reason for a result it did not time because its binary is the base's begins."""
 CONTROL_IMPL = "vendor"
 DRIFT_RATIO = 0.5
 """A control that moved at least this fraction of a case's change, same sign, significantly: drift."""
@@ -87,8 +111,15 @@ class ComparisonRow:
     change: float | None
     pvalue: float | None
     status: str
+    ci_low: float | None = None
+    ci_high: float | None = None
+    """the change's 95 % interval (round-level); None where it was not tested"""
+    threshold: float | None = None
+    """the smallest |change| counted for this case (floor, or noise_factor x its measured noise)"""
     paired: bool = False
     """True: base and head were timed interleaved in one job and the paired test decided."""
+    same_binary: bool = False
+    """Head and base timed identical binaries (equal digests): "unchanged" under the shortcut."""
     is_control: bool = False
     """A vendor implementation, run as the control of the suite cases of its family, shape and dtype."""
     control_case: str | None = None
@@ -245,47 +276,60 @@ def results_version(session: Session, *, repository: str, sha: str, device_class
 class _Latest:
     result_id: int
     status: str
+    reason: str | None
     measurement_id: int | None
     median: float | None
     paired_base_commit_id: int | None
+    round_sizes: list[int] | None
+    binary_digest: str | None
+    paired_binary_digest: str | None
+    noise_paired: float | None
+    noise_unpaired: float | None
 
 
 def _latest_results(session: Session, commit_id: int, device_class_id: int) -> dict[tuple[int, str], _Latest]:
     """(cases.id, target) -> the newest case result of that commit on that device class, with its
-    latency measurement when it is ok. Newest = the highest id (the last stored)."""
+    latency measurement (and its series' learned noise) when it is ok. Newest = the highest id."""
     rows = session.execute(
-        sa.select(CaseResultRow.case_id, CaseResultRow.target, CaseResultRow.id, CaseResultRow.status, Measurement.id,
-                  Measurement.median, CaseResultRow.paired_base_commit_id)
+        sa.select(CaseResultRow.case_id, CaseResultRow.target, CaseResultRow.id, CaseResultRow.status,
+                  CaseResultRow.reason, Measurement.id, Measurement.median, CaseResultRow.paired_base_commit_id,
+                  Measurement.round_sizes, CaseResultRow.binary_digest, CaseResultRow.paired_binary_digest,
+                  Series.noise_paired, Series.noise_unpaired)
         .join(Job, CaseResultRow.job_id == Job.id)
         .join(Run, Job.run_id == Run.id)
         .outerjoin(Measurement, Measurement.case_result_id == CaseResultRow.id)
+        .outerjoin(Series, Measurement.series_id == Series.id)
         .where(Run.commit_id == commit_id, Job.device_class_id == device_class_id)
         .order_by(CaseResultRow.id)
     ).all()
     latest: dict[tuple[int, str], _Latest] = {}
-    for case_pk, target, result_id, status, measurement_id, median, paired in rows:
-        latest[(case_pk, target)] = _Latest(result_id, status, measurement_id, median, paired)
+    for case_pk, target, *fields in rows:
+        latest[(case_pk, target)] = _Latest(*fields)
     return latest
 
 
-def _samples(session: Session, measurement_ids: list[int], *, commit_ids: list[int],
-             device_class_id: int) -> dict[int, list[float]]:
-    """The samples of those measurements (of those commits on that device class), in order.
+def _samples(session: Session, measurement_ids: list[int], *, commit_ids: list[int] | None = None,
+             device_class_id: int | None = None) -> dict[int, list[float]]:
+    """The samples of those measurements (of those commits on that device class, when given), in order.
 
     Selected through their commits and device class, then kept by id: a comparison wants nearly
     every measurement of two commits, and an IN list of thousands of ids costs more to send and
-    plan than the few unwanted rows (older results of the same commits) cost to skip.
+    plan than the few unwanted rows (older results of the same commits) cost to skip. Without
+    commits (a few measurements of many commits: calibrations), by id.
     """
     from pipeline.contracts.arrays import from_blob  # the store's sample codec
 
     out: dict[int, list[float]] = {m: [] for m in measurement_ids}
     if not measurement_ids:
         return out
-    for m_id, blob in session.connection().execute(  # Core rows: no ORM bookkeeping
-        sa.select(Measurement.id, Measurement.samples).join(Series, Measurement.series_id == Series.id)
-        .where(Measurement.commit_id.in_(commit_ids), Series.device_class_id == device_class_id,
-               Series.metric == METRIC)
-    ):
+    query = sa.select(Measurement.id, Measurement.samples)
+    if commit_ids is None:
+        query = query.where(Measurement.id.in_(measurement_ids))
+    else:
+        query = (query.join(Series, Measurement.series_id == Series.id)
+                 .where(Measurement.commit_id.in_(commit_ids), Series.device_class_id == device_class_id,
+                        Series.metric == METRIC))
+    for m_id, blob in session.connection().execute(query):  # Core rows: no ORM bookkeeping
         if m_id in out:
             out[m_id] = from_blob(blob)
     return out
@@ -304,7 +348,19 @@ def _paired_samples(session: Session, result_ids: list[int]) -> dict[int, list[f
     return out
 
 
-def _median(values: list[float]) -> float:
+def paired_changes(session: Session, results: Sequence[tuple[int, int, list[int] | None]]) -> dict[int, float | None]:
+    """result id -> the paired change of that stored result (`stats.paired_estimates`), for
+    (case result id, its measurement id, its round sizes); None where it has no paired samples."""
+    samples = _samples(session, [m for _, m, _ in results])
+    paired = _paired_samples(session, [r for r, _, _ in results])
+    usable = [(r, m, rounds) for r, m, rounds in results if paired[r] and len(paired[r]) == len(samples[m])]
+    estimates = paired_estimates([(paired[r], samples[m], rounds) for r, m, rounds in usable])
+    out: dict[int, float | None] = dict.fromkeys((r for r, _, _ in results), None)
+    out.update({r: e.change for (r, _, _), e in zip(usable, estimates, strict=True)})
+    return out
+
+
+def _median(values: Sequence[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
@@ -349,10 +405,33 @@ def _mark_controls(rows: list[ComparisonRow], max_pvalue: float) -> list[Compari
     return out
 
 
+def status_label(status: str) -> str:
+    """A status as shown to people: "unchanged (same binary)", the others as they are."""
+    return STATUS_LABELS.get(status, status)
+
+
+def counted_status(row: ComparisonRow) -> str | None:
+    """What a row counts as in the verdict (module doc): None for a control (it judges the device,
+    not the code); similar for a row marked drift or unchanged; else its status."""
+    if row.is_control:
+        return None
+    if row.drift or row.status == "unchanged":
+        return "similar"
+    return row.status
+
+
 def overall_verdict(rows: Iterable[ComparisonRow]) -> str:
-    """One word for a set of rows (module doc): controls do not count, drift-marked rows count as similar."""
-    statuses = {"similar" if r.drift else r.status for r in rows if not r.is_control}
+    """One word for a set of rows (module doc): the first of VERDICTS that a row counts as."""
+    statuses = {counted_status(r) for r in rows}
     return next((v for v in VERDICTS if v in statuses), "no baseline")
+
+
+def verdict_counts(rows: Iterable[ComparisonRow]) -> dict[str, int]:
+    """How many rows of each status the verdict stands on, controls left out, drift-marked rows
+    counted as "drift" (not as their regressed or improved), in STATUSES order then "drift";
+    statuses with no row left out."""
+    counts = Counter("drift" if r.drift else r.status for r in rows if not r.is_control)
+    return {s: counts[s] for s in (*STATUSES, "drift") if counts[s]}
 
 
 def compare(
@@ -367,12 +446,15 @@ def compare(
 ) -> Comparison:
     """Compare head with its base (module doc) on one device class.
 
-    One row per (case, target) that head has a result for, skipped cases left out, sorted by case
-    and target. Raises CompareError for an unknown repository, commit or device class.
+    One row per (case, target) that head has a result for, skipped cases left out (except those
+    not timed because their binary is the base's: unchanged), sorted by case and target. Raises
+    CompareError for an unknown repository, commit or device class.
     """
     dc_id = _device_class_id(session, device_class)
     head = _commit(session, repository, head_sha)
-    head_results = {k: v for k, v in _latest_results(session, head.id, dc_id).items() if v.status != "skipped"}
+    latest = _latest_results(session, head.id, dc_id)
+    head_results = {k: v for k, v in latest.items() if v.status != "skipped"}
+    skipped = {k: v for k, v in latest.items() if v.status == "skipped"}
 
     if base_sha is not None:
         choice = BaseChoice(base_sha, merge_base, "explicit")
@@ -396,7 +478,7 @@ def compare(
                 sa.select(CaseResultRow.case_id).join(Job, CaseResultRow.job_id == Job.id)
                 .join(Run, Job.run_id == Run.id).where(Run.commit_id == head.id, Job.device_class_id == dc_id)))
         )
-    } if head_results else {}
+    } if latest else {}
     paired_keys = {k for k, v in head_results.items()
                    if base is not None and v.paired_base_commit_id == base.id and v.measurement_id is not None}
     wanted: list[int | None] = [v.measurement_id for k, v in head_results.items()
@@ -406,34 +488,52 @@ def compare(
     samples = _samples(session, [m for m in wanted if m is not None],
                        commit_ids=[head.id] + ([base.id] if base else []), device_class_id=dc_id)
     paired = _paired_samples(session, [head_results[k].result_id for k in paired_keys])
-    lower_is_better = METRICS[METRIC].lower_is_better
-    options: dict[str, Any] = {"lower_is_better": lower_is_better, "min_change": settings.min_change,
-                               "max_pvalue": settings.max_pvalue, "min_samples": settings.min_samples}
+    options: dict[str, Any] = {"lower_is_better": METRICS[METRIC].lower_is_better, "max_pvalue": settings.max_pvalue,
+                               "min_samples": settings.min_samples, "min_rounds": settings.min_rounds}
+    shortcut = settings.same_binary_shortcut
+
+    def same(digest: str | None, other: str | None) -> bool:
+        return digest is not None and digest == other
 
     rows: list[ComparisonRow] = []
-    to_pair: list[tuple[tuple[int, str], int]] = []  # (key, head measurement)
-    to_test: list[tuple[tuple[int, str], int, int]] = []  # (key, base and head measurements)
+    to_pair: list[tuple[int, str]] = []
+    to_test: list[tuple[int, str]] = []
     for key, h in head_results.items():
         case_text, model = cases[key[0]]
         b = base_results.get(key)
         if h.status in ("wrong", "error"):
             rows.append(ComparisonRow(case_text, key[1], model, b.median if b else None, None, None, None, "errored"))
-        elif key in paired_keys and h.measurement_id is not None:
-            to_pair.append((key, h.measurement_id))
-        elif b is None or h.measurement_id is None or b.measurement_id is None:
+        elif key in paired_keys:
+            to_pair.append(key)
+        elif b is None or h.measurement_id is None:
             rows.append(ComparisonRow(case_text, key[1], model, None, h.median, None, None, "no baseline"))
         else:
-            to_test.append((key, b.measurement_id, h.measurement_id))
+            to_test.append(key)
+    for key, h in skipped.items():  # not timed: only the agent's "same binary as the base" makes a row
+        b = base_results.get(key)
+        if shortcut and b is not None and same(h.binary_digest, b.binary_digest):
+            rows.append(ComparisonRow(cases[key[0]][0], key[1], cases[key[0]][1], b.median, None, None, None,
+                                      "unchanged", same_binary=True))
+
     # The tests run batched: thousands of cases on a page cost milliseconds, not seconds.
-    pairs = [(paired[head_results[k].result_id], samples[m]) for k, m in to_pair]
-    decided = paired_verdicts(pairs, **{**options, "min_change": settings.paired_min_change})
-    for (key, _), (base_samples, _), v in zip(to_pair, pairs, decided, strict=True):
-        rows.append(ComparisonRow(cases[key[0]][0], key[1], cases[key[0]][1], _median(base_samples),
-                                  head_results[key].median, v.change, v.pvalue, v.status, paired=True))
-    decided = verdicts([(samples[b], samples[h]) for _, b, h in to_test], **options)
-    for (key, _, _), v in zip(to_test, decided, strict=True):
-        rows.append(ComparisonRow(cases[key[0]][0], key[1], cases[key[0]][1], base_results[key].median,
-                                  head_results[key].median, v.change, v.pvalue, v.status))
+    pairs = [(paired[head_results[k].result_id], samples[head_results[k].measurement_id],  # type: ignore[index]
+              head_results[k].round_sizes) for k in to_pair]
+    limits = [threshold(settings.paired_min_change, head_results[k].noise_paired, settings.noise_factor)
+              for k in to_pair]
+    for key, (base_samples, head_samples, _), v in zip(
+            to_pair, pairs, paired_verdicts(pairs, min_change=limits, **options), strict=True):
+        h = head_results[key]
+        rows.append(_timed_row(cases[key[0]], key[1], _median(base_samples), _median(head_samples), v,
+                               same(h.binary_digest, h.paired_binary_digest), shortcut, paired=True))
+    sides = [((samples[base_results[k].measurement_id], base_results[k].round_sizes),  # type: ignore[index]
+              (samples[head_results[k].measurement_id], head_results[k].round_sizes)) for k in to_test]  # type: ignore[index]
+    # the noise of a change between two runs: sqrt(2) x one run's (Series.noise_unpaired)
+    limits = [threshold(settings.min_change, None if (n := head_results[k].noise_unpaired) is None else n * SQRT2,
+                        settings.noise_factor) for k in to_test]
+    for key, ((base_samples, _), (head_samples, _)), v in zip(
+            to_test, sides, verdicts(sides, min_change=limits, **options), strict=True):
+        rows.append(_timed_row(cases[key[0]], key[1], _median(base_samples), _median(head_samples), v,
+                               same(head_results[key].binary_digest, base_results[key].binary_digest), shortcut))
     rows = _mark_controls(rows, settings.max_pvalue)
     rows.sort(key=lambda r: (r.case_id, r.target))
     counts = Counter(r.status for r in rows)
@@ -443,6 +543,18 @@ def compare(
         verdict=overall_verdict(rows), errored=counts.get("errored", 0), drift=sum(r.drift for r in rows),
         paired=any(r.paired for r in rows),
     )
+
+
+SQRT2 = math.sqrt(2)
+
+
+def _timed_row(case: tuple[str, str], target: str, base_median: float, head_median: float, v: Verdict,
+               same_binary: bool, shortcut: bool, *, paired: bool = False) -> ComparisonRow:
+    """A row of a timed comparison; identical binaries under the shortcut: unchanged, whatever the timing."""
+    status = "unchanged" if same_binary and shortcut else v.status
+    return ComparisonRow(case[0], target, case[1], base_median, head_median, v.change, v.pvalue, status,
+                         ci_low=v.ci_low, ci_high=v.ci_high, threshold=v.threshold, paired=paired,
+                         same_binary=same_binary)
 
 
 def result_device_classes(session: Session, *, repository: str, head_sha: str) -> list[str]:

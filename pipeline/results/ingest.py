@@ -30,7 +30,7 @@ from pipeline.contracts import (
     DeviceInfo,
     ResultDocument,
 )
-from pipeline.results.analysis import analyze_after_ingest
+from pipeline.results.analysis import analyze_after_ingest, learn_paired_noise
 from pipeline.results.models import (
     JOB_STATUSES,
     RUN_KINDS,
@@ -411,7 +411,8 @@ def ingest_result(
 
     Then, when new ok results were stored, `analysis.analyze_after_ingest` looks for change points
     in the series they touched (push, nightly and local runs, and commits on the default branch),
-    with `analysis` settings; None skips it.
+    with `analysis` settings, and learns their run-to-run noise; `analysis.learn_paired_noise` the
+    paired noise of those with new A/A calibrations (any run). None skips both.
     """
     job, run, case_ids = _check_document(session, document)
 
@@ -454,6 +455,9 @@ def ingest_result(
     _bulk_insert(session, Measurement.__table__, measurement_rows)  # type: ignore[arg-type]
     if analysis is not None:
         analyze_after_ingest(session, document, analysis)
+        if any(r.paired_base is not None and r.binary_digest is not None
+               and r.binary_digest == r.paired_base.binary_digest for _, r in ok):
+            learn_paired_noise(session, job.id)
     return IngestSummary(stored=len(new), duplicates=duplicates, samples=sum(len(r.samples) for _, r in ok))
 
 

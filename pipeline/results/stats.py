@@ -1,12 +1,29 @@
 """Statistics on latency samples: pure functions, named defaults, stated assumptions.
 
+The unit of replication is the timing round, not the sample (DESIGN.md, "Measurement"; Kalibera
+and Jones, "Rigorous benchmarking in reasonable time", ISMM 2013). Samples of one round share that
+round's state (clocks, placement of buffers, what else ran) and are serially correlated: treating
+each as an independent observation makes p-values of 1e-200 out of a 0.2 % difference between
+identical binaries. Everything here first reduces a round to one number, then tests those.
+
 Assumptions shared by everything here:
-- samples of one side are independent repetitions of the same measurement (no autocorrelation
-  correction); base and head are independent of each other (not paired), except in
-  `paired_verdict`, where sample i of base and of head were timed back to back;
+- the rounds of one result are independent repetitions of the same measurement, and their
+  round-level values (a median of a round, in logs) are close to normal: a t-test on 3 to 50 of
+  them is then exact enough, and it is robust to the mild skew that remains after a median and
+  a log;
+- results that do not say how their samples were grouped into rounds (imports, older agents) are
+  split into `DEFAULT_BLOCKS` consecutive blocks of (nearly) equal size, taken as rounds: serial
+  correlation decays within a block, so blocks are nearly independent where samples are not;
 - samples are positive and finite (the result contract enforces it);
-- the median is the location estimate: latency distributions are skewed to the right (a few
-  slow repetitions from interrupts or clock changes), so the mean is not used for verdicts.
+- changes are relative and computed in logs (a ratio, symmetric: +10 % and -9.1 % are one step);
+- the median is the location estimate within a round: latency distributions are skewed to the
+  right (a few slow repetitions from interrupts or clock changes).
+
+What a round-level test cannot see is an offset fixed for the whole of a job (the placement of
+the job's buffers, a paired slot that is always slower): it makes every round of the job differ
+alike. That noise is measured from history instead (`robust_sd`: A/A calibrations and run-to-run
+changes) and enters through the threshold (`threshold`): a change counts only when it is larger
+than `NOISE_FACTOR` times it.
 """
 
 from __future__ import annotations
@@ -18,19 +35,34 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy.stats import mannwhitneyu, wilcoxon
+from scipy.stats import t as student_t
 
 from pipeline.contracts import SampleStats
 
 MIN_CHANGE = 0.05
-"""Smallest relative change of the median called a regression or an improvement."""
+"""Smallest relative change of the median called a regression or an improvement (the floor)."""
 MAX_PVALUE = 0.01
-"""Largest rank-test p-value called significant."""
+"""Largest p-value called significant."""
+MIN_ROUNDS = 3
+"""Fewer rounds on a side (paired: pairs of rounds): insufficient data. With 2 rounds a t-test has
+one degree of freedom and its 95 % interval is +-12.7 standard errors: no answer worth giving."""
 MIN_SAMPLES = 5
-"""Fewer samples on either side: insufficient data. With 5 vs 5 and no ties the smallest possible
-two-sided exact Mann-Whitney p-value is 2/252 = 0.0079, just under MAX_PVALUE."""
+"""Fewer samples on a side: insufficient data, whatever the rounds."""
+DEFAULT_BLOCKS = 5
+"""Rounds made of a result that does not report its rounds: that many consecutive equal blocks (the
+agents time 5 rounds by default)."""
+CONFIDENCE = 0.95
+"""Coverage of the reported interval of a change."""
+NOISE_FACTOR = 3.0
+"""k in threshold = max(floor, k x noise): see `threshold`."""
+MAD_TO_SD = 1.4826
+"""A normal distribution's standard deviation is 1.4826 times its median absolute deviation."""
+NOISE_MIN_POINTS = 5
+"""Fewest changes a noise is learned from (`paired_noise`, `run_to_run_noise`); fewer: unknown."""
 
 VerdictStatus = Literal["regressed", "improved", "similar", "insufficient data"]
+Rounds = Sequence[int] | None
+"""Samples per round, in order (sum = number of samples); None: not reported."""
 
 
 def summarize(samples: Sequence[float]) -> SampleStats:
@@ -50,193 +82,283 @@ def summarize(samples: Sequence[float]) -> SampleStats:
     return SampleStats(n=n, median=statistics.median(values), mean=mean, stdev=stdev, min=min(values), max=max(values))
 
 
-Pair = tuple[Sequence[float], Sequence[float]]
-"""(base samples, head samples)."""
+def round_sizes(n: int, rounds: Rounds, blocks: int = DEFAULT_BLOCKS) -> list[int]:
+    """The rounds of a result of n samples: the reported ones, or else `blocks` consecutive blocks
+    of nearly equal size (larger first; n blocks of one sample when n < blocks). Raises ValueError
+    when reported rounds do not add up to n."""
+    if rounds is not None:
+        if sum(rounds) != n or any(r < 1 for r in rounds):
+            raise ValueError(f"rounds {list(rounds)} do not split {n} samples")
+        return list(rounds)
+    count = min(blocks, n)
+    return [n // count + (1 if i < n % count else 0) for i in range(count)] if count else []
 
 
-def rank_test(base: Sequence[float], head: Sequence[float]) -> float:
-    """Two-sided Mann-Whitney U p-value that base and head come from the same distribution.
+@dataclass(frozen=True)
+class Estimate:
+    """A relative change with its interval and test, from round-level values."""
 
-    Valid for independent samples of any (continuous) distribution; it tests a shift in location
-    without assuming normality, which suits skewed latencies. scipy's choice is kept: the exact
-    distribution when a side has at most 8 samples and there are no ties, the normal approximation
-    (with tie correction) otherwise; cost O((n + m) log(n + m)). When every value on both sides is
-    equal there is no evidence of a difference and the p-value is 1.0. Raises ValueError when a
-    side is empty.
-    """
-    return rank_tests([(base, head)])[0]
-
-
-def rank_tests(pairs: Sequence[Pair]) -> list[float]:
-    """`rank_test` of each (base, head) pair, vectorised over the pairs of equal sample counts.
-
-    The same p-values as one call per pair: the exact-or-approximate choice scipy would make for a
-    pair alone is made per pair here (a vectorised scipy call would make it once for the whole
-    batch). A comparison page tests thousands of pairs; one scipy call each costs ~0.6 ms, a batch
-    a few microseconds per pair.
-    """
-    out = [1.0] * len(pairs)
-    for (n1, n2), index in _by_sizes(pairs).items():
-        if n1 == 0 or n2 == 0:
-            raise ValueError("rank_test needs at least one sample on each side")
-        base = np.array([pairs[i][0] for i in index], dtype=float)
-        head = np.array([pairs[i][1] for i in index], dtype=float)
-        pooled = np.sort(np.concatenate([base, head], axis=1), axis=1)
-        constant = pooled[:, 0] == pooled[:, -1]
-        ties = (np.diff(pooled, axis=1) == 0).any(axis=1)
-        exact = ~constant & ~ties & (min(n1, n2) <= 8)
-        for mask, method in ((exact, "exact"), (~constant & ~exact, "asymptotic")):
-            if mask.any():
-                p = mannwhitneyu(base[mask], head[mask], axis=1, method=method, alternative="two-sided").pvalue
-                for row, value in zip(np.flatnonzero(mask), np.atleast_1d(p), strict=True):
-                    out[index[row]] = 1.0 if math.isnan(value) else float(value)
-    return out
-
-
-def _by_sizes(pairs: Sequence[Pair]) -> dict[tuple[int, int], list[int]]:
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i, (base, head) in enumerate(pairs):
-        groups.setdefault((len(base), len(head)), []).append(i)
-    return groups
+    change: float | None
+    """exp(mean log difference) - 1; None when a side has no samples."""
+    ci_low: float | None
+    ci_high: float | None
+    """the `CONFIDENCE` interval of the change; None with fewer than 2 rounds a side"""
+    pvalue: float | None
+    """two-sided p-value of "no change"; None with fewer than 2 rounds a side"""
+    rounds: int
+    """replicates behind it: rounds (paired), the smaller side's rounds (unpaired)"""
 
 
 @dataclass(frozen=True)
 class Verdict:
     status: VerdictStatus
     change: float | None
-    """head median / base median - 1; None when a side has no samples."""
     pvalue: float | None
-    """None when the rank test was not run (insufficient data)."""
+    """None when not tested (insufficient data)."""
+    ci_low: float | None = None
+    ci_high: float | None = None
+    threshold: float | None = None
+    """the smallest |change| that counts for this case (`threshold`)"""
+    rounds: int = 0
 
 
-def _decide(change: float | None, pvalue: float | None, *, lower_is_better: bool, min_change: float,
-            max_pvalue: float) -> Verdict:
-    if change is None or pvalue is None:
-        return Verdict("insufficient data", change, None)
-    if pvalue > max_pvalue or abs(change) < min_change:
-        return Verdict("similar", change, pvalue)
-    worse = change > 0 if lower_is_better else change < 0
-    return Verdict("regressed" if worse else "improved", change, pvalue)
+def _flat(groups: Sequence[Sequence[float]]) -> np.ndarray:
+    if not groups:
+        return np.empty(0)
+    return np.concatenate([np.asarray(g, dtype=float) for g in groups])
 
 
-def verdict(
-    base: Sequence[float],
-    head: Sequence[float],
-    *,
-    lower_is_better: bool = True,
-    min_change: float = MIN_CHANGE,
-    max_pvalue: float = MAX_PVALUE,
-    min_samples: int = MIN_SAMPLES,
-) -> Verdict:
-    """Is head worse, better or the same as base?
-
-    A change counts only when it is both significant (rank-test p <= max_pvalue) and large
-    (|change| >= min_change): a significant 0.1% shift is "similar", and so is a 20% shift that
-    the samples cannot tell from noise. Fewer than `min_samples` on either side is "insufficient
-    data" (the change is still reported when both sides have samples).
-    """
-    return verdicts([(base, head)], lower_is_better=lower_is_better, min_change=min_change, max_pvalue=max_pvalue,
-                    min_samples=min_samples)[0]
-
-
-def verdicts(
-    pairs: Sequence[Pair],
-    *,
-    lower_is_better: bool = True,
-    min_change: float = MIN_CHANGE,
-    max_pvalue: float = MAX_PVALUE,
-    min_samples: int = MIN_SAMPLES,
-) -> list[Verdict]:
-    """`verdict` of each (base, head) pair, the rank tests batched (`rank_tests`)."""
-    changes = [statistics.median(h) / statistics.median(b) - 1 if b and h else None for b, h in pairs]
-    tested = [i for i, (b, h) in enumerate(pairs)
-              if changes[i] is not None and len(b) >= min_samples and len(h) >= min_samples]
-    pvalues = dict(zip(tested, rank_tests([pairs[i] for i in tested]), strict=True))
-    return [_decide(change, pvalues.get(i), lower_is_better=lower_is_better, min_change=min_change,
-                    max_pvalue=max_pvalue) for i, change in enumerate(changes)]
-
-
-def min_pairs(max_pvalue: float = MAX_PVALUE, min_samples: int = MIN_SAMPLES) -> int:
-    """Fewest pairs for which `paired_verdict` can call anything significant.
-
-    The smallest two-sided exact signed-rank p-value with n pairs is 2 / 2**n (every ratio on the
-    same side), so fewer than log2(2 / max_pvalue) pairs can never reach max_pvalue: 8 pairs for
-    0.01 (2/256 = 0.0078), 7 for 0.05. Never fewer than `min_samples`.
-    """
-    return max(min_samples, math.ceil(math.log2(2 / max_pvalue) - 1e-12))
-
-
-def paired_test(base: Sequence[float], head: Sequence[float]) -> float:
-    """Two-sided Wilcoxon signed-rank p-value that the log ratios log(head[i] / base[i]) are centred on 0.
-
-    Valid when the pairs are independent of each other (one pair per round), and the log ratios
-    are symmetric about their median (the signed-rank test's assumption; a ratio of two latencies
-    taken back to back is close to log-symmetric). Drift of the device that is slow compared with
-    one pair cancels in the ratio, which is why a paired test sees a 3% change that unpaired
-    samples spread by 10% of clock drift cannot. Zero log ratios are dropped (Wilcoxon's method);
-    none left, or all equal, gives 1.0. scipy takes the exact distribution for up to 50 pairs
-    without ties or zeros, a permutation test for up to 13 pairs with them, the normal
-    approximation otherwise; cost O(n log n). Raises ValueError on unequal lengths or no pairs.
-    """
-    return paired_tests([(base, head)])[0]
-
-
-def paired_tests(pairs: Sequence[Pair]) -> list[float]:
-    """`paired_test` of each (base, head) pair: the pairs of equal length without zero or tied
-    log ratios (nearly all, for measured latencies) in one vectorised call per length, the others
-    one by one, so each gets the method scipy would choose for it alone."""
-    out = [1.0] * len(pairs)
-    for (n, m), index in _by_sizes(pairs).items():
-        if n != m or n == 0:
-            raise ValueError(f"paired_test needs equally many base and head samples, got {n} and {m}")
-        logs = np.log(np.array([pairs[i][1] for i in index], dtype=float)
-                      / np.array([pairs[i][0] for i in index], dtype=float))
-        magnitudes = np.sort(np.abs(logs), axis=1)
-        clean = (magnitudes[:, 0] != 0) & ~(np.diff(magnitudes, axis=1) == 0).any(axis=1)
-        if clean.any():
-            method = "exact" if n <= 50 else "asymptotic"  # scipy's own choice for a pair without ties or zeros
-            p = wilcoxon(logs[clean], axis=1, alternative="two-sided", method=method).pvalue
-            for row, value in zip(np.flatnonzero(clean), np.atleast_1d(p), strict=True):
-                out[index[row]] = 1.0 if math.isnan(value) else float(value)
-        for row in np.flatnonzero(~clean):
-            if (logs[row] != 0).any():
-                value = float(wilcoxon(logs[row], alternative="two-sided").pvalue)
-                out[index[row]] = 1.0 if math.isnan(value) else value
+def _segment_medians(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Median of each consecutive segment of `values` (segment i has sizes[i] >= 1 values): the
+    segments of one size as the rows of one matrix, one np.median each, so 20,000 results of 5
+    rounds cost milliseconds (rounds come in a few sizes)."""
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(int)
+    out = np.empty(len(sizes))
+    for size in np.unique(sizes):
+        which = np.flatnonzero(sizes == size)
+        out[which] = np.median(values[starts[which][:, None] + np.arange(size)], axis=1)
     return out
 
 
-def paired_verdict(
-    base: Sequence[float],
-    head: Sequence[float],
-    *,
-    lower_is_better: bool = True,
-    min_change: float = MIN_CHANGE,
-    max_pvalue: float = MAX_PVALUE,
-    min_samples: int = MIN_SAMPLES,
-) -> Verdict:
-    """`verdict` for paired samples: the change is the median of the ratios head[i] / base[i] minus 1
-    (through the logs, so an even count takes the geometric mean of the middle two), the test is
-    `paired_test`; fewer than `min_pairs(max_pvalue, min_samples)` pairs is "insufficient data"."""
-    return paired_verdicts([(base, head)], lower_is_better=lower_is_better, min_change=min_change,
-                           max_pvalue=max_pvalue, min_samples=min_samples)[0]
+def _round_values(items: Sequence[tuple[Sequence[float], Rounds]], blocks: int,
+                  transform: Literal["log", "none"]) -> tuple[np.ndarray, np.ndarray]:
+    """Round-level values of each item (its samples cut into its rounds, each round's median, in
+    logs when asked) flat, and the number of rounds of each item."""
+    sizes = [round_sizes(len(samples), rounds, blocks) for samples, rounds in items]
+    counts = np.array([len(s) for s in sizes], dtype=int)
+    if not counts.sum():
+        return np.empty(0), counts
+    medians = _segment_medians(_flat([samples for samples, _ in items]),
+                               np.array([r for s in sizes for r in s], dtype=int))
+    return (np.log(medians) if transform == "log" else medians), counts
+
+
+def _mean_var(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per item (values flat, counts per item): the mean (nan for none) and the sample variance
+    (n - 1; nan for fewer than 2)."""
+    item = np.repeat(np.arange(len(counts)), counts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.bincount(item, weights=values, minlength=len(counts)) / counts
+        deviation = values - mean[item]
+        var = np.bincount(item, weights=deviation ** 2, minlength=len(counts)) / (counts - 1)
+    var[counts < 2] = np.nan
+    return mean, var
+
+
+def _t_interval(mean: np.ndarray, se: np.ndarray, df: np.ndarray, confidence: float
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Two-sided t-test of mean = 0 and the interval mean +- t(df) se, on the log scale. A zero
+    standard error (every round alike) gives p 1 for a zero mean, 0 otherwise, and a point interval."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        statistic = np.where(se > 0, np.abs(mean) / np.where(se > 0, se, 1), np.where(mean == 0, 0.0, np.inf))
+        pvalue = 2 * student_t.sf(statistic, np.where(df > 0, df, 1))
+        half = student_t.ppf(0.5 + confidence / 2, np.where(df > 0, df, 1)) * np.where(se > 0, se, 0)
+    return np.minimum(pvalue, 1.0), mean - half, mean + half
+
+
+def _estimates(mean: np.ndarray, pvalue: np.ndarray, low: np.ndarray, high: np.ndarray, tested: np.ndarray,
+               rounds: np.ndarray, present: Sequence[bool]) -> list[Estimate]:
+    change, low, high = np.expm1(mean).tolist(), np.expm1(low).tolist(), np.expm1(high).tolist()
+    out = []
+    for i, (here, test, p, r) in enumerate(zip(present, tested.tolist(), pvalue.tolist(), rounds.tolist(),
+                                               strict=True)):
+        if not here:
+            out.append(Estimate(None, None, None, None, 0))
+        elif not test:
+            out.append(Estimate(change[i], None, None, None, r))
+        else:
+            out.append(Estimate(change[i], low[i], high[i], p, r))
+    return out
+
+
+PairedSamples = tuple[Sequence[float], Sequence[float], Rounds]
+"""(base samples, head samples, rounds): sample i of base and of head were timed back to back, in
+the rounds given (None: `DEFAULT_BLOCKS` blocks)."""
+
+
+def paired_estimates(items: Sequence[PairedSamples], *, confidence: float = CONFIDENCE,
+                     blocks: int = DEFAULT_BLOCKS) -> list[Estimate]:
+    """The change of each paired result from its rounds: per round r, l_r = the median over the
+    round's pairs of log(head_i / base_i); change = exp(mean l_r) - 1; interval
+    exp(mean +- t(0.975, R - 1) sd / sqrt(R)) - 1; p from the one-sample t-test of the l_r.
+
+    Valid when the rounds are independent (each its own placement and order: the agents rotate
+    buffers and alternate the order between rounds) and the l_r near normal. Device drift slower
+    than a pair cancels in each ratio. Vectorised over all items (one sort); raises ValueError
+    when base and head differ in length or the rounds do not add up.
+    """
+    ratios: list[tuple[Sequence[float], Rounds]] = []
+    for base, head, rounds in items:
+        if len(base) != len(head):
+            raise ValueError(f"paired samples differ in length: {len(base)} base, {len(head)} head")
+        ratios.append((np.asarray(head, dtype=float) / np.asarray(base, dtype=float), rounds))
+    logs, counts = _round_values(ratios, blocks, "log")
+    mean, var = _mean_var(logs, counts)
+    se = np.sqrt(var / counts)
+    tested = counts >= 2
+    pvalue, low, high = _t_interval(mean, se, counts - 1, confidence)
+    return _estimates(mean, pvalue, low, high, tested, counts, [len(b) > 0 for b, _, _ in items])
+
+
+Side = tuple[Sequence[float], Rounds]
+"""(samples, rounds) of one side of an unpaired comparison."""
+
+
+def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, confidence: float = CONFIDENCE,
+                       blocks: int = DEFAULT_BLOCKS) -> list[Estimate]:
+    """The change between two separately timed results (base, head): per side, the log of each
+    round's median; change = exp(mean_h - mean_b) - 1; Welch's t-test of the two sets of round
+    values and its interval (Welch-Satterthwaite degrees of freedom).
+
+    Valid when the rounds of each side are independent and near normal in logs; it does not
+    assume equal variances. It sees only the variation between rounds of one job: an offset the
+    whole job shares (placement, a warm or cool device) is the run-to-run noise of the series,
+    which the threshold carries (`threshold`, `Series.noise_unpaired`). Vectorised over all items.
+    """
+    base_logs, base_counts = _round_values([b for b, _ in items], blocks, "log")
+    head_logs, head_counts = _round_values([h for _, h in items], blocks, "log")
+    base_mean, base_var = _mean_var(base_logs, base_counts)
+    head_mean, head_var = _mean_var(head_logs, head_counts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        vb, vh = base_var / base_counts, head_var / head_counts
+        se = np.sqrt(vb + vh)
+        df = np.where(se > 0, (vb + vh) ** 2 / (vb ** 2 / (base_counts - 1) + vh ** 2 / (head_counts - 1)),
+                      base_counts + head_counts - 2)
+    diff = head_mean - base_mean
+    tested = (base_counts >= 2) & (head_counts >= 2)
+    pvalue, low, high = _t_interval(diff, se, df, confidence)
+    return _estimates(diff, pvalue, low, high, tested, np.minimum(base_counts, head_counts),
+                      [len(b[0]) > 0 and len(h[0]) > 0 for b, h in items])
+
+
+def threshold(floor: float, noise: float | None, factor: float = NOISE_FACTOR) -> float:
+    """The smallest |change| a case's verdict counts: max(floor, factor x noise).
+
+    `noise` is the case's measured standard deviation of a change between identical code on its
+    device class (relative; None: not measured yet, the floor alone). A round-level test cannot
+    see an offset that a whole job shares; history can. With normal noise, |change| > 3 sd happens
+    0.27 % of the time between identical binaries: about one false alarm in 8 runs of a 42-case
+    suite if the p-value were fooled every time, far fewer since it must also be significant; and
+    a robust sd from 5 to 30 points is itself uncertain by +-15 to 35 %, which 3 (not 2) absorbs.
+    """
+    return max(floor, factor * noise) if noise is not None else floor
+
+
+def robust_sd(values: Sequence[float], *, center: float | None = 0.0) -> float | None:
+    """MAD_TO_SD x the median absolute deviation of `values` from `center` (None: from their
+    median); None for no values. A few real changes among many repetitions do not move it."""
+    if not values:
+        return None
+    data = np.asarray(values, dtype=float)
+    middle = float(np.median(data)) if center is None else center
+    return MAD_TO_SD * float(np.median(np.abs(data - middle)))
+
+
+def paired_noise(changes: Sequence[float], min_points: int = NOISE_MIN_POINTS) -> float | None:
+    """The noise of a paired change between identical binaries (A/A calibrations): `robust_sd` of
+    their log changes about 0, not about their median, since the true change is 0 and an offset
+    they share (one slot always slower) is noise a verdict must not take for a change. None with
+    fewer than `min_points`."""
+    if len(changes) < min_points:
+        return None
+    return robust_sd([math.log1p(c) for c in changes])
+
+
+def run_to_run_noise(medians: Sequence[float], digests: Sequence[str | None], min_points: int = NOISE_MIN_POINTS
+                     ) -> float | None:
+    """One run's noise of the median, from a series' consecutive runs (oldest first, each with the
+    digest of the binary it timed, None: unknown): `robust_sd` of the successive differences of the
+    log medians about 0, divided by sqrt(2) (a difference of two runs has twice one run's variance).
+
+    Differences between runs of one binary are pure noise; where at least `min_points` such pairs
+    exist, only they are used. Otherwise every successive difference: the few that carry a real
+    change are outliers the median absolute deviation ignores. None with fewer than `min_points`.
+    """
+    if len(medians) != len(digests):
+        raise ValueError(f"{len(medians)} medians but {len(digests)} digests")
+    logs = [math.log(m) for m in medians]
+    steps = [(b - a, d is not None and d == e) for a, b, d, e in zip(logs, logs[1:], digests, digests[1:])]
+    same = [step for step, alike in steps if alike]
+    chosen = same if len(same) >= min_points else [step for step, _ in steps]
+    if len(chosen) < min_points:
+        return None
+    return robust_sd(chosen) / math.sqrt(2)  # type: ignore[operator]
+
+
+def _decide(estimate: Estimate, threshold_: float, *, lower_is_better: bool, max_pvalue: float,
+            enough: bool) -> Verdict:
+    change, pvalue = estimate.change, estimate.pvalue
+    status: VerdictStatus
+    if not enough or change is None or pvalue is None:
+        status, pvalue = "insufficient data", None
+    elif pvalue > max_pvalue or abs(change) < threshold_:
+        status = "similar"
+    else:
+        status = "regressed" if (change > 0 if lower_is_better else change < 0) else "improved"
+    return Verdict(status, change, pvalue, estimate.ci_low, estimate.ci_high, threshold_, estimate.rounds)
+
+
+def _thresholds(count: int, min_change: float | Sequence[float]) -> list[float]:
+    if isinstance(min_change, int | float):
+        return [float(min_change)] * count
+    if len(min_change) != count:
+        raise ValueError(f"{len(min_change)} thresholds for {count} comparisons")
+    return [float(v) for v in min_change]
 
 
 def paired_verdicts(
-    pairs: Sequence[Pair],
+    items: Sequence[PairedSamples],
     *,
     lower_is_better: bool = True,
-    min_change: float = MIN_CHANGE,
+    min_change: float | Sequence[float] = MIN_CHANGE,
     max_pvalue: float = MAX_PVALUE,
+    min_rounds: int = MIN_ROUNDS,
     min_samples: int = MIN_SAMPLES,
 ) -> list[Verdict]:
-    """`paired_verdict` of each (base, head) pair, the signed-rank tests batched (`paired_tests`)."""
-    for base, head in pairs:
-        if len(base) != len(head):
-            raise ValueError(f"paired samples differ in length: {len(base)} base, {len(head)} head")
-    changes = [math.exp(statistics.median(math.log(h / b) for b, h in zip(base, head, strict=True))) - 1
-               if base else None for base, head in pairs]
-    enough = min_pairs(max_pvalue, min_samples)
-    tested = [i for i, (base, _) in enumerate(pairs) if base and len(base) >= enough]
-    pvalues = dict(zip(tested, paired_tests([pairs[i] for i in tested]), strict=True))
-    return [_decide(change, pvalues.get(i), lower_is_better=lower_is_better, min_change=min_change,
-                    max_pvalue=max_pvalue) for i, change in enumerate(changes)]
+    """Is head worse, better or the same as its paired base? (`paired_estimates`)
+
+    A change counts only when it is both significant (p <= max_pvalue) and at least `min_change`
+    (one threshold for all, or one per item: `threshold`). Fewer than `min_rounds` rounds or
+    `min_samples` pairs: insufficient data (the point change is still reported).
+    """
+    limits = _thresholds(len(items), min_change)
+    return [_decide(e, limit, lower_is_better=lower_is_better, max_pvalue=max_pvalue,
+                    enough=e.rounds >= min_rounds and len(item[0]) >= min_samples)
+            for e, limit, item in zip(paired_estimates(items), limits, items, strict=True)]
+
+
+def verdicts(
+    items: Sequence[tuple[Side, Side]],
+    *,
+    lower_is_better: bool = True,
+    min_change: float | Sequence[float] = MIN_CHANGE,
+    max_pvalue: float = MAX_PVALUE,
+    min_rounds: int = MIN_ROUNDS,
+    min_samples: int = MIN_SAMPLES,
+) -> list[Verdict]:
+    """`paired_verdicts` for two separately timed results ((base samples, rounds), (head samples,
+    rounds)), by `unpaired_estimates`; `min_rounds` and `min_samples` apply to each side."""
+    limits = _thresholds(len(items), min_change)
+    return [_decide(e, limit, lower_is_better=lower_is_better, max_pvalue=max_pvalue,
+                    enough=e.rounds >= min_rounds and min(len(b[0]), len(h[0])) >= min_samples)
+            for e, limit, (b, h) in zip(unpaired_estimates(items), limits, items, strict=True)]

@@ -78,9 +78,15 @@ def test_paired_results_carry_the_base_samples_and_the_verdict_is_paired(
     rows = {r.case_id: r for r in comparison.rows}
     assert comparison.base_source == "paired" and comparison.base_sha == base.commit
     assert rows[case_id(CASES[1])].status == "regressed" and rows[case_id(CASES[1])].paired
-    for c in (CASES[0], CASES[2]):
-        assert rows[case_id(c)].status == "similar" and rows[case_id(c)].paired, rows[case_id(c)]
+    for c in (CASES[0], CASES[2]):   # the base's own binaries: identical code is not a change
+        assert rows[case_id(c)].status == "unchanged" and rows[case_id(c)].paired, rows[case_id(c)]
     assert rows[case_id(ONLY_HEAD)].status == "no baseline"
+    with session_scope(engine) as session:   # judged as if they differed, they are similar (A/A)
+        judged = compare(session, repository=head.repository, head_sha=head.commit,
+                         device_class=device.device_class.name, settings=CompareSettings(same_binary_shortcut=False))
+    for row in judged.rows:
+        if row.case_id in (case_id(CASES[0]), case_id(CASES[2])):
+            assert row.status == "similar" and row.ci_low is not None and row.ci_low < 0 < row.ci_high, row
 
 
 def test_a_base_of_the_same_commit_is_refused(

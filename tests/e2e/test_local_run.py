@@ -42,7 +42,7 @@ def verdicts(stdout: str) -> dict[str, str]:
     """case id -> verdict, read from the printed table (one row per line on a pipe)."""
     found = {}
     for line in stdout.splitlines():
-        match = re.search(r"(gemm/\S+)\s.*?(regressed|improved|similar|insufficient data|errored|no baseline)", line)
+        match = re.search(r"(gemm/\S+)\s.*?(regressed|improved|similar|unchanged|insufficient data|errored|no baseline)", line)
         if match:
             found[match.group(1)] = match.group(2)
     return found
@@ -63,11 +63,12 @@ def test_two_commits_flag_exactly_the_slowed_kernel(tmp_path: Path) -> None:
     second = benchfarm(home, "run", "--suite", suite, cwd=tmp_path)
     assert head[:10] in second.stdout
     found = verdicts(second.stdout)
-    expected = {case_id(c): ("regressed" if c.name == SLOWED else "similar") for c in CASES}
+    # the other kernels are the first commit's binaries: identical code is not a change
+    expected = {case_id(c): ("regressed" if c.name == SLOWED else "unchanged") for c in CASES}
     assert found == expected, second.stdout
     # the slowed kernel was still checked and found correct, so it was timed, not reported wrong
     assert "wrong" not in second.stdout
-    assert "1 regressed" in second.stdout and "2 similar" in second.stdout
+    assert "1 regressed" in second.stdout and "2 unchanged" in second.stdout
     # the second run was timed paired with the first commit's bundle, and the verdict is the paired test's
     engine = open_store(f"sqlite:///{home / 'benchfarm.db'}")
     with session_scope(engine) as session:
@@ -75,3 +76,11 @@ def test_two_commits_flag_exactly_the_slowed_kernel(tmp_path: Path) -> None:
                              settings=CompareSettings())
     engine.dispose()
     assert comparison.base_source == "paired" and all(r.paired for r in comparison.rows), comparison
+
+    # a commit that edits only a README: every case is the same binary, so every row says so
+    (repo / "README.md").write_text("notes, no kernel change\n")
+    readme = commit_all(repo, "docs: a README")
+    third = benchfarm(home, "run", "--suite", suite, cwd=tmp_path)
+    assert readme[:10] in third.stdout
+    assert set(verdicts(third.stdout).values()) == {"unchanged"}, third.stdout
+    assert "regressed" not in third.stdout.split("Verdict")[-1] and "unchanged (same binary)" in third.stdout

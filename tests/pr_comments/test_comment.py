@@ -8,7 +8,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from pipeline.config import load_settings
-from pipeline.pr_comments.comment import MARKER, CommentSettings, comment_marker, overall_status, render_comment
+from pipeline.pr_comments.comment import MARKER, CommentSettings, comment_marker, render_comment
 from pipeline.pr_comments.report import conclusion_for, make_report
 from tests.pr_comments.factories import BASE, HEAD, DriftRow, comparison, row
 
@@ -29,13 +29,13 @@ def _verdict() -> list:
 def test_sections_summary_and_links() -> None:
     body = render_comment(_verdict(), settings=SETTINGS, pr=7, series_ids={("gemm/slow", "nvidia-h100-sxm"): 12})
     assert body.splitlines()[0] == comment_marker("acme/kernels", 7) and MARKER[:-4] in body
-    assert "2 regressed, 1 errored, 2 improved, 1 no baseline, 1 similar" in body
+    assert "### benchfarm: regressed: 2 regressed, 1 errored, 2 improved, 1 no baseline, 1 similar\n" in body
     assert f"`{HEAD[:10]}` compared with `{BASE[:10]}` on 2 device classes" in body
     assert "#### Regressed (2)" in body and "#### Improved (2)" in body
     assert "<details>\n<summary>Other cases (3)</summary>" in body
     regressed = body.split("#### Regressed")[1].split("#### Improved")[0]
     assert regressed.index("gemm/slower") < regressed.index("gemm/slow |"), "the worst regression first"
-    assert "| +30.0% | 0.0001 |" in regressed
+    assert "| +30.0 % | 0.0001 |" in regressed
     assert "[history](http://bf.example:8080/series/12)" in regressed
     assert ("[compare](http://bf.example:8080/compare?repository=acme%2Fkernels&head=" + HEAD + "&base=" + BASE
             + "&device_class=nvidia-h100-sxm)") in regressed
@@ -87,21 +87,37 @@ def test_long_comment_fits_githubs_limit_with_a_link() -> None:
     assert len(small) <= 4000 and "**Truncated**" in small
 
 
-def test_overall_status_and_conclusion_policy() -> None:
-    assert overall_status(_verdict()) == "regressed"
-    assert overall_status([comparison("h", [row("a", "improved", -0.1)])]) == "improved"
-    assert overall_status([comparison("h", [])]) == "no cases"
-    assert conclusion_for("regressed", "fail") == "failure"
-    assert conclusion_for("errored", "fail") == "failure"
-    assert conclusion_for("regressed", "neutral") == "neutral"
-    assert conclusion_for("similar", "fail") == "success"
-    assert conclusion_for("no baseline", "fail") == "neutral"
+def test_the_check_follows_the_verdict_and_errors() -> None:
+    assert conclusion_for("regressed", 0, "fail") == "failure"
+    assert conclusion_for("similar", 1, "fail") == "failure"  # an errored case fails the check
+    assert conclusion_for("regressed", 0, "neutral") == "neutral"
+    assert conclusion_for("similar", 0, "fail") == "success"
+    assert conclusion_for("improved", 0, "fail") == "success"
+    assert conclusion_for("no baseline", 0, "fail") == "neutral"
+    assert conclusion_for("insufficient data", 0, "fail") == "neutral"
+
+
+def test_controls_drift_and_unchanged_rows_do_not_count() -> None:
+    control = DriftRow("gemm/x/1x1x1/bf16/vendor", "cuda:sm_90", "vendor", 1e-3, 1.2e-3, 0.2, 1e-5, "regressed",
+                       is_control=True)
+    drifting = DriftRow("gemm/x/1x1x1/bf16/triton", "cuda:sm_90", "triton", 1e-3, 1.2e-3, 0.2, 1e-5, "regressed",
+                        ci_low=0.18, ci_high=0.22, drift=True)
+    same = DriftRow("gemm/y/1x1x1/bf16/triton", "cuda:sm_90", "triton", 1e-3, 1.3e-3, 0.3, 1e-5, "unchanged",
+                    ci_low=0.25, ci_high=0.35, same_binary=True)
+    report = make_report([comparison("h100", [control, drifting, same])], settings=load_settings(), pr=1)
+    assert report.conclusion == "success"
+    assert report.title == "similar: 1 unchanged (same binary), 1 device drift; 1 control on 1 device class"
+    assert "#### Regressed" not in report.body and "<summary>Other cases (3)</summary>" in report.body
+    assert "| gemm/y/1x1x1/bf16/triton | h100 | 1 ms | 1.3 ms | +30.0 % [+25.0, +35.0] | 1e-05 | unchanged (same binary) |" \
+        in report.body
+    assert "gemm/x/1x1x1/bf16/vendor (vendor control) |" in report.body
+    assert "regressed (device drift)" in report.body
 
 
 def test_make_report_uses_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = load_settings(public_url="https://bench.example", github={"verdict_policy": "neutral", "comment_top_n": 1})
     report = make_report(_verdict(), settings=settings, pr=7)
-    assert report.conclusion == "neutral" and report.title.startswith("2 regressed, 1 errored, 2 improved")
+    assert report.conclusion == "neutral" and report.title.startswith("regressed: 2 regressed, 1 errored, 2 improved")
     assert report.details_url == f"https://bench.example/compare?repository=acme%2Fkernels&head={HEAD}"
     assert "… and 1 more" in report.body and report.marker in report.body
     assert report.from_json(report.to_json()) == report

@@ -83,9 +83,9 @@ def test_status_carries_the_verdict_per_policy(pull: GitHubStandIn, tmp_path: Pa
     GitHubPoster(neutral.github).post(_report(neutral))
     GitHubPoster(failing.github).post(_report(failing, regressed=False))
     states = [(s["state"], s["context"], s["description"]) for s in pull.statuses(REPO, HEAD)]
-    assert states == [("failure", "benchfarm", "1 regressed on 1 device class"),
-                      ("success", "benchfarm", "1 regressed on 1 device class"),
-                      ("success", "benchfarm", "1 improved on 1 device class")]
+    assert states == [("failure", "benchfarm", "regressed: 1 regressed on 1 device class"),
+                      ("success", "benchfarm", "regressed: 1 regressed on 1 device class"),
+                      ("success", "benchfarm", "improved: 1 improved on 1 device class")]
     assert pull.statuses(REPO, HEAD)[0]["target_url"] == f"https://bench.example/compare?repository=acme%2Fkernels&head={HEAD}"
 
 
@@ -120,7 +120,7 @@ def test_github_app_posts_a_check_run(pull: GitHubStandIn, tmp_path: Path, polic
     assert comment["user"]["login"] == "benchfarm-ci[bot]"
     runs = pull.check_runs(REPO)
     assert [(r["name"], r["head_sha"], r["status"], r["conclusion"]) for r in runs] == [("benchfarm", HEAD, "completed", conclusion)] * 2
-    assert runs[0]["output"]["title"] == "1 regressed on 1 device class" and "gemm/x" in runs[0]["output"]["summary"]
+    assert runs[0]["output"]["title"] == "regressed: 1 regressed on 1 device class" and "gemm/x" in runs[0]["output"]["summary"]
     assert runs[0]["details_url"].startswith("https://bench.example/compare?")
     assert len(pull.calls("POST", r"/app/installations/4242/access_tokens$")) == 1, "the installation token is reused"
     assert pull.statuses(REPO, HEAD) == []

@@ -79,20 +79,28 @@ def manifest(commit_sha: str, entries: Sequence[BundleEntry], repository: str = 
     )
 
 
-def ok(case: str, samples: Sequence[float], target: str = TARGET, clocks: Sequence[float] | None = None) -> CaseResult:
+def digest(label: str | int) -> str:
+    """A binary digest (`CaseResult.binary_digest`) named by a label: equal labels, identical code."""
+    return hashlib.sha256(str(label).encode()).hexdigest()
+
+
+def ok(case: str, samples: Sequence[float], target: str = TARGET, clocks: Sequence[float] | None = None, *,
+       rounds: Sequence[int] | None = None, binary: str | int | None = None) -> CaseResult:
     return CaseResult(
         case=case, target=target, status="ok", samples=list(samples),
         sample_clocks_mhz=list(clocks) if clocks is not None else None, stats=summarize(samples),
         correctness=Correctness(passed=True, max_abs_error=1e-6, max_rel_error=1e-5, atol=1e-3, rtol=1e-3),
+        rounds=list(rounds) if rounds is not None else None, binary_digest=digest(binary) if binary is not None else None,
     )
 
 
-def failed(case: str, status: str = "wrong", target: str = TARGET) -> CaseResult:
+def failed(case: str, status: str = "wrong", target: str = TARGET, *, reason: str | None = None,
+           binary: str | int | None = None) -> CaseResult:
     correctness = None
     if status == "wrong":
         correctness = Correctness(passed=False, max_abs_error=3.0, max_rel_error=0.5, atol=1e-3, rtol=1e-3)
-    return CaseResult(case=case, target=target, status=status, reason=f"{status} on purpose",  # type: ignore[arg-type]
-                      correctness=correctness)
+    return CaseResult(case=case, target=target, status=status, reason=reason or f"{status} on purpose",  # type: ignore[arg-type]
+                      correctness=correctness, binary_digest=digest(binary) if binary is not None else None)
 
 
 def result_document(*, run_id: str, job_id: str, commit_sha: str, results: Sequence[CaseResult],
@@ -154,12 +162,15 @@ def run_and_upload(session: Session, label: str | int, results: Sequence[CaseRes
 
 
 def paired_ok(case: str, base_commit: str, base: Sequence[float], head: Sequence[float],
-              target: str = TARGET) -> CaseResult:
+              target: str = TARGET, *, rounds: Sequence[int] | None = None, binary: str | int | None = None,
+              base_binary: str | int | None = None) -> CaseResult:
     """An ok result of `head` samples timed interleaved with `base` samples of `base_commit`."""
     from pipeline.contracts.result import PairedBase
 
-    return CaseResult.model_validate({**ok(case, head, target=target).model_dump(),
-                                      "paired_base": PairedBase(commit=base_commit, samples=list(base)).model_dump()})
+    paired = PairedBase(commit=base_commit, samples=list(base),
+                        binary_digest=digest(base_binary) if base_binary is not None else None)
+    return CaseResult.model_validate({**ok(case, head, target=target, rounds=rounds, binary=binary).model_dump(),
+                                      "paired_base": paired.model_dump()})
 
 
 def upload(session: Session, label: str | int, results: Sequence[CaseResult], *, device_class: str = DEVICE_CLASS,

@@ -3,6 +3,7 @@ direction and minimum magnitude per series, intended rebasing, the dashboard and
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -175,3 +176,54 @@ def test_dashboard_groups_by_family_and_device_class(stepped: Engine) -> None:
         assert queries.list_regressions(s, device_class="other-cpu") == []
         assert len(queries.list_regressions(s, family="gemm")) == 1
         assert queries.list_regressions(s, family="conv") == []
+
+
+# --- noise learned from history (the verdict's threshold) ---------------------------------------
+
+def test_run_to_run_noise_is_learned_from_the_default_branch(stepped: Engine) -> None:
+    from pipeline.results.models import Measurement
+    from pipeline.results.stats import run_to_run_noise
+
+    with session_scope(stepped) as s:
+        series = s.get(Series, _series_id(s))
+        assert series is not None and series.noise_unpaired is not None and series.noise_paired is None
+        medians = [m for m, in s.execute(sa.select(Measurement.median).order_by(Measurement.id))][-analysis.NOISE_HISTORY:]
+        assert series.noise_unpaired == pytest.approx(run_to_run_noise(medians, [None] * len(medians)))
+        # 0.4 % gaussian noise per run; the +-20 % steps of the history are outliers it ignores
+        assert 0.002 < series.noise_unpaired < 0.007
+
+
+def test_paired_noise_is_learned_from_aa_calibrations(seeded: Engine) -> None:
+    from pipeline.config import CompareSettings
+    from pipeline.results.compare import compare
+
+    base = [1e-3 * (1 + 0.01 * (i % 5)) for i in range(15)]
+    offsets = [0.01, -0.01, 0.02, -0.02, 0.005, -0.005]
+    settings = CompareSettings(paired_min_change=0.02)
+
+    def gemm_noise(s: Session) -> float | None:
+        return s.scalar(sa.select(Series.noise_paired).where(Series.id == _series_id(s)))
+
+    with session_scope(seeded) as s:
+        # a paired result of different binaries is no calibration
+        f.run_and_upload(s, 3, [f.paired_ok(f.GEMM, f.sha(2), base, [b * 1.3 for b in base], rounds=[3] * 5,
+                                            binary="new", base_binary="old")])
+        assert gemm_noise(s) is None
+        for i, offset in enumerate(offsets):  # A/A: identical binaries in both slots, each run its own offset
+            f.run_and_upload(s, 3, [f.paired_ok(f.GEMM, f.sha(2), base, [b * (1 + offset) for b in base],
+                                                rounds=[3] * 5, binary="same", base_binary="same")])
+            if i < 4:
+                assert gemm_noise(s) is None, "fewer than 5 calibrations: unknown"
+        noise = gemm_noise(s)
+        # |log(1 + offset)|: 0.005, 0.005, 0.00995, 0.01005, 0.0198, 0.0202 -> median 0.0100 -> x 1.4826
+        assert noise == pytest.approx(1.4826 * 0.5 * (abs(math.log(0.99)) + math.log(1.01)), rel=1e-6)
+        # a later +4 % paired change (every round alike: highly significant) is under 3 x 1.48 % = 4.4 %
+        f.run_and_upload(s, 3, [f.paired_ok(f.GEMM, f.sha(2), base, [b * 1.04 for b in base], rounds=[3] * 5,
+                                            binary="faster?", base_binary="same")])
+        row = next(r for r in compare(s, repository=f.REPO, head_sha=f.sha(3), device_class=f.DEVICE_CLASS,
+                                      settings=settings).rows if r.case_id == f.GEMM)
+        assert row.change == pytest.approx(0.04) and row.pvalue is not None and row.pvalue < 1e-6
+        assert row.threshold == pytest.approx(3 * noise) and row.status == "similar"
+        # without the learned noise, the floor (2 %) would have called it
+        assert compare(s, repository=f.REPO, head_sha=f.sha(3), device_class=f.DEVICE_CLASS,
+                       settings=settings.model_copy(update={"noise_factor": 0.0})).rows[0].status == "regressed"

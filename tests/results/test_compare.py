@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from sqlalchemy import Engine
 
@@ -80,8 +82,8 @@ def test_compare_gives_each_status(history: Engine) -> None:
     assert rows[ATTN].change == pytest.approx(-0.5)
     assert rows[GATHER].base_median is None and rows[GATHER].head_median == pytest.approx(1e-3)
     assert rows[BROKEN].head_median is None
-    assert result.counts == {"regressed": 1, "improved": 1, "similar": 1, "insufficient data": 1, "errored": 1,
-                             "no baseline": 1}
+    assert result.counts == {"regressed": 1, "improved": 1, "similar": 1, "unchanged": 0, "insufficient data": 1,
+                             "errored": 1, "no baseline": 1}
 
 
 def test_compare_with_an_explicit_base_and_without_any(history: Engine) -> None:
@@ -213,3 +215,60 @@ def test_compare_all_gives_one_verdict_over_device_classes(branches: Engine) -> 
     assert [c.verdict for c in verdict.comparisons] == ["improved", "regressed"]
     assert verdict.verdict == "regressed" and verdict.errored == 1
     assert overall_verdict([]) == "no baseline"
+
+
+def test_identical_binaries_are_unchanged_paired_unpaired_and_not_timed(branches: Engine) -> None:
+    import statistics
+
+    base = [1e-3 * (1 + 0.01 * (i % 4)) for i in range(15)]
+    slower = [b * 1.2 for b in base]
+    with session_scope(branches) as s:
+        ingest.ingest_manifest(s, manifest=f.manifest(f.sha(2), [f.built_entry(ATTN_F2)], suite_digest="a" * 40),
+                               path="/bundles/2a")
+        f.run_and_upload(s, 2, [f.ok(f.CONV, base, binary="conv"), f.ok(VENDOR, base, binary="vendor"),
+                                f.ok(ATTN_F2, base, binary="attn-old")])
+        f.run_and_upload(s, "f2", [
+            # a fixed +20 % between two slots timing one binary: slot bias, not a change
+            f.paired_ok(f.GEMM, f.sha(2), base, slower, rounds=[3] * 5, binary="gemm", base_binary="gemm"),
+            f.ok(f.CONV, slower, rounds=[3] * 5, binary="conv"),                          # unpaired, same binary
+            f.failed(VENDOR, "skipped", reason="not timed: same binary as the base", binary="vendor"),
+            f.failed(ATTN_F2, "skipped", reason="not timed: same binary as the base", binary="attn-new"),
+        ])
+        on = compare(s, repository=f.REPO, head_sha=f.sha("f2"), device_class=f.DEVICE_CLASS, settings=SETTINGS)
+        off = compare(s, repository=f.REPO, head_sha=f.sha("f2"), device_class=f.DEVICE_CLASS,
+                      settings=SETTINGS.model_copy(update={"same_binary_shortcut": False}))
+    rows = {r.case_id: r for r in on.rows}
+    assert on.base_sha == f.sha(2)
+    assert {c: r.status for c, r in rows.items()} == {f.GEMM: "unchanged", f.CONV: "unchanged", VENDOR: "unchanged"}
+    gemm, conv, vendor = rows[f.GEMM], rows[f.CONV], rows[VENDOR]
+    # timed: the change and its interval are still shown (a free A/A calibration)
+    assert gemm.paired and gemm.same_binary and gemm.change == pytest.approx(0.2)
+    assert gemm.ci_low is not None and gemm.ci_high is not None and gemm.ci_low <= gemm.change <= gemm.ci_high
+    assert conv.same_binary and not conv.paired and conv.change == pytest.approx(0.2)
+    # not timed: the base's median, nothing else
+    assert (vendor.base_median, vendor.head_median, vendor.change) == (pytest.approx(statistics.median(base)), None, None)
+    assert on.verdict == "similar" and on.counts["unchanged"] == 3 and on.counts["regressed"] == 0
+    # the shortcut off (A/A measurements): judged by the timings; a case not timed has nothing to show
+    statuses = {r.case_id: r.status for r in off.rows}
+    assert statuses == {f.GEMM: "regressed", f.CONV: "regressed"}
+    assert all(r.same_binary for r in off.rows) and off.verdict == "regressed"
+
+
+ATTN_F2 = "attn/sdpa/8x1024x64/bf16/iree"
+
+
+def test_medians_and_interval_come_from_the_samples_of_the_change(branches: Engine) -> None:
+    import statistics
+
+    base = [1e-3 * (1 + 0.02 * math.sin(i)) for i in range(20)]
+    head = [b * (1.05 + 0.004 * ((i % 5) - 2)) for i, b in enumerate(base)]
+    with session_scope(branches) as s:
+        f.run_and_upload(s, 2, [f.ok(f.GEMM, [2e-3] * 20)])  # the base's own, other run: not what the pair measured
+        f.run_and_upload(s, "f2", [f.paired_ok(f.GEMM, f.sha(2), base, head, rounds=[4] * 5)])
+        row = compare(s, repository=f.REPO, head_sha=f.sha("f2"), device_class=f.DEVICE_CLASS,
+                      settings=SETTINGS).rows[0]
+    assert row.base_median == pytest.approx(statistics.median(base))
+    assert row.head_median == pytest.approx(statistics.median(head))
+    assert row.status == "regressed" and row.change == pytest.approx(0.05, abs=0.003)
+    assert row.ci_low is not None and row.ci_high is not None and row.ci_low < row.change < row.ci_high
+    assert row.threshold == SETTINGS.paired_min_change

@@ -1,14 +1,26 @@
-"""Statistics on small series with known answers."""
+"""Statistics on small series with known answers, and the calibration of the p-values on A/A data."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
+from scipy.stats import kstest, mannwhitneyu, ttest_ind, wilcoxon
+from scipy.stats import t as student_t
 
-from pipeline.results.stats import rank_test, summarize, verdict
-
-BASE = [1.0, 1.1, 1.2, 1.3, 1.4]
+from pipeline.results.stats import (
+    DEFAULT_BLOCKS,
+    NOISE_FACTOR,
+    paired_estimates,
+    paired_verdicts,
+    robust_sd,
+    round_sizes,
+    summarize,
+    threshold,
+    unpaired_estimates,
+    verdicts,
+)
 
 
 def test_summarize_known_answer() -> None:
@@ -20,134 +32,209 @@ def test_summarize_known_answer() -> None:
         summarize([])
 
 
-def test_rank_test_known_answers() -> None:
-    # 5 vs 5 fully separated: exact two-sided p = 2 / C(10, 5) = 2/252
-    assert rank_test([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(2 / 252)
-    assert rank_test([6, 7, 8, 9, 10], [1, 2, 3, 4, 5]) == pytest.approx(2 / 252)
-    assert rank_test([1, 3, 5, 7, 9], [2, 4, 6, 8, 10]) > 0.5
-    assert rank_test([1.0] * 5, [1.0] * 5) == 1.0
+def test_rounds_reported_or_made_of_equal_blocks() -> None:
+    assert round_sizes(9, [3, 3, 3]) == [3, 3, 3]
+    assert DEFAULT_BLOCKS == 5
+    assert round_sizes(12, None) == [3, 3, 2, 2, 2]  # old results: 5 consecutive blocks, larger first
+    assert round_sizes(3, None) == [1, 1, 1]
+    assert round_sizes(0, None) == []
+    with pytest.raises(ValueError, match="do not split 9 samples"):
+        round_sizes(9, [4, 4])
 
 
-def test_verdict_regressed_and_improved_follow_the_direction() -> None:
-    slower = [x * 1.5 for x in BASE]
-    v = verdict(BASE, slower, lower_is_better=True, min_change=0.05, max_pvalue=0.01, min_samples=5)
-    assert v.status == "regressed" and v.change == pytest.approx(0.5) and v.pvalue == pytest.approx(2 / 252)
-    assert verdict(slower, BASE).status == "improved"
-    assert verdict(BASE, slower, lower_is_better=False).status == "improved"
+def _rounds_at(logs: list[float], per_round: int = 3) -> list[float]:
+    """Samples of rounds whose medians are exp(logs): each round's values spread around its median."""
+    return [math.exp(v + d) for v in logs for d in (-0.004, 0.0, 0.003)[:per_round]]
 
 
-def test_a_change_needs_both_significance_and_magnitude() -> None:
-    # significant (fully separated) but +42% is under a 50% minimum: similar
-    tiny = [x + 0.5 for x in BASE]  # 1.5..1.9: median 1.2 -> 1.7
-    assert verdict(BASE, tiny, min_change=0.5).status == "similar"
-    assert verdict(BASE, tiny, min_change=0.05).status == "regressed"
-    # large (median +20%) but overlapping samples: not significant
-    noisy_base = [1.0, 2.0, 3.0, 4.0, 5.0]
-    noisy_head = [1.2, 2.2, 3.6, 4.5, 5.5]
-    v = verdict(noisy_base, noisy_head, min_change=0.05)
-    assert v.status == "similar" and v.change == pytest.approx(0.2) and v.pvalue is not None and v.pvalue > 0.01
+def test_paired_change_and_interval_by_hand() -> None:
+    # round-level log ratios 0.01, 0.02, 0.03: mean 0.02, sd 0.01, se 0.01/sqrt(3) = 0.0057735;
+    # t(0.975, 2) = 4.302653 -> half width 0.0248414; t = 3.4641 -> p = 2 sf(3.4641, 2) = 0.074180
+    base = [1e-3] * 9
+    head = [1e-3 * v for v in _rounds_at([0.01, 0.02, 0.03])]
+    [e] = paired_estimates([(base, head, [3, 3, 3])])
+    assert e.rounds == 3
+    assert e.change == pytest.approx(math.exp(0.02) - 1)
+    assert e.ci_low == pytest.approx(math.exp(0.02 - 0.0248414) - 1, abs=1e-6)   # -0.48 %
+    assert e.ci_high == pytest.approx(math.exp(0.02 + 0.0248414) - 1, abs=1e-6)  # +4.58 %
+    assert e.pvalue == pytest.approx(0.074180, abs=1e-5)
+    # the same samples with no rounds reported: 5 blocks of 2, 2, 2, 2, 1 pairs
+    [blocks] = paired_estimates([(base, head, None)])
+    assert blocks.rounds == 5
 
 
-def test_too_few_samples_is_insufficient_data() -> None:
-    v = verdict(BASE[:4], [x * 2 for x in BASE])
-    assert v.status == "insufficient data" and v.pvalue is None and v.change == pytest.approx(2.4 / 1.15 - 1)
-    assert verdict([], BASE).change is None
-    # 4 vs 5 separated: exact p = 2 / C(9, 4) = 0.016
-    assert verdict(BASE[:4], [x * 2 for x in BASE], min_samples=4).pvalue == pytest.approx(2 / 126)
-    assert verdict(BASE[:4], [x * 2 for x in BASE], min_samples=4, max_pvalue=0.05).status == "regressed"
+def test_unpaired_change_and_welch_interval_by_hand() -> None:
+    # log round medians: base 0, 0.01, 0.02 (mean 0.01, var 1e-4); head 0.05, 0.07, 0.09 (mean 0.07,
+    # var 4e-4). Difference 0.06, se sqrt(5e-4/3) = 0.0129099, Welch df 25/8.5 = 2.941176
+    base, head = _rounds_at([0.0, 0.01, 0.02]), _rounds_at([0.05, 0.07, 0.09])
+    [e] = unpaired_estimates([((base, [3, 3, 3]), (head, [3, 3, 3]))])
+    half = student_t.ppf(0.975, 25 / 8.5) * math.sqrt(5e-4 / 3)
+    assert e.change == pytest.approx(math.exp(0.06) - 1)
+    assert (e.ci_low, e.ci_high) == pytest.approx((math.exp(0.06 - half) - 1, math.exp(0.06 + half) - 1))
+    reference = ttest_ind([0.05, 0.07, 0.09], [0.0, 0.01, 0.02], equal_var=False)
+    assert e.pvalue == pytest.approx(reference.pvalue)
+    low, high = reference.confidence_interval(0.95)
+    assert (e.ci_low, e.ci_high) == pytest.approx((math.expm1(low), math.expm1(high)))
 
 
-def test_paired_verdict_sees_a_small_change_under_drift_that_unpaired_samples_hide() -> None:
-    import math
+def test_verdicts_follow_threshold_significance_and_direction() -> None:
+    base = [1e-3] * 15
+    slower = [1e-3 * v for v in _rounds_at([0.095, 0.1, 0.105, 0.1, 0.097])]  # +10 %, every round alike
+    [regressed, improved, small, better] = paired_verdicts(
+        [(base, slower, [3] * 5), (slower, base, [3] * 5), (base, slower, [3] * 5), (base, slower, [3] * 5)],
+        min_change=[0.05, 0.05, 0.2, 0.05])
+    assert regressed.status == "regressed" and regressed.pvalue is not None and regressed.pvalue < 1e-5
+    assert regressed.ci_low is not None and regressed.ci_high is not None
+    assert regressed.ci_low < regressed.change < regressed.ci_high and regressed.ci_low > 0.09
+    assert improved.status == "improved" and improved.change == pytest.approx(1 / (1 + regressed.change) - 1)
+    assert small.status == "similar" and small.threshold == 0.2  # significant, but under its threshold
+    assert paired_verdicts([(base, slower, [3] * 5)], lower_is_better=False)[0].status == "improved"
+    assert better.status == "regressed"
+    # large but not significant: round changes of -10 % .. +30 %
+    noisy = [1e-3 * v for v in _rounds_at([-0.1, 0.3, 0.0, 0.25, -0.05])]
+    [v] = paired_verdicts([(base, noisy, [3] * 5)], min_change=0.05)
+    assert v.status == "similar" and v.pvalue is not None and v.pvalue > 0.01 and v.change > 0.05
 
-    from pipeline.results.stats import min_pairs, paired_verdict, verdict
 
-    drift = [1 + 0.1 * math.sin(i) for i in range(12)]          # +-10% from round to round
-    base = [1e-3 * d for d in drift]
-    head = [b * (1.03 + 0.002 * ((i % 3) - 1)) for i, b in enumerate(base)]  # +3% in every round
-    assert verdict(base, head, min_change=0.02).status == "similar"
-    paired = paired_verdict(base, head, min_change=0.02)
-    assert paired.status == "regressed" and paired.change == pytest.approx(0.03, abs=0.002)
-    assert paired.pvalue is not None and paired.pvalue < 0.001
-    assert paired_verdict(head, base, min_change=0.02).status == "improved"
-    assert paired_verdict(base, head, min_change=0.05).status == "similar"  # below the minimum magnitude
-    assert paired_verdict(base, base).status == "similar" and paired_verdict(base, base).pvalue == 1.0
-    assert min_pairs(0.01, 5) == 8 and min_pairs(0.05, 5) == 6 and min_pairs(0.001, 5) == 11
-    short = paired_verdict(base[:7], head[:7], min_change=0.02)  # 2/2**7 = 0.016 > 0.01: cannot be significant
-    assert short.status == "insufficient data" and short.change == pytest.approx(0.03, abs=0.003)
+def test_too_few_rounds_or_samples_is_insufficient_data() -> None:
+    base, head = [1e-3] * 6, [2e-3] * 6
+    [two_rounds] = paired_verdicts([(base, head, [3, 3])])
+    assert two_rounds.status == "insufficient data" and two_rounds.pvalue is None
+    assert two_rounds.change == pytest.approx(1.0)  # the point change is still reported
+    [few] = verdicts([((base[:4], None), (head, None))])
+    assert few.status == "insufficient data" and few.change == pytest.approx(1.0)
+    [empty] = verdicts([(([], None), (head, None))])
+    assert empty.status == "insufficient data" and empty.change is None and empty.rounds == 0
     with pytest.raises(ValueError, match="differ in length"):
-        paired_verdict(base, head[:3])
+        paired_verdicts([([1.0, 2.0], [1.0], None)])
+    with pytest.raises(ValueError, match="2 thresholds for 1"):
+        paired_verdicts([(base, head, None)], min_change=[0.1, 0.2])
 
 
-def _mixed_pairs(seed: int, paired: bool) -> list[tuple[list[float], list[float]]]:
-    """Pairs of every kind the batch must split apart: sizes from 1 to 60, shifted or not, rounded
-    to few levels (ties, zero log ratios), constant on both sides."""
-    import random
+def test_paired_sees_a_small_change_under_drift_that_unpaired_rounds_hide() -> None:
+    drift = [1 + 0.1 * math.sin(i / 3) for i in range(40)]  # +-10 % device drift over the job
+    base = [1e-3 * d for d in drift]
+    head = [b * (1.03 + 0.002 * ((i % 7) - 3)) for i, b in enumerate(base)]
+    [paired] = paired_verdicts([(base, head, [8] * 5)], min_change=0.02)
+    assert paired.status == "regressed" and paired.change == pytest.approx(0.03, abs=0.002)
+    assert paired.ci_low is not None and paired.ci_high is not None and 0.025 < paired.ci_low < paired.ci_high < 0.035
+    [unpaired] = verdicts([((base, [8] * 5), (head, [8] * 5))], min_change=0.02)
+    assert unpaired.status == "similar"
 
-    rng = random.Random(seed)
-    pairs = []
-    for i in range(200):
-        n = rng.choice([1, 3, 5, 8, 9, 10, 12, 20, 51, 60])
-        m = n if paired else rng.choice([n, 4, 9, 10])
-        base = [1e-3 * (1 + rng.gauss(0, 0.03)) for _ in range(n)]
-        shift = rng.choice([1.0, 1.02, 1.1, 0.9])
-        head = [b * shift * (1 + rng.gauss(0, 0.01)) for b in base] if paired else \
-            [1e-3 * shift * (1 + rng.gauss(0, 0.03)) for _ in range(m)]
-        if i % 10 == 1:  # few levels: ties, and (paired) zero log ratios
-            base, head = [round(v, 4) for v in base], [round(v, 4) for v in head]
+
+def test_batched_verdicts_equal_one_call_per_item() -> None:
+    rng = np.random.default_rng(5)
+    paired, unpaired = [], []
+    for i in range(120):
+        n = int(rng.choice([1, 3, 5, 9, 12, 40]))
+        rounds = None if i % 3 else [n]  # one round: insufficient
+        if i % 3 == 1 and n >= 3:
+            rounds = [n - 2, 1, 1]
+        base = list(1e-3 * np.exp(rng.normal(0, 0.02, n)))
+        head = list(np.array(base) * rng.choice([1.0, 1.05, 0.9]) * np.exp(rng.normal(0, 0.005, n)))
         if i % 17 == 3:
-            base, head = [2e-3] * n, [2e-3] * m
-        pairs.append((base, head))
-    return pairs
-
-
-@pytest.mark.parametrize("seed", [1, 2])
-def test_batched_rank_tests_equal_one_scipy_call_per_pair(seed: int) -> None:
-    from scipy.stats import mannwhitneyu
-
-    from pipeline.results.stats import rank_tests
-
-    pairs = _mixed_pairs(seed, paired=False)
-    expected = []
-    for base, head in pairs:
-        if min(base) == max(base) == min(head) == max(head):
-            expected.append(1.0)
-            continue
-        p = float(mannwhitneyu(base, head, alternative="two-sided").pvalue)
-        expected.append(1.0 if math.isnan(p) else p)
-    got = rank_tests(pairs)
-    assert got == pytest.approx(expected, rel=1e-12, abs=1e-300)
-    assert any(p < 0.01 for p in got) and any(p > 0.5 for p in got)  # both kinds of outcome were exercised
-
-
-@pytest.mark.parametrize("seed", [1, 2])
-def test_batched_paired_tests_equal_one_scipy_call_per_pair(seed: int) -> None:
-    from scipy.stats import wilcoxon
-
-    from pipeline.results.stats import paired_tests
-
-    pairs = _mixed_pairs(seed, paired=True)
-    expected = []
-    for base, head in pairs:
-        logs = [math.log(h / b) for b, h in zip(base, head, strict=True)]
-        if all(v == 0 for v in logs):
-            expected.append(1.0)
-            continue
-        p = float(wilcoxon(logs, alternative="two-sided").pvalue)
-        expected.append(1.0 if math.isnan(p) else p)
-    got = paired_tests(pairs)
-    assert got == pytest.approx(expected, rel=1e-9, abs=1e-300)
-    assert any(p < 0.01 for p in got) and any(p > 0.5 for p in got)
-    with pytest.raises(ValueError, match="equally many"):
-        paired_tests([([1.0, 2.0], [1.0])])
-
-
-def test_batched_verdicts_equal_one_verdict_per_pair() -> None:
-    from pipeline.results.stats import paired_verdict, paired_verdicts, verdicts
-
-    unpaired = _mixed_pairs(3, paired=False)
-    assert verdicts(unpaired, min_change=0.05) == [verdict(b, h, min_change=0.05) for b, h in unpaired]
-    paired = _mixed_pairs(4, paired=True)
-    assert paired_verdicts(paired, min_change=0.02) == [paired_verdict(b, h, min_change=0.02) for b, h in paired]
-    statuses = {v.status for v in verdicts(unpaired, min_change=0.05)}
+            base, head = [2e-3] * n, [2e-3] * n
+        paired.append((base, head, rounds))
+        unpaired.append(((base, rounds), (head, None)))
+    assert paired_verdicts(paired, min_change=0.02) == [paired_verdicts([p], min_change=0.02)[0] for p in paired]
+    assert verdicts(unpaired, min_change=0.02) == [verdicts([u], min_change=0.02)[0] for u in unpaired]
+    statuses = {v.status for v in paired_verdicts(paired, min_change=0.02)}
     assert statuses == {"regressed", "improved", "similar", "insufficient data"}
+    constant = paired_verdicts([([2e-3] * 10, [2e-3] * 10, None)])[0]
+    assert (constant.status, constant.pvalue, constant.ci_low, constant.ci_high) == ("similar", 1.0, 0.0, 0.0)
+
+
+# --- A/A: identical code, p-values must be uniform ---------------------------------------------
+
+ROUNDS, PER_ROUND, COMPARISONS = 5, 40, 400
+
+
+def _ar1(rng: np.random.Generator, n: int, phi: float, sd: float) -> np.ndarray:
+    """A stationary AR(1) series: serially correlated noise, as samples taken back to back are."""
+    x, out = rng.normal(0, sd / math.sqrt(1 - phi * phi)), np.empty(n)
+    for i in range(n):
+        x = phi * x + rng.normal(0, sd)
+        out[i] = x
+    return out
+
+
+def _aa_jobs(seed: int) -> tuple[list, list]:
+    """Simulated A/A comparisons of identical code: 5 rounds of 40 samples; each round carries its
+    own random offset (placement of its buffers, rotated between rounds: a random effect, 1 %);
+    samples are AR(1)-correlated (phi 0.9) within and across rounds; the device drifts slowly
+    (paired: alike for both slots, as base and head alternate)."""
+    rng = np.random.default_rng(seed)
+    n = ROUNDS * PER_ROUND
+    paired, unpaired = [], []
+    for _ in range(COMPARISONS):
+        drift = _ar1(rng, n, 0.99, 0.002)
+        base = 1e-3 * np.exp(drift + _ar1(rng, n, 0.9, 0.004))
+        head = 1e-3 * np.exp(drift + np.repeat(rng.normal(0, 0.01, ROUNDS), PER_ROUND) + _ar1(rng, n, 0.9, 0.004))
+        paired.append((base, head, [PER_ROUND] * ROUNDS))
+        sides = [1e-3 * np.exp(np.repeat(rng.normal(0, 0.01, ROUNDS), PER_ROUND) + _ar1(rng, n, 0.9, 0.004))
+                 for _ in range(2)]
+        unpaired.append(((sides[0], [PER_ROUND] * ROUNDS), (sides[1], [PER_ROUND] * ROUNDS)))
+    return paired, unpaired
+
+
+def test_aa_pvalues_are_uniform_with_rounds_and_were_not_with_samples() -> None:
+    paired, unpaired = _aa_jobs(11)
+    # The old verdicts (before issue 11): every sample an independent observation. Wilcoxon
+    # signed-rank on the 200 log ratios and Mann-Whitney U on the 200 + 200 samples: on these
+    # A/A data their p-values pile up near 0 (KS p ~ 1e-170 and 1e-200): identical code "changed".
+    old_paired = [wilcoxon(np.log(h / b)).pvalue for b, h, _ in paired]
+    old_unpaired = [mannwhitneyu(b[0], h[0]).pvalue for b, h in unpaired]
+    assert kstest(old_paired, "uniform").pvalue < 1e-50
+    assert kstest(old_unpaired, "uniform").pvalue < 1e-50
+    # Round-level: uniform (KS does not reject at 0.05), and 5 % false alarms at p <= 0.05.
+    new_paired = [e.pvalue for e in paired_estimates(paired)]
+    new_unpaired = [e.pvalue for e in unpaired_estimates(unpaired)]
+    assert kstest(new_paired, "uniform").pvalue > 0.05
+    assert kstest(new_unpaired, "uniform").pvalue > 0.05
+    assert 0.02 < np.mean(np.array(new_paired) <= 0.05) < 0.08
+    # and the intervals cover the true change (0) about 95 % of the time
+    covered = [e.ci_low <= 0 <= e.ci_high for e in paired_estimates(paired)]  # type: ignore[operator]
+    assert 0.92 < np.mean(covered) < 0.98
+
+
+# --- noise and thresholds ------------------------------------------------------------------------
+
+def test_threshold_is_the_floor_or_k_times_the_noise() -> None:
+    assert NOISE_FACTOR == 3.0
+    assert threshold(0.02, None) == 0.02
+    assert threshold(0.02, 0.001) == 0.02
+    assert threshold(0.02, 0.01) == pytest.approx(0.03)
+    assert threshold(0.05, 0.01, factor=6) == pytest.approx(0.06)
+
+
+def test_robust_sd_known_answers_and_outliers() -> None:
+    assert robust_sd([]) is None
+    # |x| = 1, 1, 2, 2, 3 around 0: median 2 -> 1.4826 * 2
+    assert robust_sd([-1.0, 1.0, -2.0, 2.0, 3.0]) == pytest.approx(2 * 1.4826)
+    # around their median (10): deviations 1, 1, 0, 1, 1 -> 1.4826
+    assert robust_sd([9.0, 11.0, 10.0, 9.0, 11.0], center=None) == pytest.approx(1.4826)
+    # a real change among repetitions barely moves it; the standard deviation would be 30 times larger
+    rng = np.random.default_rng(2)
+    values = list(rng.normal(0, 0.01, 29)) + [0.5]
+    assert robust_sd(values) == pytest.approx(0.01, rel=0.35)
+
+
+def test_run_to_run_noise_prefers_pairs_of_one_binary() -> None:
+    from pipeline.results.stats import paired_noise, run_to_run_noise
+
+    # 6 binaries run twice (a rerun moves +-0.2 %), each followed by another binary run once (+5 to 10 %):
+    # 6 steps within one binary, 11 across binaries
+    medians, digests = [], []
+    for k in range(6):
+        level = 1e-3 * (1.05 if k % 2 else 1.0)
+        medians += [level, level * (1.002 if k % 3 else 0.998), 1.1e-3]
+        digests += [f"b{k}", f"b{k}", f"single{k}"]
+    same_only = run_to_run_noise(medians, digests)
+    assert same_only == pytest.approx(1.4826 * math.log(1.002) / math.sqrt(2), rel=0.01)
+    anonymous = run_to_run_noise(medians, [None] * len(medians))  # every step counts: the code changes too
+    assert anonymous is not None and anonymous > 5 * same_only
+    assert run_to_run_noise(medians[:5], [None] * 5) is None  # 4 steps: too few
+    with pytest.raises(ValueError, match="digests"):
+        run_to_run_noise(medians, digests[:3])
+    assert paired_noise([0.01, -0.01, 0.02, -0.02]) is None
+    assert paired_noise([0.01, 0.01, 0.01, 0.01, 0.01]) == pytest.approx(1.4826 * math.log(1.01))  # an offset is noise
