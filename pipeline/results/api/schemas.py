@@ -135,9 +135,15 @@ class ComparisonRowOut(_FromAttributes):
     model: str
     base_median: float | None = Field(description="seconds; with paired samples, the median of the paired base samples")
     head_median: float | None
-    change: float | None = Field(description="head / base - 1 (paired: median of the per-pair ratios - 1)")
-    pvalue: float | None
-    status: str = Field(description="regressed | improved | similar | insufficient data | errored | no baseline")
+    change: float | None = Field(description="head / base - 1, estimated over the timing rounds (paired: the rounds' "
+                                             "median log ratios; unpaired: the rounds' log medians)")
+    ci_low: float | None = Field(default=None, description="lower end of the change's 95 % interval (rounds as replicates)")
+    ci_high: float | None = Field(default=None, description="upper end of the change's 95 % interval")
+    threshold: float | None = Field(default=None, description="smallest |change| called a change for this case: "
+                                                              "max(the floor, k x its measured noise on the class)")
+    pvalue: float | None = Field(description="t-test over the rounds (paired) or Welch over the runs' rounds")
+    status: str = Field(description="regressed | improved | similar | unchanged (identical binaries) | insufficient "
+                                    "data | errored | no baseline")
     paired: bool = Field(description="decided by the paired test (base and head interleaved in one job)")
     is_control: bool = Field(description="a vendor implementation, the control of suite cases of its shape")
     control_case: str | None
