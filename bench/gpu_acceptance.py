@@ -10,7 +10,8 @@ Two steps (the GPU host has no Triton 3.9 and no network):
 identical-code head of the A/A runs), `one-tile` (one GEMM shape's tile changed: PR (a)),
 `all-tiles` (every GEMM tile's pipeline depth changed: PR (b)); each built for cuda:sm_90.
 
-`run` starts `benchfarm serve` (SQLite, default settings) and runs `benchfarm run-job` steps against it:
+`run` starts `benchfarm serve` (SQLite, default settings but the identical-binary shortcut off, so
+that the A/A runs are judged as if the binaries differed) and runs `benchfarm run-job` steps against it:
 1. nightly paired (readme over base, every case timed): the PR latency's case (c), and A/A 1;
 2. A/A 2 and 3: the same again (the check cache now warm);
 3. PR (a) and (b): one-tile and all-tiles over base, as a pull request's step (changed binaries and
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -84,11 +86,16 @@ def _dump(farm: GpuFarm, head: str, path: Path) -> int:
 
 def run(bundles: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    bundles = bundles.resolve()
+    # A copy outside the working tree: the device tool re-sends the tree (and drops what a call does not
+    # carry) at every call, which removed the bundles under a run that outlived its first call.
+    local = Path("/tmp/bf-acceptance-bundles")
+    shutil.rmtree(local, ignore_errors=True)
+    shutil.copytree(bundles, local)
+    bundles = local
     shas = json.loads((bundles / "shas.json").read_text())
     device_class = os.environ.get("ACCEPTANCE_DEVICE_CLASS") or cuda_device_class()
     report: dict[str, Any] = {"device_class": device_class, "shas": shas, "jobs": []}
-    farm = GpuFarm(Path("/tmp/bf-acceptance"))
+    farm = GpuFarm(Path("/tmp/bf-acceptance"), {"BENCHFARM_COMPARE__SAME_BINARY_SHORTCUT": "false"})
     only = os.environ.get("ACCEPTANCE_STEPS", "nightly,aa,pr,unpaired").split(",")
     try:
         def job(label: str, head: str, base: str | None, pr: bool = False, compare_with: str | None = None) -> None:
