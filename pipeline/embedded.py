@@ -51,11 +51,14 @@ def _loopback_url(settings: Settings) -> str:
 
 def _internal_token(engine: Engine) -> tuple[str, str]:
     """An agent-scope token for the in-process agent, deleted again when the service stops
-    (stale ones from a process that died are removed first)."""
+    (stale ones from a process that died are removed first). The in-process agent of an earlier
+    process is stored under the same name with its deleted token: it is handed to the new token
+    (else the new agent is refused with 403) and shown offline until the new agent registers."""
     name = f"{_EMBEDDED_TOKEN_PREFIX}{secrets.token_hex(4)}"
     with session_scope(engine) as session:
         session.execute(sa.delete(ApiToken).where(ApiToken.name.startswith(_EMBEDDED_TOKEN_PREFIX)))
         token = auth.create_token(session, name=name, scopes=["agent"])
+        dispatch.set_agent_gone(session, name=EMBEDDED_AGENT, token_name=name)
     return name, token
 
 
@@ -156,3 +159,5 @@ def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_s
     finally:
         with session_scope(engine) as session:
             session.execute(sa.delete(ApiToken).where(ApiToken.name.startswith(_EMBEDDED_TOKEN_PREFIX)))
+            if suite is not None:
+                dispatch.set_agent_gone(session, name=EMBEDDED_AGENT)

@@ -54,6 +54,7 @@ __all__ = [
     "heartbeat",
     "list_jobs",
     "mark_silent_agents_offline",
+    "set_agent_gone",
     "register_agent",
     "requeue_expired",
     "selects_case",
@@ -202,6 +203,19 @@ def mark_silent_agents_offline(session: Session, *, silent_s: float, now: dateti
         agent.state = "offline"
         _set_presence(session, agent, [], now)
     return [a.name for a in silent]
+
+
+def set_agent_gone(session: Session, *, name: str, token_name: str | None = None, now: datetime | None = None) -> None:
+    """An agent known to be gone (its process ended) goes offline with its devices at once, not
+    `agent_offline_s` later; `token_name` hands the agent's name to another token (the in-process
+    agent of the next `benchfarm up`, whose token replaces the one the last process deleted)."""
+    agent = session.scalar(sa.select(Agent).where(Agent.name == name))
+    if agent is None:
+        return
+    agent.state = "offline"
+    if token_name is not None:
+        agent.token_name = token_name
+    _set_presence(session, agent, [], now or utcnow())
 
 
 # --- claims and leases -----------------------------------------------------------------------
