@@ -44,15 +44,43 @@ def _progress_bar() -> Iterator[Callable[[str, int, int], None]]:
         yield report
 
 
+def _suite_and_ref(args: argparse.Namespace, ref: str) -> tuple[Path, str]:
+    """The suite folder (--suite, else `kernels/` of the working directory's checkout) and what to
+    benchmark: `ref`, or with --worktree a commit of the working tree on top of HEAD. Uncommitted
+    changes that a run of HEAD leaves out are named on stderr."""
+    from pipeline.build.suite_loader import (
+        WORKTREE_REF_PREFIX, commit_worktree, default_suite, locate_suite, resolve_commit, uncommitted_changes,
+    )
+
+    suite = Path(args.suite) if args.suite else default_suite()
+    location = locate_suite(suite)
+    if args.worktree:
+        if ref != "HEAD":
+            raise CliError(f"--worktree benchmarks the working tree on top of HEAD; it cannot be combined with {ref!r}")
+        sha = commit_worktree(location)
+        err_console.print(f"benchmarking the working tree of {location.path} as commit {sha[:10]} (uncommitted "
+                          f"changes on top of HEAD, kept as {WORKTREE_REF_PREFIX}{sha[:10]}…; on no branch)",
+                          markup=False, highlight=False, soft_wrap=True)
+        return suite, sha
+    head = resolve_commit(location, "HEAD")
+    if resolve_commit(location, ref) == head and (changes := uncommitted_changes(location)):
+        shown = ", ".join(changes[:10]) + (f" and {len(changes) - 10} more" if len(changes) > 10 else "")
+        err_console.print(f"note: uncommitted changes are NOT benchmarked (only commit {head[:10]} is): {shown}; "
+                          "commit them, or add --worktree to benchmark the working tree",
+                          markup=False, highlight=False, soft_wrap=True)
+    return suite, ref
+
+
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.local_pipeline import run_pipeline
     from pipeline.pr_comments.table import terminal_table
     from pipeline.results.db import open_store
 
+    suite, ref = _suite_and_ref(args, args.ref)
     engine = open_store(settings.database_url)
     with _progress_bar() as progress:
         outcome = run_pipeline(
-            settings=settings, engine=engine, suite=Path(args.suite), ref=args.ref,
+            settings=settings, engine=engine, suite=suite, ref=ref,
             targets=_split_targets(args.targets), progress=progress, paired=not args.unpaired,
         )
     for comparison in outcome.comparisons:
@@ -64,9 +92,11 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.embedded import serve_embedded
+    from pipeline.embedded import check_port_free, serve_embedded
 
-    serve_embedded(settings, suite=Path(args.suite), ref=args.ref, run_on_start=not args.no_run)
+    check_port_free(settings.host, settings.port)   # before the suite: a taken port is the first thing to fix
+    suite, ref = _suite_and_ref(args, args.ref)
+    serve_embedded(settings, suite=suite, ref=ref, run_on_start=not args.no_run)
     return 0
 
 
@@ -83,8 +113,9 @@ def cmd_build(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.build.suite_loader import locate_suite, resolve_commit
     from pipeline.local_pipeline import plan_targets
 
-    location = locate_suite(Path(args.suite))
-    sha = resolve_commit(location, args.commit)
+    suite, ref = _suite_and_ref(args, args.commit)
+    location = locate_suite(suite)
+    sha = resolve_commit(location, ref)
     targets = _split_targets(args.targets) or plan_targets(discover_local_devices(settings.phones), None)
     out = Path(args.out) if args.out else settings.bundles_dir
     with _progress_bar() as progress:
@@ -267,15 +298,19 @@ def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pipeline.local_pipeline import DEFAULT_SUITE
-
     parser = argparse.ArgumentParser(prog="benchfarm", description="Continuous benchmarking for GPU and mobile kernels.")
     parser.add_argument("--version", action="version", version=f"benchfarm {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def suite_flags(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--suite", default=str(DEFAULT_SUITE), help="suite folder in a git checkout (default: this repository's kernels/)")
+        p.add_argument("--suite", help="suite folder in a git checkout (default: kernels/ of the git checkout "
+                       "you are in)")
+        p.add_argument("--worktree", action="store_true", help="benchmark the suite folder as it is on disk, "
+                       "uncommitted edits included: it is committed on top of HEAD as a commit of its own, "
+                       "labelled 'benchfarm: working tree', kept under refs/benchfarm/worktree/ and on no branch "
+                       "(your index, branch and files are not touched); without it only committed content is "
+                       "benchmarked, and uncommitted changes are listed")
 
     p = sub.add_parser("run", help="build the suite at a commit, run it on this machine, store and compare")
     suite_flags(p)
@@ -399,7 +434,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         err_console.print(f"benchfarm: {exc}", markup=False, highlight=False)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line (what was cancelled, where the command says it)
+        what = f": {exc}" if str(exc) else ""
+        err_console.print(f"benchfarm {args.command}: interrupted{what}", markup=False, highlight=False, soft_wrap=True)
         return 130
     except Exception as exc:  # every failure a user can cause ends in one line naming it
         if args.verbose:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import secrets
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,6 +19,7 @@ import uvicorn
 from pydantic import SecretStr
 from sqlalchemy.engine import Engine
 
+from pipeline.agents.agent import DeviceAgent
 from pipeline.config import Settings
 from pipeline.results import auth, dispatch, triggers
 from pipeline.results.api import create_app, freeze_startup_heap
@@ -27,6 +30,7 @@ log = logging.getLogger(__name__)
 
 EMBEDDED_AGENT = "embedded"
 _EMBEDDED_TOKEN_PREFIX = "embedded-agent-"
+STOPPED_REASON = "cancelled: benchfarm up stopped while the job ran"
 
 
 class PortTakenError(RuntimeError):
@@ -58,15 +62,15 @@ def _internal_token(engine: Engine) -> tuple[str, str]:
     with session_scope(engine) as session:
         session.execute(sa.delete(ApiToken).where(ApiToken.name.startswith(_EMBEDDED_TOKEN_PREFIX)))
         token = auth.create_token(session, name=name, scopes=["agent"])
-        dispatch.set_agent_gone(session, name=EMBEDDED_AGENT, token_name=name)
+        dispatch.set_agent_gone(session, name=EMBEDDED_AGENT, token_name=name, reason=STOPPED_REASON)
     return name, token
 
 
-def start_embedded_agent(settings: Settings, engine: Engine, *, suite: Path, ref: str | None) -> threading.Thread:
+def start_embedded_agent(settings: Settings, engine: Engine, *, suite: Path, ref: str | None) -> DeviceAgent:
     """In a background thread: once the service answers, start the in-process agent (same code as
     `benchfarm agent`, over HTTP on loopback) and queue a run of `ref` on its device classes (none
-    when `ref` is None: the agent waits for runs triggered from the web UI or `benchfarm trigger`)."""
-    from pipeline.agents.agent import DeviceAgent
+    when `ref` is None: the agent waits for runs triggered from the web UI or `benchfarm trigger`).
+    Returns the agent (its `stop` event ends it)."""
     from pipeline.agents.agent_log import AgentLog
 
     _, token = _internal_token(engine)
@@ -102,9 +106,8 @@ def start_embedded_agent(settings: Settings, engine: Engine, *, suite: Path, ref
         except Exception:
             log.exception("embedded run of %s failed", ref)
 
-    thread = threading.Thread(target=work, name="embedded-trigger", daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=work, name="embedded-trigger", daemon=True).start()
+    return agent
 
 
 class _LogStream(io.TextIOBase):
@@ -148,8 +151,7 @@ def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_s
     engine = open_store(settings.database_url)
     app = create_app(settings, engine)
     start_dispatcher(settings, engine)
-    if suite is not None:
-        start_embedded_agent(settings, engine, suite=suite, ref=ref if run_on_start else None)
+    agent = start_embedded_agent(settings, engine, suite=suite, ref=ref if run_on_start else None) if suite else None
     print(f"benchfarm serving {settings.database_url} at {settings.public_url}  (Ctrl-C stops)", flush=True)
     freeze_startup_heap()
     try:
@@ -157,7 +159,17 @@ def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_s
         uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
                     timeout_graceful_shutdown=2)
     finally:
+        if agent is not None:
+            agent.stop.set()
         with session_scope(engine) as session:
             session.execute(sa.delete(ApiToken).where(ApiToken.name.startswith(_EMBEDDED_TOKEN_PREFIX)))
-            if suite is not None:
-                dispatch.set_agent_gone(session, name=EMBEDDED_AGENT)
+            cancelled = dispatch.set_agent_gone(session, name=EMBEDDED_AGENT, reason=STOPPED_REASON) if agent else []
+        for job_id in cancelled:
+            print(f"job {job_id} cancelled (it was running when benchfarm up stopped)", flush=True)
+        if agent is not None and agent.busy():
+            # The job's worker thread is inside native code (IREE, CUDA) that cannot be interrupted;
+            # a normal interpreter exit would unwind that thread through C++ frames and abort the
+            # process ("FATAL: exception not rethrown"). Its job is recorded as cancelled above.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)

@@ -23,16 +23,22 @@ from pipeline.contracts import Target
 from pipeline.results import ingest
 from pipeline.results.compare import Comparison, choose_base, compare
 from pipeline.results.db import session_scope
+from pipeline.results.models import Job
 
 log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[str, int, int], None]
 
-DEFAULT_SUITE = Path(__file__).resolve().parent.parent / "kernels"
-
 
 class PipelineError(RuntimeError):
     """A stage could not proceed; the message says which and why."""
+
+
+class RunCancelled(KeyboardInterrupt):
+    """Ctrl-C during a run: the run's unfinished jobs were recorded as failed, "cancelled"."""
+
+
+CANCELLED_REASON = "cancelled: interrupted (Ctrl-C) while the job was {stage}"
 
 
 @dataclass
@@ -70,7 +76,7 @@ def run_pipeline(
     *,
     settings: Settings,
     engine: Engine,
-    suite: Path = DEFAULT_SUITE,
+    suite: Path,
     ref: str = "HEAD",
     targets: Sequence[str] | None = None,
     devices: Sequence[LocalDevice] | None = None,
@@ -102,7 +108,27 @@ def run_pipeline(
         jobs = {job.device_class.name: job.id for job in run.jobs}
     outcome = PipelineOutcome(run_id=run_id, sha=sha, repository=repo)
     log.info("run %s: %s at %s on %s", run_id, repo, sha[:10], ", ".join(jobs))
+    stage = ["waiting for its build"]
+    try:
+        _build_and_run(settings, engine, location=location, sha=sha, repo=repo, chosen=chosen, devices=devices,
+                       jobs=jobs, outcome=outcome, progress=progress, paired=paired, stage=stage)
+    except KeyboardInterrupt:
+        ended = ("done", "failed")
+        with session_scope(engine) as session:
+            for job_id in jobs.values():
+                job = session.get(Job, job_id)
+                if job is not None and job.status not in ended:
+                    ingest.set_job_status(session, job_id=job_id, status="failed",
+                                          error=CANCELLED_REASON.format(stage=stage[0]))
+        raise RunCancelled(f"run {run_id} cancelled; its unfinished jobs are recorded as failed") from None
+    return outcome
 
+
+def _build_and_run(settings: Settings, engine: Engine, *, location: SuiteLocation, sha: str, repo: str,
+                   chosen: Sequence[str], devices: Sequence[LocalDevice], jobs: dict[str, str],
+                   outcome: PipelineOutcome, progress: ProgressFn, paired: bool, stage: list[str]) -> None:
+    """The stages after the run is recorded; `stage[0]` says where a job waits (for an interrupt)."""
+    run_id = outcome.run_id
     try:
         bundle_dir, manifest = build_bundle(
             location=location, sha=sha, targets=chosen, out_dir=settings.bundles_dir,
@@ -114,10 +140,12 @@ def run_pipeline(
         _fail_jobs(engine, jobs.values(), f"build failed: {exc}")
         raise PipelineError(f"build of {sha[:10]} failed: {exc}") from exc
 
+    stage[0] = "waiting for its device"
     for device in devices:
         job_id = jobs[device.device_class.name]
         with session_scope(engine) as session:
             ingest.set_job_status(session, job_id=job_id, status="running", agent="embedded")
+        stage[0] = "running"
         try:
             base_dir = _base_bundle(engine, settings, repo, sha, device, bundle_dir) if paired else None
             document = run_bundle(
@@ -138,7 +166,7 @@ def run_pipeline(
                 compare(session, repository=repo, head_sha=sha, device_class=device.device_class.name,
                         settings=settings.compare)
             )
-    return outcome
+        stage[0] = "waiting for its device"
 
 
 def _base_bundle(engine: Engine, settings: Settings, repository: str, sha: str, device: LocalDevice,

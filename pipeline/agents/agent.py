@@ -119,6 +119,7 @@ class DeviceAgent:
         self.stop = threading.Event()
         self.devices: dict[str, LocalDevice] = {}
         self.current: str | None = None
+        self._worker: threading.Thread | None = None
         self.lost: set[str] = set()
         self.claim_wait_s = 20.0
         self._unreachable = False
@@ -314,6 +315,7 @@ class DeviceAgent:
 
         worker = threading.Thread(target=target, name=f"job-{work.job_id[:8]}", daemon=True)
         worker.start()
+        self._worker = worker
         uid = work.device.info.uid
         while worker.is_alive():
             worker.join(0.2)
@@ -334,6 +336,10 @@ class DeviceAgent:
             raise JobRefused(f"run failed: {type(exc).__name__}: {exc}")
         document: ResultDocument = outcome["document"]
         return document
+
+    def busy(self) -> bool:
+        """A job's worker thread is still running (also after the agent abandoned the job)."""
+        return self._worker is not None and self._worker.is_alive()
 
     def fail(self, job_id: str, reason: str) -> None:
         self.log.event("job_failed", job=job_id, reason=reason)

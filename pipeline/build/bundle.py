@@ -21,6 +21,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -251,7 +252,10 @@ def _compile_all(
         return results
     workers = min(workers or os.cpu_count() or 1, len(misses))
     # spawn: the parent may hold runtime threads (an agent in the same process); fork is unsafe then.
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    # Workers ignore SIGINT: Ctrl-C in a terminal reaches the whole process group, and the parent
+    # alone decides what an interrupt means (each worker would otherwise print its own traceback).
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN)) as pool:
         futures: dict[Future[CompiledArtifact], int] = {
             pool.submit(_compile_worker, jobs[i].source, jobs[i].target, suite_dir): i  # type: ignore[arg-type]
             for i in misses

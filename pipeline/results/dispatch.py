@@ -205,17 +205,23 @@ def mark_silent_agents_offline(session: Session, *, silent_s: float, now: dateti
     return [a.name for a in silent]
 
 
-def set_agent_gone(session: Session, *, name: str, token_name: str | None = None, now: datetime | None = None) -> None:
+def set_agent_gone(session: Session, *, name: str, reason: str, token_name: str | None = None,
+                   now: datetime | None = None) -> list[str]:
     """An agent known to be gone (its process ended) goes offline with its devices at once, not
-    `agent_offline_s` later; `token_name` hands the agent's name to another token (the in-process
-    agent of the next `benchfarm up`, whose token replaces the one the last process deleted)."""
+    `agent_offline_s` later, and the jobs it held fail with `reason` (no heartbeat will ever renew
+    or end them); `token_name` hands the agent's name to another token (the in-process agent of the
+    next `benchfarm up`, whose token replaces the one the last process deleted). Returns those jobs."""
     agent = session.scalar(sa.select(Agent).where(Agent.name == name))
     if agent is None:
-        return
+        return []
     agent.state = "offline"
     if token_name is not None:
         agent.token_name = token_name
     _set_presence(session, agent, [], now or utcnow())
+    held = list(session.scalars(sa.select(Job.id).where(Job.status == "running", Job.lease_owner == name)))
+    for job_id in held:
+        fail_job(session, job_id=job_id, agent_name=name, reason=reason)
+    return held
 
 
 # --- claims and leases -----------------------------------------------------------------------
