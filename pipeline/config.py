@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -20,7 +21,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "BENCHFARM_"
 
@@ -274,6 +276,22 @@ class AgentSettings(BaseModel):
     backoff_max_s: float = Field(default=10.0, gt=0)
 
 
+_FILE_VALUES: ContextVar[dict[str, Any]] = ContextVar("benchfarm_file_values", default={})
+"""The config file's values while `load_settings` builds a Settings (a source cannot take arguments)."""
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """The TOML file's values, below the environment: pydantic-settings merges sources deeply, so
+    `BENCHFARM_MEASUREMENT__MIN_SAMPLES` replaces `min_samples` of the file's `[measurement]` and
+    keeps its other keys."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return _FILE_VALUES.get().get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_FILE_VALUES.get())
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", validate_default=True
@@ -300,6 +318,15 @@ class Settings(BaseSettings):
     phones: PhoneSettings = Field(default_factory=PhoneSettings)
     dispatch: DispatchSettings = Field(default_factory=DispatchSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Precedence, first wins: explicit arguments, the environment, the config file, defaults."""
+        return init_settings, env_settings, _FileSource(settings_cls)
 
     @field_validator("database_url")
     @classmethod
@@ -373,15 +400,15 @@ def load_settings(**overrides: Any) -> Settings:
     if unknown_env:
         raise SettingsError(f"unknown setting {unknown_env[0]}; known: " + ", ".join(
             ENV_PREFIX + name.upper() for name in Settings.model_fields))
+    token = _FILE_VALUES.set(file_values)
     try:
-        # Environment wins over the file: pydantic-settings gives init values precedence, so pass
-        # the file's values only where no environment variable sets the same field.
-        from_file = {k: v for k, v in file_values.items() if f"{ENV_PREFIX}{k.upper()}" not in os.environ}
-        return Settings(**{**from_file, **overrides})
+        return Settings(**overrides)
     except ValidationError as exc:
         source = str(path) if path else "the config file"
         lines = [_describe(e, source) for e in exc.errors(include_url=False)]
         raise SettingsError("wrong setting: " + "; ".join(lines)) from None
+    finally:
+        _FILE_VALUES.reset(token)
 
 
 @lru_cache(maxsize=1)
