@@ -36,7 +36,7 @@ from pipeline.build.suite_loader import SuiteLocation, export_suite, load_suite,
 from pipeline.contracts import BundleEntry, BundleManifest, CompileStats, LaunchSpec, Target, TorchCall, parse_manifest
 from pipeline.contracts.manifest import ArtifactRef
 
-__all__ = ["BuildCounts", "build_bundle", "load_bundle", "bundle_digest", "MANIFEST", "SUITE_DIR"]
+__all__ = ["BuildCounts", "build_bundle", "load_bundle", "MANIFEST", "SUITE_DIR"]
 
 MANIFEST = "manifest.json"
 SUITE_DIR = "suite"
@@ -66,11 +66,6 @@ class _Job:
 
 def load_bundle(bundle_dir: Path) -> BundleManifest:
     return parse_manifest((Path(bundle_dir) / MANIFEST).read_bytes())
-
-
-def bundle_digest(bundle_dir: Path) -> str:
-    """sha256 of the manifest (which holds every artifact's sha256): the bundle's identity."""
-    return hashlib.sha256((Path(bundle_dir) / MANIFEST).read_bytes()).hexdigest()
 
 
 def _compiler_versions() -> dict[str, str]:
