@@ -101,13 +101,29 @@ def start_embedded_agent(settings: Settings, engine: Engine, *, suite: Path, ref
                 result = triggers.queue_run(session, repository=repository, commit_sha=sha, device_classes=classes,
                                             cases=None, max_attempts=settings.dispatch.max_attempts,
                                             extra_targets=settings.dispatch.build_targets, kind="local")
-            log.info("run %s of %s@%s queued on %s: results at %s/runs/%s", result.run_id, repository, sha[:10],
-                     ", ".join(classes), settings.public_url, result.run_id)
+            print(f"run {result.run_id[:8]} of {repository}@{sha[:10]} queued on {', '.join(classes)}", flush=True)
+            _announce_when_ended(engine, agent, result.run_id, f"{settings.public_url}/runs/{result.run_id}")
         except Exception:
             log.exception("embedded run of %s failed", ref)
 
     threading.Thread(target=work, name="embedded-trigger", daemon=True).start()
     return agent
+
+
+def _announce_when_ended(engine: Engine, agent: DeviceAgent, run_id: str, url: str) -> None:
+    """Wait for the run to end, then print where its results are (or why it failed)."""
+    from pipeline.results.models import Run
+
+    while not agent.stop.wait(1.0):
+        with session_scope(engine) as session:
+            run = session.get(Run, run_id)
+            status, error = (run.status, run.error) if run is not None else ("failed", "the run is gone")
+        if status == "done":
+            print(f"results ready at {url}", flush=True)
+            return
+        if status == "failed":
+            print(f"run {run_id[:8]} failed: {error}; see {url}", flush=True)
+            return
 
 
 class _LogStream(io.TextIOBase):
@@ -143,7 +159,9 @@ def start_dispatcher(settings: Settings, engine: Engine) -> list[threading.Threa
     return loops
 
 
-def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_start: bool) -> None:
+def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_start: bool,
+                   access_log: bool = False) -> None:
+    """Serve until interrupted; `access_log`: uvicorn's line per request (off: the terminal stays readable)."""
     check_port_free(settings.host, settings.port)
     if suite is not None and not settings.dispatch.suite_path:
         settings = settings.model_copy(update={"dispatch": settings.dispatch.model_copy(
@@ -157,7 +175,7 @@ def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_s
     try:
         # graceful shutdown waits for open requests: a long-polling claim would hold it for claim_wait_s
         uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
-                    timeout_graceful_shutdown=2)
+                    timeout_graceful_shutdown=2, access_log=access_log)
     finally:
         if agent is not None:
             agent.stop.set()

@@ -22,6 +22,7 @@ from pipeline.config import Settings
 from pipeline.contracts import Target
 from pipeline.results import ingest
 from pipeline.results.compare import Comparison, choose_base, compare
+from pipeline.results.dispatch import selects_case
 from pipeline.results.db import session_scope
 from pipeline.results.models import Job
 
@@ -82,9 +83,11 @@ def run_pipeline(
     devices: Sequence[LocalDevice] | None = None,
     progress: ProgressFn = _log_progress,
     paired: bool = True,
+    cases: str | None = None,
 ) -> PipelineOutcome:
     """Build, run, store and compare. `paired`: where the base commit's bundle for the same targets is
-    still under `settings.bundles_dir`, each device times head interleaved with it (`paired_base`)."""
+    still under `settings.bundles_dir`, each device times head interleaved with it (`paired_base`).
+    `cases`: a glob over case ids; only those are run (the whole suite is built: it is cached)."""
     location = locate_suite(suite)
     sha = resolve_commit(location, ref)
     devices = list(devices) if devices is not None else discover_local_devices(settings.phones)
@@ -111,7 +114,7 @@ def run_pipeline(
     stage = ["waiting for its build"]
     try:
         _build_and_run(settings, engine, location=location, sha=sha, repo=repo, chosen=chosen, devices=devices,
-                       jobs=jobs, outcome=outcome, progress=progress, paired=paired, stage=stage)
+                       jobs=jobs, outcome=outcome, progress=progress, paired=paired, stage=stage, cases=cases)
     except KeyboardInterrupt:
         ended = ("done", "failed")
         with session_scope(engine) as session:
@@ -126,7 +129,8 @@ def run_pipeline(
 
 def _build_and_run(settings: Settings, engine: Engine, *, location: SuiteLocation, sha: str, repo: str,
                    chosen: Sequence[str], devices: Sequence[LocalDevice], jobs: dict[str, str],
-                   outcome: PipelineOutcome, progress: ProgressFn, paired: bool, stage: list[str]) -> None:
+                   outcome: PipelineOutcome, progress: ProgressFn, paired: bool, stage: list[str],
+                   cases: str | None) -> None:
     """The stages after the run is recorded; `stage[0]` says where a job waits (for an interrupt)."""
     run_id = outcome.run_id
     try:
@@ -139,6 +143,15 @@ def _build_and_run(settings: Settings, engine: Engine, *, location: SuiteLocatio
     except Exception as exc:
         _fail_jobs(engine, jobs.values(), f"build failed: {exc}")
         raise PipelineError(f"build of {sha[:10]} failed: {exc}") from exc
+    if cases:
+        selected = [e for e in manifest.entries if selects_case(cases, e.case)]
+        if not selected:
+            known = sorted({e.case for e in manifest.entries})
+            shown = ", ".join(known[:5]) + (", …" if len(known) > 5 else "")
+            error = f"--cases {cases!r} selects none of the {len(known)} cases ({shown})"
+            _fail_jobs(engine, jobs.values(), error)
+            raise PipelineError(error)
+        manifest = manifest.model_copy(update={"entries": selected})
 
     stage[0] = "waiting for its device"
     for device in devices:

@@ -36,9 +36,15 @@ from pipeline.build.suite_loader import SuiteLocation, export_suite, load_suite,
 from pipeline.contracts import BundleEntry, BundleManifest, CompileStats, LaunchSpec, Target, TorchCall, parse_manifest
 from pipeline.contracts.manifest import ArtifactRef
 
-__all__ = ["BuildCounts", "build_bundle", "load_bundle", "MANIFEST", "SUITE_DIR"]
+__all__ = ["ALL_TARGETS", "BuildCounts", "build_bundle", "load_bundle", "MANIFEST", "SUITE_DIR"]
 
 MANIFEST = "manifest.json"
+ALL_TARGETS = (
+    "llvm-cpu:x86_64", "llvm-cpu:aarch64", "llvm-cpu:aarch64-android", "vulkan:valhall", "vulkan:adreno",
+    "cuda:sm_80", "cuda:sm_90", "hip:gfx942", "hip:gfx950", "hip:gfx1250",
+)
+"""Every target this builder's compilers produce code for on a CPU-only machine (`--targets all`):
+IREE for the CPUs, Vulkan, CUDA sm_80 and HIP; Triton for cuda:sm_90 and HIP."""
 SUITE_DIR = "suite"
 ARTIFACTS_DIR = "artifacts"
 

@@ -150,8 +150,13 @@ def commit_worktree(location: SuiteLocation) -> str:
 
 
 def resolve_commit(location: SuiteLocation, ref: str = "HEAD") -> str:
-    """The full sha of `ref` (branch, tag, short sha...)."""
-    return str(_git(location.repo_root, "rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}")).strip()
+    """The full sha of `ref` (branch, tag, short sha...); an unknown ref is a SuiteError in plain words."""
+    try:
+        return str(_git(location.repo_root, "rev-parse", "--verify", "--quiet", "--end-of-options",
+                        f"{ref}^{{commit}}")).strip()
+    except SuiteError:
+        raise SuiteError(f"no commit {ref!r} in {location.repo_root} (give a branch, a tag or a commit sha; "
+                         "`git log --oneline` lists commits)") from None
 
 
 def _tree_spec(location: SuiteLocation, sha: str) -> str:

@@ -26,11 +26,11 @@ def test_up_serves_a_benchmark_of_head(tmp_path: Path) -> None:
     repo = make_suite_repo(tmp_path, gemm_suite_files(CASES), name="suite-repo")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
-    env.update(BENCHFARM_HOME=str(tmp_path / "home"), BENCHFARM_PORT=str(port))
+    env.update(BENCHFARM_HOME=str(tmp_path / "home"))
     log_path = tmp_path / "up.log"
     with log_path.open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "up", "--suite", str(repo / "kernels")],
-                                cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "up", "--suite", str(repo / "kernels"),
+                                 "--port", str(port)], cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
@@ -53,6 +53,12 @@ def test_up_serves_a_benchmark_of_head(tmp_path: Path) -> None:
         assert all(case_id(c) in page for c in CASES)
         assert requests.get(f"{url}/runs/{runs[0]['id']}", timeout=10).status_code == 200
         assert requests.get(f"{url}/docs", timeout=10).status_code == 200
+        ready = f"results ready at {url}/runs/{runs[0]['id']}"
+        deadline = time.monotonic() + 15
+        while ready not in log_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert ready in log_path.read_text(), log_path.read_text()
+        assert "GET /api/v1/runs" not in log_path.read_text()   # no access log unless -v
     finally:
         proc.send_signal(signal.SIGINT)
         try:

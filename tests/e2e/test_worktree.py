@@ -4,6 +4,7 @@ the working tree as a commit of its own on top of HEAD, labelled as such."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -52,7 +53,26 @@ def test_run_names_uncommitted_edits_and_worktree_runs_them(tmp_path: Path) -> N
         newest = session.query(Commit).order_by(Commit.id.desc()).first()
         assert newest is not None and [p.parent_sha for p in newest.parents] == [head]
         assert newest.message.startswith("benchfarm: working tree of kernels/ on top of")
+        session.expunge(newest)
     engine.dispose()
 
     refused = benchfarm(home, "run", "--worktree", "--ref", "HEAD~0", cwd=repo)
     assert refused.returncode == 1 and "--worktree" in refused.stderr and "Traceback" not in refused.stderr
+
+    # only the edited kernel, again: --cases
+    only = benchfarm(home, "run", "--worktree", "--cases", "gemm/added/*", cwd=repo)
+    assert only.returncode == 0, only.stderr
+    assert case_id(added) in only.stdout and case_id(kept) not in only.stdout, only.stdout
+    none = benchfarm(home, "run", "--cases", "conv/*", cwd=repo)
+    assert none.returncode == 1 and "--cases 'conv/*' selects none of the 1 cases" in none.stderr, none.stderr
+
+    # the stored results of HEAD and of the working-tree commit, compared: three formats
+    wt = newest.sha
+    table = benchfarm(home, "compare", "HEAD", wt, cwd=repo)
+    assert table.returncode == 0 and case_id(kept) in table.stdout, table.stderr
+    data = json.loads(benchfarm(home, "compare", head[:10], wt, "--format", "json", cwd=repo).stdout)
+    (comparison,) = data["comparisons"]
+    assert (comparison["base_sha"], comparison["head_sha"]) == (head, wt)
+    assert {r["case_id"]: r["status"] for r in comparison["rows"]}[case_id(added)] == "no baseline"
+    markdown = benchfarm(home, "compare", "HEAD", wt, "--format", "markdown", cwd=repo).stdout
+    assert "| " in markdown and head[:7] in markdown, markdown

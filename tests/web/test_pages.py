@@ -169,3 +169,8 @@ def test_private_service_needs_sign_in_for_pages_and_reads(private_service: Serv
     assert _sign_in(private_service, browser, token=private_service.tokens["user"]).status_code == 303
     assert browser.get(f"{url}/", timeout=30).status_code == 200
     assert browser.get(f"{url}/api/v1/dashboard", timeout=30).status_code == 200
+
+
+def test_sign_in_page_says_how_to_make_the_first_user(service: Service) -> None:
+    page = requests.get(f"{service.url}/login", timeout=30).text
+    assert "benchfarm user create --name NAME" in page
