@@ -381,8 +381,10 @@ def get_job(session: Session, job_id: str) -> JobRow | None:
 
 
 def list_jobs(session: Session, *, status: str | None = None, run_id: str | None = None, job_id: str | None = None,
-              device_class: str | None = None, agent: str | None = None, limit: int = 100) -> list[JobRow]:
-    """Newest first, with what a waiting job waits for (a build, or an agent with its device class)."""
+              device_class: str | None = None, agent: str | None = None, limit: int = 100,
+              offset: int = 0) -> list[JobRow]:
+    """Newest first (`offset` of them skipped), with what a waiting job waits for (a build, or an
+    agent with its device class)."""
     query = (
         sa.select(Job, Run.id, Repository.name, Commit.sha, DeviceClassRow.name, Device.uid, BuildRequest.status)
         .join(Run, Job.run_id == Run.id)
@@ -393,6 +395,7 @@ def list_jobs(session: Session, *, status: str | None = None, run_id: str | None
         .outerjoin(BuildRequest, BuildRequest.run_id == Run.id)
         .order_by(Job.created_at.desc(), Job.id)
         .limit(limit)
+        .offset(offset)
     )
     if status is not None:
         query = query.where(Job.status == status)

@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.engine import Engine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -35,6 +35,7 @@ from pipeline.results.api.schemas import add_body_schemas
 from pipeline.results.auth import AuthError
 from pipeline.results.ingest import IngestError
 from pipeline.results.triage import TriageError
+from pipeline.results.web.render import error_page, wants_html
 
 __all__ = ["create_app", "freeze_startup_heap"]
 
@@ -83,13 +84,20 @@ def create_app(settings: Settings, engine: Engine) -> FastAPI:
     async def auth_error(request: Request, exc: AuthError) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=422)
 
+    # Pages get their errors as pages with the navigation (web.render.error_page), the API as JSON.
     @app.exception_handler(RequestValidationError)
-    async def request_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def request_error(request: Request, exc: RequestValidationError) -> Response:
         errors = [{"field": ".".join(str(p) for p in e["loc"]), "reason": e["msg"]} for e in exc.errors()]
+        if wants_html(request):
+            shown = [{"field": e["field"].removeprefix("query.").removeprefix("path."), "reason": e["reason"]}
+                     for e in errors]
+            return error_page(request, 422, "the address has a value this page cannot use", shown)
         return JSONResponse({"error": "invalid request", "errors": errors}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if wants_html(request):
+            return error_page(request, exc.status_code, str(exc.detail), headers=exc.headers)
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
     for module in (health, commits, runs, compare, series, change_points, regressions, dashboard, results, imports,

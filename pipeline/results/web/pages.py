@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from pipeline.results import queries
 from pipeline.results.api.deps import SessionDep, SettingsDep
 from pipeline.results.web import data
+from pipeline.results.models import Run
 from pipeline.results.web.chart import roofline_svg
+from pipeline.results.web.farm import redirect_to_full_id
 from pipeline.results.web.paging import paginate
 from pipeline.results.web.render import page
 from pipeline.results.web.session import UserDep, browse_guard
@@ -39,12 +41,12 @@ def dashboard(request: Request, session: SessionDep, settings: SettingsDep, user
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
-def run_page(run_id: str, request: Request, session: SessionDep, settings: SettingsDep, user: UserDep) -> HTMLResponse:
+def run_page(run_id: str, request: Request, session: SessionDep, settings: SettingsDep, user: UserDep) -> Response:
     """The run's jobs, and on each device class with results its comparison: changes first, the
     first `web.page_rows` rows (the compare page has them all)."""
     detail = queries.get_run(session, run_id)
     if detail is None:
-        raise HTTPException(404, f"no run {run_id}")
+        return redirect_to_full_id(session, Run, run_id, "/runs/")
     comparisons = [c for dc in dict.fromkeys(j.device_class for j in detail.jobs)
                    if (c := cached_comparison(session, settings, detail.run.repository, detail.run.commit_sha, None,
                                               dc, None)).rows]
