@@ -7,7 +7,8 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from sqlalchemy.engine import Engine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -52,9 +53,19 @@ def freeze_startup_heap() -> None:
 def create_app(settings: Settings, engine: Engine) -> FastAPI:
     from pipeline.results import web
 
-    app = FastAPI(title="benchfarm", version=__version__,
+    # docs_url/redoc_url None: FastAPI's own pages load Swagger UI and ReDoc from a CDN, blank offline;
+    # /docs is served below with the vendored Swagger UI (web/static/vendor/swagger-ui).
+    app = FastAPI(title="benchfarm", version=__version__, docs_url=None, redoc_url=None,
                   description="Continuous benchmarking for GPU and mobile kernels: results, series, change points, "
                               "comparisons and their triage.")
+
+    @app.get("/docs", include_in_schema=False)
+    def api_docs() -> HTMLResponse:
+        vendor = "/static/vendor/swagger-ui"
+        return get_swagger_ui_html(openapi_url=app.openapi_url or "/openapi.json", title="benchfarm API",
+                                   swagger_js_url=f"{vendor}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{vendor}/swagger-ui.css",
+                                   swagger_favicon_url=f"{vendor}/favicon-32x32.png")
     app.state.settings = settings
     app.state.engine = engine
 
