@@ -32,11 +32,15 @@ class SettingsError(RuntimeError):
 
 
 GPU_MEASUREMENT: dict[str, float | int | str] = {"min_time_s": 0.5, "max_time_s": 15.0, "max_rel_noise": 0.005}
-"""NVBench's cold-measurement defaults for GPUs (0.5 s of kernel time, 0.5% noise, 15 s timeout)."""
+"""GPU budget after NVBench's cold-measurement defaults: at least 0.5 s of kernel time, a 0.5 % noise
+target, a 15 s timeout. The noise statistic is `MeasurementSettings.noise` (the median's relative
+standard error by default, which shrinks as samples accumulate), not NVBench's relative standard
+deviation: set `noise = "rel_stdev"` for NVBench's own stopping rule."""
 
 
 class MeasurementSettings(BaseModel):
-    """Noise-based stopping (NVBench's method): warm up, then sample until the noise is low enough
+    """Noise-based stopping after NVBench's method: warm up, then sample until the noise statistic
+    (`noise`; NVBench's is `rel_stdev`, ours by default `median_stderr`) is under `max_rel_noise`
     after a minimum time and number of samples, or a timeout. Defaults suit CPUs; `device_overrides`
     changes them per device class (by its name, else its kind: `cpu`, `gpu`, `phone`)."""
 

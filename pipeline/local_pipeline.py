@@ -1,8 +1,9 @@
 """The whole pipeline on one machine: build the suite at a commit, run it on local devices, store, compare.
 
-`benchfarm run` calls `run_pipeline` in the foreground; `benchfarm up` calls it from its in-process
-agent thread. Each stage writes its state to the store (run and job status), so a failure is
-recorded with its reason and nothing half-ingested is left behind (each ingest is one transaction).
+`benchfarm run` calls `run_pipeline` in the foreground, with no service (`benchfarm up` does not:
+its in-process agent claims jobs from the service over HTTP, as `benchfarm agent` does). Each stage
+writes its state to the store (run and job status), so a failure or a Ctrl-C is recorded with its
+reason and nothing half-ingested is left behind (each ingest is one transaction).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Run one bundle entry with the IREE runtime: verify, check against the reference, then time.
 
 Order per entry (DESIGN.md, "Measurement"): verify the artifact's sha256, make fresh random
-inputs, run once and compare with the float64 reference (a wrong kernel is never timed), then
-upload the inputs once and time each synchronous call with `measure.sample`.
+inputs, upload them once, run once and compare with the float64 reference (a wrong kernel is never
+timed). What passes is a `CheckedKernel` whose `run_once` times one synchronous call on the same
+buffers; `local.run_bundle` samples it (`measure.measure`, round-robin over the cases).
 """
 
 from __future__ import annotations
