@@ -12,7 +12,9 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 import sqlalchemy as sa
 import uvicorn
@@ -73,7 +75,7 @@ def start_embedded_agent(settings: Settings, engine: Engine, *, suite: Path, ref
     Returns the agent (its `stop` event ends it)."""
     from pipeline.agents.agent_log import AgentLog
 
-    _, token = _internal_token(engine)
+    token_name, token = _internal_token(engine)
     url = _loopback_url(settings)
     agent_settings = settings.model_copy(update={"agent": settings.agent.model_copy(
         update={"server_url": url, "token": SecretStr(token)})})
@@ -85,8 +87,9 @@ def start_embedded_agent(settings: Settings, engine: Engine, *, suite: Path, ref
             threading.Thread(target=agent.run, name="embedded-agent", daemon=True).start()
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
-                with session_scope(engine) as session:
-                    if session.scalar(sa.select(Agent.id).where(Agent.name == EMBEDDED_AGENT)) is not None:
+                with session_scope(engine) as session:   # registered by this process (not the last one's row)
+                    if session.scalar(sa.select(Agent.id).where(Agent.name == EMBEDDED_AGENT, Agent.state == "online",
+                                                                Agent.token_name == token_name)) is not None:
                         break
                 time.sleep(0.2)
             if ref is None:
@@ -159,6 +162,18 @@ def start_dispatcher(settings: Settings, engine: Engine) -> list[threading.Threa
     return loops
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, calling `on_exit` as soon as it is told to stop (Ctrl-C, SIGTERM)."""
+
+    def __init__(self, config: uvicorn.Config, *, on_exit: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._on_exit()
+        super().handle_exit(sig, frame)
+
+
 def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_start: bool,
                    access_log: bool = False) -> None:
     """Serve until interrupted; `access_log`: uvicorn's line per request (off: the terminal stays readable)."""
@@ -172,10 +187,21 @@ def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_s
     agent = start_embedded_agent(settings, engine, suite=suite, ref=ref if run_on_start else None) if suite else None
     print(f"benchfarm serving {settings.database_url} at {settings.public_url}  (Ctrl-C stops)", flush=True)
     freeze_startup_heap()
+    app.state.stopping = threading.Event()
+
+    def stopping() -> None:
+        app.state.stopping.set()   # waiting claims answer 204 now, so the graceful shutdown has none to cancel
+        if agent is not None:
+            agent.stop.set()
+
     try:
-        # graceful shutdown waits for open requests: a long-polling claim would hold it for claim_wait_s
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
-                    timeout_graceful_shutdown=2, access_log=access_log)
+        # graceful shutdown waits for open requests (2 s at most, then cancels them with a traceback each)
+        config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
+                                timeout_graceful_shutdown=2, access_log=access_log)
+        try:
+            _Server(config, on_exit=stopping).run()
+        except KeyboardInterrupt:   # uvicorn raises the captured Ctrl-C again once it has stopped: the way out
+            pass
     finally:
         if agent is not None:
             agent.stop.set()

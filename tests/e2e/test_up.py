@@ -144,6 +144,8 @@ def test_up_again_after_a_restart(tmp_path: Path) -> None:
     finally:
         assert _stop(first) == 0, first_log.read_text()
     assert registered["state"] == "online"
+    # stopped while its agent's claim was waiting: no request cancelled with a traceback
+    assert "Traceback" not in first_log.read_text(), first_log.read_text()
 
     second, second_log = _start_up(tmp_path, env, "up-2.log", "--suite", str(repo / "kernels"))
     try:
