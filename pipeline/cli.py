@@ -28,6 +28,10 @@ class CliError(RuntimeError):
     """A user-facing failure: printed as one line, exit status 1."""
 
 
+BUILD_WORDS = ("compiled", "cached", "failed", "recorded", "reused")
+"""The first words of the builder's progress lines (`build.bundle`), one stage for the progress bar."""
+
+
 def _split_targets(text: str | None) -> list[str] | None:
     return [t.strip() for t in text.split(",") if t.strip()] if text else None
 
@@ -40,7 +44,10 @@ def _progress_bar() -> Iterator[Callable[[str, int, int], None]]:
         tasks: dict[str, TaskID] = {}
 
         def report(description: str, done: int, total: int) -> None:
-            stage = description.split(":", 1)[0]
+            # one bar per stage: "checking: …", "timing: …"; the build's "compiled/cached/failed … for
+            # T" lines share one counter (a target's colon must not make a bar per case)
+            first = description.split(" ", 1)[0].rstrip(":")
+            stage = "build" if first in BUILD_WORDS else first
             if stage not in tasks:
                 tasks[stage] = bar.add_task(description, total=max(total, 1))
             bar.update(tasks[stage], description=description, completed=done, total=max(total, 1))
@@ -48,7 +55,7 @@ def _progress_bar() -> Iterator[Callable[[str, int, int], None]]:
         yield report
 
 
-def _suite_and_ref(args: argparse.Namespace, ref: str) -> tuple[Path, str]:
+def _suite_and_ref(args: argparse.Namespace, ref: str, *, note: bool = True) -> tuple[Path, str]:
     """The suite folder (--suite, else `kernels/` of the working directory's checkout) and what to
     benchmark: `ref`, or with --worktree a commit of the working tree on top of HEAD. Uncommitted
     changes that a run of HEAD leaves out are named on stderr."""
@@ -67,7 +74,7 @@ def _suite_and_ref(args: argparse.Namespace, ref: str) -> tuple[Path, str]:
                           markup=False, highlight=False, soft_wrap=True)
         return suite, sha
     head = resolve_commit(location, "HEAD")
-    if resolve_commit(location, ref) == head and (changes := uncommitted_changes(location)):
+    if note and resolve_commit(location, ref) == head and (changes := uncommitted_changes(location)):
         shown = ", ".join(changes[:10]) + (f" and {len(changes) - 10} more" if len(changes) > 10 else "")
         err_console.print(f"note: uncommitted changes are NOT benchmarked (only commit {head[:10]} is): {shown}; "
                           "commit them, or add --worktree to benchmark the working tree",
@@ -150,7 +157,7 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 
     settings = _listen_on(args, settings)
     check_port_free(settings.host, settings.port)   # before the suite: a taken port is the first thing to fix
-    suite, ref = _suite_and_ref(args, args.ref)
+    suite, ref = _suite_and_ref(args, args.ref, note=not args.no_run)   # --no-run benchmarks nothing now
     serve_embedded(settings, suite=suite, ref=ref, run_on_start=not args.no_run, access_log=args.verbose)
     return 0
 

@@ -59,6 +59,8 @@ def test_serve_listens_where_told_and_keeps_the_access_log_quiet(tmp_path: Path)
 def test_build_all_targets(repo: Path, tmp_path: Path) -> None:
     done = benchfarm(repo, "build", "--targets", "all", "--out", str(tmp_path / "bundles"))
     assert done.returncode == 0, done.stderr
+    bars = [line for line in done.stderr.splitlines() if " for llvm-cpu:" in line or " for vulkan:" in line]
+    assert len(bars) == 1, done.stderr   # one progress bar for the build, not one per case and target
     (manifest,) = (tmp_path / "bundles").glob("*/manifest.json")
     assert json.loads(manifest.read_text())["targets"] == sorted(ALL_TARGETS)
 
