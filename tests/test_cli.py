@@ -56,7 +56,8 @@ def test_serve_listens_where_told_and_keeps_the_access_log_quiet(tmp_path: Path)
     assert f"http://127.0.0.1:{port}" in text and "GET /api/v1/runs" not in text, text
 
 
-def test_build_all_targets(repo: Path, tmp_path: Path) -> None:
+def test_build_all_targets(tmp_path: Path) -> None:
+    repo = make_suite_repo(tmp_path, gemm_suite_files([GemmCase("one"), GemmCase("two", m=4)]), name="two-cases")
     done = benchfarm(repo, "build", "--targets", "all", "--out", str(tmp_path / "bundles"))
     assert done.returncode == 0, done.stderr
     bars = [line for line in done.stderr.splitlines() if " for llvm-cpu:" in line or " for vulkan:" in line]
