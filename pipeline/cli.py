@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -20,8 +21,15 @@ err_console = Console(stderr=True)
 out_console = Console(width=None if sys.stdout.isatty() else 160)  # pipes get whole case ids
 
 
+T = TypeVar("T")
+
+
 class CliError(RuntimeError):
     """A user-facing failure: printed as one line, exit status 1."""
+
+
+BUILD_WORDS = ("compiled", "cached", "failed", "recorded", "reused")
+"""The first words of the builder's progress lines (`build.bundle`), one stage for the progress bar."""
 
 
 def _split_targets(text: str | None) -> list[str] | None:
@@ -36,7 +44,10 @@ def _progress_bar() -> Iterator[Callable[[str, int, int], None]]:
         tasks: dict[str, TaskID] = {}
 
         def report(description: str, done: int, total: int) -> None:
-            stage = description.split(":", 1)[0]
+            # one bar per stage: "checking: …", "timing: …"; the build's "compiled/cached/failed … for
+            # T" lines share one counter (a target's colon must not make a bar per case)
+            first = description.split(" ", 1)[0].rstrip(":")
+            stage = "build" if first in BUILD_WORDS else first
             if stage not in tasks:
                 tasks[stage] = bar.add_task(description, total=max(total, 1))
             bar.update(tasks[stage], description=description, completed=done, total=max(total, 1))
@@ -44,16 +55,44 @@ def _progress_bar() -> Iterator[Callable[[str, int, int], None]]:
         yield report
 
 
+def _suite_and_ref(args: argparse.Namespace, ref: str, *, note: bool = True) -> tuple[Path, str]:
+    """The suite folder (--suite, else `kernels/` of the working directory's checkout) and what to
+    benchmark: `ref`, or with --worktree a commit of the working tree on top of HEAD. Uncommitted
+    changes that a run of HEAD leaves out are named on stderr."""
+    from pipeline.build.suite_loader import (
+        WORKTREE_REF_PREFIX, commit_worktree, default_suite, locate_suite, resolve_commit, uncommitted_changes,
+    )
+
+    suite = Path(args.suite) if args.suite else default_suite()
+    location = locate_suite(suite)
+    if args.worktree:
+        if ref != "HEAD":
+            raise CliError(f"--worktree benchmarks the working tree on top of HEAD; it cannot be combined with {ref!r}")
+        sha = commit_worktree(location)
+        err_console.print(f"benchmarking the working tree of {location.path} as commit {sha[:10]} (uncommitted "
+                          f"changes on top of HEAD, kept as {WORKTREE_REF_PREFIX}{sha[:10]}…; on no branch)",
+                          markup=False, highlight=False, soft_wrap=True)
+        return suite, sha
+    head = resolve_commit(location, "HEAD")
+    if note and resolve_commit(location, ref) == head and (changes := uncommitted_changes(location)):
+        shown = ", ".join(changes[:10]) + (f" and {len(changes) - 10} more" if len(changes) > 10 else "")
+        err_console.print(f"note: uncommitted changes are NOT benchmarked (only commit {head[:10]} is): {shown}; "
+                          "commit them, or add --worktree to benchmark the working tree",
+                          markup=False, highlight=False, soft_wrap=True)
+    return suite, ref
+
+
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.local_pipeline import run_pipeline
     from pipeline.pr_comments.table import terminal_table
     from pipeline.results.db import open_store
 
+    suite, ref = _suite_and_ref(args, args.ref)
     engine = open_store(settings.database_url)
     with _progress_bar() as progress:
         outcome = run_pipeline(
-            settings=settings, engine=engine, suite=Path(args.suite), ref=args.ref,
-            targets=_split_targets(args.targets), progress=progress, paired=not args.unpaired,
+            settings=settings, engine=engine, suite=suite, ref=ref,
+            targets=_split_targets(args.targets), progress=progress, paired=not args.unpaired, cases=args.cases,
         )
     for comparison in outcome.comparisons:
         out_console.print(terminal_table(comparison))
@@ -63,17 +102,70 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     return 1 if outcome.failed_jobs else 0
 
 
-def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.embedded import serve_embedded
+def _listen_on(args: argparse.Namespace, settings: Settings) -> Settings:
+    """The settings with --host / --port applied (public_url derived again unless it is set)."""
+    given = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    return load_settings(**given) if given else settings
 
-    serve_embedded(settings, suite=Path(args.suite), ref=args.ref, run_on_start=not args.no_run)
+
+def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
+    """Two commits' stored results: `compare BASE HEAD` on every device class HEAD has results on."""
+    from dataclasses import asdict
+
+    from pipeline.pr_comments.report import report_for_commit
+    from pipeline.pr_comments.table import terminal_table
+    from pipeline.results.compare import CompareError, combine, compare, result_device_classes
+    from pipeline.results.db import open_store, session_scope
+
+    base, head = _full_sha(args.base), _full_sha(args.head)
+    repository = args.repository or settings.repository or _checkout_repository()
+    with session_scope(open_store(settings.database_url)) as session:
+        try:
+            classes = (_split_targets(args.device_classes)
+                       or result_device_classes(session, repository=repository, head_sha=head))
+            if not classes:
+                raise CliError(f"{head[:10]} has no results in {settings.database_url}: benchmark it first "
+                               f"(`benchfarm run --ref {args.head}`)")
+            comparisons = [compare(session, repository=repository, head_sha=head, device_class=name,
+                                   settings=settings.compare, base_sha=base) for name in classes]
+            markdown = report_for_commit(session, settings=settings, repository=repository, sha=head, base_sha=base,
+                                         device_classes=classes).body if args.format == "markdown" else ""
+        except CompareError as exc:
+            raise CliError(f"{exc} (in {settings.database_url}, repository {repository})") from None
+    if args.format == "json":
+        sys.stdout.write(json.dumps(asdict(combine(repository, head, comparisons)), indent=2, default=str) + "\n")
+    elif args.format == "markdown":
+        sys.stdout.write(markdown.rstrip("\n") + "\n")
+    else:
+        for comparison in comparisons:
+            out_console.print(terminal_table(comparison))
+    return 0
+
+
+def _checkout_repository() -> str:
+    """The repository name runs in the working directory's checkout are stored under."""
+    from pipeline.build.suite_loader import SuiteError, locate_suite
+
+    try:
+        return locate_suite(Path.cwd()).repository
+    except SuiteError:
+        raise CliError("which repository? pass --repository NAME (or run this inside the suite's checkout)") from None
+
+
+def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.embedded import check_port_free, serve_embedded
+
+    settings = _listen_on(args, settings)
+    check_port_free(settings.host, settings.port)   # before the suite: a taken port is the first thing to fix
+    suite, ref = _suite_and_ref(args, args.ref, note=not args.no_run)   # --no-run benchmarks nothing now
+    serve_embedded(settings, suite=suite, ref=ref, run_on_start=not args.no_run, access_log=args.verbose)
     return 0
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.embedded import serve_embedded
 
-    serve_embedded(settings, suite=None, ref="HEAD", run_on_start=False)
+    serve_embedded(_listen_on(args, settings), suite=None, ref="HEAD", run_on_start=False, access_log=args.verbose)
     return 0
 
 
@@ -83,9 +175,15 @@ def cmd_build(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.build.suite_loader import locate_suite, resolve_commit
     from pipeline.local_pipeline import plan_targets
 
-    location = locate_suite(Path(args.suite))
-    sha = resolve_commit(location, args.commit)
-    targets = _split_targets(args.targets) or plan_targets(discover_local_devices(settings.phones), None)
+    suite, ref = _suite_and_ref(args, args.commit)
+    location = locate_suite(suite)
+    sha = resolve_commit(location, ref)
+    if args.targets == "all":
+        from pipeline.build.bundle import ALL_TARGETS
+
+        targets = list(ALL_TARGETS)
+    else:
+        targets = _split_targets(args.targets) or plan_targets(discover_local_devices(settings.phones), None)
     out = Path(args.out) if args.out else settings.bundles_dir
     with _progress_bar() as progress:
         bundle_dir, manifest = build_bundle(
@@ -179,9 +277,10 @@ def cmd_user(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_pipeline(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.orchestration import PipelineRequest, build_pipeline, render_pipeline
 
+    commit, base = _full_sha(args.commit), _full_sha(args.base) if args.base else None
     try:
         request = PipelineRequest(
-            commit=args.commit, base=args.base, pr=args.pr, device_classes=_split_targets(args.device_classes) or [],
+            commit=commit, base=base, pr=args.pr, device_classes=_split_targets(args.device_classes) or [],
             targets=_split_targets(args.targets), repository=args.repository or settings.repository or None)
     except ValueError as exc:
         raise CliError(str(exc)) from None
@@ -247,13 +346,43 @@ def cmd_resend(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _service_call(args: argparse.Namespace, settings: Settings, call: Callable[[], T]) -> T:
+    """`call` (a request to the service); an unreachable service is a CliError saying what to do."""
+    from pipeline.agents.client import Unreachable
+
+    try:
+        return call()
+    except Unreachable:
+        url = args.server or settings.agent.server_url or settings.public_url
+        raise CliError(f"no benchfarm service answers at {url}: start one (`benchfarm up` or `benchfarm serve`), "
+                       "or name it with --server URL (or BENCHFARM_AGENT__SERVER_URL)") from None
+
+
+def _full_sha(ref: str) -> str:
+    """`ref` as a full commit sha: a 40-digit sha as it is, else resolved in the working directory's checkout."""
+    import re
+
+    from pipeline.build.suite_loader import SuiteError, locate_suite, resolve_commit
+
+    if re.fullmatch(r"[0-9a-f]{40}", ref):
+        return ref
+    try:
+        return resolve_commit(locate_suite(Path.cwd()), ref)
+    except SuiteError as exc:
+        raise CliError(f"{ref!r} is not a full commit sha, and it cannot be resolved here: {exc}") from None
+
+
 def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.remote import trigger
 
     if bool(args.ref) == bool(args.commit):
         raise CliError("give --ref REF or --commit SHA")
-    result = trigger(settings, ref=args.ref, commit=args.commit, device_classes=_split_targets(args.device_class) or [],
-                     cases=args.cases, repository=args.repository, server=args.server, token=args.token)
+    if not (args.token or settings.api_token.get_secret_value() or settings.agent.token.get_secret_value()):
+        raise CliError("no token: a trigger needs a token with the user scope; make one with `benchfarm token "
+                       "create --name NAME --scope user` on the service's host and pass it with --token (or set "
+                       "BENCHFARM_API_TOKEN)")
+    result = _service_call(args, settings, lambda: trigger(settings, ref=args.ref, commit=args.commit, device_classes=_split_targets(args.device_class) or [],
+                     cases=args.cases, repository=args.repository, server=args.server, token=args.token))
     source = f"bundle {result['bundle_digest'][:12]}" if result["bundle_digest"] else "a build first"
     out_console.print(f"run {result['run_id']}: {result['repository']}@{result['commit'][:10]} queued ({source})",
                       markup=False, highlight=False)
@@ -265,8 +394,8 @@ def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.remote import list_jobs
 
-    jobs = list_jobs(settings, status=args.status, run_id=args.run, limit=args.limit, server=args.server,
-                     token=args.token)
+    jobs = _service_call(args, settings, lambda: list_jobs(
+        settings, status=args.status, run_id=args.run, limit=args.limit, server=args.server, token=args.token))
     if args.json:
         sys.stdout.write(json.dumps(jobs, indent=2) + "\n")
         return 0
@@ -280,15 +409,23 @@ def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pipeline.local_pipeline import DEFAULT_SUITE
-
     parser = argparse.ArgumentParser(prog="benchfarm", description="Continuous benchmarking for GPU and mobile kernels.")
     parser.add_argument("--version", action="version", version=f"benchfarm {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def suite_flags(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--suite", default=str(DEFAULT_SUITE), help="suite folder in a git checkout (default: this repository's kernels/)")
+        p.add_argument("--suite", help="suite folder in a git checkout (default: kernels/ of the git checkout "
+                       "you are in)")
+        p.add_argument("--worktree", action="store_true", help="benchmark the suite folder as it is on disk, "
+                       "uncommitted edits included: it is committed on top of HEAD as a commit of its own, "
+                       "labelled 'benchfarm: working tree', kept under refs/benchfarm/worktree/ and on no branch "
+                       "(your index, branch and files are not touched); without it only committed content is "
+                       "benchmarked, and uncommitted changes are listed")
+
+    def listen_flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--host", help="address to listen on (default BENCHFARM_HOST, else 127.0.0.1)")
+        p.add_argument("--port", type=int, help="port to listen on (default BENCHFARM_PORT, else 8080)")
 
     p = sub.add_parser("run", help="build the suite at a commit, run it on this machine, store and compare")
     suite_flags(p)
@@ -296,21 +433,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--targets", help="comma-separated targets (default: all this machine runs)")
     p.add_argument("--unpaired", action="store_true",
                    help="do not time the base commit's bundle interleaved with this one, even where it is kept")
+    p.add_argument("--cases", help="run only the cases whose id matches this glob, e.g. 'gemm/*/bf16/*' "
+                   "(the whole suite is built; compiles are cached)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("up", help="the embedded service: store, in-process agent, a run of HEAD, web UI")
     suite_flags(p)
     p.add_argument("--ref", default="HEAD")
     p.add_argument("--no-run", action="store_true", help="serve only; do not benchmark on start")
+    listen_flags(p)
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("serve", help="the service alone (API and pages)")
+    listen_flags(p)
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("compare", help="compare two commits' stored results (base, then head) on each device class")
+    p.add_argument("base", help="the base commit: a sha, or a ref of the checkout you are in")
+    p.add_argument("head", help="the head commit, compared against base")
+    p.add_argument("--format", choices=["table", "json", "markdown"], default="table",
+                   help="table: the terminal's; json: every row and count; markdown: the pull request comment")
+    p.add_argument("--device-classes", help="comma-separated (default: every one head has results on)")
+    p.add_argument("--repository", help="repository name in the store (default: the checkout's, as `run` stores it)")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("build", help="compile the suite at a commit into a bundle")
     suite_flags(p)
     p.add_argument("--commit", default="HEAD")
-    p.add_argument("--targets", help="comma-separated targets (default: this machine's)")
+    p.add_argument("--targets", help="comma-separated targets, or 'all' (every target this builder compiles for, "
+                   "GPUs included; default: this machine's)")
     p.add_argument("--out", help="bundle folder parent (default <home>/bundles)")
     p.set_defaults(func=cmd_build)
 
@@ -347,8 +498,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_schemas)
 
     p = sub.add_parser("pipeline", help="print the Buildkite pipeline for a commit (for buildkite-agent pipeline upload)")
-    p.add_argument("--commit", required=True, help="the commit to benchmark (full sha)")
-    p.add_argument("--base", help="the base commit, built and run beside it (paired)")
+    p.add_argument("--commit", required=True, help="the commit to benchmark: a full sha, or a ref (HEAD, a branch) "
+                   "of the checkout you are in")
+    p.add_argument("--base", help="the base commit, built and run beside it (paired); a sha or a ref like --commit")
     p.add_argument("--pr", type=int, help="pull request number: the report goes on it")
     p.add_argument("--device-classes", required=True, help="comma-separated device classes; one queue each")
     p.add_argument("--targets", help="comma-separated targets to build (default: benchfarm build's)")
@@ -417,13 +569,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         err_console.print(f"benchfarm: {exc}", markup=False, highlight=False)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line (what was cancelled, where the command says it)
+        what = f": {exc}" if str(exc) else ""
+        err_console.print(f"benchfarm {args.command}: interrupted{what}", markup=False, highlight=False, soft_wrap=True)
         return 130
     except Exception as exc:  # every failure a user can cause ends in one line naming it
         if args.verbose:
             err_console.print_exception()
-        hint = "" if args.verbose else " (-v shows the traceback)"
-        err_console.print(f"benchfarm {args.command}: error: {exc}{hint}", markup=False, highlight=False)
+        # a CliError says what to do already; for anything else the traceback may help
+        hint = "" if args.verbose or isinstance(exc, CliError) else " (-v shows the traceback)"
+        err_console.print(f"benchfarm {args.command}: error: {exc}{hint}", markup=False, highlight=False,
+                          soft_wrap=True)
         return 1
 
 

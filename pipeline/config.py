@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -20,7 +21,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "BENCHFARM_"
 
@@ -30,10 +32,12 @@ class SettingsError(RuntimeError):
 
 
 GPU_MEASUREMENT: dict[str, float | int | str] = {"min_time_s": 0.2, "max_time_s": 15.0, "max_rel_noise": 0.005}
-"""GPU defaults after NVBench's cold measurement (0.5% noise, 15 s timeout), with 0.2 s of kernel time
-per case instead of NVBench's 0.5 s: NVBench times one run, where a case here is timed in at least
-`min_rounds` rounds on other buffer copies, and the verdict's replicate is the round (50 ms of kernel
-time in each of 4 rounds gives thousands of samples per round to a decode GEMM of 10 us)."""
+"""GPU budget after NVBench's cold-measurement defaults (a 0.5 % noise target, a 15 s timeout), with
+0.2 s of kernel time per case instead of NVBench's 0.5 s: NVBench times one run, where a case here is
+timed in at least `min_rounds` rounds on other buffer copies and the verdict's replicate is the round
+(50 ms of kernel time in each of 4 rounds gives thousands of samples per round to a 10 us decode GEMM).
+The noise statistic is `MeasurementSettings.noise` (the median's relative standard error by default),
+not NVBench's relative standard deviation: set `noise = "rel_stdev"` for NVBench's own rule."""
 
 
 NO_NOISE_CRITERION = 0.999
@@ -41,7 +45,8 @@ NO_NOISE_CRITERION = 0.999
 
 
 class MeasurementSettings(BaseModel):
-    """Noise-based stopping (NVBench's method): warm up, then sample until the noise is low enough
+    """Noise-based stopping after NVBench's method: warm up, then sample until the noise statistic
+    (`noise`; NVBench's is `rel_stdev`, ours by default `median_stderr`) is under `max_rel_noise`
     after a minimum time and number of samples, or a timeout. Defaults suit CPUs; `device_overrides`
     changes them per device class (by its name, else its kind: `cpu`, `gpu`, `phone`)."""
 
@@ -321,6 +326,22 @@ class AgentSettings(BaseModel):
                     "(keep it well below the service's max_upload_bytes)")
 
 
+_FILE_VALUES: ContextVar[dict[str, Any]] = ContextVar("benchfarm_file_values", default={})
+"""The config file's values while `load_settings` builds a Settings (a source cannot take arguments)."""
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """The TOML file's values, below the environment: pydantic-settings merges sources deeply, so
+    `BENCHFARM_MEASUREMENT__MIN_SAMPLES` replaces `min_samples` of the file's `[measurement]` and
+    keeps its other keys."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return _FILE_VALUES.get().get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_FILE_VALUES.get())
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", validate_default=True
@@ -347,6 +368,15 @@ class Settings(BaseSettings):
     phones: PhoneSettings = Field(default_factory=PhoneSettings)
     dispatch: DispatchSettings = Field(default_factory=DispatchSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Precedence, first wins: explicit arguments, the environment, the config file, defaults."""
+        return init_settings, env_settings, _FileSource(settings_cls)
 
     @field_validator("database_url")
     @classmethod
@@ -420,15 +450,15 @@ def load_settings(**overrides: Any) -> Settings:
     if unknown_env:
         raise SettingsError(f"unknown setting {unknown_env[0]}; known: " + ", ".join(
             ENV_PREFIX + name.upper() for name in Settings.model_fields))
+    token = _FILE_VALUES.set(file_values)
     try:
-        # Environment wins over the file: pydantic-settings gives init values precedence, so pass
-        # the file's values only where no environment variable sets the same field.
-        from_file = {k: v for k, v in file_values.items() if f"{ENV_PREFIX}{k.upper()}" not in os.environ}
-        return Settings(**{**from_file, **overrides})
+        return Settings(**overrides)
     except ValidationError as exc:
         source = str(path) if path else "the config file"
         lines = [_describe(e, source) for e in exc.errors(include_url=False)]
         raise SettingsError("wrong setting: " + "; ".join(lines)) from None
+    finally:
+        _FILE_VALUES.reset(token)
 
 
 @lru_cache(maxsize=1)

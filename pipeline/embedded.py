@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import secrets
 import socket
+import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 import sqlalchemy as sa
 import uvicorn
 from pydantic import SecretStr
 from sqlalchemy.engine import Engine
 
+from pipeline.agents.agent import DeviceAgent
 from pipeline.config import Settings
 from pipeline.results import auth, dispatch, triggers
 from pipeline.results.api import create_app, freeze_startup_heap
@@ -27,6 +32,7 @@ log = logging.getLogger(__name__)
 
 EMBEDDED_AGENT = "embedded"
 _EMBEDDED_TOKEN_PREFIX = "embedded-agent-"
+STOPPED_REASON = "cancelled: benchfarm up stopped while the job ran"
 
 
 class PortTakenError(RuntimeError):
@@ -51,22 +57,25 @@ def _loopback_url(settings: Settings) -> str:
 
 def _internal_token(engine: Engine) -> tuple[str, str]:
     """An agent-scope token for the in-process agent, deleted again when the service stops
-    (stale ones from a process that died are removed first)."""
+    (stale ones from a process that died are removed first). The in-process agent of an earlier
+    process is stored under the same name with its deleted token: it is handed to the new token
+    (else the new agent is refused with 403) and shown offline until the new agent registers."""
     name = f"{_EMBEDDED_TOKEN_PREFIX}{secrets.token_hex(4)}"
     with session_scope(engine) as session:
         session.execute(sa.delete(ApiToken).where(ApiToken.name.startswith(_EMBEDDED_TOKEN_PREFIX)))
         token = auth.create_token(session, name=name, scopes=["agent"])
+        dispatch.set_agent_gone(session, name=EMBEDDED_AGENT, token_name=name, reason=STOPPED_REASON)
     return name, token
 
 
-def start_embedded_agent(settings: Settings, engine: Engine, *, suite: Path, ref: str | None) -> threading.Thread:
+def start_embedded_agent(settings: Settings, engine: Engine, *, suite: Path, ref: str | None) -> DeviceAgent:
     """In a background thread: once the service answers, start the in-process agent (same code as
     `benchfarm agent`, over HTTP on loopback) and queue a run of `ref` on its device classes (none
-    when `ref` is None: the agent waits for runs triggered from the web UI or `benchfarm trigger`)."""
-    from pipeline.agents.agent import DeviceAgent
+    when `ref` is None: the agent waits for runs triggered from the web UI or `benchfarm trigger`).
+    Returns the agent (its `stop` event ends it)."""
     from pipeline.agents.agent_log import AgentLog
 
-    _, token = _internal_token(engine)
+    token_name, token = _internal_token(engine)
     url = _loopback_url(settings)
     agent_settings = settings.model_copy(update={"agent": settings.agent.model_copy(
         update={"server_url": url, "token": SecretStr(token)})})
@@ -78,8 +87,9 @@ def start_embedded_agent(settings: Settings, engine: Engine, *, suite: Path, ref
             threading.Thread(target=agent.run, name="embedded-agent", daemon=True).start()
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
-                with session_scope(engine) as session:
-                    if session.scalar(sa.select(Agent.id).where(Agent.name == EMBEDDED_AGENT)) is not None:
+                with session_scope(engine) as session:   # registered by this process (not the last one's row)
+                    if session.scalar(sa.select(Agent.id).where(Agent.name == EMBEDDED_AGENT, Agent.state == "online",
+                                                                Agent.token_name == token_name)) is not None:
                         break
                 time.sleep(0.2)
             if ref is None:
@@ -94,14 +104,29 @@ def start_embedded_agent(settings: Settings, engine: Engine, *, suite: Path, ref
                 result = triggers.queue_run(session, repository=repository, commit_sha=sha, device_classes=classes,
                                             cases=None, max_attempts=settings.dispatch.max_attempts,
                                             extra_targets=settings.dispatch.build_targets, kind="local")
-            log.info("run %s of %s@%s queued on %s: results at %s/runs/%s", result.run_id, repository, sha[:10],
-                     ", ".join(classes), settings.public_url, result.run_id)
+            print(f"run {result.run_id[:8]} of {repository}@{sha[:10]} queued on {', '.join(classes)}", flush=True)
+            _announce_when_ended(engine, agent, result.run_id, f"{settings.public_url}/runs/{result.run_id}")
         except Exception:
             log.exception("embedded run of %s failed", ref)
 
-    thread = threading.Thread(target=work, name="embedded-trigger", daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=work, name="embedded-trigger", daemon=True).start()
+    return agent
+
+
+def _announce_when_ended(engine: Engine, agent: DeviceAgent, run_id: str, url: str) -> None:
+    """Wait for the run to end, then print where its results are (or why it failed)."""
+    from pipeline.results.models import Run
+
+    while not agent.stop.wait(1.0):
+        with session_scope(engine) as session:
+            run = session.get(Run, run_id)
+            status, error = (run.status, run.error) if run is not None else ("failed", "the run is gone")
+        if status == "done":
+            print(f"results ready at {url}", flush=True)
+            return
+        if status == "failed":
+            print(f"run {run_id[:8]} failed: {error}; see {url}", flush=True)
+            return
 
 
 class _LogStream(io.TextIOBase):
@@ -137,7 +162,21 @@ def start_dispatcher(settings: Settings, engine: Engine) -> list[threading.Threa
     return loops
 
 
-def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_start: bool) -> None:
+class _Server(uvicorn.Server):
+    """uvicorn's server, calling `on_exit` as soon as it is told to stop (Ctrl-C, SIGTERM)."""
+
+    def __init__(self, config: uvicorn.Config, *, on_exit: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._on_exit()
+        super().handle_exit(sig, frame)
+
+
+def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_start: bool,
+                   access_log: bool = False) -> None:
+    """Serve until interrupted; `access_log`: uvicorn's line per request (off: the terminal stays readable)."""
     check_port_free(settings.host, settings.port)
     if suite is not None and not settings.dispatch.suite_path:
         settings = settings.model_copy(update={"dispatch": settings.dispatch.model_copy(
@@ -145,14 +184,36 @@ def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_s
     engine = open_store(settings.database_url)
     app = create_app(settings, engine)
     start_dispatcher(settings, engine)
-    if suite is not None:
-        start_embedded_agent(settings, engine, suite=suite, ref=ref if run_on_start else None)
+    agent = start_embedded_agent(settings, engine, suite=suite, ref=ref if run_on_start else None) if suite else None
     print(f"benchfarm serving {settings.database_url} at {settings.public_url}  (Ctrl-C stops)", flush=True)
     freeze_startup_heap()
+    app.state.stopping = threading.Event()
+
+    def stopping() -> None:
+        app.state.stopping.set()   # waiting claims answer 204 now, so the graceful shutdown has none to cancel
+        if agent is not None:
+            agent.stop.set()
+
     try:
-        # graceful shutdown waits for open requests: a long-polling claim would hold it for claim_wait_s
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
-                    timeout_graceful_shutdown=2)
+        # graceful shutdown waits for open requests (2 s at most, then cancels them with a traceback each)
+        config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
+                                timeout_graceful_shutdown=2, access_log=access_log)
+        try:
+            _Server(config, on_exit=stopping).run()
+        except KeyboardInterrupt:   # uvicorn raises the captured Ctrl-C again once it has stopped: the way out
+            pass
     finally:
+        if agent is not None:
+            agent.stop.set()
         with session_scope(engine) as session:
             session.execute(sa.delete(ApiToken).where(ApiToken.name.startswith(_EMBEDDED_TOKEN_PREFIX)))
+            cancelled = dispatch.set_agent_gone(session, name=EMBEDDED_AGENT, reason=STOPPED_REASON) if agent else []
+        for job_id in cancelled:
+            print(f"job {job_id} cancelled (it was running when benchfarm up stopped)", flush=True)
+        if agent is not None and agent.busy():
+            # The job's worker thread is inside native code (IREE, CUDA) that cannot be interrupted;
+            # a normal interpreter exit would unwind that thread through C++ frames and abort the
+            # process ("FATAL: exception not rethrown"). Its job is recorded as cancelled above.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)

@@ -1,8 +1,9 @@
 """The whole pipeline on one machine: build the suite at a commit, run it on local devices, store, compare.
 
-`benchfarm run` calls `run_pipeline` in the foreground; `benchfarm up` calls it from its in-process
-agent thread. Each stage writes its state to the store (run and job status), so a failure is
-recorded with its reason and nothing half-ingested is left behind (each ingest is one transaction).
+`benchfarm run` calls `run_pipeline` in the foreground, with no service (`benchfarm up` does not:
+its in-process agent claims jobs from the service over HTTP, as `benchfarm agent` does). Each stage
+writes its state to the store (run and job status), so a failure or a Ctrl-C is recorded with its
+reason and nothing half-ingested is left behind (each ingest is one transaction).
 """
 
 from __future__ import annotations
@@ -23,17 +24,24 @@ from pipeline.config import Settings
 from pipeline.contracts import Target
 from pipeline.results import ingest
 from pipeline.results.compare import Comparison, choose_base, compare
+from pipeline.results.dispatch import selects_case
 from pipeline.results.db import session_scope
+from pipeline.results.models import Job
 
 log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[str, int, int], None]
 
-DEFAULT_SUITE = Path(__file__).resolve().parent.parent / "kernels"
-
 
 class PipelineError(RuntimeError):
     """A stage could not proceed; the message says which and why."""
+
+
+class RunCancelled(KeyboardInterrupt):
+    """Ctrl-C during a run: the run's unfinished jobs were recorded as failed, "cancelled"."""
+
+
+CANCELLED_REASON = "cancelled: interrupted (Ctrl-C) while the job was {stage}"
 
 
 @dataclass
@@ -71,15 +79,17 @@ def run_pipeline(
     *,
     settings: Settings,
     engine: Engine,
-    suite: Path = DEFAULT_SUITE,
+    suite: Path,
     ref: str = "HEAD",
     targets: Sequence[str] | None = None,
     devices: Sequence[LocalDevice] | None = None,
     progress: ProgressFn = _log_progress,
     paired: bool = True,
+    cases: str | None = None,
 ) -> PipelineOutcome:
     """Build, run, store and compare. `paired`: where the base commit's bundle for the same targets is
-    still under `settings.bundles_dir`, each device times head interleaved with it (`paired_base`)."""
+    still under `settings.bundles_dir`, each device times head interleaved with it (`paired_base`).
+    `cases`: a glob over case ids; only those are run (the whole suite is built: it is cached)."""
     location = locate_suite(suite)
     sha = resolve_commit(location, ref)
     devices = list(devices) if devices is not None else discover_local_devices(settings.phones)
@@ -103,7 +113,28 @@ def run_pipeline(
         jobs = {job.device_class.name: job.id for job in run.jobs}
     outcome = PipelineOutcome(run_id=run_id, sha=sha, repository=repo)
     log.info("run %s: %s at %s on %s", run_id, repo, sha[:10], ", ".join(jobs))
+    stage = ["waiting for its build"]
+    try:
+        _build_and_run(settings, engine, location=location, sha=sha, repo=repo, chosen=chosen, devices=devices,
+                       jobs=jobs, outcome=outcome, progress=progress, paired=paired, stage=stage, cases=cases)
+    except KeyboardInterrupt:
+        ended = ("done", "failed")
+        with session_scope(engine) as session:
+            for job_id in jobs.values():
+                job = session.get(Job, job_id)
+                if job is not None and job.status not in ended:
+                    ingest.set_job_status(session, job_id=job_id, status="failed",
+                                          error=CANCELLED_REASON.format(stage=stage[0]))
+        raise RunCancelled(f"run {run_id} cancelled; its unfinished jobs are recorded as failed") from None
+    return outcome
 
+
+def _build_and_run(settings: Settings, engine: Engine, *, location: SuiteLocation, sha: str, repo: str,
+                   chosen: Sequence[str], devices: Sequence[LocalDevice], jobs: dict[str, str],
+                   outcome: PipelineOutcome, progress: ProgressFn, paired: bool, stage: list[str],
+                   cases: str | None) -> None:
+    """The stages after the run is recorded; `stage[0]` says where a job waits (for an interrupt)."""
+    run_id = outcome.run_id
     try:
         bundle_dir, manifest = build_bundle(
             location=location, sha=sha, targets=chosen, out_dir=settings.bundles_dir,
@@ -114,11 +145,22 @@ def run_pipeline(
     except Exception as exc:
         _fail_jobs(engine, jobs.values(), f"build failed: {exc}")
         raise PipelineError(f"build of {sha[:10]} failed: {exc}") from exc
+    if cases:
+        selected = [e for e in manifest.entries if selects_case(cases, e.case)]
+        if not selected:
+            known = sorted({e.case for e in manifest.entries})
+            shown = ", ".join(known[:5]) + (", …" if len(known) > 5 else "")
+            error = f"--cases {cases!r} selects none of the {len(known)} cases ({shown})"
+            _fail_jobs(engine, jobs.values(), error)
+            raise PipelineError(error)
+        manifest = manifest.model_copy(update={"entries": selected})
 
+    stage[0] = "waiting for its device"
     for device in devices:
         job_id = jobs[device.device_class.name]
         with session_scope(engine) as session:
             ingest.set_job_status(session, job_id=job_id, status="running", agent="embedded")
+        stage[0] = "running"
         try:
             base_dir = _base_bundle(engine, settings, repo, sha, device, bundle_dir) if paired else None
             document = run_bundle(
@@ -140,7 +182,7 @@ def run_pipeline(
                 compare(session, repository=repo, head_sha=sha, device_class=device.device_class.name,
                         settings=settings.compare)
             )
-    return outcome
+        stage[0] = "waiting for its device"
 
 
 def _base_bundle(engine: Engine, settings: Settings, repository: str, sha: str, device: LocalDevice,

@@ -67,3 +67,22 @@ def test_bad_config_file_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     monkeypatch.setenv("BENCHFARM_CONFIG", str(bad))
     with pytest.raises(SettingsError, match="colour"):
         load_settings()
+
+
+def test_nested_environment_beats_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "benchfarm.toml").write_text("[measurement]\nmin_samples = 7\nrounds = 3\n"
+                                             "[measurement.device_overrides.gpu]\nmin_time_s = 1.0\n")
+    monkeypatch.setenv("BENCHFARM_MEASUREMENT__MIN_SAMPLES", "25")
+    monkeypatch.setenv("BENCHFARM_MEASUREMENT__DEVICE_OVERRIDES__GPU__MAX_TIME_S", "9")
+    settings = load_settings()
+    assert settings.measurement.min_samples == 25          # the environment's
+    assert settings.measurement.rounds == 3                # the file's, beside it in the same table
+    gpu = settings.measurement.for_device("nvidia-h100-sxm", "gpu")
+    assert (gpu.min_time_s, gpu.max_time_s) == (1.0, 9.0)  # both tables' keys, merged
+    assert load_settings(port=9200).port == 9200           # explicit overrides beat both
+
+
+def test_wrong_nested_value_names_its_source(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "benchfarm.toml").write_text("[measurement]\nmin_samples = 1\n")
+    with pytest.raises(SettingsError, match="measurement.min_samples.*benchfarm.toml"):
+        load_settings()

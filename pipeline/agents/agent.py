@@ -19,7 +19,7 @@ import inspect
 import socket
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -91,9 +91,9 @@ def map_devices(devices: Sequence[LocalDevice], mapping: dict[str, str], only: S
         name = mapping.get(device.device_class.name, device.device_class.name)
         if not name or (only and name not in only):
             continue
-        if name != device.device_class.name:
-            device = LocalDevice(device.device_class.model_copy(update={"name": name}),
-                                 device.info.model_copy(update={"device_class": name}))
+        if name != device.device_class.name:   # renamed, still reached the same way (a phone keeps its adb transport)
+            device = replace(device, device_class=device.device_class.model_copy(update={"name": name}),
+                             info=device.info.model_copy(update={"device_class": name}))
         mapped.append(device)
     return mapped
 
@@ -109,7 +109,7 @@ def _select_cases(manifest: BundleManifest, device: LocalDevice, glob: str | Non
 
 class DeviceAgent:
     def __init__(self, settings: Settings, *, client: ServiceClient | None = None, name: str | None = None,
-                 discover: DiscoverFn = discover_local_devices, execute: ExecuteFn | None = None,
+                 discover: DiscoverFn | None = None, execute: ExecuteFn | None = None,
                  log: AgentLog | None = None) -> None:
         agent = settings.agent
         self.settings = settings
@@ -118,7 +118,8 @@ class DeviceAgent:
         self.client = client or ServiceClient(
             self.server, agent.token.get_secret_value(), timeout_s=agent.timeout_s, retries=agent.retries,
             backoff_s=agent.backoff_s, backoff_max_s=agent.backoff_max_s)
-        self._discover = discover
+        # default: this host's CPU and GPUs, and its phones when `phones.enabled`
+        self._discover = discover or (lambda: discover_local_devices(settings.phones))
         self.execute = execute or run_locally(settings.measurement, settings.agent_dir / "checked")
         self.log = log or AgentLog(settings.agent_dir / "agent.log")
         self.spool = Spool(settings.agent_dir / "spool")
@@ -126,6 +127,7 @@ class DeviceAgent:
         self.stop = threading.Event()
         self.devices: dict[str, LocalDevice] = {}
         self.current: str | None = None
+        self._worker: threading.Thread | None = None
         self.lost: set[str] = set()
         self.claim_wait_s = 20.0
         self._unreachable = False
@@ -321,6 +323,7 @@ class DeviceAgent:
 
         worker = threading.Thread(target=target, name=f"job-{work.job_id[:8]}", daemon=True)
         worker.start()
+        self._worker = worker
         uid = work.device.info.uid
         while worker.is_alive():
             worker.join(0.2)
@@ -341,6 +344,10 @@ class DeviceAgent:
             raise JobRefused(f"run failed: {type(exc).__name__}: {exc}")
         document: ResultDocument = outcome["document"]
         return document
+
+    def busy(self) -> bool:
+        """A job's worker thread is still running (also after the agent abandoned the job)."""
+        return self._worker is not None and self._worker.is_alive()
 
     def fail(self, job_id: str, reason: str) -> None:
         self.log.event("job_failed", job=job_id, reason=reason)

@@ -14,8 +14,7 @@ from pathlib import Path
 
 from pipeline.agents.client import ServiceClient
 from pipeline.build.bundle import MANIFEST, load_bundle
-from pipeline.contracts import BundleManifest, ContractError
-from pipeline.results.ingest import bundle_digest
+from pipeline.contracts import BundleManifest, ContractError, bundle_digest
 
 __all__ = ["BundleRefused", "fetch_bundle"]
 

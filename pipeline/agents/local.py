@@ -22,10 +22,10 @@ from pipeline.agents.measure import Measured, interval_halfwidth, measure, measu
 from pipeline.agents.runners import CheckedKernel, Workspace
 from pipeline.agents.runners.iree_runner import IreeDevice, prepare_entry
 from pipeline.results.stats import summarize
-from pipeline.build.bundle import bundle_digest
+from pipeline.build.bundle import load_bundle
 from pipeline.build.suite_loader import load_suite_module
 from pipeline.config import MeasurementSettings
-from pipeline.contracts import BundleEntry, BundleManifest, CaseResult, Correctness, ResultDocument
+from pipeline.contracts import BundleEntry, BundleManifest, CaseResult, Correctness, ResultDocument, bundle_digest
 from pipeline.contracts.result import AgentInfo, PairedBase
 
 log = logging.getLogger(__name__)
@@ -240,7 +240,8 @@ def run_bundle(
         results[index] = timed[index].result(kernel, environment, bases.get(index), base_manifest)
     return ResultDocument(
         run_id=run_id, job_id=job_id, repository=manifest.repository, commit=manifest.commit,
-        bundle_digest=bundle_digest(bundle_dir), device=device.info, agent=agent_info(),
+        # the whole bundle's digest: `manifest` may be a selection of its entries
+        bundle_digest=bundle_digest(load_bundle(bundle_dir)), device=device.info, agent=agent_info(),
         started_at=started, finished_at=datetime.now(timezone.utc),
         environment={**_environment(device), "checks_run": str(checks["run"]), "checks_reused": str(checks["reused"])},
         results=[results[index] for index in range(len(entries))],

@@ -1,5 +1,7 @@
-"""The sampling loop (NVBench's cold measurement): warm up, then time until the median is known well
-enough, or time runs out; samples taken while the GPU was throttled are discarded, with a pause.
+"""The sampling loop (after NVBench's cold measurement): warm up, then time until the noise statistic
+(`MeasurementSettings.noise`: by default the median's relative standard error, not NVBench's
+relative standard deviation) is low enough, or time runs out; samples taken while the GPU was
+throttled are discarded, with a pause.
 
 Pure: it calls `read_once` (one sample, with the SM clock and temperature read beside it), `clock`
 and `sleep`; all are parameters, so the loop is tested with deterministic fakes.

@@ -21,6 +21,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -35,9 +36,15 @@ from pipeline.build.suite_loader import SuiteLocation, export_suite, load_suite,
 from pipeline.contracts import BundleEntry, BundleManifest, CompileStats, LaunchSpec, Target, TorchCall, parse_manifest
 from pipeline.contracts.manifest import ArtifactRef
 
-__all__ = ["BuildCounts", "build_bundle", "load_bundle", "bundle_digest", "MANIFEST", "SUITE_DIR"]
+__all__ = ["ALL_TARGETS", "BuildCounts", "build_bundle", "load_bundle", "MANIFEST", "SUITE_DIR"]
 
 MANIFEST = "manifest.json"
+ALL_TARGETS = (
+    "llvm-cpu:x86_64", "llvm-cpu:aarch64", "llvm-cpu:aarch64-android", "vulkan:valhall", "vulkan:adreno",
+    "cuda:sm_80", "cuda:sm_90", "hip:gfx942", "hip:gfx950", "hip:gfx1250",
+)
+"""Every target this builder's compilers produce code for on a CPU-only machine (`--targets all`):
+IREE for the CPUs, Vulkan, CUDA sm_80 and HIP; Triton for cuda:sm_90 and HIP."""
 SUITE_DIR = "suite"
 ARTIFACTS_DIR = "artifacts"
 
@@ -65,11 +72,6 @@ class _Job:
 
 def load_bundle(bundle_dir: Path) -> BundleManifest:
     return parse_manifest((Path(bundle_dir) / MANIFEST).read_bytes())
-
-
-def bundle_digest(bundle_dir: Path) -> str:
-    """sha256 of the manifest (which holds every artifact's sha256): the bundle's identity."""
-    return hashlib.sha256((Path(bundle_dir) / MANIFEST).read_bytes()).hexdigest()
 
 
 def _compiler_versions() -> dict[str, str]:
@@ -251,7 +253,10 @@ def _compile_all(
         return results
     workers = min(workers or os.cpu_count() or 1, len(misses))
     # spawn: the parent may hold runtime threads (an agent in the same process); fork is unsafe then.
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    # Workers ignore SIGINT: Ctrl-C in a terminal reaches the whole process group, and the parent
+    # alone decides what an interrupt means (each worker would otherwise print its own traceback).
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN)) as pool:
         futures: dict[Future[CompiledArtifact], int] = {
             pool.submit(_compile_worker, jobs[i].source, jobs[i].target, suite_dir): i  # type: ignore[arg-type]
             for i in misses

@@ -1,7 +1,9 @@
 """Find a suite in a git checkout, pin it to a commit, export it, and load it by path.
 
 What gets benchmarked is the suite *at a commit*: `export_suite` extracts the committed tree
-(`git archive`), so uncommitted edits are never built, by design. `load_suite` imports that copy
+(`git archive`), so uncommitted edits are never built, by design. `uncommitted_changes` names
+them, so that a user is told; `commit_worktree` turns the working tree into a commit (on top of
+HEAD, kept under `refs/benchfarm/worktree/`) for a run of what is on disk. `load_suite` imports that copy
 as a package under a private, unique module name (never `import kernels`: a PyPI package of that
 name exists, and two commits must be loadable side by side in one process).
 """
@@ -10,10 +12,12 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import os
 import re
 import subprocess
 import sys
 import tarfile
+import tempfile
 import traceback
 import uuid
 from collections.abc import Iterator
@@ -28,8 +32,13 @@ from pipeline.contracts import CommitInfo
 
 __all__ = [
     "SuiteError", "SuiteLocation", "locate_suite", "resolve_commit", "suite_digest", "export_suite",
-    "load_suite", "load_suite_module", "commit_history",
+    "load_suite", "load_suite_module", "commit_history", "default_suite", "uncommitted_changes", "commit_worktree",
+    "WORKTREE_REF_PREFIX",
 ]
+
+WORKTREE_REF_PREFIX = "refs/benchfarm/worktree/"
+"""Where commits of a working tree are kept (so that git does not collect them while results refer to them)."""
+WORKTREE_AUTHOR = ("benchfarm (working tree)", "benchfarm@localhost")
 
 
 class SuiteError(RuntimeError):
@@ -56,9 +65,10 @@ class SuiteLocation:
         return self.repo_root / self.subdir
 
 
-def _git(repo: Path, *args: str, binary: bool = False) -> str | bytes:
+def _git(repo: Path, *args: str, binary: bool = False, env: dict[str, str] | None = None) -> str | bytes:
     try:
-        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=False)
+        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=False,
+                              env={**os.environ, **env} if env else None)
     except FileNotFoundError:
         raise SuiteError("git is not installed") from None
     if proc.returncode != 0:
@@ -80,9 +90,73 @@ def locate_suite(path: Path | str) -> SuiteLocation:
     return SuiteLocation(repo_root=root, subdir=subdir)
 
 
+def default_suite(cwd: Path | str | None = None) -> Path:
+    """The suite `benchfarm` works on when given no --suite: `kernels/` of the git checkout holding
+    the working directory (the checkout the user is in, not the one benchfarm was installed from)."""
+    here = Path(cwd or Path.cwd()).resolve()
+    try:
+        root = Path(str(_git(here, "rev-parse", "--show-toplevel")).strip())
+    except SuiteError:
+        raise SuiteError(f"{here} is not inside a git checkout: run benchfarm in your suite's checkout, "
+                         "or pass --suite PATH") from None
+    suite = root / "kernels"
+    if not (suite / "__init__.py").is_file():
+        raise SuiteError(f"the checkout {root} has no suite folder kernels/ (with an __init__.py defining cases()): "
+                         "pass --suite PATH")
+    return suite
+
+
+def uncommitted_changes(location: SuiteLocation) -> list[str]:
+    """Files of the suite folder whose working-tree content differs from HEAD (modified, staged,
+    deleted, or new and not ignored), as `path (what)` relative to the checkout's root."""
+    out = str(_git(location.repo_root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--",
+                   location.subdir))
+    kinds = {"M": "modified", "A": "added", "D": "deleted", "R": "renamed", "C": "copied", "T": "type changed",
+             "?": "not committed", "U": "unmerged"}
+    changes, fields = [], iter(out.split("\0"))
+    for field in fields:
+        if len(field) < 4:
+            continue
+        status, path = field[:2], field[3:]
+        if "R" in status or "C" in status:
+            next(fields, None)   # the rename's source path follows
+        kind = next((kinds[c] for c in (status[1], status[0]) if c in kinds), "changed")
+        changes.append(f"{path} ({kind})")
+    return changes
+
+
+def commit_worktree(location: SuiteLocation) -> str:
+    """A commit of HEAD with the suite folder as it is in the working tree (untracked files too,
+    ignored ones not), made without touching the index, the branch or the files; its message and
+    author say it is a working tree. It is kept under `refs/benchfarm/worktree/<sha>`. The same
+    content gives the same tree, so its suite digest (and the compile cache) match a later commit
+    of the same edits."""
+    head = resolve_commit(location, "HEAD")
+    changes = uncommitted_changes(location)
+    with tempfile.TemporaryDirectory(prefix="benchfarm-index-") as tmp:
+        index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        _git(location.repo_root, "read-tree", head, env=index)
+        _git(location.repo_root, "add", "-A", "--", location.subdir, env=index)
+        tree = str(_git(location.repo_root, "write-tree", env=index)).strip()
+    name, email = WORKTREE_AUTHOR
+    who = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_COMMITTER_NAME": name,
+           "GIT_COMMITTER_EMAIL": email}
+    listed = "\n".join(f"- {c}" for c in changes) or "- (none: the same content as HEAD)"
+    message = (f"benchfarm: working tree of {location.subdir}/ on top of {head[:10]} (not a commit of yours)\n\n"
+               f"Uncommitted changes benchmarked:\n{listed}\n")
+    sha = str(_git(location.repo_root, "commit-tree", tree, "-p", head, "-m", message, env=who)).strip()
+    _git(location.repo_root, "update-ref", f"{WORKTREE_REF_PREFIX}{sha}", sha)
+    return sha
+
+
 def resolve_commit(location: SuiteLocation, ref: str = "HEAD") -> str:
-    """The full sha of `ref` (branch, tag, short sha...)."""
-    return str(_git(location.repo_root, "rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}")).strip()
+    """The full sha of `ref` (branch, tag, short sha...); an unknown ref is a SuiteError in plain words."""
+    try:
+        return str(_git(location.repo_root, "rev-parse", "--verify", "--quiet", "--end-of-options",
+                        f"{ref}^{{commit}}")).strip()
+    except SuiteError:
+        raise SuiteError(f"no commit {ref!r} in {location.repo_root} (give a branch, a tag or a commit sha; "
+                         "`git log --oneline` lists commits)") from None
 
 
 def _tree_spec(location: SuiteLocation, sha: str) -> str:

@@ -16,12 +16,14 @@ from pipeline.contracts.commits import CommitInfo
 from pipeline.contracts.ids import SCHEMA_VERSION, CaseId, DeviceClass, Target
 from pipeline.contracts.manifest import (
     BundleEntry, BundleManifest, CompileStats, KernelParam, LaunchSpec, ReferenceSubset, TensorSpec, TorchCall,
+    bundle_digest,
 )
 from pipeline.contracts.metrics import METRICS, Metric
 from pipeline.contracts.result import CaseResult, Correctness, DeviceInfo, ResultDocument, SampleStats
 
 __all__ = [
     "SCHEMA_VERSION", "CommitInfo", "CaseId", "Target", "DeviceClass", "BundleManifest", "BundleEntry", "CompileStats",
+    "bundle_digest",
     "LaunchSpec", "KernelParam", "TensorSpec", "TorchCall", "ReferenceSubset", "ResultDocument", "CaseResult",
     "SampleStats", "Correctness", "DeviceInfo",
     "METRICS", "Metric", "ContractError", "parse_manifest", "parse_result", "SCHEMA_MODELS", "SCHEMA_DIR",

@@ -258,3 +258,11 @@ class BundleManifest(BaseModel):
                 raise ValueError(f"duplicate entry {entry.case} on {entry.target}")
             seen.add(key)
         return self
+
+
+def bundle_digest(manifest: BundleManifest) -> str:
+    """A bundle's identity, the one definition (builder, store, agents, result documents): sha256 of
+    its manifest as canonical JSON (sorted keys, no spaces), so that it does not depend on how
+    `manifest.json` happens to be laid out on disk. The manifest holds every artifact's sha256."""
+    canonical = json.dumps(manifest.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()

@@ -3,7 +3,7 @@ hash, checked in constant time, revoked by name.
 
 Scopes (a token holds one or more):
 - `agent`: upload results (result documents, batches, foreign formats);
-- `user`: read private data, trigger runs, triage (the routes that need it come later);
+- `user`: read private data (`web.public` false), trigger runs, triage;
 - `admin`: everything, including managing tokens.
 
 A plain sha256 (no salt, no slow hash) is enough because tokens are 256-bit random strings, not

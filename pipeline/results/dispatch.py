@@ -54,6 +54,7 @@ __all__ = [
     "heartbeat",
     "list_jobs",
     "mark_silent_agents_offline",
+    "set_agent_gone",
     "register_agent",
     "requeue_expired",
     "selects_case",
@@ -204,6 +205,25 @@ def mark_silent_agents_offline(session: Session, *, silent_s: float, now: dateti
         agent.state = "offline"
         _set_presence(session, agent, [], now)
     return [a.name for a in silent]
+
+
+def set_agent_gone(session: Session, *, name: str, reason: str, token_name: str | None = None,
+                   now: datetime | None = None) -> list[str]:
+    """An agent known to be gone (its process ended) goes offline with its devices at once, not
+    `agent_offline_s` later, and the jobs it held fail with `reason` (no heartbeat will ever renew
+    or end them); `token_name` hands the agent's name to another token (the in-process agent of the
+    next `benchfarm up`, whose token replaces the one the last process deleted). Returns those jobs."""
+    agent = session.scalar(sa.select(Agent).where(Agent.name == name))
+    if agent is None:
+        return []
+    agent.state = "offline"
+    if token_name is not None:
+        agent.token_name = token_name
+    _set_presence(session, agent, [], now or utcnow())
+    held = list(session.scalars(sa.select(Job.id).where(Job.status == "running", Job.lease_owner == name)))
+    for job_id in held:
+        fail_job(session, job_id=job_id, agent_name=name, reason=reason)
+    return held
 
 
 # --- claims and leases -----------------------------------------------------------------------
@@ -367,8 +387,10 @@ def get_job(session: Session, job_id: str) -> JobRow | None:
 
 
 def list_jobs(session: Session, *, status: str | None = None, run_id: str | None = None, job_id: str | None = None,
-              device_class: str | None = None, agent: str | None = None, limit: int = 100) -> list[JobRow]:
-    """Newest first, with what a waiting job waits for (a build, or an agent with its device class)."""
+              device_class: str | None = None, agent: str | None = None, limit: int = 100,
+              offset: int = 0) -> list[JobRow]:
+    """Newest first (`offset` of them skipped), with what a waiting job waits for (a build, or an
+    agent with its device class)."""
     query = (
         sa.select(Job, Run.id, Repository.name, Commit.sha, DeviceClassRow.name, Device.uid, BuildRequest.status)
         .join(Run, Job.run_id == Run.id)
@@ -379,6 +401,7 @@ def list_jobs(session: Session, *, status: str | None = None, run_id: str | None
         .outerjoin(BuildRequest, BuildRequest.run_id == Run.id)
         .order_by(Job.created_at.desc(), Job.id)
         .limit(limit)
+        .offset(offset)
     )
     if status is not None:
         query = query.where(Job.status == status)

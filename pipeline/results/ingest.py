@@ -10,8 +10,6 @@ of the document at fault, e.g. `results.3.case: unknown case gemm/x/...`.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -29,6 +27,7 @@ from pipeline.contracts import (
     DeviceClass,
     DeviceInfo,
     ResultDocument,
+    bundle_digest,
 )
 from pipeline.results.analysis import analyze_after_ingest, learn_paired_noise
 from pipeline.results.models import (
@@ -96,12 +95,6 @@ def _commit(session: Session, repository: Repository, sha: str, field: str = "co
     if commit is None:
         raise IngestError(f"{field}: commit {sha} of {repository.name} is not recorded; record it first")
     return commit
-
-
-def bundle_digest(manifest: BundleManifest) -> str:
-    """A bundle's identity: sha256 of its manifest as canonical JSON (sorted keys, no spaces)."""
-    canonical = json.dumps(manifest.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 # --- repositories and commits ----------------------------------------------------------------

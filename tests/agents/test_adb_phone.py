@@ -213,3 +213,30 @@ def test_unrooted_phone_keeps_its_governor(adb_server: str, tmp_path: Path, bund
     finally:
         Adb(server_socket=adb_server).disconnect(standin.serial)
         standin.stop()
+
+
+def test_agent_runs_a_renamed_phone_class_on_the_phone(adb_server: str, phone: AdbdStandin, tmp_path: Path,
+                                                       bundle: tuple[Path, BundleManifest]) -> None:
+    """`agent.device_classes` renames a phone's class: the device keeps its adb transport, so the
+    agent's executor runs the job on the phone, not with the host's IREE runtime."""
+    from pipeline.agents.agent import DeviceAgent, Work, run_locally
+    from pipeline.config import AgentSettings, Settings
+
+    settings = Settings(home=tmp_path / "home", phones=_phone_settings(adb_server),
+                        agent=AgentSettings(device_classes={"pixel-8-pro-cpu-big": "lab-pixel-big",
+                                                            "pixel-8-pro-cpu-mid": ""}))
+    agent = DeviceAgent(settings, name="phone-host")   # its own discovery: host devices and phones
+    phones = [d for d in agent.discover().values() if d.device_class.kind == "phone"]
+    assert [(d.device_class.name, d.info.device_class) for d in phones] == [("lab-pixel-big", "lab-pixel-big")]
+    (renamed,) = phones
+    assert renamed.transport == AdbTransport(phone.serial, "100")
+
+    bundle_dir, manifest = bundle
+    calls_before = len(phone.shell_log)
+    document = run_locally(FAST)(Work(job_id="job-r", run_id="run-r", device=renamed, bundle_dir=bundle_dir,
+                                      manifest=manifest), lambda *_: None)
+    good = next(r for r in document.results if r.case == case_id(GOOD))
+    assert good.status == "ok" and good.environment["cpu_mask"] == "100"
+    assert document.device.device_class == "lab-pixel-big"
+    ran = [c for c in phone.shell_log[calls_before:] if "--benchmark_format=json" in c.command]
+    assert ran, "nothing ran on the phone"

@@ -82,3 +82,55 @@ def test_triton_gemm_runs_through_the_driver_api(bundle: tuple[Path, BundleManif
     assert unwritten.status == "wrong" and unwritten.correctness is not None
     assert "64x64" not in (unwritten.reason or "") and "elements outside" in (unwritten.reason or "")
     assert document.environment.get("cuda_bindings")
+
+
+def test_nvml_failure_is_recorded_not_swallowed() -> None:
+    """Where NVML cannot be had (here: no nvidia-ml-py, or no NVIDIA driver), the reason is noted
+    for every case's environment, saying that throttled samples are not discarded."""
+    from pipeline.agents.runners.cuda_runner import NVML_NOTE, _Nvml
+
+    if importlib.util.find_spec("pynvml") is not None and nvidia_devices():
+        pytest.skip("NVML works on this host; the GPU tests cover it")
+    notes: dict[str, str] = {}
+    assert _Nvml.open("GPU-00000000-0000-0000-0000-000000000000", notes) is None
+    assert "throttled samples not discarded" in notes[NVML_NOTE] and notes[NVML_NOTE].startswith("unavailable (")
+
+
+@pytest.mark.gpu
+def test_unknown_gpu_uuid_is_an_error_naming_it(device: LocalDevice) -> None:
+    from pipeline.agents.runners.cuda_runner import CudaDevice, CudaError
+
+    missing = "GPU-00000000-0000-0000-0000-000000000000"
+    with pytest.raises(CudaError, match=f"no GPU with UUID {missing}.*{device.info.uid}"):
+        CudaDevice(missing)
+    assert CudaDevice(device.info.uid).notes.get("nvml") is None or importlib.util.find_spec("pynvml") is None
+
+
+@pytest.mark.gpu
+def test_results_say_when_nvml_is_missing(bundle: tuple[Path, BundleManifest], device: LocalDevice,
+                                          tmp_path: Path) -> None:
+    """nvidia-ml-py made unimportable in a child process (a host without it): the case's result
+    says that no clock was read and throttled samples were not discarded, and claims no discards."""
+    import json
+    import subprocess
+    import sys
+
+    bundle_dir, _ = bundle
+    script = f"""
+import sys, json
+sys.modules["pynvml"] = None   # as on a host without nvidia-ml-py: import fails
+from pipeline.agents.devices import nvidia_devices
+from pipeline.agents.local import run_bundle
+from pipeline.build.bundle import load_bundle
+from pipeline.config import MeasurementSettings
+device = next(d for d in nvidia_devices() if d.info.uid == {device.info.uid!r})
+settings = MeasurementSettings.model_validate_json({FAST.model_dump_json()!r})
+doc = run_bundle(bundle_dir={str(bundle_dir)!r}, manifest=load_bundle({str(bundle_dir)!r}), device=device,
+                 run_id="gpu-2", job_id="job-2", settings=settings)
+print(json.dumps({{r.case: r.environment for r in doc.results if r.status == "ok"}}))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    environments = json.loads(proc.stdout.strip().splitlines()[-1])
+    ok = environments[triton_case_id(OK)]
+    assert "throttled samples not discarded" in ok["nvml"] and "throttled_samples_discarded" not in ok, ok

@@ -6,14 +6,16 @@ import shutil
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine
 
 from pipeline.agents.devices import LocalDevice, cpu_device
 from pipeline.agents.local import run_bundle
 from pipeline.build.bundle import build_bundle
-from pipeline.build.suite_loader import locate_suite, resolve_commit
+from pipeline.build.suite_loader import commit_history, locate_suite, resolve_commit
 from pipeline.config import MeasurementSettings
 from pipeline.contracts import BundleManifest, ResultDocument, parse_result
 from tests.helpers.suite_repo import GemmCase, case_id, gemm_suite_files, make_suite_repo
+from tests.results.conftest import database_url, engine  # noqa: F401  (fixtures: SQLite and PostgreSQL)
 
 FAST = MeasurementSettings(warmup_s=0.0, min_samples=5, min_time_s=0.0, max_time_s=0.2, max_rel_noise=0.5, rounds=2,
                            min_rounds=2)
@@ -108,3 +110,20 @@ def test_entries_for_other_targets_are_not_run(bundle: tuple[Path, BundleManifes
                                                     for e in manifest.entries]})
     document = run_bundle(bundle_dir=bundle_dir, manifest=other, device=device, run_id="r", job_id="j", settings=FAST)
     assert document.results == []
+
+
+def test_result_names_the_bundle_as_the_store_does(bundle: tuple[Path, BundleManifest], device: LocalDevice,
+                                                   engine: Engine) -> None:  # noqa: F811
+    """One bundle digest: the store's (ingest_manifest), the builder's and the result document's agree."""
+    from pipeline.contracts import bundle_digest
+    from pipeline.results import ingest
+    from pipeline.results.db import session_scope
+
+    bundle_dir, manifest = bundle
+    location = locate_suite(bundle_dir.parent.parent / "repo" / "kernels")   # the fixture's checkout
+    with session_scope(engine) as session:
+        ingest.upsert_repository(session, name=manifest.repository)
+        ingest.record_commits(session, repository=manifest.repository, commits=commit_history(location, manifest.commit))
+        stored = ingest.ingest_manifest(session, manifest=manifest, path=str(bundle_dir)).digest
+    assert bundle_digest(manifest) == stored
+    assert _run(bundle_dir, manifest, device).bundle_digest == stored

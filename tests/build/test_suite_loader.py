@@ -122,3 +122,41 @@ def test_default_suite_loads_without_importing_a_compiler() -> None:
     assert "gemm/llama3-8b-q-proj-decode/1x4096x4096/f32/iree" in out
     assert "gemm/square-512/512x512x512/f32/iree" in out
     assert len(out) == len(set(out))
+
+
+def test_uncommitted_changes_are_named_and_a_worktree_commit_holds_them(tmp_path: Path) -> None:
+    from pipeline.build.suite_loader import WORKTREE_REF_PREFIX, commit_worktree, default_suite, uncommitted_changes
+
+    a, b = GemmCase("a"), GemmCase("b", m=4)
+    repo = make_suite_repo(tmp_path, {**gemm_suite_files([a]), "README": "one"})
+    (repo / "kernels" / "sub").mkdir()
+    location = locate_suite(repo / "kernels")
+    head = resolve_commit(location)
+    assert uncommitted_changes(location) == []
+    assert default_suite(repo / "kernels" / "sub") == repo.resolve() / "kernels"
+
+    write_files(repo, {**gemm_suite_files([a, b]), "kernels/extra.py": "X = 1\n", "README": "two"})
+    (repo / ".gitignore").write_text("*.log\n")
+    (repo / "kernels" / "run.log").write_text("ignored\n")
+    assert uncommitted_changes(location) == ["kernels/__init__.py (modified)", "kernels/extra.py (not committed)"]
+
+    sha = commit_worktree(location)
+    assert _ids(export_suite(location, sha, tmp_path / "wt")) == [case_id(a), case_id(b)]
+    assert git(repo, "rev-parse", f"{sha}^") == head                 # on top of HEAD
+    assert git(repo, "rev-parse", "HEAD") == head                    # HEAD, index and files untouched
+    assert git(repo, "show", f"{sha}:README") == "one"               # only the suite folder is taken
+    assert git(repo, "rev-parse", f"{WORKTREE_REF_PREFIX}{sha}") == sha
+    message = git(repo, "log", "-1", "--format=%an%n%B", sha)
+    assert message.startswith("benchfarm (working tree)\nbenchfarm: working tree of kernels/ on top of")
+    assert "kernels/extra.py (not committed)" in message and "run.log" not in message
+    assert uncommitted_changes(location) == ["kernels/__init__.py (modified)", "kernels/extra.py (not committed)"]
+
+
+def test_default_suite_outside_a_checkout_says_what_to_do(tmp_path: Path) -> None:
+    from pipeline.build.suite_loader import default_suite
+
+    with pytest.raises(SuiteError, match="not inside a git checkout.*--suite"):
+        default_suite(tmp_path)
+    repo = make_suite_repo(tmp_path, {"README": "no suite here"})
+    with pytest.raises(SuiteError, match="no suite folder kernels/.*--suite"):
+        default_suite(repo)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -25,11 +26,11 @@ def test_up_serves_a_benchmark_of_head(tmp_path: Path) -> None:
     repo = make_suite_repo(tmp_path, gemm_suite_files(CASES), name="suite-repo")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
-    env.update(BENCHFARM_HOME=str(tmp_path / "home"), BENCHFARM_PORT=str(port))
+    env.update(BENCHFARM_HOME=str(tmp_path / "home"))
     log_path = tmp_path / "up.log"
     with log_path.open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "up", "--suite", str(repo / "kernels")],
-                                cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "up", "--suite", str(repo / "kernels"),
+                                 "--port", str(port)], cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
@@ -52,6 +53,12 @@ def test_up_serves_a_benchmark_of_head(tmp_path: Path) -> None:
         assert all(case_id(c) in page for c in CASES)
         assert requests.get(f"{url}/runs/{runs[0]['id']}", timeout=10).status_code == 200
         assert requests.get(f"{url}/docs", timeout=10).status_code == 200
+        ready = f"results ready at {url}/runs/{runs[0]['id']}"
+        deadline = time.monotonic() + 15
+        while ready not in log_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert ready in log_path.read_text(), log_path.read_text()
+        assert "GET /api/v1/runs" not in log_path.read_text()   # no access log unless -v
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -85,3 +92,77 @@ def test_wrong_setting_stops_the_command_with_its_name(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "BENCHFARM_PORT" in proc.stderr
+
+
+def _start_up(tmp_path: Path, env: dict[str, str], log_name: str, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+    log_path = tmp_path / log_name
+    with log_path.open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "up", *args], cwd=tmp_path, env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+    return proc, log_path
+
+
+def _wait_for(proc: subprocess.Popen[bytes], log_path: Path, probe: Any, what: str, timeout_s: float = 300) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log_path.read_text()
+        try:
+            found = probe()
+        except requests.ConnectionError:
+            found = None
+        if found:
+            return found
+        time.sleep(0.3)
+    raise AssertionError(f"no {what} within {timeout_s} s:\n{log_path.read_text()}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> int:
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+
+
+def test_up_again_after_a_restart(tmp_path: Path) -> None:
+    """A second `benchfarm up` on the same home: its in-process agent registers again (the first
+    one's token is gone) and runs what is queued; between the two, the agent is shown offline."""
+    repo = make_suite_repo(tmp_path, gemm_suite_files(CASES), name="suite-repo")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
+    env.update(BENCHFARM_HOME=str(tmp_path / "home"), BENCHFARM_PORT=str(port))
+    url = f"http://127.0.0.1:{port}"
+
+    def embedded_agent() -> dict[str, Any] | None:
+        agents = requests.get(f"{url}/api/v1/agents", timeout=5).json()
+        return next((a for a in agents if a["name"] == "embedded" and a["devices"]), None)
+
+    first, first_log = _start_up(tmp_path, env, "up-1.log", "--no-run", "--suite", str(repo / "kernels"))
+    try:
+        registered = _wait_for(first, first_log, embedded_agent, "registered agent", 120)
+    finally:
+        assert _stop(first) == 0, first_log.read_text()
+    assert registered["state"] == "online"
+    # stopped while its agent's claim was waiting: no request cancelled with a traceback
+    assert "Traceback" not in first_log.read_text(), first_log.read_text()
+
+    second, second_log = _start_up(tmp_path, env, "up-2.log", "--suite", str(repo / "kernels"))
+    try:
+        # right after the start the store still holds the first process's agent: it must not look online
+        agents = _wait_for(second, second_log, lambda: requests.get(f"{url}/api/v1/agents", timeout=5).json(),
+                           "agent list", 120)
+        assert all(not d["online"] for a in agents if a["token_name"] == registered["token_name"]
+                   for d in a["devices"]), agents
+
+        def finished_run() -> dict[str, Any] | None:
+            runs = requests.get(f"{url}/api/v1/runs", timeout=5).json()
+            return runs[0] if runs and runs[0]["status"] in ("done", "failed") else None
+
+        run = _wait_for(second, second_log, finished_run, "finished run")
+        assert run["status"] == "done", second_log.read_text()
+        again = embedded_agent()
+        assert again is not None and again["state"] == "online" and again["token_name"] != registered["token_name"]
+    finally:
+        assert _stop(second) == 0, second_log.read_text()
+    assert "HTTP 403" not in second_log.read_text()

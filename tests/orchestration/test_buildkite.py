@@ -186,5 +186,6 @@ def test_bad_requests_are_refused(kwargs: dict[str, Any], message: str) -> None:
 
 
 def test_cli_refuses_a_bad_commit(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["pipeline", "--commit", "main", "--device-classes", "h100"]) == 1
-    assert "is not a commit sha" in capsys.readouterr().err
+    # a ref is resolved in the working directory's checkout (the tests run in benchfarm's own)
+    assert cli.main(["pipeline", "--commit", "no-such-ref-anywhere", "--device-classes", "h100"]) == 1
+    assert "'no-such-ref-anywhere' is not a full commit sha" in capsys.readouterr().err

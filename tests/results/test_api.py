@@ -144,10 +144,13 @@ def test_writes_are_off_without_a_configured_token(seeded: Engine, tmp_path: Any
 
 def test_unknown_things_are_404_with_a_json_body(service: tuple[str, Engine]) -> None:
     url, _ = service
-    for path in ("/api/v1/runs/nope", "/api/v1/series/999999", "/runs/nope", "/series/999999"):
+    for path in ("/api/v1/runs/nope", "/api/v1/series/999999"):
         response = requests.get(url + path, timeout=10)
         assert response.status_code == 404, path
         assert "no " in response.json()["error"]
+    for path in ("/runs/nope", "/series/999999"):   # pages: an HTML page with the navigation
+        response = requests.get(url + path, timeout=10)
+        assert response.status_code == 404 and response.headers["content-type"].startswith("text/html"), path
     response = requests.get(f"{url}/api/v1/compare", params={
         "repository": f.REPO, "head": "f" * 40, "device_class": f.DEVICE_CLASS}, timeout=10)
     assert response.status_code == 404

@@ -189,9 +189,40 @@ def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo
 
     browser.get(url + "/roofline?device_class=nvidia-h100-sxm")
     assert len(browser.find_elements(By.CSS_SELECTOR, "svg.roofline circle.case")) == len(demo.cases)
+    clipped = browser.execute_script("""
+        const svg = document.querySelector('svg.roofline'), box = svg.viewBox.baseVal;
+        return [...svg.querySelectorAll('text')].map(t => [t.textContent, t.getBBox()])
+          .filter(([, b]) => b.x < 0 || b.x + b.width > box.width).map(([s]) => s);""")
+    assert clipped == [], f"labels outside the roofline: {clipped}"   # the y axis' labels fit
     shot(browser, "roofline")
     browser.get(url + "/login")
+    assert "benchfarm user create" in browser.find_element(By.ID, "login-help").text
     shot(browser, "login")
+
+    # a state no series of the filtered family is in: no tiles, and the count says none, not all
+    browser.get(url + "/?state=improved&q=no-such-case")
+    assert browser.find_element(By.ID, "no-series").text == "No series match these filters."
+    shown = browser.find_element(By.XPATH, "//span[@class='count'][contains(., 'series shown')]/b").text
+    assert shown == "0"
+
+    # errors are pages with the navigation, whatever went wrong in the address
+    for path, status, said in (("/series/99999", "404", "no series 99999"),
+                               ("/runs/nope", "404", "run 'nope' does not exist"),
+                               ("/compare?page=abc", "422", "page"), ("/jobs?page=abc", "422", "page")):
+        browser.get(url + path)
+        assert browser.find_element(By.ID, "error-status").text.startswith(status), path
+        assert said in browser.find_element(By.TAG_NAME, "body").text, path
+    browser.find_element(By.LINK_TEXT, "Dashboard").click()
+    wait(browser).until(lambda d: d.find_elements(By.CSS_SELECTOR, "a.tile"))
+
+    # the API docs, drawn by the Swagger UI the service serves itself (nothing from another host)
+    browser.get(url + "/docs")
+    wait(browser, 30).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".opblock")) > 10)
+    assert "benchfarm API" in browser.title
+    foreign = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name).filter(n => !n.startsWith(arguments[0]))",
+        url)
+    assert foreign == [], foreign
 
     farm = demo.farm
     assert farm is not None
@@ -301,8 +332,20 @@ def test_trigger_an_adhoc_run_and_watch_it_complete_with_the_embedded_agent(embe
     assert {case_id(c) for c in ADHOC_CASES} <= shown, shown
     shot(browser, "run")
 
+    # a second run of the same commit, of one case: its page shows that case only
+    browser.get(url + "/runs/new")
+    form = browser.find_element(By.ID, "adhoc")
+    form.find_element(By.NAME, "cases").send_keys("gemm/alpha/*")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait(browser).until(ec.visibility_of_element_located((By.ID, "progress")))
+    second = browser.find_element(By.ID, "run-link").get_attribute("href").rsplit("/", 1)[1]
+    wait(browser, 75).until(ec.url_contains(f"/runs/{second}"))
+    assert "done" in browser.find_element(By.CSS_SELECTOR, "p .status-done").text
+    shown = {r.text for r in browser.find_elements(By.CSS_SELECTOR, "table tr td.mono")}
+    assert shown == {case_id(ADHOC_CASES[0])}, shown
+
     browser.get(url + "/jobs")
-    job = browser.find_element(By.CSS_SELECTOR, "#jobs tbody tr")
+    job = browser.find_element(By.CSS_SELECTOR, "#jobs tbody tr[data-status=done]:last-child")
     assert job.get_attribute("data-status") == "done" and "embedded" in job.text and "gemm/*" in job.text
     job.find_element(By.CSS_SELECTOR, "td a").click()
     events = browser.find_element(By.ID, "events").text

@@ -169,3 +169,39 @@ def test_private_service_needs_sign_in_for_pages_and_reads(private_service: Serv
     assert _sign_in(private_service, browser, token=private_service.tokens["user"]).status_code == 303
     assert browser.get(f"{url}/", timeout=30).status_code == 200
     assert browser.get(f"{url}/api/v1/dashboard", timeout=30).status_code == 200
+
+
+def test_sign_in_page_says_how_to_make_the_first_user(service: Service) -> None:
+    page = requests.get(f"{service.url}/login", timeout=30).text
+    assert "benchfarm user create --name NAME" in page
+
+
+def test_page_errors_are_pages_with_the_navigation(service: Service) -> None:
+    from pipeline.results.models import Job, Run
+
+    def html_error(path: str, status: int, *said: str) -> None:
+        got = requests.get(service.url + path, timeout=30)
+        assert got.status_code == status, (path, got.status_code, got.text[:300])
+        assert got.headers["content-type"].startswith("text/html"), (path, got.headers["content-type"])
+        assert 'href="/jobs"' in got.text and 'href="/compare"' in got.text, path   # the navigation
+        for text in said:
+            assert text in got.text, (path, text, got.text[-800:])
+
+    html_error("/series/99999", 404, "no series 99999")
+    html_error("/runs/nope", 404, "run &#39;nope&#39; does not exist")
+    html_error("/compare?page=abc", 422, "<code>page</code>", "valid integer")
+    html_error("/jobs?page=abc", 422, "<code>page</code>")
+    html_error("/jobs?page=0", 422, "<code>page</code>")
+    html_error("/no/such/page", 404, "Not Found")
+    api = requests.get(service.url + "/api/v1/runs/nope", timeout=30)
+    assert api.status_code == 404 and api.json()["error"]   # the API keeps answering JSON
+
+    with session_scope(service.engine) as s:
+        run_id = s.scalar(sa.select(Run.id).limit(1))
+        job_id = s.scalar(sa.select(Job.id).limit(1))
+    for path, full in ((f"/runs/{run_id[:12]}", f"/runs/{run_id}"), (f"/jobs/{job_id[:12]}", f"/jobs/{job_id}")):
+        got = requests.get(service.url + path, timeout=30)   # a short id as the pages show it, typed
+        assert got.status_code == 200 and got.url.endswith(full), (path, got.status_code, got.url)
+    by_run = requests.get(service.url + "/jobs", params={"run": run_id[:8]}, timeout=30)
+    assert by_run.status_code == 200 and run_id in by_run.text
+    assert requests.get(service.url + "/jobs", params={"page": 2}, timeout=30).status_code == 200

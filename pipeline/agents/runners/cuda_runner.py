@@ -93,17 +93,18 @@ class CudaDevice:
     """One GPU's primary context, a stream, events and an L2 flush buffer, shared by a run's entries."""
 
     def __init__(self, uid: str | None = None):
+        """The GPU whose UUID is `uid` (None: GPU 0); an unknown UUID is an error naming it (never
+        another GPU). `notes` records what measurement lacks on it (NVML), for every case's result."""
         from cuda.bindings import driver  # agents with NVIDIA GPUs only
 
         self._cu = driver
         self._call(driver.cuInit, 0)
         count = self._call(driver.cuDeviceGetCount)
-        ordinal = 0
-        for i in range(count):
-            dev = self._call(driver.cuDeviceGet, i)
-            if uid and _uuid_text(bytes(self._call(driver.cuDeviceGetUuid, dev).bytes)) == uid:
-                ordinal = i
-                break
+        uuids = [_uuid_text(bytes(self._call(driver.cuDeviceGetUuid, self._call(driver.cuDeviceGet, i)).bytes))
+                 for i in range(count)]
+        if uid is not None and uid not in uuids:
+            raise CudaError(f"no GPU with UUID {uid} on this host (CUDA sees {', '.join(uuids) or 'no GPU'})")
+        ordinal = uuids.index(uid) if uid is not None else 0
         self.ordinal = ordinal
         self.device = self._call(driver.cuDeviceGet, ordinal)
         self.context = self._call(driver.cuDevicePrimaryCtxRetain, self.device)
@@ -115,10 +116,14 @@ class CudaDevice:
         self.flush_words = max(self.l2_bytes * L2_FLUSH_FACTOR // 4, 1 << 20)
         self.flush_buffer = self.alloc(self.flush_words * 4)
         self._flushes = 0
-        self._nvml = _Nvml.open(uid)
+        self.notes: dict[str, str] = {}
+        self._nvml = _Nvml.open(uids[ordinal], self.notes)
         rate_khz = self._call(driver.cuDeviceGetAttribute, attr.CU_DEVICE_ATTRIBUTE_CLOCK_RATE, self.device)
         nvml_default = self._nvml.default_sm_clock_mhz() if self._nvml else None
-        self.default_clock_mhz: float | None = nvml_default or (rate_khz / 1000.0 if rate_khz else None)
+        # Without NVML no sample has a clock, so none can be judged throttled: no default clock then
+        # (a result does not claim "0 throttled samples discarded"), and `notes` says why.
+        self.default_clock_mhz: float | None = (
+            (nvml_default or (rate_khz / 1000.0 if rate_khz else None)) if self._nvml else None)
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         result = fn(*args)
@@ -192,34 +197,50 @@ class CudaDevice:
         checked.temperatures_c.append(self.temperature_c())
 
 
-class _Nvml:
-    """The SM clock through NVML (nvidia-ml-py), when it is importable; otherwise no clocks."""
+NVML_NOTE = "nvml"
+"""The `notes` (and so every case's environment) key saying NVML failed and what that turned off."""
 
-    def __init__(self, module: Any, handle: Any):
-        self._nvml, self._handle = module, handle
+
+class _Nvml:
+    """The SM clock and temperature through NVML (nvidia-ml-py). Failures are recorded in `notes`
+    (`NVML_NOTE`): without NVML there are no clocks, so throttled samples cannot be discarded, and a
+    result must say so rather than look like one taken with the check on."""
+
+    def __init__(self, module: Any, handle: Any, notes: dict[str, str]):
+        self._nvml, self._handle, self._notes = module, handle, notes
 
     @classmethod
-    def open(cls, uid: str | None) -> _Nvml | None:
+    def open(cls, uid: str, notes: dict[str, str]) -> _Nvml | None:
+        """NVML's handle of the GPU `uid`; None (and why, in `notes`) when it cannot be had."""
         try:
             import pynvml
-
+        except ImportError as exc:
+            notes[NVML_NOTE] = f"unavailable (nvidia-ml-py: {exc}): no SM clocks read, throttled samples not discarded"
+            return None
+        try:
             pynvml.nvmlInit()
-            handle = pynvml.nvmlDeviceGetHandleByUUID(uid) if uid else pynvml.nvmlDeviceGetHandleByIndex(0)
-            return cls(pynvml, handle)
-        except Exception:  # no nvidia-ml-py, or NVML refuses: samples carry no clock
+            handle = pynvml.nvmlDeviceGetHandleByUUID(uid)
+        except Exception as exc:  # pynvml.NVMLError and its subclasses, one per NVML return code
+            notes[NVML_NOTE] = (f"unavailable ({type(exc).__name__}: {exc}): no SM clocks read, throttled samples "
+                                "not discarded")
+            return None
+        return cls(pynvml, handle, notes)
+
+    def _read(self, what: str, read: Callable[[], Any]) -> float | None:
+        """One reading; a failure is noted once (the samples concerned carry no clock or temperature)."""
+        try:
+            return float(read())
+        except Exception as exc:  # pynvml.NVMLError
+            self._notes.setdefault(f"{NVML_NOTE}_{what}", f"read failed ({type(exc).__name__}: {exc}); "
+                                   "samples without it are not judged")
             return None
 
     def sm_clock_mhz(self) -> float | None:
-        try:
-            return float(self._nvml.nvmlDeviceGetClockInfo(self._handle, self._nvml.NVML_CLOCK_SM))
-        except Exception:
-            return None
+        return self._read("sm_clock", lambda: self._nvml.nvmlDeviceGetClockInfo(self._handle, self._nvml.NVML_CLOCK_SM))
 
     def temperature_c(self) -> float | None:
-        try:
-            return float(self._nvml.nvmlDeviceGetTemperature(self._handle, self._nvml.NVML_TEMPERATURE_GPU))
-        except Exception:
-            return None
+        return self._read("temperature", lambda: self._nvml.nvmlDeviceGetTemperature(
+            self._handle, self._nvml.NVML_TEMPERATURE_GPU))
 
     def default_sm_clock_mhz(self) -> float | None:
         """The clock an unthrottled GPU runs its SMs at: the default application clock, else the maximum."""
@@ -357,8 +378,9 @@ def prepare_entry(
             case=entry.case, target=entry.target, status="wrong",
             reason=f"correctness check failed: {correctness.detail}", correctness=correctness,
         )
+    # device.notes itself, not a copy: an NVML reading that fails while timing is on the result too
     checked = CheckedKernel(entry=entry, correctness=correctness, run_once=lambda: 0.0, release=release,
-                            default_clock_mhz=device.default_clock_mhz, workspace=ws)
+                            default_clock_mhz=device.default_clock_mhz, workspace=ws, environment=dict(device.notes))
 
     def run_once() -> float:
         seconds = device.time_once(run)

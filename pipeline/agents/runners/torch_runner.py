@@ -272,7 +272,7 @@ def prepare_entry(
     captured = [_capture(op, gpu) for op in ops]
     graphs = [graph for graph, _ in captured]
     why_eager = next((why for graph, why in captured if graph is None), "")
-    environment = {"torch": torch.__version__, **ops[0].environment,
+    environment = {**device.notes, "torch": torch.__version__, **ops[0].environment,
                    "timing": "cuda graph replay" if not why_eager else f"eager ({why_eager})"}
 
     def release() -> None:

@@ -7,7 +7,8 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from sqlalchemy.engine import Engine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -35,6 +36,7 @@ from pipeline.results.api.schemas import add_body_schemas
 from pipeline.results.auth import AuthError
 from pipeline.results.ingest import IngestError
 from pipeline.results.triage import TriageError
+from pipeline.results.web.render import error_page, wants_html
 
 __all__ = ["create_app", "freeze_startup_heap"]
 
@@ -51,9 +53,19 @@ def freeze_startup_heap() -> None:
 def create_app(settings: Settings, engine: Engine) -> FastAPI:
     from pipeline.results import web
 
-    app = FastAPI(title="benchfarm", version=__version__,
+    # docs_url/redoc_url None: FastAPI's own pages load Swagger UI and ReDoc from a CDN, blank offline;
+    # /docs is served below with the vendored Swagger UI (web/static/vendor/swagger-ui).
+    app = FastAPI(title="benchfarm", version=__version__, docs_url=None, redoc_url=None,
                   description="Continuous benchmarking for GPU and mobile kernels: results, series, change points, "
                               "comparisons and their triage.")
+
+    @app.get("/docs", include_in_schema=False)
+    def api_docs() -> HTMLResponse:
+        vendor = "/static/vendor/swagger-ui"
+        return get_swagger_ui_html(openapi_url=app.openapi_url or "/openapi.json", title="benchfarm API",
+                                   swagger_js_url=f"{vendor}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{vendor}/swagger-ui.css",
+                                   swagger_favicon_url=f"{vendor}/favicon-32x32.png")
     app.state.settings = settings
     app.state.engine = engine
 
@@ -83,13 +95,20 @@ def create_app(settings: Settings, engine: Engine) -> FastAPI:
     async def auth_error(request: Request, exc: AuthError) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=422)
 
+    # Pages get their errors as pages with the navigation (web.render.error_page), the API as JSON.
     @app.exception_handler(RequestValidationError)
-    async def request_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def request_error(request: Request, exc: RequestValidationError) -> Response:
         errors = [{"field": ".".join(str(p) for p in e["loc"]), "reason": e["msg"]} for e in exc.errors()]
+        if wants_html(request):
+            shown = [{"field": e["field"].removeprefix("query.").removeprefix("path."), "reason": e["reason"]}
+                     for e in errors]
+            return error_page(request, 422, "the address has a value this page cannot use", shown)
         return JSONResponse({"error": "invalid request", "errors": errors}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if wants_html(request):
+            return error_page(request, exc.status_code, str(exc.detail), headers=exc.headers)
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
     for module in (health, commits, runs, compare, series, change_points, regressions, dashboard, results, imports,

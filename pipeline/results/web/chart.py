@@ -14,7 +14,8 @@ from markupsafe import Markup, escape
 from pipeline.results.web.data import RooflinePoint
 from pipeline.results.web.render import format_rate
 
-WIDTH, HEIGHT, PAD_L, PAD_R, PAD_T, PAD_B = 760, 420, 70, 20, 20, 44
+# PAD_L holds the y axis' labels, "100 TFLOP/s" at 11 px (about 70 px wide) right-aligned 4 px off the axis
+WIDTH, HEIGHT, PAD_L, PAD_R, PAD_T, PAD_B = 760, 420, 96, 20, 20, 44
 
 
 def roofline_svg(points: Sequence[RooflinePoint], peak_flops: float | None, peak_bytes: float | None) -> Markup:

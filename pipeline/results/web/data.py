@@ -27,6 +27,33 @@ from pipeline.results.models import (
 from pipeline.results.triage import TriageRecord
 
 LATENCY = "latency"
+SHORT_ID_MIN = 4
+"""Shortest id prefix a page accepts for a run or a job (pages show their first 12 characters)."""
+
+
+def run_case_ids(session: Session, run_id: str) -> dict[str, set[str]]:
+    """device class -> the case ids the run's jobs stored results for (what the run did)."""
+    found: dict[str, set[str]] = {}
+    rows = session.execute(
+        sa.select(DeviceClassRow.name, Case.case_id).distinct()
+        .join(Job, Job.device_class_id == DeviceClassRow.id)
+        .join(CaseResultRow, CaseResultRow.job_id == Job.id).join(Case, Case.id == CaseResultRow.case_id)
+        .where(Job.run_id == run_id))
+    for device_class, case_id in rows:
+        found.setdefault(device_class, set()).add(case_id)
+    return found
+
+
+def ids_starting_with(session: Session, model: type[Run] | type[Job], text: str) -> list[str]:
+    """The run or job ids `text` names: itself when it is one, else those it is a prefix of
+    (at least SHORT_ID_MIN characters; at most two are returned: two mean ambiguous)."""
+    if session.get(model, text) is not None:
+        return [text]
+    if len(text) < SHORT_ID_MIN:
+        return []
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return list(session.scalars(sa.select(model.id).where(model.id.like(escaped + "%", escape="\\"))
+                                .order_by(model.id).limit(2)))
 
 
 @dataclass(frozen=True)

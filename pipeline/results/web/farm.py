@@ -4,12 +4,12 @@ does, and follows the run's jobs through GET /api/v1/jobs until its results are 
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, HTTPException, Request
-from fastapi.responses import HTMLResponse
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from pipeline.results import dispatch
 from pipeline.results.api.deps import SessionDep, SettingsDep
-from pipeline.results.models import JOB_STATUSES
+from pipeline.results.models import JOB_STATUSES, Job, Run
 from pipeline.results.web import data, farm_data
 from pipeline.results.web.render import page
 from pipeline.results.web.session import SignInRequired, UserDep, browse_guard
@@ -28,24 +28,41 @@ def devices_page(request: Request, session: SessionDep, settings: SettingsDep, u
 
 @router.get("/jobs", response_class=HTMLResponse)
 def jobs_page(request: Request, session: SessionDep, user: UserDep, status: str = "", device_class: str = "",
-              agent: str = "", run: str = "") -> HTMLResponse:
-    """Jobs, newest first, with their state, attempts, timings and errors; filters."""
-    jobs = dispatch.list_jobs(session, status=status if status in JOB_STATUSES else None,
-                              device_class=device_class or None, agent=agent or None, run_id=run or None,
-                              limit=JOBS_SHOWN)
+              agent: str = "", run: str = "", page_number: int = Query(1, alias="page", ge=1)) -> HTMLResponse:
+    """Jobs, newest first, `JOBS_SHOWN` a page, with their state, attempts, timings and errors;
+    filters (a run by its id or the start of it, as pages show it)."""
+    if status and status not in JOB_STATUSES:
+        raise HTTPException(422, f"status {status!r} is not one of {', '.join(JOB_STATUSES)}")
+    run_ids = data.ids_starting_with(session, Run, run.strip()) if run.strip() else []
+    if run.strip() and len(run_ids) != 1:
+        raise HTTPException(404, f"run {run.strip()!r} {'is ambiguous' if run_ids else 'matches no run'}")
+    found = dispatch.list_jobs(session, status=status or None, device_class=device_class or None, agent=agent or None,
+                               run_id=run_ids[0] if run_ids else None, limit=JOBS_SHOWN + 1,
+                               offset=(page_number - 1) * JOBS_SHOWN)
+    filters = {"status": status, "device_class": device_class, "agent": agent, "run": run}
     return page(request, "jobs.html", user, {
-        "jobs": jobs, "counts": farm_data.job_counts(session), "statuses": JOB_STATUSES, "limit": JOBS_SHOWN,
-        "device_classes": data.device_class_names(session),
-        "filters": {"status": status, "device_class": device_class, "agent": agent, "run": run}})
+        "jobs": found[:JOBS_SHOWN], "counts": farm_data.job_counts(session), "statuses": JOB_STATUSES,
+        "limit": JOBS_SHOWN, "device_classes": data.device_class_names(session), "filters": filters,
+        "page_number": page_number, "more": len(found) > JOBS_SHOWN})
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
-def job_page(job_id: str, request: Request, session: SessionDep, user: UserDep) -> HTMLResponse:
+def job_page(job_id: str, request: Request, session: SessionDep, user: UserDep) -> Response:
     """One job: its timeline, its error, the cases that did not pass and the run's other jobs."""
     detail = farm_data.job_detail(session, job_id)
     if detail is None:
-        raise HTTPException(404, f"no job {job_id}")
+        return redirect_to_full_id(session, Job, job_id, "/jobs/")
     return page(request, "job.html", user, {"detail": detail})
+
+
+def redirect_to_full_id(session: SessionDep, model: type[Run] | type[Job], text: str, prefix: str) -> RedirectResponse:
+    """A short id typed into the address (pages show the first 12 characters): its page, when it
+    names one run or job; else 404 saying what it matched."""
+    what = "run" if model is Run else "job"
+    found = data.ids_starting_with(session, model, text)
+    if len(found) != 1 or found[0] == text:
+        raise HTTPException(404, f"{what} {text!r} {'is ambiguous: give more of it' if found else 'does not exist'}")
+    return RedirectResponse(prefix + found[0], status_code=307)
 
 
 @router.get("/runs/new", response_class=HTMLResponse)

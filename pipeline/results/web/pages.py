@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from pipeline.results import queries
 from pipeline.results.api.deps import SessionDep, SettingsDep
 from pipeline.results.web import data
+from pipeline.results.compare import STATUSES, Comparison, overall_verdict
+from pipeline.results.models import Run
 from pipeline.results.web.chart import roofline_svg
+from pipeline.results.web.farm import redirect_to_full_id
 from pipeline.results.web.paging import paginate
 from pipeline.results.web.render import page
 from pipeline.results.web.session import UserDep, browse_guard
@@ -34,20 +39,25 @@ def dashboard(request: Request, session: SessionDep, settings: SettingsDep, user
     return page(request, "index.html", user, {
         "groups": [g for g in board.groups if g.series], "counts": board.counts, "filters": filters,
         "states": queries.SERIES_STATES, "options": data.dashboard_options(session),
-        "group_tiles": settings.web.group_tiles, "series_total": sum(board.counts.values()),
+        "group_tiles": settings.web.group_tiles,
+        # the series these filters match, the state included (the counts above are per state)
+        "series_total": board.counts.get(state, 0) if state else sum(board.counts.values()),
         "runs": queries.list_runs(session, limit=10)})
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
-def run_page(run_id: str, request: Request, session: SessionDep, settings: SettingsDep, user: UserDep) -> HTMLResponse:
-    """The run's jobs, and on each device class with results its comparison: changes first, the
-    first `web.page_rows` rows (the compare page has them all)."""
+def run_page(run_id: str, request: Request, session: SessionDep, settings: SettingsDep, user: UserDep) -> Response:
+    """The run's jobs, and on each device class where they stored results the comparison of the
+    cases this run ran (not the rest of its commit's: another run of the commit, or a run with
+    --cases, did those): changes first, the first `web.page_rows` rows (the compare page has them all)."""
     detail = queries.get_run(session, run_id)
     if detail is None:
-        raise HTTPException(404, f"no run {run_id}")
-    comparisons = [c for dc in dict.fromkeys(j.device_class for j in detail.jobs)
+        return redirect_to_full_id(session, Run, run_id, "/runs/")
+    ran = data.run_case_ids(session, run_id)
+    comparisons = [only_cases(c, ran[dc]) for dc in dict.fromkeys(j.device_class for j in detail.jobs) if dc in ran
                    if (c := cached_comparison(session, settings, detail.run.repository, detail.run.commit_sha, None,
                                               dc, None)).rows]
+    comparisons = [c for c in comparisons if c.rows]
     shown = {c.device_class: c.rows[:settings.web.page_rows] for c in comparisons}
     series_ids = data.latency_series_ids(session, list(shown), case_ids={r.case_id for rows in shown.values()
                                                                          for r in rows})
@@ -84,6 +94,14 @@ def series_page(series_id: int, request: Request, session: SessionDep, user: Use
     return page(request, "series.html", user, {
         "summary": summary, "history": history, "change_points": change_points, "marks": marks, "infos": infos,
         "chart": chart, "control": control, "baseline": queries.series_baseline(session, series_id)})
+
+
+def only_cases(comparison: Comparison, case_ids: set[str]) -> Comparison:
+    """The comparison narrowed to `case_ids`, its counts and verdict those of the rows kept."""
+    rows = [r for r in comparison.rows if r.case_id in case_ids]
+    counts = Counter(r.status for r in rows)
+    return replace(comparison, rows=rows, counts={s: counts.get(s, 0) for s in STATUSES}, verdict=overall_verdict(rows),
+                   errored=counts.get("errored", 0), drift=sum(r.drift for r in rows), paired=any(r.paired for r in rows))
 
 
 def data_first_line(info: data.CommitInfo | None) -> str:

@@ -81,6 +81,33 @@ templates.env.filters.update(seconds=format_seconds, change=format_change, pvalu
 templates.env.globals.update(summary_line=summary_line, commit_url=commit_url, query=query, duration=duration)
 
 
+ERROR_TITLES = {400: "bad request", 401: "sign-in needed", 403: "refused", 404: "not found", 405: "not allowed",
+                409: "conflict", 422: "bad request", 500: "server error"}
+
+
+def wants_html(request: Request) -> bool:
+    """A page's request (not the JSON API's, nor the API docs'): its errors are HTML pages."""
+    return not request.url.path.startswith(("/api/", "/openapi.json", "/docs", "/redoc"))
+
+
+def error_page(request: Request, status_code: int, message: str, errors: list[dict[str, str]] | None = None,
+               headers: dict[str, str] | None = None) -> HTMLResponse:
+    """An error as a page with the navigation: what went wrong, and where to go from there."""
+    from pipeline.results.db import session_scope
+    from pipeline.results.web.session import principal_of
+
+    try:
+        with session_scope(request.app.state.engine) as session:
+            user = principal_of(request, session, request.app.state.settings)
+    except Exception:  # noqa: BLE001 - an error page must render even when the store does not answer
+        user = None
+    response = page(request, "error.html", user, {
+        "status_code": status_code, "title": ERROR_TITLES.get(status_code, "error"), "message": message,
+        "errors": errors or []}, status_code=status_code)
+    response.headers.update(headers or {})
+    return response
+
+
 def page(request: Request, name: str, user: Principal | None, context: dict[str, Any],
          status_code: int = 200) -> HTMLResponse:
     flash = request.session.pop("flash", None)

@@ -85,8 +85,9 @@ async def claim(body: ClaimRequest, request: Request, session: SessionDep, setti
 
     wait_s = settings.dispatch.claim_wait_s if body.wait_s is None else min(body.wait_s, settings.dispatch.claim_wait_s)
     deadline = time.monotonic() + wait_s
+    stopping = getattr(request.app.state, "stopping", None)   # set when the service is told to stop
     while True:
-        if await request.is_disconnected():
+        if await request.is_disconnected() or (stopping is not None and stopping.is_set()):
             return Response(status_code=204)
         claimed = await run_in_threadpool(once)
         if claimed is not None:

@@ -1,0 +1,113 @@
+"""Ctrl-C on `benchfarm run` and `benchfarm up`, as a terminal sends it (SIGINT to the whole
+process group, compile workers included): the run and its jobs end as failed with the reason
+"cancelled", nothing is left "running", and the command prints one short line, no traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from pipeline.results.db import open_store, session_scope
+from pipeline.results.models import Job, Run
+from tests.helpers.live_server import free_port
+from tests.helpers.suite_repo import GemmCase, gemm_suite_files, make_suite_repo
+from tests.results.conftest import database_url  # noqa: F401  (the fixture: SQLite and PostgreSQL)
+
+pytestmark = pytest.mark.e2e
+
+CASES = [GemmCase("alpha", 64, 64, 64), GemmCase("beta", 32, 64, 128)]
+
+
+def _env(tmp_path: Path, url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
+    # timing that would go on for minutes: the interrupt lands while a job runs
+    env.update(BENCHFARM_HOME=str(tmp_path / "home"), BENCHFARM_DATABASE_URL=url,
+               BENCHFARM_MEASUREMENT__MIN_TIME_S="120", BENCHFARM_MEASUREMENT__MAX_TIME_S="300", **extra)
+    return env
+
+
+def _jobs(url: str) -> list[tuple[str, str | None, str, str | None]]:
+    """(job status, job error, run status, run error) of every job in the store."""
+    engine = open_store(url)
+    try:
+        with session_scope(engine) as session:
+            return [tuple(row) for row in session.execute(  # type: ignore[misc]
+                sa.select(Job.status, Job.error, Run.status, Run.error).join(Run, Job.run_id == Run.id))]
+    finally:
+        engine.dispose()
+
+
+def _interrupt_while_running(proc: subprocess.Popen[str], url: str, ready: Callable[[], bool]) -> tuple[str, str]:
+    deadline = time.monotonic() + 240
+    while not ready():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            out, err = proc.communicate()
+            raise AssertionError(f"no job started:\n{out}\n{err}")
+        time.sleep(0.3)
+    time.sleep(1.5)
+    os.killpg(proc.pid, signal.SIGINT)   # what Ctrl-C in a terminal does
+    try:
+        return proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+
+
+def _running(url: str) -> bool:
+    try:
+        return any(status == "running" for status, *_ in _jobs(url))
+    except sa.exc.SQLAlchemyError:
+        return False
+
+
+def _queued(url: str) -> bool:
+    try:
+        return bool(_jobs(url))
+    except sa.exc.SQLAlchemyError:
+        return False
+
+
+@pytest.mark.parametrize("stage", ["build", "timing"])
+def test_ctrl_c_on_run_cancels_the_run(tmp_path: Path, database_url: str, stage: str) -> None:  # noqa: F811
+    # many cases: the build takes seconds on two cores, long enough to be interrupted
+    cases = CASES + [GemmCase(f"extra{i}", 16 * (i + 1), 32, 48) for i in range(8)] if stage == "build" else CASES
+    repo = make_suite_repo(tmp_path, gemm_suite_files(cases), name="suite-repo")
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "run", "--suite", str(repo / "kernels")],
+                            cwd=tmp_path, env=_env(tmp_path, database_url), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    ready = (lambda: _queued(database_url)) if stage == "build" else (lambda: _running(database_url))
+    out, err = _interrupt_while_running(proc, database_url, ready)
+
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in out + err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("benchfarm run: interrupted: run ") and "cancelled" in last, err
+    (job_status, job_error, run_status, run_error), = _jobs(database_url)
+    assert (job_status, run_status) == ("failed", "failed")
+    expected = "waiting for its build" if stage == "build" else "running"
+    assert job_error == f"cancelled: interrupted (Ctrl-C) while the job was {expected}", job_error
+    assert run_error is not None and "cancelled" in run_error
+
+
+def test_ctrl_c_on_up_cancels_its_running_job(tmp_path: Path, database_url: str) -> None:  # noqa: F811
+    repo = make_suite_repo(tmp_path, gemm_suite_files(CASES), name="suite-repo")
+    env = _env(tmp_path, database_url, BENCHFARM_PORT=str(free_port()))
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "up", "--suite", str(repo / "kernels")],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    out, err = _interrupt_while_running(proc, database_url, lambda: _running(database_url))
+
+    assert proc.returncode in (0, 130), (out, err)
+    assert "Traceback" not in out + err, err
+    (job_status, job_error, run_status, _), = _jobs(database_url)
+    assert (job_status, run_status) == ("failed", "failed")
+    assert job_error is not None and job_error.startswith("cancelled"), job_error

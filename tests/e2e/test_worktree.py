@@ -1,0 +1,78 @@
+"""A kernel edit not committed yet, as a newcomer makes it: `benchfarm run` in the checkout (no
+--suite) benchmarks that checkout's HEAD and names the uncommitted files; `--worktree` benchmarks
+the working tree as a commit of its own on top of HEAD, labelled as such."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.results.db import open_store, session_scope
+from pipeline.results.models import Commit
+from tests.helpers.suite_repo import GemmCase, case_id, gemm_suite_files, git, make_suite_repo, write_files
+
+pytestmark = pytest.mark.e2e
+
+FAST = {"BENCHFARM_MEASUREMENT__WARMUP_S": "0", "BENCHFARM_MEASUREMENT__MIN_TIME_S": "0",
+        "BENCHFARM_MEASUREMENT__MIN_SAMPLES": "3", "BENCHFARM_MEASUREMENT__MAX_TIME_S": "1",
+        "BENCHFARM_MEASUREMENT__ROUNDS": "1"}
+
+
+def benchfarm(home: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
+    env.update(BENCHFARM_HOME=str(home), **FAST)
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_run_names_uncommitted_edits_and_worktree_runs_them(tmp_path: Path) -> None:
+    kept, added = GemmCase("kept"), GemmCase("added", m=4)
+    repo = make_suite_repo(tmp_path, gemm_suite_files([kept]), name="suite-repo")
+    head = git(repo, "rev-parse", "HEAD")
+    write_files(repo, gemm_suite_files([kept, added]))       # the edit, not committed
+    home = tmp_path / "home"
+
+    plain = benchfarm(home, "run", cwd=repo / "kernels")     # no --suite: the checkout we are in
+    assert plain.returncode == 0, plain.stderr
+    assert "kernels/__init__.py (modified)" in plain.stderr and "--worktree" in plain.stderr, plain.stderr
+    assert f"suite-repo@{head[:10]}" in plain.stdout
+    assert case_id(kept) in plain.stdout and case_id(added) not in plain.stdout
+
+    worktree = benchfarm(home, "run", "--worktree", cwd=repo)
+    assert worktree.returncode == 0, worktree.stderr
+    assert "working tree" in worktree.stderr, worktree.stderr
+    assert case_id(added) in worktree.stdout and case_id(kept) in worktree.stdout
+    assert git(repo, "rev-parse", "HEAD") == head and git(repo, "status", "--porcelain") == "M kernels/__init__.py"
+    engine = open_store(f"sqlite:///{home / 'benchfarm.db'}")
+    with session_scope(engine) as session:
+        newest = session.query(Commit).order_by(Commit.id.desc()).first()
+        assert newest is not None and [p.parent_sha for p in newest.parents] == [head]
+        assert newest.message.startswith("benchfarm: working tree of kernels/ on top of")
+        session.expunge(newest)
+    engine.dispose()
+
+    refused = benchfarm(home, "run", "--worktree", "--ref", "HEAD~0", cwd=repo)
+    assert refused.returncode == 1 and "--worktree" in refused.stderr and "Traceback" not in refused.stderr
+
+    # only the edited kernel, again: --cases
+    only = benchfarm(home, "run", "--worktree", "--cases", "gemm/added/*", cwd=repo)
+    assert only.returncode == 0, only.stderr
+    assert case_id(added) in only.stdout and case_id(kept) not in only.stdout, only.stdout
+    none = benchfarm(home, "run", "--cases", "conv/*", cwd=repo)
+    assert none.returncode == 1 and "--cases 'conv/*' selects none of the 1 cases" in none.stderr, none.stderr
+
+    # the stored results of HEAD and of the working-tree commit, compared: three formats
+    wt = newest.sha
+    table = benchfarm(home, "compare", "HEAD", wt, cwd=repo)
+    assert table.returncode == 0 and case_id(kept) in table.stdout, table.stderr
+    data = json.loads(benchfarm(home, "compare", head[:10], wt, "--format", "json", cwd=repo).stdout)
+    (comparison,) = data["comparisons"]
+    assert (comparison["base_sha"], comparison["head_sha"]) == (head, wt)
+    assert {r["case_id"]: r["status"] for r in comparison["rows"]}[case_id(added)] == "no baseline"
+    markdown = benchfarm(home, "compare", "HEAD", wt, "--format", "markdown", cwd=repo).stdout
+    assert "| " in markdown and head[:7] in markdown, markdown

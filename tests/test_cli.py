@@ -1,0 +1,99 @@
+"""The `benchfarm` command as a user types it (real subprocesses): flags that say where to listen,
+what to build, which cases to run and which commits to compare, and plain messages for mistakes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from pipeline.build.bundle import ALL_TARGETS
+from tests.helpers.live_server import free_port
+from tests.helpers.suite_repo import GemmCase, gemm_suite_files, git, make_suite_repo
+
+
+def benchfarm(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
+    clean.setdefault("BENCHFARM_HOME", str(cwd / ".benchfarm"))
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={**clean, **env})
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_suite_repo(tmp_path, gemm_suite_files([GemmCase("one")]), name="suite-repo")
+
+
+def test_serve_listens_where_told_and_keeps_the_access_log_quiet(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
+    env["BENCHFARM_HOME"] = str(tmp_path / "home")
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "serve", "--host", "127.0.0.1", "--port",
+                                 str(port)], cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, log.read_text()
+            try:
+                assert requests.get(f"http://127.0.0.1:{port}/api/v1/runs", timeout=5).status_code == 200
+                break
+            except requests.ConnectionError:
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.3)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    text = log.read_text()
+    assert f"http://127.0.0.1:{port}" in text and "GET /api/v1/runs" not in text, text
+
+
+def test_build_all_targets(tmp_path: Path) -> None:
+    repo = make_suite_repo(tmp_path, gemm_suite_files([GemmCase("one"), GemmCase("two", m=4)]), name="two-cases")
+    done = benchfarm(repo, "build", "--targets", "all", "--out", str(tmp_path / "bundles"))
+    assert done.returncode == 0, done.stderr
+    bars = [line for line in done.stderr.splitlines() if " for llvm-cpu:" in line or " for vulkan:" in line]
+    assert len(bars) == 1, done.stderr   # one progress bar for the build, not one per case and target
+    (manifest,) = (tmp_path / "bundles").glob("*/manifest.json")
+    assert json.loads(manifest.read_text())["targets"] == sorted(ALL_TARGETS)
+
+
+def test_pipeline_takes_a_ref_of_the_checkout(repo: Path) -> None:
+    done = benchfarm(repo, "pipeline", "--commit", "HEAD", "--device-classes", "cpu-x86_64")
+    assert done.returncode == 0, done.stderr
+    assert git(repo, "rev-parse", "HEAD") in done.stdout
+
+
+def test_a_bad_ref_is_named_in_plain_words(repo: Path) -> None:
+    done = benchfarm(repo, "run", "--ref", "no-such-branch")
+    assert done.returncode == 1
+    assert "no commit 'no-such-branch' in" in done.stderr and "fatal" not in done.stderr, done.stderr
+    done = benchfarm(repo, "compare", "HEAD", "no-such-branch")
+    assert done.returncode == 1 and "no commit 'no-such-branch'" in done.stderr, done.stderr
+
+
+def test_trigger_without_token_or_service_says_what_to_do(repo: Path) -> None:
+    done = benchfarm(repo, "trigger", "--ref", "HEAD", "--device-class", "cpu-x86_64")
+    assert done.returncode == 1 and "benchfarm token create" in done.stderr, done.stderr
+    closed = f"http://127.0.0.1:{free_port()}"
+    done = benchfarm(repo, "trigger", "--ref", "HEAD", "--device-class", "cpu-x86_64", "--token", "t",
+                     "--server", closed)
+    assert done.returncode == 1, done.stderr
+    assert f"no benchfarm service answers at {closed}" in done.stderr and "benchfarm up" in done.stderr
+    assert "HTTP 0" not in done.stderr and "HTTPConnectionPool" not in done.stderr
+    done = benchfarm(repo, "jobs", "--server", closed)
+    assert done.returncode == 1 and "no benchfarm service answers" in done.stderr, done.stderr
+
+
+def test_compare_of_a_commit_without_results_says_so(repo: Path) -> None:
+    done = benchfarm(repo, "compare", "HEAD", "HEAD")
+    assert done.returncode == 1, done.stderr
+    assert "benchfarm run" in done.stderr or "not" in done.stderr, done.stderr
