@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 from github import Auth, Github, GithubException, GithubIntegration, GithubRetry
 from github.IssueComment import IssueComment
 from github.PullRequest import PullRequest
-from github.Repository import Repository
 
 from pipeline.config import GitHubSettings
 from pipeline.pr_comments.report import Report

@@ -10,6 +10,7 @@ of the document at fault, e.g. `results.3.case: unknown case gemm/x/...`.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass

@@ -6,7 +6,6 @@ import copy
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from pipeline.contracts import ContractError, parse_manifest, parse_result

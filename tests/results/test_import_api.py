@@ -93,7 +93,7 @@ def test_iree_benchmark_module_output_is_stored_with_every_repetition(
     with session_scope(service.engine) as s:
         assert sorted(f.stored_samples(s)) == pytest.approx(expected)
         run = s.get(Run, body["run_id"])
-        assert run is not None, stored["runs"]
+        assert run is not None, body
         assert run.status == "done" and run.kind == "adhoc"
     before = snapshot(service.engine)
     again = import_(service, "google-benchmark", google_benchmark_json, mapping(*GB_RULES))

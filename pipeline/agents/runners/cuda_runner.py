@@ -117,7 +117,7 @@ class CudaDevice:
         self.flush_buffer = self.alloc(self.flush_words * 4)
         self._flushes = 0
         self.notes: dict[str, str] = {}
-        self._nvml = _Nvml.open(uids[ordinal], self.notes)
+        self._nvml = _Nvml.open(uuids[ordinal], self.notes)
         rate_khz = self._call(driver.cuDeviceGetAttribute, attr.CU_DEVICE_ATTRIBUTE_CLOCK_RATE, self.device)
         nvml_default = self._nvml.default_sm_clock_mhz() if self._nvml else None
         # Without NVML no sample has a clock, so none can be judged throttled: no default clock then
