@@ -66,6 +66,10 @@ case "$mode" in
     .venv/bin/python -m tests.helpers.aarch64_iree >/dev/null \
       || echo "benchfarm test: could not fetch IREE's aarch64 tools; the phone tests will fail" >&2
     # --- end system packages
+    # Names that do not exist and imports never used (pyflakes' checks): cheap, and they catch what a
+    # merge leaves behind in code that only another machine runs (the GPU runners).
+    .venv/bin/python -m ruff check --select F --quiet pipeline bench tests \
+      || { echo "benchfarm test: ruff found undefined or unused names (above)" >&2; exit 1; }
     set +e
     .venv/bin/python -m pytest "$@"
     status=$?

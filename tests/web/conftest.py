@@ -30,12 +30,12 @@ class Service:
 
 
 @pytest.fixture
-def demo(engine: Engine) -> tuple[Engine, demo_store.Demo]:  # noqa: F811
+def demo(engine: Engine) -> tuple[Engine, demo_store.Demo]:  # noqa: F811 (the fixture, by name)
     return engine, demo_store.build(engine, commits=24)
 
 
 def _serve(demo: tuple[Engine, demo_store.Demo], home: Path, **web: object) -> Iterator[Service]:
-    engine, built = demo
+    engine, built = demo  # noqa: F811 (a local, not the fixture)
     with session_scope(engine) as s:
         tokens = {scope: auth.create_token(s, name=f"{scope}-token", scopes=[scope]) for scope in auth.SCOPES}
     settings = Settings(home=home, api_token=BOOTSTRAP, web={"secret_key": "test-secret", **web})

@@ -143,8 +143,6 @@ def test_latest_medians_walk_back_to_each_series_newest_commit(paged_service: Se
         newest = s.scalars(sa.select(Commit.id).order_by(Commit.committed_at.desc())).all()
         # the newest two commits lose some series, the third newest loses one more: the walk must go back
         for commit_id, dropped in ((newest[0], series[:5]), (newest[1], series[:3]), (newest[2], series[:1])):
-            gone = sa.select(Measurement.id).where(Measurement.commit_id == commit_id,
-                                                   Measurement.series_id.in_(dropped))
             s.execute(sa.delete(Measurement).where(Measurement.commit_id == commit_id,
                                                    Measurement.series_id.in_(dropped)))
     with session_scope(paged_service.engine) as s:
