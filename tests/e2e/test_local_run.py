@@ -42,7 +42,7 @@ def verdicts(stdout: str) -> dict[str, str]:
     """case id -> verdict, read from the printed table (one row per line on a pipe)."""
     found = {}
     for line in stdout.splitlines():
-        match = re.search(r"(gemm/\S+)\s.*?(regressed|improved|similar|insufficient data|errored|no baseline)", line)
+        match = re.search(r"(gemm/\S+)\s.*?(regressed|improved|similar|unchanged|insufficient data|errored|no baseline)", line)
         if match:
             found[match.group(1)] = match.group(2)
     return found
@@ -63,11 +63,12 @@ def test_two_commits_flag_exactly_the_slowed_kernel(tmp_path: Path) -> None:
     second = benchfarm(home, "run", "--suite", suite, cwd=tmp_path)
     assert head[:10] in second.stdout
     found = verdicts(second.stdout)
-    expected = {case_id(c): ("regressed" if c.name == SLOWED else "similar") for c in CASES}
+    # the kernels the commit did not touch were built into identical binaries: unchanged, not "similar"
+    expected = {case_id(c): ("regressed" if c.name == SLOWED else "unchanged") for c in CASES}
     assert found == expected, second.stdout
     # the slowed kernel was still checked and found correct, so it was timed, not reported wrong
     assert "wrong" not in second.stdout
-    assert "1 regressed" in second.stdout and "2 similar" in second.stdout
+    assert "regressed: 1 regressed, 2 unchanged (same binary)" in second.stdout
     # the second run was timed paired with the first commit's bundle, and the verdict is the paired test's
     engine = open_store(f"sqlite:///{home / 'benchfarm.db'}")
     with session_scope(engine) as session:
@@ -75,3 +76,6 @@ def test_two_commits_flag_exactly_the_slowed_kernel(tmp_path: Path) -> None:
                              settings=CompareSettings())
     engine.dispose()
     assert comparison.base_source == "paired" and all(r.paired for r in comparison.rows), comparison
+    slowed = next(r for r in comparison.rows if r.status == "regressed")
+    assert slowed.ci_low is not None and slowed.ci_high is not None and 0 < slowed.ci_low <= slowed.change <= slowed.ci_high
+    assert all(r.same_binary for r in comparison.rows if r.status == "unchanged")
