@@ -495,7 +495,7 @@ def _bulk_insert(session: Session, table: sa.Table, rows: list[dict[str, Any]]) 
     for name in columns:  # names come from code, never from documents; checked all the same
         if name not in table.c:
             raise ValueError(f"{table.name} has no column {name!r}")
-    # COPY writes a Python list as a PostgreSQL array: JSON columns get their JSON text instead.
+    # COPY writes a Python list as a PostgreSQL array literal ({3,3}); a JSON column wants JSON text
     as_json = {c for c in columns if isinstance(table.c[c].type, sa.JSON)}
     statement = f"COPY {table.name} ({', '.join(columns)}) FROM STDIN"
     with driver_connection.cursor() as cursor, cursor.copy(statement) as copy:

@@ -31,7 +31,9 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from itertools import chain
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -90,8 +92,13 @@ def round_sizes(n: int, rounds: Rounds, blocks: int = DEFAULT_BLOCKS) -> list[in
         if sum(rounds) != n or any(r < 1 for r in rounds):
             raise ValueError(f"rounds {list(rounds)} do not split {n} samples")
         return list(rounds)
-    count = min(blocks, n)
-    return [n // count + (1 if i < n % count else 0) for i in range(count)] if count else []
+    return list(_blocks(n, blocks))
+
+
+@lru_cache(maxsize=4096)
+def _blocks(n: int, blocks: int) -> tuple[int, ...]:
+    count = min(blocks, n)  # cached: a comparison asks for the same few sizes thousands of times
+    return tuple(n // count + (1 if i < n % count else 0) for i in range(count)) if count else ()
 
 
 @dataclass(frozen=True)
@@ -125,7 +132,9 @@ class Verdict:
 def _flat(groups: Sequence[Sequence[float]]) -> np.ndarray:
     if not groups:
         return np.empty(0)
-    return np.concatenate([np.asarray(g, dtype=float) for g in groups])
+    if isinstance(groups[0], np.ndarray):
+        return np.concatenate(groups).astype(float, copy=False)
+    return np.fromiter(chain.from_iterable(groups), dtype=float, count=sum(map(len, groups)))
 
 
 def _segment_medians(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -144,12 +153,15 @@ def _round_values(items: Sequence[tuple[Sequence[float], Rounds]], blocks: int,
                   transform: Literal["log", "none"]) -> tuple[np.ndarray, np.ndarray]:
     """Round-level values of each item (its samples cut into its rounds, each round's median, in
     logs when asked) flat, and the number of rounds of each item."""
-    sizes = [round_sizes(len(samples), rounds, blocks) for samples, rounds in items]
-    counts = np.array([len(s) for s in sizes], dtype=int)
+    sizes = [_blocks(len(samples), blocks) if rounds is None
+             else rounds if sum(rounds) == len(samples) and min(rounds, default=1) >= 1
+             else round_sizes(len(samples), rounds)  # raises
+             for samples, rounds in items]
+    counts = np.fromiter(map(len, sizes), dtype=int, count=len(sizes))
     if not counts.sum():
         return np.empty(0), counts
     medians = _segment_medians(_flat([samples for samples, _ in items]),
-                               np.array([r for s in sizes for r in s], dtype=int))
+                               np.fromiter(chain.from_iterable(sizes), dtype=int, count=int(counts.sum())))
     return (np.log(medians) if transform == "log" else medians), counts
 
 

@@ -63,12 +63,12 @@ def test_two_commits_flag_exactly_the_slowed_kernel(tmp_path: Path) -> None:
     second = benchfarm(home, "run", "--suite", suite, cwd=tmp_path)
     assert head[:10] in second.stdout
     found = verdicts(second.stdout)
-    # the other kernels are the first commit's binaries: identical code is not a change
+    # the kernels the commit did not touch were built into identical binaries: unchanged, not "similar"
     expected = {case_id(c): ("regressed" if c.name == SLOWED else "unchanged") for c in CASES}
     assert found == expected, second.stdout
     # the slowed kernel was still checked and found correct, so it was timed, not reported wrong
     assert "wrong" not in second.stdout
-    assert "1 regressed" in second.stdout and "2 unchanged" in second.stdout
+    assert "regressed: 1 regressed, 2 unchanged (same binary)" in second.stdout
     # the second run was timed paired with the first commit's bundle, and the verdict is the paired test's
     engine = open_store(f"sqlite:///{home / 'benchfarm.db'}")
     with session_scope(engine) as session:
@@ -76,6 +76,9 @@ def test_two_commits_flag_exactly_the_slowed_kernel(tmp_path: Path) -> None:
                              settings=CompareSettings())
     engine.dispose()
     assert comparison.base_source == "paired" and all(r.paired for r in comparison.rows), comparison
+    slowed = next(r for r in comparison.rows if r.status == "regressed")
+    assert slowed.ci_low is not None and slowed.ci_high is not None and 0 < slowed.ci_low <= slowed.change <= slowed.ci_high
+    assert all(r.same_binary for r in comparison.rows if r.status == "unchanged")
 
     # a commit that edits only a README: every case is the same binary, so every row says so
     (repo / "README.md").write_text("notes, no kernel change\n")

@@ -164,11 +164,14 @@ def test_pages_show_runs_series_and_comparison(service: tuple[str, Engine]) -> N
     index = requests.get(url + "/", timeout=10).text
     assert run_id[:12] in index and f.GEMM in index
     run_page = requests.get(f"{url}/runs/{run_id}", timeout=10).text
-    assert "regressed" in run_page and "+100.0%" in run_page
+    assert "regressed" in run_page and "+100.0 % [" in run_page
     detail = requests.get(f"{url}/api/v1/runs/{run_id}", timeout=10).json()
     (comparison,) = detail["comparisons"]
     assert comparison["base_sha"] == f.sha(1)
     assert [r["status"] for r in comparison["rows"]] == ["regressed"]
+    (row,) = comparison["rows"]
+    assert row["ci_low"] <= row["change"] <= row["ci_high"] and row["change"] == pytest.approx(1.0)
+    assert row["threshold"] == pytest.approx(0.05) and row["same_binary"] is False
     series_id = requests.get(f"{url}/api/v1/series", timeout=10).json()[0]["id"]
     series_page = requests.get(f"{url}/series/{series_id}", timeout=10).text
     assert 'data-points="2"' in series_page  # the graph's points (drawn by uPlot in the browser)

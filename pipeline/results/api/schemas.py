@@ -135,16 +135,18 @@ class ComparisonRowOut(_FromAttributes):
     model: str
     base_median: float | None = Field(description="seconds; with paired samples, the median of the paired base samples")
     head_median: float | None
-    change: float | None = Field(description="head / base - 1, estimated over the timing rounds (paired: the rounds' "
-                                             "median log ratios; unpaired: the rounds' log medians)")
-    ci_low: float | None = Field(default=None, description="lower end of the change's 95 % interval (rounds as replicates)")
-    ci_high: float | None = Field(default=None, description="upper end of the change's 95 % interval")
-    threshold: float | None = Field(default=None, description="smallest |change| called a change for this case: "
-                                                              "max(the floor, k x its measured noise on the class)")
-    pvalue: float | None = Field(description="t-test over the rounds (paired) or Welch over the runs' rounds")
-    status: str = Field(description="regressed | improved | similar | unchanged (identical binaries) | insufficient "
-                                    "data | errored | no baseline")
+    change: float | None = Field(description="relative change from the timing rounds: paired, exp(mean of the rounds' "
+                                 "median log(head/base)) - 1; unpaired, exp(mean log round median, head - base) - 1")
+    ci_low: float | None = Field(description="lower end of the change's 95 % interval (t over the rounds)")
+    ci_high: float | None = Field(description="upper end of the change's 95 % interval")
+    pvalue: float | None = Field(description="two-sided p-value of no change: a t-test over the rounds (paired) or "
+                                 "Welch's over both sides' rounds")
+    threshold: float | None = Field(description="smallest |change| counted for this case: the minimum change, or "
+                                    "noise_factor x its measured noise on the device class when larger")
+    status: str = Field(description="regressed | improved | similar | unchanged (identical binaries: never a change) "
+                                    "| insufficient data | errored | no baseline")
     paired: bool = Field(description="decided by the paired test (base and head interleaved in one job)")
+    same_binary: bool = Field(description="head and base timed identical binaries (equal binary digests)")
     is_control: bool = Field(description="a vendor implementation, the control of suite cases of its shape")
     control_case: str | None
     control_change: float | None
@@ -171,7 +173,8 @@ class PRVerdictOut(_FromAttributes):
     repository: str
     head_sha: str
     verdict: str = Field(description="regressed | improved | similar | insufficient data | no baseline, over "
-                                     "every device class; controls and drift-marked rows left out")
+                                     "every device class; controls left out, drift-marked and unchanged rows "
+                                     "counted as similar")
     errored: int = Field(description="rows whose head result was wrong or an error (counted apart from the verdict)")
     counts: dict[str, int]
     comparisons: list[ComparisonOut]

@@ -15,8 +15,11 @@ from pipeline.pr_comments.table import (
     format_change,
     format_pvalue,
     format_seconds,
+    row_change,
+    row_status,
     summary_line,
 )
+from pipeline.results.compare import status_label
 from pipeline.results.auth import Principal
 from pipeline.results.models import utcnow
 from pipeline.results.web.session import csrf_token
@@ -77,6 +80,7 @@ def duration(start: datetime | None, end: datetime | None) -> str:
 
 
 templates.env.filters.update(seconds=format_seconds, change=format_change, pvalue=format_pvalue, rate=format_rate,
+                             row_change=row_change, row_status=row_status, status_label=status_label,
                              first_line=first_line, slug=lambda s: str(s).replace(" ", "-"), ago=ago)
 templates.env.globals.update(summary_line=summary_line, commit_url=commit_url, query=query, duration=duration)
 

@@ -1,7 +1,7 @@
 """Comparisons as the pages show them: computed once, kept while what they read is unchanged, ordered.
 
 A comparison of a large farm's commit (20,000 cases x device classes) takes a second or two to
-compute (its samples read, its rank tests run); the compare and run pages ask for the same ones
+compute (its samples read, its tests run); the compare and run pages ask for the same ones
 again and again (paging, filters, reloads while a run fills in). Each device class's comparison is
 kept on its own (a run page and a compare page share them), and served while the store has not
 changed at all (`data.store_version`, three primary-key maxima) or, when it has, while its

@@ -6,8 +6,7 @@ from fastapi import APIRouter, HTTPException
 
 from pipeline.results.api.deps import SessionDep, SettingsDep
 from pipeline.results.api.schemas import ErrorBody, PRVerdictOut
-from pipeline.results.compare import CompareError, compare, compare_all, overall_verdict
-from pipeline.results.compare import PRVerdict as _PRVerdict
+from pipeline.results.compare import CompareError, combine, compare, compare_all
 
 router = APIRouter(tags=["compare"])
 
@@ -16,9 +15,11 @@ router = APIRouter(tags=["compare"])
     "/compare", response_model=PRVerdictOut, summary="Compare a head commit with its base: per case and overall verdict",
     description="Base: `base` when given; else the base the head's job ran paired with; else the newest "
                 "first-parent ancestor of the merge base (`merge_base`, or the first default-branch commit on the "
-                "head's first-parent chain) with results on the device class. Paired results are judged by a "
-                "signed-rank test on the per-pair ratios, others by Mann-Whitney U; both with the minimum "
-                "magnitude. Without `device_class`, every device class the head has results on.",
+                "head's first-parent chain) with results on the device class. The unit of replication is the "
+                "timing round: paired results are judged by a t-test over the rounds' median log ratios, others "
+                "by Welch's t-test over both sides' log round medians; each change comes with its 95 % interval "
+                "(ci_low, ci_high) and counts only when significant and at least the case's threshold. Identical "
+                "binaries are `unchanged`. Without `device_class`, every device class the head has results on.",
     responses={404: {"model": ErrorBody}},
 )
 def compare_commits(
@@ -32,8 +33,7 @@ def compare_commits(
         else:
             one = compare(session, repository=repository, head_sha=head, device_class=device_class,
                           settings=settings.compare, base_sha=base, merge_base=merge_base)
-            result = _PRVerdict(repository=repository, head_sha=head, comparisons=[one],
-                                verdict=overall_verdict(one.rows), errored=one.errored, counts=one.counts)
+            result = combine(repository, head, [one])
     except CompareError as exc:
         raise HTTPException(404, str(exc)) from None
     return PRVerdictOut.model_validate(result)
