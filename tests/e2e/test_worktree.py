@@ -20,7 +20,7 @@ pytestmark = pytest.mark.e2e
 
 FAST = {"BENCHFARM_MEASUREMENT__WARMUP_S": "0", "BENCHFARM_MEASUREMENT__MIN_TIME_S": "0",
         "BENCHFARM_MEASUREMENT__MIN_SAMPLES": "3", "BENCHFARM_MEASUREMENT__MAX_TIME_S": "1",
-        "BENCHFARM_MEASUREMENT__ROUNDS": "1"}
+        "BENCHFARM_MEASUREMENT__ROUNDS": "3"}  # a verdict needs 3 rounds
 
 
 def benchfarm(home: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
