@@ -345,7 +345,7 @@ def time_reanalysis(engine: sa.Engine, subset: int | None) -> dict[str, Any]:
             analysed = summary.series
         else:
             ids = list(session.scalars(sa.select(Series.id).order_by(Series.id).limit(subset)))
-            summary = analysis._run(session, ids, settings, incremental=False)
+            summary = analysis._run(session, ids, settings)
             analysed = summary.series
         session.flush()
         seconds = time.perf_counter() - t

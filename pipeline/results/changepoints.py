@@ -1,38 +1,58 @@
 """Change points in a series' history: pure functions over per-commit values, no database.
 
 The input is one value per commit on the default branch, oldest first (the per-commit median of
-the samples: see `stats.py` for why the median). The output is a list of `ChangePoint`: the index
-of the first commit of the new level, the mean level on each side, the relative change and the
-p-value of the test that accepted it. The commit range of a change point is
-(`values[index - 1]`'s commit, `values[index]`'s commit]: the caller maps indices to commits.
+the samples: see `stats.py` for why the median). `analyse` returns the change points of that
+history in two stages of a lifecycle, plus the commits whose run was left out as an outlier:
+
+- confirmed (`detect`): a change of level with `min_size` commits at the new level that passes
+  the tests below. `detect` is a function of the whole history, and the store runs it on the
+  whole history after every commit (`analysis`): what the store shows as confirmed after a commit
+  is exactly what a batch analysis of the same history reports, and a point that later data
+  refute disappears from it (the store then records it as retracted; nothing here is stateful);
+- suspected (`suspect`): the newest one to `2 * min_size - 1` commits sit apart from the level
+  before them (each nearer their own mean than the old one, the t-test under `max_pvalue`), but
+  `detect` does not (yet) report them: a slowdown is visible on its first slow commit, and
+  becomes confirmed, or is dropped, as the next commits arrive.
+
+A change point is the index of the first commit of the new level (`index`) and of the last one
+of the old level (`previous`, usually `index - 1`; earlier when the commits between were left
+out as outlier runs), the mean level on each side, the relative change and the p-value of the
+test that accepted it. The caller maps indices to commits: the culprit lies in
+(`previous`'s commit, `index`'s commit].
 
 Algorithm (`detect`), after Apache Otava's "split then merge" (Fleming et al., "Hunter: Using
 Change Point Detection to Hunt for Performance Regressions", ICPE 2023), itself E-Divisive means
 (Matteson and James 2014) with a t-test in place of permutations:
 
-1. Despike: a value that differs from the median of itself and its two neighbours by more than
-   `outlier_k` robust standard deviations is replaced by that median (a Hampel filter of width 3).
-   One slow run is not a change of level; a step survives, since at a step the median of three
-   keeps the edge. The robust standard deviation is 1.4826 * MAD of the first differences / sqrt(2),
-   which steps and isolated outliers barely move. The first and last values are left alone.
+1. Outlier runs (`outlier_runs`): a commit whose value is more than `outlier_k` robust standard
+   deviations from the median of the five commits centred on it is left out of every test (a
+   Hampel filter used as a mask, of width 5 so that two slow runs in a row are both left out and
+   a normal run between two slow ones is kept). No value is rewritten or moved onto a neighbour: the
+   run is simply not evidence of a level. A step survives: either side of a step holds three of the
+   five commits centred on its edge. The robust standard deviation is 1.4826 * MAD of the first differences /
+   sqrt(2), taken over the `window` commits around each block of `window // 2`, so that a quiet
+   stretch is judged by its own noise. The first and the newest commits are never flagged: the
+   newest has no successor to tell an outlier run from the first commit of a new level (that is
+   what "suspected" is for).
 2. Split: sliding windows of `window` commits, half a window apart. In each window, binary
    segmentation: the split that maximises the E-Divisive energy statistic (L1 distances, both
    sides at least `min_size` long) is kept when a pooled two-sample t-test between its two sides
    gives a p-value under a relaxed threshold (`SPLIT_PVALUE_FACTOR * max_pvalue`); both sides are
    then split again. The union over windows are the candidate ("weak") change points.
 3. Merge: each candidate is tested between its neighbours, each side cut to at most `window`
-   commits next to it: the pooled t-test, and, where the `window` commits on each side show a
-   significant linear trend, also a test of the step beyond that trend (the p-value is the larger
-   of the two). While a candidate fails (p-value above `max_pvalue`, |relative change| under
-   `min_magnitude`, or a side shorter than `min_size`), the weakest one is removed and its
-   neighbours are tested again. Two candidates closer than `min_size` are never both kept.
+   commits next to it: the pooled t-test, and, where a linear trend explains the `window`
+   commits on each side better than steps there do (BIC), also a test of the step beyond that
+   trend (the p-value is the larger of the two). While a candidate
+   fails (p-value above `max_pvalue`, |relative change| under `min_magnitude`, or a side shorter
+   than `min_size`), the weakest one is removed and its neighbours are tested again. Two
+   candidates closer than `min_size` are never both kept.
 
-`min_size` is the number of commits of the new level needed before a change point is reported
-(Dana's "required" confirmations): with the default 3 a step is reported once the third commit at
-its new level has results, two commits after the step, and a lone pair of slow commits at the end
-of the history is not yet a change. While the last level is young (under `2 * min_size` commits)
-its first commit must also be nearer the new mean than the old one, so that a split one commit
-early (an old commit and two new ones) does not stand in for the real step.
+`min_size` is the number of commits of the new level needed before a change point is confirmed
+(Dana's "required" confirmations): with the default 3 a step is confirmed once the third commit at
+its new level has results, two commits after the step. While the last level is young (under
+`2 * min_size` commits) it must also be supported by each of its commits: every one nearer the new
+mean than the old one, and the test still passing with any one of them left out; a pair of slow
+runs followed by a normal one, or one very slow run after two slightly slow ones, is not a level.
 
 Assumptions: values are finite; noise between commits is independent and roughly normal within a
 level (the t-test); a level lasts at least `min_size` commits. Levels shorter than that (a one- or
@@ -40,19 +60,16 @@ two-commit blip) are not reported. A slow drift (a significant linear trend with
 it) is mostly not reported: it has no culprit commit, and cutting it into steps would raise one
 false alarm per window; a trend alarm is a separate matter.
 
-Incremental use (`detect_new`): a change point with `2 * window` commits after it can no longer
-move (every window and merge test around it is complete), so only the tail after the last settled
-change point (at most `3 * window` commits) is analysed again when commits arrive: the cost per new
-commit is bounded, independent of the history's length.
-
-Cost: O(window^2) per window for the energy statistic, O(n / window) windows, so O(n * window).
+Cost: O(window^2) per window for the energy statistic, O(n / window) windows, so O(n * window):
+about 15 ms for 1,000 commits and 35 ms for 3,000 on one core of a 2-core Xeon (the store pays it
+per touched series and upload; see BENCHMARKS.md, "Detection quality").
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -65,11 +82,19 @@ MAX_PVALUE = 0.001
 MIN_MAGNITUDE = 0.0
 """Smallest |relative change| of a reported change point; set per series."""
 MIN_SIZE = 3
-"""Commits on each side of a change point, the new level included, before it is reported."""
+"""Commits on each side of a change point, the new level included, before it is confirmed."""
 OUTLIER_K = 4.0
-"""Despike threshold in robust standard deviations."""
+"""Outlier-run threshold in robust standard deviations."""
 SPLIT_PVALUE_FACTOR = 10.0
 """The split step accepts candidates at this multiple of `max_pvalue` (Otava uses 10)."""
+
+TREND_SPANS = (1, 2)
+"""The step-beyond-trend test runs over this many windows on each side of a candidate, each; the
+candidate must pass every one: one window sees a drift that bends (a ramp between two flat
+stretches), two windows a slow drift whose rise is within the noise of one."""
+STEPS_BIC_MARGIN = 6.0
+"""How much lower the BIC of the steps model must be than the trend-with-step model's for the
+steps to count as the better explanation (6: "strong" evidence on Kass and Raftery's scale)."""
 
 Classification = Literal["regression", "improvement"]
 
@@ -83,6 +108,24 @@ class ChangePoint:
     magnitude: float
     """after_mean / before_mean - 1 (relative change; signed)."""
     pvalue: float
+    previous: int = -1
+    """Last commit of the old level; -1: `index - 1`. Earlier when the commits between were
+    outlier runs: the culprit is one of previous + 1 .. index."""
+
+    @property
+    def last_before(self) -> int:
+        return self.index - 1 if self.previous < 0 else self.previous
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What `analyse` finds in a history (module doc)."""
+
+    confirmed: list[ChangePoint]
+    suspected: ChangePoint | None
+    """The newest commits' departure from their level, when `confirmed` does not hold it yet."""
+    outliers: list[int] = field(default_factory=list)
+    """Commits whose run was left out of the tests as an outlier (`outlier_runs`)."""
 
 
 def classify(cp: ChangePoint, lower_is_better: bool) -> Classification:
@@ -104,19 +147,39 @@ def robust_sigma(values: Sequence[float]) -> float:
     return float(1.4826 * np.median(np.abs(d - np.median(d))) / math.sqrt(2.0))
 
 
-def despike(values: Sequence[float], *, outlier_k: float = OUTLIER_K) -> np.ndarray:
-    """Replace isolated outliers by the median of the value and its two neighbours (see module doc)."""
-    x = np.asarray(values, dtype=np.float64).copy()
-    if x.size < 3:
-        return x
-    sigma = robust_sigma(x)
-    med3 = np.median(np.stack([x[:-2], x[1:-1], x[2:]]), axis=0)
-    inner = x[1:-1]
-    spike = np.abs(inner - med3) > outlier_k * sigma
-    if sigma == 0.0:
-        spike = inner != med3
-    inner[spike] = med3[spike]
-    return x
+def _local_sigma(x: np.ndarray, window: int) -> np.ndarray:
+    """Per commit: `robust_sigma` over the `window` commits around its block of `window // 2`."""
+    step = max(1, window // 2)
+    out = np.empty(x.size)
+    for lo in range(0, x.size, step):
+        out[lo:lo + step] = robust_sigma(x[max(0, lo - step // 2): lo + step + step // 2 + 1])
+    return out
+
+
+def outlier_runs(values: Sequence[float], *, outlier_k: float = OUTLIER_K, window: int = WINDOW) -> np.ndarray:
+    """Mask of the commits whose run is an outlier (module doc, step 1); values untouched.
+
+    A commit is flagged when it is more than `outlier_k` local robust standard deviations from the
+    median of the five commits centred on it (three next to either end): five, so that two slow
+    runs in a row, or a normal run between two slow ones, are judged against the level around
+    them and not against each other. The first and the newest commits are never flagged.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    n = x.size
+    flagged = np.zeros(n, dtype=bool)
+    if n < 3:
+        return flagged
+    sigma = _local_sigma(x, window)
+    centre = np.empty(n)
+    if n >= 5:
+        centre[2:-2] = np.median(np.stack([x[:-4], x[1:-3], x[2:-2], x[3:-1], x[4:]]), axis=0)
+    for i in (1, n - 2):
+        centre[i] = np.median(x[i - 1 : i + 2])
+    inner = slice(1, n - 1)
+    limit = outlier_k * sigma[inner]
+    distance = np.abs(x[inner] - centre[inner])
+    flagged[inner] = np.where(limit > 0, distance > limit, distance > 0)
+    return flagged
 
 
 def _ttest(left: np.ndarray, right: np.ndarray) -> float:
@@ -124,7 +187,8 @@ def _ttest(left: np.ndarray, right: np.ndarray) -> float:
 
     Pooled, as in Otava: a handful of commits at a new level borrow the variance estimate of the
     long old level, which is what lets a 3-commit confirmation reach p < 0.001 for a step of three
-    noise standard deviations. Despiking beforehand protects it from single outliers.
+    noise standard deviations. Outlier runs are left out beforehand, and a young level must hold
+    with any one of its commits left out (`_stats`), so that one wild run cannot carry it.
     """
     if left.size < 1 or right.size < 1 or left.size + right.size < 3:
         return 1.0
@@ -151,34 +215,55 @@ def _pooled_ttest_pvalue(left: np.ndarray, right: np.ndarray) -> float:
     return 2 * float(stdtr(df, -abs(t)))
 
 
-def _step_beyond_trend(left: np.ndarray, right: np.ndarray, max_pvalue: float) -> float:
-    """P-value of a step between left and right once a shared linear trend is allowed for.
-
-    Fits y = a + b * i + s * [i >= len(left)] by least squares. When the trend b is not
-    significant (p > max_pvalue) the series has no drift to explain the shift and 0.0 is returned
-    (the mean-shift t-test alone decides); otherwise the two-sided p-value of s. A slow drift has a
-    significant trend and no step beyond it, so it is not cut into many change points; a step has
-    no trend within its levels, so it keeps the full power of the mean-shift test.
-    """
-    y = np.concatenate([left, right])
-    n = y.size
-    if n < 6:
-        return 0.0
-    i = np.arange(n, dtype=np.float64) - left.size
-    design = np.column_stack([np.ones(n), i, (i >= 0).astype(np.float64)])
+def _least_squares(design: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float, np.ndarray] | None:
+    """(coefficients, residual variance, their covariance); None when the fit is degenerate."""
     coef, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
-    if rank < 3:
-        return 0.0
+    dof = y.size - design.shape[1]
+    if rank < design.shape[1] or dof < 3:
+        return None
     resid = y - design @ coef
-    dof = n - 3
     s2 = float(resid @ resid) / dof
     if s2 == 0.0:
+        return None
+    return coef, s2, s2 * np.linalg.inv(design.T @ design)
+
+
+def _bic(y: np.ndarray, design: np.ndarray) -> float:
+    """Bayesian information criterion of a least-squares fit (Gaussian noise)."""
+    coef, _, _, _ = np.linalg.lstsq(design, y, rcond=None)
+    resid = y - design @ coef
+    rss = max(float(resid @ resid), 1e-300)
+    return y.size * math.log(rss / y.size) + design.shape[1] * math.log(y.size)
+
+
+def _step_beyond_trend(y: np.ndarray, at: int, others: Sequence[int], max_pvalue: float) -> float:
+    """P-value of a step at position `at` of y once a shared linear trend is allowed for.
+
+    Three least-squares models of y compete by BIC: steps (a level, the step at `at` and steps at
+    the `others`, the other candidates inside y), a trend (y = a + b * i) and a trend with the step
+    (y = a + b * i + s * [i >= at]). When the steps explain y best there is no drift to explain the
+    shift and 0.0 is returned (the mean-shift t-test alone decides); otherwise the two-sided
+    p-value of s in the trend-with-step model. A slow drift is fitted better by a line than by the
+    few steps it could be cut into, and has no step beyond the line, so it is not cut into many
+    change points; a step, or a staircase of them, is fitted best by steps and keeps the full power
+    of the mean-shift test.
+    """
+    n = y.size
+    if n < 8:
         return 0.0
-    cov = s2 * np.linalg.inv(design.T @ design)
-    p_trend = 2 * float(stdtr(dof, -abs(coef[1]) / math.sqrt(cov[1, 1])))  # = student_t.sf(|t|, dof)
-    if p_trend > max_pvalue:
+    i = np.arange(n, dtype=np.float64) - at
+    one, step = np.ones(n), (i >= 0).astype(np.float64)
+    with_step = np.column_stack([one, i, step])
+    fit = _least_squares(with_step, y)
+    if fit is None:
         return 0.0
-    return 2 * float(stdtr(dof, -abs(coef[2]) / math.sqrt(cov[2, 2])))
+    coef, _, cov = fit
+    if 2 * float(stdtr(n - 3, -abs(coef[1]) / math.sqrt(cov[1, 1]))) > max_pvalue:
+        return 0.0
+    steps = [(np.arange(n) >= o).astype(np.float64) for o in others if 0 < o < n and o != at]
+    if steps and _bic(y, np.column_stack([one, step, *steps])) + STEPS_BIC_MARGIN <= _bic(y, with_step):
+        return 0.0
+    return 2 * float(stdtr(n - 3, -abs(coef[2]) / math.sqrt(cov[2, 2])))  # = student_t.sf(|t|, dof) * 2
 
 
 def _best_split(x: np.ndarray, min_size: int) -> int | None:
@@ -217,7 +302,24 @@ def _split(y: np.ndarray, a: int, b: int, pvalue: float, min_size: int, out: set
     _split(y, tau, b, pvalue, min_size, out)
 
 
-def _stats(y: np.ndarray, cps: list[int], i: int, window: int, min_size: int, max_pvalue: float) -> ChangePoint:
+def _young_level_holds(left: np.ndarray, right: np.ndarray, max_pvalue: float, min_magnitude: float) -> bool:
+    """A young last level is supported by each of its commits (module doc): every one nearer the
+    new mean than the old, and the test and the magnitude still pass with any one left out."""
+    before, after = float(left.mean()), float(right.mean())
+    if np.any(np.abs(right - after) >= np.abs(right - before)):
+        return False
+    for j in range(right.size):
+        rest = np.delete(right, j)
+        magnitude = float(rest.mean()) / before - 1.0 if before else math.inf
+        if (rest.mean() - before) * (after - before) <= 0 or abs(magnitude) < min_magnitude:
+            return False
+        if _ttest(left, rest) > max_pvalue:
+            return False
+    return True
+
+
+def _stats(y: np.ndarray, cps: list[int], i: int, window: int, min_size: int, max_pvalue: float,
+           min_magnitude: float) -> ChangePoint:
     """Test cps[i] between its neighbours; neighbours closer than min_size are looked through.
 
     The p-value is the larger of the mean-shift t-test (between the neighbours) and the
@@ -230,21 +332,29 @@ def _stats(y: np.ndarray, cps: list[int], i: int, window: int, min_size: int, ma
     before = float(left.mean()) if left.size else math.nan
     after = float(right.mean()) if right.size else math.nan
     short = left.size < min_size or right.size < min_size
-    # A young last level (fewer than 2 * min_size commits, at the end of the history) must begin
-    # with a commit that looks like it: otherwise `min_size` would let a split one commit early,
-    # [old, new, new], stand for a step whose new level has only two commits so far.
     young = hi == y.size and right.size < 2 * min_size
-    if young and not short and abs(right[0] - after) >= abs(right[0] - before):
+    if young and not short and not _young_level_holds(left, right, max_pvalue, min_magnitude):
         short = True
     if short:
         pvalue = 1.0
     else:
-        # The trend is judged over the whole window around c, looking through other candidates:
-        # a drift cut into short pieces shows no trend within any one piece.
-        wide_l, wide_r = y[max(0, c - window) : c], y[c : c + window]
-        pvalue = max(_ttest(left, right), _step_beyond_trend(wide_l, wide_r, max_pvalue))
+        pvalue = _ttest(left, right)
+        for span in TREND_SPANS:
+            start = max(0, c - span * window)
+            wide = y[start : c + span * window]
+            others = [q - start for q in cps if q != c and start < q < c + span * window and abs(q - c) >= min_size]
+            pvalue = max(pvalue, _step_beyond_trend(wide, c - start, others, max_pvalue))
     magnitude = after / before - 1.0 if before else math.inf
     return ChangePoint(index=c, before_mean=before, after_mean=after, magnitude=magnitude, pvalue=pvalue)
+
+
+def _checked(values: Sequence[float], window: int, min_size: int) -> np.ndarray:
+    if min_size < 2 or window < 2 * min_size:
+        raise ValueError(f"need min_size >= 2 and window >= 2 * min_size, got {min_size=}, {window=}")
+    y = np.asarray(values, dtype=np.float64)
+    if y.ndim != 1 or not np.all(np.isfinite(y)):
+        raise ValueError("values must be a sequence of finite numbers")
+    return y
 
 
 def detect(
@@ -256,20 +366,88 @@ def detect(
     min_size: int = MIN_SIZE,
     outlier_k: float = OUTLIER_K,
 ) -> list[ChangePoint]:
-    """Change points of a per-commit series, oldest first (algorithm and assumptions: module doc).
+    """Confirmed change points of a per-commit series, oldest first (algorithm: module doc).
 
     Raises ValueError for non-finite values, `window < 2 * min_size` or `min_size < 2`.
     """
-    if min_size < 2 or window < 2 * min_size:
-        raise ValueError(f"need min_size >= 2 and window >= 2 * min_size, got {min_size=}, {window=}")
+    return analyse(values, window=window, max_pvalue=max_pvalue, min_magnitude=min_magnitude, min_size=min_size,
+                   outlier_k=outlier_k).confirmed
+
+
+def analyse(
+    values: Sequence[float],
+    *,
+    window: int = WINDOW,
+    max_pvalue: float = MAX_PVALUE,
+    min_magnitude: float = MIN_MAGNITUDE,
+    min_size: int = MIN_SIZE,
+    outlier_k: float = OUTLIER_K,
+) -> Analysis:
+    """Confirmed and suspected change points and outlier runs of a history (module doc).
+
+    A pure function of `values`: the store calls it on the whole history after each commit, a
+    batch analysis on the same history gets the same answer. Raises ValueError as `detect`.
+    """
+    y = _checked(values, window, min_size)
+    flagged = outlier_runs(y, outlier_k=outlier_k, window=window)
+    kept = np.flatnonzero(~flagged)
+    clean = y[kept]
+    found = _detect(clean, window, max_pvalue, min_magnitude, min_size)
+    confirmed = [_mapped(cp, kept) for cp in found]
+    suspected = suspect(clean, [cp.index for cp in found], window=window, max_pvalue=max_pvalue,
+                        min_magnitude=min_magnitude, min_size=min_size)
+    return Analysis(confirmed, _mapped(suspected, kept) if suspected else None, [int(i) for i in np.flatnonzero(flagged)])
+
+
+def _mapped(cp: ChangePoint, kept: np.ndarray) -> ChangePoint:
+    """A change point found on the kept commits, in positions of the whole history."""
+    return ChangePoint(int(kept[cp.index]), cp.before_mean, cp.after_mean, cp.magnitude, cp.pvalue,
+                       previous=int(kept[cp.index - 1]))
+
+
+def suspect(
+    values: Sequence[float],
+    confirmed: Sequence[int],
+    *,
+    window: int = WINDOW,
+    max_pvalue: float = MAX_PVALUE,
+    min_magnitude: float = MIN_MAGNITUDE,
+    min_size: int = MIN_SIZE,
+) -> ChangePoint | None:
+    """The newest commits' departure from the level before them, if `confirmed` does not hold it.
+
+    The newest k commits (1 <= k < 2 * min_size; the longest such k wins) are a suspected new level
+    when each is nearer their own mean than the mean of the level before them (its commits since
+    the last confirmed change point, at most `window`, at least `min_size`), the pooled t-test
+    between the two is under `max_pvalue` and the change is at least `min_magnitude`. None when
+    there is no such departure, or when it starts within `min_size` commits of a confirmed change
+    point (then it is that one). `values` are the kept commits (no outlier runs).
+    """
     y = np.asarray(values, dtype=np.float64)
-    if not np.all(np.isfinite(y)):
-        raise ValueError("values must be finite")
-    return _detect(despike(y, outlier_k=outlier_k), window, max_pvalue, min_magnitude, min_size)
+    n = y.size
+    last = max(confirmed, default=0)
+    for k in range(min(2 * min_size - 1, n - min_size), 0, -1):
+        start = n - k
+        if any(abs(start - c) < min_size for c in confirmed):
+            continue
+        base = y[max(last, start - window): start]
+        if base.size < min_size:
+            continue
+        tail = y[start:]
+        before, after = float(base.mean()), float(tail.mean())
+        if np.any(np.abs(tail - after) >= np.abs(tail - before)):
+            continue
+        magnitude = after / before - 1.0 if before else math.inf
+        if abs(magnitude) < min_magnitude:
+            continue
+        pvalue = _ttest(base, tail)
+        if pvalue <= max_pvalue:
+            return ChangePoint(start, before, after, magnitude, pvalue)
+    return None
 
 
 def _detect(y: np.ndarray, window: int, max_pvalue: float, min_magnitude: float, min_size: int) -> list[ChangePoint]:
-    """Split and merge on despiked values."""
+    """Split and merge on the kept (non-outlier) values."""
     n = y.size
     if n < 2 * min_size:
         return []
@@ -286,7 +464,7 @@ def _detect(y: np.ndarray, window: int, max_pvalue: float, min_magnitude: float,
     # Merge: drop the weakest failing candidate until all pass.
     cps = sorted(weak)
     while cps:
-        stats = [_stats(y, cps, i, window, min_size, max_pvalue) for i in range(len(cps))]
+        stats = [_stats(y, cps, i, window, min_size, max_pvalue, min_magnitude) for i in range(len(cps))]
         failing = [
             i for i, st in enumerate(stats) if st.pvalue > max_pvalue or abs(st.magnitude) < min_magnitude
         ]
@@ -300,44 +478,6 @@ def _detect(y: np.ndarray, window: int, max_pvalue: float, min_magnitude: float,
         worst = max(failing, key=lambda i: (stats[i].pvalue, -abs(stats[i].magnitude)))
         del cps[worst]
     return []
-
-
-def detect_new(
-    values: Sequence[float],
-    known: Sequence[ChangePoint],
-    *,
-    window: int = WINDOW,
-    max_pvalue: float = MAX_PVALUE,
-    min_magnitude: float = MIN_MAGNITUDE,
-    min_size: int = MIN_SIZE,
-    outlier_k: float = OUTLIER_K,
-) -> list[ChangePoint]:
-    """`detect` for a history that grew since `known` was computed, re-analysing only its tail.
-
-    Change points in `known` with at least `2 * window` commits after them are settled and kept as
-    they are; the values from the last settled change point (or from `3 * window` commits before
-    the end, whichever is later) are analysed again with `detect`. The result equals `detect` on
-    the whole history except where a window boundary falls differently (the tail's windows start at
-    its first commit) or where the tail's first segment is shorter than a window; pass the whole
-    previous result as `known` each time.
-    """
-    if min_size < 2 or window < 2 * min_size:
-        raise ValueError(f"need min_size >= 2 and window >= 2 * min_size, got {min_size=}, {window=}")
-    y = np.asarray(values, dtype=np.float64)
-    if not np.all(np.isfinite(y)):
-        raise ValueError("values must be finite")
-    n = y.size
-    settled = [cp for cp in known if cp.index < n - 2 * window]
-    start = max(settled[-1].index if settled else 0, n - 3 * window, 0)
-    # Despike with one commit of context before the tail, so its first value is filtered too.
-    context = 1 if start > 0 else 0
-    tail = _detect(despike(y[start - context :], outlier_k=outlier_k)[context:], window, max_pvalue, min_magnitude, min_size)
-    last = settled[-1].index if settled else -1
-    shifted = [
-        ChangePoint(cp.index + start, cp.before_mean, cp.after_mean, cp.magnitude, cp.pvalue)
-        for cp in tail
-    ]
-    return list(settled) + [cp for cp in shifted if cp.index - last >= min_size]
 
 
 def dana_running_average(values: Sequence[float], *, range_: float = 0.05, required: int = 2) -> list[int]:

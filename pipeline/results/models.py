@@ -42,6 +42,11 @@ TRIAGE_STATES = ("needs triage", "noisy", "confirmed", "intended", "assigned", "
 OPEN_STATES = ("needs triage", "confirmed", "assigned")
 """States in which a change point still asks for attention (counts on the dashboard, listed as a regression)."""
 DIRECTIONS = ("regression", "improvement")
+LIFECYCLE = ("suspected", "confirmed", "retracted")
+"""What the analysis makes of a change point (`analysis`, `changepoints.analyse`): suspected (the
+newest commits left their level, not yet enough of them), confirmed (the detector reports it),
+retracted (it reported it once and later data refute it; kept with its triage, and with why).
+Apart from the triage state: a person triages, the analysis confirms or retracts."""
 AGENT_STATES = ("online", "offline")
 BUILD_STATUSES = ("pending", "building", "done", "failed")
 DELIVERY_STATES = ("pending", "done", "ignored", "failed")
@@ -361,7 +366,10 @@ class ChangePoint(Base):
     of an older commit shifts positions). `magnitude` is after_level / before_level - 1 (signed);
     `direction` follows the series' direction at detection. `state` is the state of the latest
     triage event (kept here so that "open regressions" is one indexed filter); only `triage`
-    writes it, always with its event.
+    writes it, always with its event. `lifecycle` (`LIFECYCLE`) is the analysis' own view, written
+    by `analysis` after each commit with a triage event of `analysis.ANALYSIS_WHO` that keeps the
+    state and says what changed; `reason` says why it was retracted. The levels, magnitude,
+    p-value and commits are those of the latest analysis that reported it.
     """
 
     __tablename__ = "change_points"
@@ -369,6 +377,7 @@ class ChangePoint(Base):
         sa.UniqueConstraint("series_id", "after_commit_id"),
         _one_of("state", TRIAGE_STATES, "state"),
         _one_of("direction", DIRECTIONS, "direction"),
+        _one_of("lifecycle", LIFECYCLE, "lifecycle"),
         sa.Index(None, "series_id", "committed_at"),
         sa.Index(None, "direction", "state", "committed_at"),
     )
@@ -386,6 +395,11 @@ class ChangePoint(Base):
     direction: Mapped[str] = mapped_column(sa.String(16))
     state: Mapped[str] = mapped_column(sa.String(16), default="needs triage")
     detected_at: Mapped[datetime] = mapped_column(default=utcnow)
+    lifecycle: Mapped[str] = mapped_column(sa.String(16), default="confirmed", server_default="confirmed")
+    confirmed_at: Mapped[datetime | None]
+    retracted_at: Mapped[datetime | None]
+    reason: Mapped[str] = mapped_column(sa.Text, default="", server_default="")
+    """Why the analysis retracted it (empty while it stands)."""
 
 
 class TriageEvent(Base):

@@ -282,7 +282,12 @@ class ChangePointSummary:
     detected_at: datetime
     history_index: int
     open: bool
-    """in an open state and after the series' newest intended change point (see `analysis`)"""
+    """in an open state, not retracted, and after the series' newest intended change point (see `analysis`)"""
+    lifecycle: str
+    """suspected | confirmed | retracted (`models.LIFECYCLE`)"""
+    reason: str
+    """why it was retracted"""
+    retracted_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -297,7 +302,14 @@ class Baseline:
 def _baselines() -> sa.Subquery:
     """series id -> commit time of its newest intended change point."""
     return (sa.select(ChangePoint.series_id, sa.func.max(ChangePoint.committed_at).label("since"))
-            .where(ChangePoint.state == "intended").group_by(ChangePoint.series_id).subquery("baselines"))
+            .where(ChangePoint.state == "intended", ChangePoint.lifecycle != "retracted")
+            .group_by(ChangePoint.series_id).subquery("baselines"))
+
+
+def _is_open(baselines: sa.Subquery) -> sa.ColumnElement[bool]:
+    """Open: an open triage state, not retracted, after the series' newest intended change point."""
+    return sa.and_(ChangePoint.state.in_(OPEN_STATES), ChangePoint.lifecycle != "retracted",
+                   sa.or_(baselines.c.since.is_(None), ChangePoint.committed_at > baselines.c.since))
 
 
 def _change_point_query() -> tuple[Any, sa.ColumnElement[bool]]:
@@ -305,13 +317,13 @@ def _change_point_query() -> tuple[Any, sa.ColumnElement[bool]]:
     before = sa.orm.aliased(Commit)
     after = sa.orm.aliased(Commit)
     baselines = _baselines()
-    is_open = sa.and_(ChangePoint.state.in_(OPEN_STATES),
-                      sa.or_(baselines.c.since.is_(None), ChangePoint.committed_at > baselines.c.since))
+    is_open = _is_open(baselines)
     return (
         sa.select(ChangePoint.id, ChangePoint.series_id, Case.case_id, Case.family, DeviceClassRow.name, Series.metric,
                   ChangePoint.direction, ChangePoint.state, ChangePoint.magnitude, ChangePoint.pvalue,
                   ChangePoint.before_level, ChangePoint.after_level, before.sha, after.sha, ChangePoint.committed_at,
-                  ChangePoint.detected_at, ChangePoint.history_index, sa.case((is_open, True), else_=False))
+                  ChangePoint.detected_at, ChangePoint.history_index, sa.case((is_open, True), else_=False),
+                  ChangePoint.lifecycle, ChangePoint.reason, ChangePoint.retracted_at)
         .join(Series, ChangePoint.series_id == Series.id)
         .join(Case, Series.case_id == Case.id)
         .join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
@@ -338,21 +350,25 @@ def series_baseline(session: Session, series_id: int) -> Baseline | None:
     row = session.execute(
         sa.select(ChangePoint.id, Commit.sha, ChangePoint.after_level)
         .join(Commit, ChangePoint.after_commit_id == Commit.id)
-        .where(ChangePoint.series_id == series_id, ChangePoint.state == "intended")
+        .where(ChangePoint.series_id == series_id, ChangePoint.state == "intended", ChangePoint.lifecycle != "retracted")
         .order_by(ChangePoint.committed_at.desc(), ChangePoint.id.desc()).limit(1)).one_or_none()
     return Baseline(*row) if row is not None else None
 
 
 def list_regressions(session: Session, *, device_class: str | None = None, family: str | None = None,
-                     state: str | None = None, limit: int = 100) -> list[ChangePointSummary]:
-    """Regression change points, newest commit first: the open ones (open states, not superseded
-    by a later intended change point of their series), or all those in `state` when given."""
+                     state: str | None = None, lifecycle: str | None = None,
+                     limit: int = 100) -> list[ChangePointSummary]:
+    """Regression change points, newest commit first: the open ones (open states, not retracted,
+    not superseded by a later intended change point of their series), or, when `state` or
+    `lifecycle` is given, all those in that triage state and that lifecycle (retracted included)."""
     query, is_open = _change_point_query()
     query = query.where(ChangePoint.direction == "regression")
-    if state is None:
+    if state is None and lifecycle is None:
         query = query.where(is_open)
-    else:
+    if state is not None:
         query = query.where(ChangePoint.state == state)
+    if lifecycle is not None:
+        query = query.where(ChangePoint.lifecycle == lifecycle)
     if device_class is not None:
         query = query.where(DeviceClassRow.name == device_class)
     if family is not None:
@@ -361,7 +377,7 @@ def list_regressions(session: Session, *, device_class: str | None = None, famil
     return [ChangePointSummary(*row) for row in rows]  # type: ignore[arg-type, call-arg]
 
 
-SERIES_STATES = ("regressed", "improved", "stable", "no data")
+SERIES_STATES = ("regressed", "suspected", "improved", "stable", "no data")
 """Also the order of a group's series on the dashboard: what needs attention first."""
 
 
@@ -398,8 +414,10 @@ def dashboard(
     """Every series' state, grouped by family and device class, with counts: two queries.
 
     A series is "no data" when its last analysis saw no default-branch commit with a measurement,
-    "regressed" when it has an open regression (open state, after its newest intended change
-    point), else "improved" when it has an open improvement, else "stable". The open change
+    "regressed" when it has an open confirmed regression (open state, after its newest intended
+    change point), else "suspected" when its newest commits look like a regression not confirmed
+    yet (an open suspected one), else "improved" when it has an open confirmed improvement, else
+    "stable". Retracted change points never count. The open change
     points come from one aggregate over `change_points` (indexed by series and commit time), so
     the cost grows with series and change points, never with measurements or samples.
 
@@ -409,19 +427,22 @@ def dashboard(
     in the database: a farm of 20,000 series sends the page the few it shows.
     """
     baselines = _baselines()
-    is_regression = sa.case((ChangePoint.direction == "regression", 1), else_=0)
-    is_improvement = sa.case((ChangePoint.direction == "improvement", 1), else_=0)
+    confirmed = ChangePoint.lifecycle == "confirmed"
+    is_regression = sa.case((sa.and_(ChangePoint.direction == "regression", confirmed), 1), else_=0)
+    is_suspected = sa.case((sa.and_(ChangePoint.direction == "regression", ~confirmed), 1), else_=0)
+    is_improvement = sa.case((sa.and_(ChangePoint.direction == "improvement", confirmed), 1), else_=0)
     open_points = (
         sa.select(ChangePoint.series_id, sa.func.max(is_regression).label("regressed"),
+                  sa.func.max(is_suspected).label("suspected"),
                   sa.func.max(is_improvement).label("improved"), sa.func.count().label("open"))
         .outerjoin(baselines, baselines.c.series_id == ChangePoint.series_id)
-        .where(ChangePoint.state.in_(OPEN_STATES),
-               sa.or_(baselines.c.since.is_(None), ChangePoint.committed_at > baselines.c.since))
+        .where(_is_open(baselines))
         .group_by(ChangePoint.series_id).subquery("open_points")
     )
     series_state = sa.case(
         (Series.history_points == 0, "no data"),
         (open_points.c.regressed == 1, "regressed"),
+        (open_points.c.suspected == 1, "suspected"),
         (open_points.c.improved == 1, "improved"),
         else_="stable",
     )

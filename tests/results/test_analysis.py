@@ -6,16 +6,17 @@ from __future__ import annotations
 import math
 import random
 
+import numpy as np
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from pipeline.config import AnalysisSettings
-from pipeline.results import analysis, ingest, queries, triage
+from pipeline.results import analysis, changepoints, ingest, queries, triage
 from pipeline.results.db import session_scope
 from pipeline.results.history import default_branch_chain
-from pipeline.results.models import ChangePoint, Repository, Series, TriageEvent
+from pipeline.results.models import Case, ChangePoint, Repository, Series, TriageEvent
 
 from . import factories as f
 
@@ -87,8 +88,11 @@ def test_a_step_gives_one_change_point_at_the_right_commit_range(stepped: Engine
         first = queries.series_change_points(s, _series_id(s))[0]
         assert first.magnitude == pytest.approx(0.2, abs=0.02) and first.pvalue <= SETTINGS.max_pvalue
         assert first.before_level == pytest.approx(1e-3, rel=0.02) and first.open
-        (event,) = triage.events(s, first.id)
-        assert (event.state, event.who) == ("needs triage", analysis.ANALYSIS_WHO)
+        suspected, confirmed = triage.events(s, first.id)  # seen on its first slow commit, confirmed later
+        assert (suspected.state, suspected.who) == (confirmed.state, confirmed.who) == ("needs triage",
+                                                                                       analysis.ANALYSIS_WHO)
+        assert suspected.note.startswith("suspected: regression") and confirmed.note.startswith("confirmed")
+        assert first.lifecycle == "confirmed" and first.reason == "" and first.retracted_at is None
         series = s.get(Series, _series_id(s))
         assert series is not None and series.history_points == N and series.analyzed_at is not None
 
@@ -140,7 +144,8 @@ def test_intended_rebases_the_series(stepped: Engine) -> None:
     with session_scope(stepped) as s:
         series_id = _series_id(s)
         regression, improvement = queries.series_change_points(s, series_id)
-        assert queries.dashboard(s).counts == {"regressed": 1, "improved": 0, "stable": 0, "no data": 0}
+        assert queries.dashboard(s).counts == {"regressed": 1, "suspected": 0, "improved": 0, "stable": 0,
+                                               "no data": 0}
         assert [r.id for r in queries.list_regressions(s)] == [regression.id]
         assert queries.series_baseline(s, series_id) is None
 
@@ -172,7 +177,7 @@ def test_dashboard_groups_by_family_and_device_class(stepped: Engine) -> None:
         assert groups[("gemm", "other-cpu")]["stable"] == 1
         assert groups[("conv", f.DEVICE_CLASS)]["no data"] == 1
         assert queries.dashboard(s, device_class="other-cpu").counts == {
-            "regressed": 0, "improved": 0, "stable": 1, "no data": 0}
+            "regressed": 0, "suspected": 0, "improved": 0, "stable": 1, "no data": 0}
         assert queries.list_regressions(s, device_class="other-cpu") == []
         assert len(queries.list_regressions(s, family="gemm")) == 1
         assert queries.list_regressions(s, family="conv") == []
@@ -227,3 +232,89 @@ def test_paired_noise_is_learned_from_aa_calibrations(seeded: Engine) -> None:
         # without the learned noise, the floor (2 %) would have called it
         assert compare(s, repository=f.REPO, head_sha=f.sha(3), device_class=f.DEVICE_CLASS,
                        settings=settings.model_copy(update={"noise_factor": 0.0})).rows[0].status == "regressed"
+
+
+def _lognormal(seed: int, s: float, n: int) -> np.ndarray:
+    return 100 * np.exp(np.random.default_rng(seed).normal(0, s, n))
+
+
+def _kinds(n: int) -> dict[str, np.ndarray]:
+    """Series kinds of issue 13, n commits each, levels around 100 (scaled to seconds below)."""
+    step = _lognormal(5, 0.01, n)
+    step[40:] *= 1.1
+    slow_runs = np.concatenate([_lognormal(0, 0.005, 30), [130.0, 145.0, 100.0], _lognormal(1, 0.005, n - 33)])
+    stairs = _lognormal(0, 0.01, n)
+    stairs[40:] *= 1.2
+    stairs[65:] *= 1.1
+    drift = 100 * (1 + 0.04 * np.arange(n) / n) * np.exp(np.random.default_rng(2).normal(0, 0.005, n))
+    return {"step": step, "young-false-alarm": _lognormal(0, 0.02, n), "two-slow-runs": slow_runs,
+            "staircase": stairs, "drift": drift}
+
+
+def test_online_equals_batch_after_every_commit(seeded: Engine) -> None:
+    """Issue 13: the store fed one commit at a time (ingest_result) holds, after every commit,
+    exactly batch `detect`'s confirmed change points of the history so far; what it confirmed
+    and later data refuted is retracted with a reason, not deleted, its triage history kept."""
+    n = 100
+    kinds = _kinds(n)
+    cases = {kind: f"gemm/{kind}/64x64x64/f32/iree" for kind in kinds}
+    with session_scope(seeded) as s:
+        ingest.ingest_manifest(s, manifest=f.manifest(f.sha(0), [f.built_entry(c) for c in cases.values()]),
+                               path="/bundles/kinds")
+        record_main(s, n)
+    ever_confirmed: dict[str, set[str]] = {kind: set() for kind in kinds}
+    for i in range(n):
+        with session_scope(seeded) as s:
+            f.upload(s, main(i), [f.ok(cases[k], f.series_samples(kinds[k][i] * 1e-5)) for k in kinds], kind="push")
+        with session_scope(seeded) as s:
+            for kind, values in kinds.items():
+                series_id = s.scalar(sa.select(Series.id).join(Case).where(Case.case_id == cases[kind]))
+                assert series_id is not None
+                rows = queries.series_change_points(s, series_id)
+                confirmed = [r.after_sha for r in rows if r.lifecycle == "confirmed"]
+                batch = changepoints.detect(values[:i + 1], window=SETTINGS.window, max_pvalue=SETTINGS.max_pvalue,
+                                            min_magnitude=SETTINGS.min_magnitude, min_size=SETTINGS.min_size)
+                assert confirmed == [f.sha(main(cp.index)) for cp in batch], (kind, i)
+                ever_confirmed[kind] |= set(confirmed)
+                for r in rows:
+                    if r.lifecycle == "retracted":
+                        assert r.reason and r.retracted_at is not None and not r.open
+    with session_scope(seeded) as s:
+        retracted = s.scalars(sa.select(ChangePoint).where(ChangePoint.lifecycle == "retracted")).all()
+        assert retracted, "some prefix confirmed or suspected what later data refuted"
+        for row in retracted:
+            events = triage.events(s, row.id)
+            assert events[0].note.startswith(("suspected", "confirmed")) and events[-1].note.startswith("retracted: ")
+        stairs_id = s.scalar(sa.select(Series.id).join(Case).where(Case.case_id == cases["staircase"]))
+        assert [r.after_sha for r in queries.series_change_points(s, stairs_id) if r.lifecycle == "confirmed"] == [
+            f.sha(main(40)), f.sha(main(65))]
+        slow_id = s.scalar(sa.select(Series.id).join(Case).where(Case.case_id == cases["two-slow-runs"]))
+        (slow,) = queries.series_change_points(s, slow_id)  # suspected at main-30, retracted at main-32
+        assert slow.lifecycle == "retracted" and "outlier" in slow.reason and slow.after_sha == f.sha(main(30))
+        assert not ever_confirmed["two-slow-runs"]
+        assert all(r.series_id != slow_id for r in queries.list_regressions(s))
+        assert [r.id for r in queries.list_regressions(s, lifecycle="retracted") if r.series_id == slow_id] == [slow.id]
+
+
+def test_a_suspected_regression_shows_at_once_and_is_confirmed_or_retracted(stepped: Engine) -> None:
+    with session_scope(stepped) as s:
+        _, improvement = queries.series_change_points(s, _series_id(s))
+        triage.triage(s, change_point_id=improvement.id, state="intended", who="alice")  # nothing open before
+        assert queries.dashboard(s).counts["stable"] == 1
+        record_main(s, N + 4, start=N)
+        f.upload(s, main(N), [f.ok(f.GEMM, f.series_samples(1.5e-3))], kind="push")
+        (suspected,) = [r for r in queries.list_regressions(s) if r.lifecycle == "suspected"]
+        assert suspected.after_sha == f.sha(main(N)) and suspected.magnitude == pytest.approx(0.5, abs=0.02)
+        assert queries.dashboard(s).counts["suspected"] == 1 and queries.dashboard(s).counts["regressed"] == 0
+        f.upload(s, main(N + 1), [f.ok(f.GEMM, f.series_samples(1.0e-3))], kind="push")  # back to normal
+        row = queries.get_change_point(s, suspected.id)
+        assert row is not None and row.lifecycle == "retracted" and "outlier" in row.reason
+        assert queries.dashboard(s).counts["suspected"] == 0
+        for i in (N + 2, N + 3):  # a slowdown that stays: suspected, then confirmed on its third commit
+            f.upload(s, main(i), [f.ok(f.GEMM, f.series_samples(1.3e-3))], kind="push")
+        assert [r.lifecycle for r in queries.list_regressions(s)] == ["suspected"]
+        record_main(s, N + 5, start=N + 4)
+        f.upload(s, main(N + 4), [f.ok(f.GEMM, f.series_samples(1.3e-3))], kind="push")
+        (confirmed,) = queries.list_regressions(s)
+        assert confirmed.lifecycle == "confirmed" and confirmed.after_sha == f.sha(main(N + 2))
+        assert queries.dashboard(s).counts["regressed"] == 1

@@ -53,7 +53,8 @@ def test_series_regressions_triage_and_dashboard(service: tuple[str, Engine, dic
     assert [cp["direction"] for cp in series["change_points"]] == ["regression", "improvement"]
     assert len(series["history"]) == 60 and series["settings"]["lower_is_better"] is True
     assert series["baseline"] is None
-    assert _get(url, "/api/v1/dashboard")["counts"] == {"regressed": 1, "improved": 0, "stable": 0, "no data": 0}
+    assert _get(url, "/api/v1/dashboard")["counts"] == {"regressed": 1, "suspected": 0, "improved": 0, "stable": 0,
+                                                       "no data": 0}
 
     path = f"/api/v1/change-points/{regression['id']}/triage"
     before = snapshot(engine)

@@ -26,10 +26,12 @@ def test_moves_are_recorded_with_who_and_the_latest_is_the_state(stepped: Engine
         triage.triage(s, change_point_id=cp, state="assigned", who="bob", assignee="carol", note="handing over")
         triage.triage(s, change_point_id=cp, state="fixed", who="carol", bug_link="https://git.example/pr/7")
         events = triage.events(s, cp)
+        # the analysis' events first: suspected on the first slow commit, confirmed two commits later
         assert [(e.state, e.who) for e in events] == [
-            ("needs triage", "benchfarm analysis"), ("confirmed", "alice"), ("assigned", "alice"),
-            ("assigned", "bob"), ("fixed", "carol")]
-        assert events[1].bug_link == "https://bugs.example/1" and events[3].assignee == "carol"
+            ("needs triage", "benchfarm analysis"), ("needs triage", "benchfarm analysis"), ("confirmed", "alice"),
+            ("assigned", "alice"), ("assigned", "bob"), ("fixed", "carol")]
+        assert events[0].note.startswith("suspected: regression") and events[1].note.startswith("confirmed: regression")
+        assert events[2].bug_link == "https://bugs.example/1" and events[4].assignee == "carol"
         assert all(a.at <= b.at for a, b in itertools.pairwise(events))
         assert queries.get_change_point(s, cp).state == "fixed"  # type: ignore[union-attr]
         assert queries.list_regressions(s) == []

@@ -8,7 +8,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from pipeline.results.auth import Scope
-from pipeline.results.models import TRIAGE_STATES
+from pipeline.results.models import LIFECYCLE, TRIAGE_STATES
 
 
 class FieldError(BaseModel):
@@ -189,6 +189,14 @@ class HistoryPointOut(_FromAttributes):
     n: int
 
 
+TriageState = Literal["needs triage", "noisy", "confirmed", "intended", "assigned", "fixed"]
+if set(get_args(TriageState)) != set(TRIAGE_STATES):
+    raise RuntimeError("schemas.TriageState differs from models.TRIAGE_STATES")
+Lifecycle = Literal["suspected", "confirmed", "retracted"]
+if set(get_args(Lifecycle)) != set(LIFECYCLE):
+    raise RuntimeError("schemas.Lifecycle differs from models.LIFECYCLE")
+
+
 class ChangePointOut(_FromAttributes):
     id: int
     series_id: int
@@ -207,7 +215,11 @@ class ChangePointOut(_FromAttributes):
     committed_at: datetime
     detected_at: datetime
     history_index: int
-    open: bool
+    open: bool = Field(description="open triage state, not retracted, after the series' newest intended change point")
+    lifecycle: Lifecycle = Field(description="suspected (the newest commits left their level, not enough of them yet) "
+                                 "| confirmed | retracted (later data refute it)")
+    reason: str = Field(description="why it was retracted; empty otherwise")
+    retracted_at: datetime | None
 
 
 class TriageEventOut(_FromAttributes):
@@ -257,9 +269,6 @@ class SeriesSettingsIn(BaseModel):
     lower_is_better: bool | None = Field(None, description="None: the metric's direction")
 
 
-TriageState = Literal["needs triage", "noisy", "confirmed", "intended", "assigned", "fixed"]
-if set(get_args(TriageState)) != set(TRIAGE_STATES):
-    raise RuntimeError("schemas.TriageState differs from models.TRIAGE_STATES")
 
 
 class TriageIn(BaseModel):
@@ -275,7 +284,7 @@ class DashboardSeriesOut(_FromAttributes):
     id: int
     case_id: str
     metric: str
-    state: str = Field(description="regressed | improved | stable | no data")
+    state: str = Field(description="regressed | suspected | improved | stable | no data")
     open_change_points: int
 
 

@@ -78,7 +78,7 @@ def series_page(series_id: int, request: Request, session: SessionDep, user: Use
     infos = data.commit_infos(session, [p.sha for p in history])
     position = {p.sha: i for i, p in enumerate(history)}
     control_by_sha = {p.sha: p.median for p in control_history}
-    marks = {cp.after_sha: cp for cp in change_points}
+    marks = {cp.after_sha: cp for cp in change_points if cp.lifecycle != "retracted"}
     chart: dict[str, Any] = {
         "series_id": series_id, "unit": "s" if summary.metric == "latency" else summary.metric,
         "sha": [p.sha for p in history], "time": [p.committed_at.isoformat() for p in history],
@@ -88,7 +88,7 @@ def series_page(series_id: int, request: Request, session: SessionDep, user: Use
         "control": {"case_id": control[1], "series_id": control[0],
                     "median": [control_by_sha.get(p.sha) for p in history]} if control else None,
         "change_points": [{"id": cp.id, "index": position[cp.after_sha], "direction": cp.direction,
-                           "state": cp.state, "magnitude": cp.magnitude, "open": cp.open}
+                           "state": cp.state, "magnitude": cp.magnitude, "open": cp.open, "lifecycle": cp.lifecycle}
                           for cp in change_points if cp.after_sha in position],
     }
     return page(request, "series.html", user, {

@@ -11,7 +11,7 @@ from pipeline.pr_comments.table import STATUS_ORDER
 from pipeline.results import queries, triage
 from pipeline.results.api.deps import SessionDep, SettingsDep
 from pipeline.results.compare import STATUSES, CompareError
-from pipeline.results.models import TRIAGE_STATES
+from pipeline.results.models import LIFECYCLE, TRIAGE_STATES
 from pipeline.results.web import data
 from pipeline.results.web.paging import paginate
 from pipeline.results.web.render import page
@@ -100,15 +100,17 @@ def _head(session: SessionDep, repository: str, head: str, pr: str) -> tuple[str
 
 @router.get("/regressions", response_class=HTMLResponse)
 def regressions_page(request: Request, session: SessionDep, user: UserDep, device_class: str = "",
-                     family: str = "", state: str = "") -> HTMLResponse:
-    """Open regressions (or all in one triage state) with their triage history and actions."""
+                     family: str = "", state: str = "", lifecycle: str = "") -> HTMLResponse:
+    """Open regressions (or all in one triage state and/or lifecycle: suspected, confirmed,
+    retracted) with their triage history and actions."""
     found = queries.list_regressions(session, device_class=device_class or None, family=family or None,
-                                     state=state if state in TRIAGE_STATES else None, limit=500)
+                                     state=state if state in TRIAGE_STATES else None,
+                                     lifecycle=lifecycle if lifecycle in LIFECYCLE else None, limit=500)
     histories = data.triage_histories(session, [r.id for r in found])
     return page(request, "regressions.html", user, {
         "regressions": found, "histories": histories, "transitions": triage.TRANSITIONS,
-        "states": TRIAGE_STATES, "device_classes": data.device_class_names(session),
-        "filters": {"device_class": device_class, "family": family, "state": state},
+        "states": TRIAGE_STATES, "lifecycles": LIFECYCLE, "device_classes": data.device_class_names(session),
+        "filters": {"device_class": device_class, "family": family, "state": state, "lifecycle": lifecycle},
         "infos": data.commit_infos(session, [r.after_sha for r in found])})
 
 

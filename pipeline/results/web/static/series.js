@@ -43,16 +43,20 @@
     for (const cp of d.change_points) {
       const x = Math.round(u.valToPos(cp.index - 0.5, "x", true));
       if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) continue;
-      ctx.strokeStyle = colors[cp.direction] || "#57606a";
-      ctx.lineWidth = 2 * devicePixelRatio;
-      ctx.setLineDash(cp.open ? [] : [3 * devicePixelRatio, 3 * devicePixelRatio]);
+      // retracted: grey and thin; suspected: dashed; triaged (not open): dotted
+      const retracted = cp.lifecycle === "retracted";
+      ctx.strokeStyle = retracted ? "#8c959f" : colors[cp.direction] || "#57606a";
+      ctx.lineWidth = (retracted ? 1 : 2) * devicePixelRatio;
+      const dash = cp.lifecycle === "suspected" ? [8, 4] : cp.open ? [] : [3, 3];
+      ctx.setLineDash(dash.map((v) => v * devicePixelRatio));
       ctx.beginPath();
       ctx.moveTo(x, u.bbox.top);
       ctx.lineTo(x, u.bbox.top + u.bbox.height);
       ctx.stroke();
       ctx.fillStyle = ctx.strokeStyle;
       ctx.font = 11 * devicePixelRatio + "px system-ui";
-      ctx.fillText(cp.state + " " + (cp.magnitude * 100).toFixed(1) + "%", x + 4 * devicePixelRatio,
+      const label = cp.lifecycle === "confirmed" ? cp.state : cp.lifecycle;
+      ctx.fillText(label + " " + (cp.magnitude * 100).toFixed(1) + "%", x + 4 * devicePixelRatio,
                    u.bbox.top + 12 * devicePixelRatio);
     }
     ctx.restore();
