@@ -62,6 +62,12 @@ def _interrupt_while_running(proc: subprocess.Popen[str], url: str, ready: Calla
         raise
 
 
+def _as_from_a_terminal() -> None:
+    """A command typed in a terminal gets SIGINT with its default action; a test run started in the
+    background of a non-interactive shell (`bash .ci/run &`) ignores it, and children inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _running(url: str) -> bool:
     try:
         return any(status == "running" for status, *_ in _jobs(url))
@@ -83,7 +89,7 @@ def test_ctrl_c_on_run_cancels_the_run(tmp_path: Path, database_url: str, stage:
     repo = make_suite_repo(tmp_path, gemm_suite_files(cases), name="suite-repo")
     proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "run", "--suite", str(repo / "kernels")],
                             cwd=tmp_path, env=_env(tmp_path, database_url), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_as_from_a_terminal)
     ready = (lambda: _queued(database_url)) if stage == "build" else (lambda: _running(database_url))
     out, err = _interrupt_while_running(proc, database_url, ready)
 
@@ -103,7 +109,7 @@ def test_ctrl_c_on_up_cancels_its_running_job(tmp_path: Path, database_url: str)
     env = _env(tmp_path, database_url, BENCHFARM_PORT=str(free_port()))
     proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "up", "--suite", str(repo / "kernels")],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_as_from_a_terminal)
     out, err = _interrupt_while_running(proc, database_url, lambda: _running(database_url))
 
     assert proc.returncode in (0, 130), (out, err)
