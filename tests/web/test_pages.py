@@ -34,7 +34,7 @@ def test_dashboard_counts_filters_and_runs(service: Service) -> None:
     page = requests.get(service.url + "/", timeout=30)
     assert page.status_code == 200
     counts = _counts(page.text)
-    assert counts == {"regressed": 8, "improved": 4, "stable": 18, "no data": 1, "series shown": 31}
+    assert counts == {"regressed": 8, "suspected": 0, "improved": 4, "stable": 18, "no data": 1, "series shown": 31}
     assert page.text.count('class="tile ') == 31 and "Newest runs" in page.text
     gemm = _counts(requests.get(service.url + "/", params={"family": "gemm", "impl": "vendor"}, timeout=30).text)
     assert gemm["series shown"] == 6 and gemm["stable"] == 6  # the controls stay flat
