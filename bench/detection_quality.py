@@ -1,19 +1,24 @@
-"""Detection quality: our change-point detector against Apache Otava and Dana on labelled series.
+"""Detection quality: our change-point detector, batch and online (the store fed one commit at a
+time), against Apache Otava and Dana on labelled series.
 
-    .venv/bin/python bench/detection_quality.py [--series N] [--seed S] [--out results.json]
+    PYTHONPATH=. .venv/bin/python bench/detection_quality.py [--series N] [--seed S] [--out results.json]
 
 Needs the `bench` extra (`pip install -e .[bench]`: apache-otava).
 
 Series (all deterministic from --seed): LENGTH commits around a level of 100, multiplicative
-Gaussian noise of NOISE_LEVELS (0.5, 1, 2, 5 %); --series N series per noise level, cycling
-through the scenarios:
-- step:      one step of STEP_SIZES (1, 2, 3, 5, 10, 20 %, up or down) at a commit in [60, 140];
-- two_steps: two such steps, at [40, 80] and [120, 160];
-- outliers:  one step, plus OUTLIERS single slow commits (+15 to +50 %) away from the step;
-- bimodal:   one step; the noise is bimodal: a commit lands in a second mode 2 sigma slower with
-             probability 0.3, with sigma / 2 of Gaussian noise within each mode;
-- drift:     no step; a linear drift of 5 to 15 % (up or down) over 60 to 100 commits from commit 50;
-- noise:     no change at all.
+noise of NOISE_LEVELS (0.5, 1, 2, 5 %); --series N series per noise level, cycling through the
+kinds (issue 13's list):
+- step:          one step of STEP_SIZES (1, 2, 3, 5, 10, 20 %, up or down) at a commit in [60, 140];
+- two_steps:     two such steps, at [40, 80] and [120, 160];
+- staircase:     two steps the same way, the second 25 to 40 commits after the first;
+- slowdown_fix:  a step up, then back down (the fix) 5 to 30 commits later;
+- outliers:      one step, plus OUTLIERS single slow commits (+15 to +50 %) away from the step;
+- heavy_tails:   one step under Student-t noise (3 degrees of freedom, scaled to the noise level);
+- bimodal:       one step; bimodal clock states: a commit lands in a second mode 2 sigma slower
+                 with probability 0.3, with sigma / 2 of Gaussian noise within each mode;
+- drift:         no step; a linear drift of 5 to 15 % (up or down) over 60 to 100 commits from
+                 commit 50, or (every other one) a slow one of 2 % over the whole series;
+- noise, outliers_only, bimodal_only: no step (pure noise; outliers; bimodal clock states).
 
 Scoring, per detector, on the whole series:
 - a detection at d matches a true change at t when |d - t| <= TOLERANCE (2 commits); each true
@@ -21,26 +26,34 @@ Scoring, per detector, on the whole series:
 - unmatched true changes are false negatives; unmatched detections are false positives, except
   the first detection inside a drift (from its start to TOLERANCE past its end), which counts as
   neither: a drift is a real change of level that a detector may flag once, but it has no culprit
-  commit, and every further detection inside it is a false alarm (a drift cut into many steps is
-  penalised, one flag is not rewarded either);
-- precision, recall and F1 over all series of a noise level, and over everything.
+  commit, and every further detection inside it is a false alarm;
+- precision, recall and F1 over all series of a noise level, of a kind, and over everything;
+  false change points per 100 commits on the no-step kinds.
 
-Delay (the online view: commits arrive one at a time): for every true step of at least 3 noise
-standard deviations, the detector is run on the history up to t + d for d = 0, 1, ... MAX_DELAY and
-the delay is the first d at which a detection matches t (None when none by MAX_DELAY). Delay 0
-means flagged when the first commit at the new level arrives.
+Delay (commits arrive one at a time): for every true step of at least 3 noise standard
+deviations, the first d at which a detection at commit t + d matches t (None when none by
+MAX_DELAY). Batch detectors are run on the history up to t + d. The online path reads what the
+store holds after commit t + d: a suspected or confirmed point counts if a confirmed one matching
+t is stored later (issue 13: "suspected counts if it is then confirmed").
 
-Detectors, each with its defaults and the same settings for every series:
-- ours:  pipeline.results.changepoints.detect (window 50, max p 0.001, min_size 3);
-- otava: otava.analysis.compute_change_points(series, window_len=50, max_pvalue=0.001,
-         min_magnitude=0.0), Otava's own library entry point (its CLI defaults);
-- dana:  pipeline.results.changepoints.dana_running_average (range 5 %, required 2).
+Detectors, the same settings for every series:
+- batch:    pipeline.results.changepoints.detect with the store's defaults (AnalysisSettings:
+            window 50, max p 0.001, min magnitude 0.02, min_size 3);
+- online:   the store: bench/_online_store.py feeds each noise level's series one commit at a
+            time through ingest.ingest_result into a SQLite store (push runs, default analysis)
+            and reads the standing change points after every commit; scored on the confirmed
+            ones standing at the end, and also on every one it ever confirmed ("online, ever");
+- otava:    otava.analysis.compute_change_points(series, window_len=50, max_pvalue=0.001,
+            min_magnitude=0.0), Otava's own library entry point (its CLI defaults), and
+  otava_mm: the same with min_magnitude=0.02 (the store's minimum magnitude);
+- dana:     pipeline.results.changepoints.dana_running_average (range 5 %, required 2).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import time
 from collections.abc import Callable
@@ -48,12 +61,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from _online_store import Timeline, online_timelines
+
+from pipeline.config import AnalysisSettings
 from pipeline.results.changepoints import dana_running_average, detect
 
 LENGTH = 200
 NOISE_LEVELS = (0.005, 0.01, 0.02, 0.05)
 STEP_SIZES = (0.01, 0.02, 0.03, 0.05, 0.10, 0.20)
-SCENARIOS = ("step", "two_steps", "outliers", "bimodal", "drift", "noise")
+SCENARIOS = ("step", "two_steps", "staircase", "slowdown_fix", "outliers", "heavy_tails", "bimodal", "drift",
+             "noise", "outliers_only", "bimodal_only")
+NO_STEP = ("drift", "noise", "outliers_only", "bimodal_only")
+STORE = AnalysisSettings()
 OUTLIERS = 4
 TOLERANCE = 2
 MAX_DELAY = 15
@@ -78,32 +97,49 @@ def make_series(rng: np.random.Generator, noise: float, scenario: str) -> Series
     sizes: list[float] = []
     drifts: list[tuple[int, int]] = []
 
-    def step(lo: int, hi: int) -> None:
+    def step(lo: int, hi: int, size: float | None = None) -> float:
         at = int(rng.integers(lo, hi + 1))
-        size = float(rng.choice(STEP_SIZES)) * float(rng.choice((-1.0, 1.0)))
+        if size is None:
+            size = float(rng.choice(STEP_SIZES)) * float(rng.choice((-1.0, 1.0)))
         level[at:] *= 1.0 + size
         changes.append(at)
         sizes.append(size)
+        return at
 
-    if scenario in ("step", "outliers", "bimodal"):
+    if scenario in ("step", "outliers", "bimodal", "heavy_tails"):
         step(60, 140)
     elif scenario == "two_steps":
         step(40, 80)
         step(120, 160)
+    elif scenario == "staircase":
+        sign = float(rng.choice((-1.0, 1.0)))
+        first = step(40, 70, float(rng.choice(STEP_SIZES)) * sign)
+        step(first + 25, first + 40, float(rng.choice(STEP_SIZES)) * sign)
+    elif scenario == "slowdown_fix":
+        size = float(rng.choice(STEP_SIZES))
+        first = step(50, 120, size)
+        step(first + 5, first + 30, 1.0 / (1.0 + size) - 1.0)
     elif scenario == "drift":
-        span = int(rng.integers(60, 101))
-        total = float(rng.uniform(0.05, 0.15)) * float(rng.choice((-1.0, 1.0)))
-        ramp = np.clip((np.arange(LENGTH) - 50) / span, 0.0, 1.0)
+        if rng.random() < 0.5:
+            span = int(rng.integers(60, 101))
+            total = float(rng.uniform(0.05, 0.15)) * float(rng.choice((-1.0, 1.0)))
+            ramp = np.clip((np.arange(LENGTH) - 50) / span, 0.0, 1.0)
+            drifts.append((50, 50 + span))
+        else:  # issue 13's fault 7: +-2 % over the whole series
+            total = 0.02 * float(rng.choice((-1.0, 1.0)))
+            ramp = np.arange(LENGTH) / (LENGTH - 1)
+            drifts.append((0, LENGTH - 1))
         level *= 1.0 + total * ramp
-        drifts.append((50, 50 + span))
 
-    if scenario == "bimodal":
+    if scenario in ("bimodal", "bimodal_only"):
         mode = rng.random(LENGTH) < 0.3
         eps = noise / 2 * rng.standard_normal(LENGTH) + 2 * noise * mode
+    elif scenario == "heavy_tails":
+        eps = noise / math.sqrt(3.0) * rng.standard_t(3, LENGTH)  # unit variance times the noise
     else:
         eps = noise * rng.standard_normal(LENGTH)
-    values = level * (1.0 + eps)
-    if scenario == "outliers":
+    values = level * np.exp(eps)
+    if scenario in ("outliers", "outliers_only"):
         allowed = [i for i in range(LENGTH) if all(abs(i - c) > 3 for c in changes)]
         for i in rng.choice(allowed, size=OUTLIERS, replace=False):
             values[i] *= 1.0 + float(rng.uniform(0.15, 0.50))
@@ -122,22 +158,33 @@ def make_suite(n_per_noise: int, seed: int) -> list[Series]:
 # Detectors: values -> indices of the first commit of each new level.
 
 
-def ours(values: np.ndarray) -> list[int]:
-    return [cp.index for cp in detect(values)]
+def batch(values: np.ndarray) -> list[int]:
+    return [cp.index for cp in detect(values, window=STORE.window, max_pvalue=STORE.max_pvalue,
+                                      min_magnitude=STORE.min_magnitude, min_size=STORE.min_size)]
+
+
+def _otava(values: np.ndarray, min_magnitude: float) -> list[int]:
+    from otava.analysis import compute_change_points
+
+    cps, _ = compute_change_points(list(map(float, values)), window_len=50, max_pvalue=0.001,
+                                   min_magnitude=min_magnitude)
+    return [int(cp.index) for cp in cps]
 
 
 def otava(values: np.ndarray) -> list[int]:
-    from otava.analysis import compute_change_points
+    return _otava(values, 0.0)
 
-    cps, _ = compute_change_points(list(map(float, values)), window_len=50, max_pvalue=0.001, min_magnitude=0.0)
-    return [int(cp.index) for cp in cps]
+
+def otava_mm(values: np.ndarray) -> list[int]:
+    return _otava(values, STORE.min_magnitude)
 
 
 def dana(values: np.ndarray) -> list[int]:
     return dana_running_average(values)
 
 
-DETECTORS: dict[str, Callable[[np.ndarray], list[int]]] = {"ours": ours, "otava": otava, "dana": dana}
+DETECTORS: dict[str, Callable[[np.ndarray], list[int]]] = {"batch": batch, "otava": otava, "otava_mm": otava_mm,
+                                                            "dana": dana}
 
 
 def match(changes: list[int], found: list[int]) -> dict[int, int]:
@@ -187,32 +234,81 @@ def prf(tp: int, fp: int, fn: int) -> dict[str, float]:
     return {"tp": tp, "fp": fp, "fn": fn, "precision": p, "recall": r, "f1": f1}
 
 
+class Tally:
+    """Scores of one detector: P/R/F1 counts by slice, false points on no-step kinds, delays."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, list[int]] = {}
+        self.no_step: dict[str, list[int]] = {}
+        """kind -> [false points, commits]"""
+        self.delays: dict[str, list[int | None]] = {}
+
+    def add(self, s: Series, found: list[int], delays: list[int | None]) -> None:
+        tp, fp, fn = score(s, found)
+        for key in (f"noise={s.noise:g}", f"scenario={s.scenario}", "all"):
+            c = self.counts.setdefault(key, [0, 0, 0])
+            c[0] += tp
+            c[1] += fp
+            c[2] += fn
+        if s.scenario in NO_STEP:
+            n = self.no_step.setdefault(s.scenario, [0, 0])
+            n[0] += fp
+            n[1] += LENGTH
+        big = [t for t, size in zip(s.changes, s.sizes) if abs(size) >= BIG_STEP_SIGMAS * s.noise]
+        if len(delays) != len(big):
+            raise ValueError("one delay per big step")
+        self.delays.setdefault(f"noise={s.noise:g}", []).extend(delays)
+
+    def summary(self, seconds: float) -> dict:
+        delays = {k: _delay_summary(v) for k, v in self.delays.items()}
+        delays["all"] = _delay_summary([d for v in self.delays.values() for d in v])
+        return {"scores": {k: prf(*v) for k, v in self.counts.items()}, "delay_big_steps": delays,
+                "false_per_100_commits": {k: 100.0 * fp / n for k, (fp, n) in self.no_step.items()},
+                "seconds": seconds}
+
+
+def big_steps(s: Series) -> list[int]:
+    return [t for t, size in zip(s.changes, s.sizes) if abs(size) >= BIG_STEP_SIGMAS * s.noise]
+
+
+def online_delay(timeline: Timeline, t: int) -> int | None:
+    """First d at which the store, after commit t + d, holds a point matching t (suspected or
+    confirmed) that is confirmed then or later (module doc)."""
+    confirmed_from = next((i for i, points in enumerate(timeline)
+                           if any(abs(j - t) <= TOLERANCE and life == "confirmed" for j, life in points)), None)
+    if confirmed_from is None:
+        return None
+    for d in range(MAX_DELAY + 1):  # the first sighting is at or before confirmed_from
+        if t + d < len(timeline) and any(abs(j - t) <= TOLERANCE for j, _ in timeline[t + d]):
+            return d
+    return None
+
+
 def run(n_per_noise: int, seed: int) -> dict:
     suite = make_suite(n_per_noise, seed)
     out: dict = {"series": len(suite), "seed": seed, "length": LENGTH, "tolerance": TOLERANCE, "detectors": {}}
     for name, fn in DETECTORS.items():
         t0 = time.perf_counter()
-        counts: dict[str, list[int]] = {}
-        big_delays: dict[str, list[int | None]] = {}
+        tally = Tally()
         for s in suite:
-            found = fn(s.values)
-            tp, fp, fn_ = score(s, found)
-            for key in (f"noise={s.noise:g}", f"scenario={s.scenario}", "all"):
-                c = counts.setdefault(key, [0, 0, 0])
-                c[0] += tp
-                c[1] += fp
-                c[2] += fn_
-            for t, size in zip(s.changes, s.sizes):
-                if abs(size) >= BIG_STEP_SIGMAS * s.noise:
-                    big_delays.setdefault(f"noise={s.noise:g}", []).append(delay(s, t, fn))
-        elapsed = time.perf_counter() - t0
-        delays = {k: _delay_summary(v) for k, v in big_delays.items()}
-        delays["all"] = _delay_summary([d for v in big_delays.values() for d in v])
-        out["detectors"][name] = {
-            "scores": {k: prf(*v) for k, v in counts.items()},
-            "delay_big_steps": delays,
-            "seconds": elapsed,
-        }
+            tally.add(s, fn(s.values), [delay(s, t, fn) for t in big_steps(s)])
+        out["detectors"][name] = tally.summary(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    final, ever = Tally(), Tally()
+    retracted = 0
+    for noise in NOISE_LEVELS:
+        group = [s for s in suite if s.noise == noise]
+        for s, timeline in zip(group, online_timelines([s.values for s in group], STORE), strict=True):
+            end = [j for j, life in timeline[-1] if life == "confirmed"]
+            once = sorted({j for points in timeline for j, life in points if life == "confirmed"})
+            retracted += len(set(once) - set(end))
+            delays = [online_delay(timeline, t) for t in big_steps(s)]
+            final.add(s, end, delays)
+            ever.add(s, once, delays)
+    seconds = time.perf_counter() - t0
+    out["detectors"]["online"] = final.summary(seconds)
+    out["detectors"]["online, ever"] = ever.summary(seconds)
+    out["online_confirmed_then_retracted"] = retracted
     return out
 
 
@@ -227,25 +323,37 @@ def _delay_summary(delays: list[int | None]) -> dict:
     }
 
 
+NAMES = ("online", "online, ever", "batch", "otava", "otava_mm", "dana")
+
+
 def markdown(result: dict) -> str:
-    names = list(result["detectors"])
+    det = result["detectors"]
+    names = [n for n in NAMES if n in det]
     keys = [f"noise={n:g}" for n in NOISE_LEVELS] + [f"scenario={s}" for s in SCENARIOS] + ["all"]
     lines = [
-        "| slice | " + " | ".join(f"{n} P / R / F1" for n in names) + " | F1 ours / otava |",
-        "|---|" + "---|" * (len(names) + 1),
+        "| slice | " + " | ".join(f"{n} P / R / F1" for n in names) + " | F1 online / batch | F1 online / best Otava |",
+        "|---|" + "---|" * (len(names) + 2),
     ]
     for key in keys:
         cells = []
         for n in names:
-            s = result["detectors"][n]["scores"][key]
+            s = det[n]["scores"][key]
             cells.append(f"{s['precision']:.2f} / {s['recall']:.2f} / {s['f1']:.2f}")
-        f_ours = result["detectors"]["ours"]["scores"][key]["f1"]
-        f_otava = result["detectors"]["otava"]["scores"][key]["f1"]
-        ratio = f"{f_ours / f_otava:.2f}" if f_otava else "n/a"
-        lines.append(f"| {key} | " + " | ".join(cells) + f" | {ratio} |")
+        f_online = det["online"]["scores"][key]["f1"]
+        f_batch = det["batch"]["scores"][key]["f1"]
+        f_otava = max(det["otava"]["scores"][key]["f1"], det["otava_mm"]["scores"][key]["f1"])
+        ratio = f"{f_online / f_batch:.2f}" if f_batch else "n/a"
+        vs = f"{f_online / f_otava:.2f}" if f_otava else "n/a"
+        lines.append(f"| {key} | " + " | ".join(cells) + f" | {ratio} | {vs} |")
+    lines += ["", "False change points per 100 commits on series with no step:", "",
+              "| kind | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for kind in NO_STEP:
+        lines.append(f"| {kind} | " + " | ".join(f"{det[n]['false_per_100_commits'].get(kind, 0):.3f}"
+                                                 for n in names) + " |")
     lines += [
         "",
-        f"Online delay (commits after the step until flagged, steps >= {BIG_STEP_SIGMAS:g} sigma):",
+        f"Delay (commits after the step until flagged, steps >= {BIG_STEP_SIGMAS:g} sigma; online: suspected "
+        "or confirmed, when then confirmed):",
         "",
         "| slice | " + " | ".join(f"{n} <=2 / median / p90 / missed" for n in names) + " |",
         "|---|" + "---|" * len(names),
@@ -253,19 +361,20 @@ def markdown(result: dict) -> str:
     for key in [f"noise={n:g}" for n in NOISE_LEVELS] + ["all"]:
         cells = []
         for n in names:
-            d = result["detectors"][n]["delay_big_steps"].get(key)
-            if not d or not d["steps"]:
+            d = det[n]["delay_big_steps"].get(key)
+            if not d or not d["steps"] or d["median"] is None:
                 cells.append("-")
                 continue
-            cells.append(f"{d['within_2']:.2f} / {d['median']} / {d['p90']} / {d['missed']}/{d['steps']}")
+            cells.append(f"{d['within_2']:.2f} / {d['median']:g} / {d['p90']:.1f} / {d['missed']}/{d['steps']}")
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
-    lines += ["", "Seconds per detector: " + ", ".join(f"{n} {result['detectors'][n]['seconds']:.1f}" for n in names)]
+    lines += ["", f"Points the store confirmed and later retracted: {result['online_confirmed_then_retracted']}",
+              "Seconds per detector: " + ", ".join(f"{n} {det[n]['seconds']:.1f}" for n in names if n != "online, ever")]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--series", type=int, default=200, help="series per noise level (default 200)")
+    parser.add_argument("--series", type=int, default=110, help="series per noise level (default 110: 10 per kind)")
     parser.add_argument("--seed", type=int, default=20261121)
     parser.add_argument("--out", help="write the full results as JSON here")
     args = parser.parse_args(argv)
