@@ -25,7 +25,6 @@ can be recomputed from the same measurements.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -39,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _gpu_farm import GpuFarm, build_variants, cuda_device_class, replace_in  # noqa: E402
+from _two_step import two_step_main  # noqa: E402
 
 GEMM = "kernels/gemm/triton_cases.py"
 VARIANTS = {
@@ -135,19 +135,5 @@ def run(bundles: Path, out: Path) -> None:
         _save(out, report)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="step", required=True)
-    sub.add_parser("build").add_argument("--out", default=".gpu/acc")
-    p = sub.add_parser("run")
-    p.add_argument("--bundles", default=".gpu/acc")
-    p.add_argument("--out", default=os.environ.get("OUT", "."))
-    args = parser.parse_args()
-    if args.step == "build":
-        build(Path(args.out))
-    else:
-        run(Path(args.bundles), Path(args.out))
-
-
 if __name__ == "__main__":
-    main()
+    two_step_main(__doc__ or "", build, run, ".gpu/acc")
