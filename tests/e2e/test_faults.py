@@ -74,6 +74,10 @@ def test_results_arrive_after_a_service_restart(farm: Farm) -> None:
     farm.agent("agent-a", slow(1.5))
     try:
         wait_for(lambda: farm.job(job_id)["status"] == "running", 40, "the job to start")
+        # "running" comes at the claim, before the bundle is fetched; killed then, the agent has
+        # nothing to time and nothing to spool. After bundle_verified it needs the service only to upload.
+        wait_for(lambda: any(e["event"] == "bundle_verified" for e in farm.events("agent-a")), 40,
+                 "agent-a to fetch and verify the bundle")
         service.kill(signal.SIGKILL)
         wait_for(lambda: list(farm.spool("agent-a").glob("*.json")), 40, "agent-a to spool its results")
         wait_for(lambda: any(e["event"] == "service_unreachable" for e in farm.events("agent-a")), 10,
