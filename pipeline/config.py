@@ -148,6 +148,12 @@ class CompareSettings(BaseModel):
         default=True,
         description="a case whose head and base binaries are identical is 'unchanged (same binary)', never regressed "
         "or improved; false: judged by its timings like any other (A/A measurements)")
+    default_run_noise: float = Field(
+        default=0.03, ge=0, lt=1,
+        description="unpaired comparisons: the sd of one run's level (relative) assumed for a case whose series has "
+        "no learned run-to-run noise yet (Series.noise_unpaired, after 5 runs): the rounds of one run cannot show how "
+        "much two runs of one binary differ, so a fresh series is judged with this much between-run noise (it enters "
+        "the test and the threshold); 0: none assumed")
     ancestor_walk: int = Field(default=50, ge=1, description="how many first-parent ancestors to search for a base")
 
 

@@ -46,6 +46,10 @@ Change Point Detection to Hunt for Performance Regressions", ICPE 2023), itself 
    fails (p-value above `max_pvalue`, |relative change| under `min_magnitude`, or a side shorter
    than `min_size`), the weakest one is removed and its neighbours are tested again. Two
    candidates closer than `min_size` are never both kept.
+4. Ramps (`_ramp_cut_into_steps`): when all pass, consecutive points in one direction, each
+   within a window of the next, are compared with one ramp between two bends (BIC; a step's
+   searched position counts as a parameter, as the bends do). Where the ramp fits as well, the
+   weakest of them is removed and the merge resumes, until one point stands for the ramp.
 
 `min_size` is the number of commits of the new level needed before a change point is confirmed
 (Dana's "required" confirmations): with the default 3 a step is confirmed once the third commit at
@@ -57,8 +61,9 @@ runs followed by a normal one, or one very slow run after two slightly slow ones
 Assumptions: values are finite; noise between commits is independent and roughly normal within a
 level (the t-test); a level lasts at least `min_size` commits. Levels shorter than that (a one- or
 two-commit blip) are not reported. A slow drift (a significant linear trend with no step beyond
-it) is mostly not reported: it has no culprit commit, and cutting it into steps would raise one
-false alarm per window; a trend alarm is a separate matter.
+it) is mostly not reported, and a ramp (the level moving over tens of commits between two flat
+stretches) is reported once: neither has a culprit commit, and cutting one into steps would raise
+a false alarm per window.
 
 Cost: O(window^2) per window for the energy statistic, O(n / window) windows, so O(n * window):
 about 15 ms for 1,000 commits and 35 ms for 3,000 on one core of a 2-core Xeon (the store pays it
@@ -471,13 +476,71 @@ def _detect(y: np.ndarray, window: int, max_pvalue: float, min_magnitude: float,
         if not failing:
             crowded = [i for i in range(len(cps) - 1) if cps[i + 1] - cps[i] < min_size]
             if not crowded:
-                return stats
+                ramp = _ramp_cut_into_steps(y, stats, window)
+                if not ramp:
+                    return stats
+                del cps[ramp[0]]   # the weakest step of a ramp goes; the ramp is tested again without it
+                continue
             # Of the closest pair, keep the stronger one.
             j = min(crowded, key=lambda i: cps[i + 1] - cps[i])
             failing = [j, j + 1]
         worst = max(failing, key=lambda i: (stats[i].pvalue, -abs(stats[i].magnitude)))
         del cps[worst]
     return []
+
+
+RAMP_BIC_MARGIN = 0.0
+"""How much lower the ramp's BIC must be than the steps' for consecutive same-direction steps to be
+taken for a ramp."""
+
+
+def _ramp_cut_into_steps(y: np.ndarray, stats: Sequence[ChangePoint], window: int) -> list[int]:
+    """Positions in `stats`, weakest first but one, of consecutive change points in one direction
+    (each within `window` of the next) that a ramp explains at least as well as steps do; [] when
+    none. The level moving steadily over tens of commits (a slow drift between two flat stretches)
+    passes every local step test: each cut has a different mean on each side. But it has no culprit
+    commit, and it is not a staircase: one line between two bends (4 parameters: level, height and
+    the two bends, found by search) fits it as well as k steps (k + 1 levels and k searched
+    positions) do, by BIC. One point
+    is kept for the ramp, the strongest: the level did move, and the series page shows it."""
+    idx = [cp.index for cp in stats]
+    k = 0
+    while k < len(stats):
+        j = k
+        while (j + 1 < len(stats) and idx[j + 1] - idx[j] <= window
+               and (stats[j + 1].magnitude > 0) == (stats[k].magnitude > 0)):
+            j += 1
+        if j > k:
+            lo = max(idx[k - 1] if k else 0, idx[k] - window)
+            hi = min(idx[j + 1] if j + 1 < len(idx) else y.size, idx[j] + window)
+            segment = y[lo:hi]
+            steps = np.column_stack([np.ones(segment.size)] + [(np.arange(lo, hi) >= c).astype(np.float64)
+                                                                for c in idx[k:j + 1]])
+            # a step's position was searched as the ramp's bends are: each counts as a parameter
+            steps_bic = _bic(segment, steps) + (j + 1 - k) * math.log(segment.size)
+            if _ramp_bic(segment, idx[k] - lo, idx[j] - lo) + RAMP_BIC_MARGIN <= steps_bic:
+                members = sorted(range(k, j + 1), key=lambda m: (-stats[m].pvalue, abs(stats[m].magnitude)))
+                return members[:-1]
+        k = j + 1
+    return []
+
+
+def _ramp_bic(y: np.ndarray, first: int, last: int) -> float:
+    """BIC of the best ramp y = a + d * clip((i - t1) / (t2 - t1), 0, 1) with t1 <= `first` and
+    t2 >= `last` (searched over every pair; 4 parameters)."""
+    n = y.size
+    i = np.arange(n, dtype=np.float64)
+    t1 = np.arange(0, first + 1, dtype=np.float64)[:, None, None]
+    t2 = np.arange(last, n, dtype=np.float64)[None, :, None]
+    r = np.clip((i - t1) / np.maximum(t2 - t1, 1.0), 0.0, 1.0)          # (t1, t2, n)
+    rc = r - r.mean(axis=2, keepdims=True)
+    yc = y - y.mean()
+    srr = (rc * rc).sum(axis=2)
+    sry = (rc * yc).sum(axis=2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rss = float(yc @ yc) - np.where(srr > 0, sry * sry / srr, 0.0)
+    best = max(float(rss.min()), 1e-300)
+    return n * math.log(best / n) + 4 * math.log(n)
 
 
 def dana_running_average(values: Sequence[float], *, range_: float = 0.05, required: int = 2) -> list[int]:

@@ -22,6 +22,9 @@ A change counts when it is significant (p <= max_pvalue) and at least the case's
 ratios are far less noisy than unpaired medians) or `min_change`, the noise the series' learned
 one on that device class (`Series.noise_paired`: the sd of a paired A/A change; for unpaired
 rows the sd of a change between two runs, sqrt(2) x `Series.noise_unpaired`, which is one run's).
+Unpaired rows also carry the run level of variation in their test (`stats.unpaired_estimates`'
+`run_noise`): one run's rounds cannot show how much two runs of one binary differ; a series with no
+learned run-to-run noise yet is assumed to have `CompareSettings.default_run_noise`.
 Every row carries its change's 95 % interval (ci_low, ci_high); base and head medians are those
 of the very samples the change was computed from.
 
@@ -527,11 +530,14 @@ def compare(
                                same(h.binary_digest, h.paired_binary_digest), shortcut, paired=True))
     sides = [((samples[base_results[k].measurement_id], base_results[k].round_sizes),  # type: ignore[index]
               (samples[head_results[k].measurement_id], head_results[k].round_sizes)) for k in to_test]  # type: ignore[index]
-    # the noise of a change between two runs: sqrt(2) x one run's (Series.noise_unpaired)
-    limits = [threshold(settings.min_change, None if (n := head_results[k].noise_unpaired) is None else n * SQRT2,
-                        settings.noise_factor) for k in to_test]
+    # one run's level noise (Series.noise_unpaired, or the assumed default of a fresh series) enters the
+    # test as each side's run-level variance, and the threshold as a change between two runs: sqrt(2) x it
+    run_noise = [n if (n := head_results[k].noise_unpaired) is not None else settings.default_run_noise
+                 for k in to_test]
+    limits = [threshold(settings.min_change, n * SQRT2 if n else None, settings.noise_factor) for n in run_noise]
     for key, ((base_samples, _), (head_samples, _)), v in zip(
-            to_test, sides, verdicts(sides, min_change=limits, **options), strict=True):
+            to_test, sides, verdicts(sides, min_change=limits, run_noise=[n or None for n in run_noise], **options),
+            strict=True):
         rows.append(_timed_row(cases[key[0]], key[1], _median(base_samples), _median(head_samples), v,
                                same(head_results[key].binary_digest, base_results[key].binary_digest), shortcut))
     rows = _mark_controls(rows, settings.max_pvalue)

@@ -236,31 +236,53 @@ Side = tuple[Sequence[float], Rounds]
 """(samples, rounds) of one side of an unpaired comparison."""
 
 
-def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, confidence: float = CONFIDENCE,
-                       blocks: int = DEFAULT_BLOCKS) -> list[Estimate]:
+def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, run_noise: float | Sequence[float | None] | None = None,
+                       confidence: float = CONFIDENCE, blocks: int = DEFAULT_BLOCKS) -> list[Estimate]:
     """The change between two separately timed results (base, head): per side, the log of each
-    round's median; change = exp(mean_h - mean_b) - 1; Welch's t-test of the two sets of round
-    values and its interval (Welch-Satterthwaite degrees of freedom).
+    round's median; change = exp(mean_h - mean_b) - 1; a t-test of the difference and its interval.
 
-    Valid when the rounds of each side are independent and near normal in logs; it does not
-    assume equal variances. It sees only the variation between rounds of one job: an offset the
-    whole job shares (placement, a warm or cool device) is the run-to-run noise of the series,
-    which the threshold carries (`threshold`, `Series.noise_unpaired`). Vectorised over all items.
+    Two levels of variation (Kalibera and Jones): rounds within a run, and runs. The rounds of one
+    side show only the first; an offset the whole run shares (its load, placement, a warm or cool
+    device) is invisible to them, and two runs of one binary differ by more than their rounds say.
+    `run_noise` is the sd of one run's level in logs (`Series.noise_unpaired`, from the series'
+    history; one value for all items or one per item, None: not known): each side's variance is then
+    max(its rounds' variance of the mean, run_noise^2), the history's taking the place of what one
+    run cannot show. Without it, Welch's test of the round values alone (Welch-Satterthwaite degrees
+    of freedom; a history term counts as known, adding no degrees of freedom). Vectorised.
     """
     base_logs, base_counts = _round_values([b for b, _ in items], blocks, "log")
     head_logs, head_counts = _round_values([h for _, h in items], blocks, "log")
     base_mean, base_var = _mean_var(base_logs, base_counts)
     head_mean, head_var = _mean_var(head_logs, head_counts)
+    run_var = np.square(np.asarray(_per_item(run_noise, len(items)), dtype=float))   # nan where unknown
     with np.errstate(invalid="ignore", divide="ignore"):
         vb, vh = base_var / base_counts, head_var / head_counts
-        se = np.sqrt(vb + vh)
-        df = np.where(se > 0, (vb + vh) ** 2 / (vb ** 2 / (base_counts - 1) + vh ** 2 / (head_counts - 1)),
-                      base_counts + head_counts - 2)
+        known = ~np.isnan(run_var)
+        # a side whose run-level variance dominates is taken as known (its term adds no df)
+        use_b, use_h = known & ~(vb >= run_var), known & ~(vh >= run_var)
+        vb_total, vh_total = np.where(use_b, run_var, vb), np.where(use_h, run_var, vh)
+        se = np.sqrt(vb_total + vh_total)
+        dof_terms = (np.where(use_b, 0.0, vb ** 2 / (base_counts - 1))
+                     + np.where(use_h, 0.0, vh ** 2 / (head_counts - 1)))
+        df = np.where((se > 0) & (dof_terms > 0), (vb_total + vh_total) ** 2 / np.where(dof_terms > 0, dof_terms, 1),
+                      np.where(known, KNOWN_VARIANCE_DF, base_counts + head_counts - 2))
     diff = head_mean - base_mean
     tested = (base_counts >= 2) & (head_counts >= 2)
     pvalue, low, high = _t_interval(diff, se, df, confidence)
     return _estimates(diff, pvalue, low, high, tested, np.minimum(base_counts, head_counts),
                       [len(b[0]) > 0 and len(h[0]) > 0 for b, h in items])
+
+
+KNOWN_VARIANCE_DF = 1e6
+"""Degrees of freedom of a variance taken as known (the run-level one from history): the normal."""
+
+
+def _per_item(value: float | Sequence[float | None] | None, count: int) -> list[float]:
+    if value is None or isinstance(value, int | float):
+        return [math.nan if value is None else float(value)] * count
+    if len(value) != count:
+        raise ValueError(f"{len(value)} run noises for {count} comparisons")
+    return [math.nan if v is None else float(v) for v in value]
 
 
 def threshold(floor: float, noise: float | None, factor: float = NOISE_FACTOR) -> float:
@@ -367,10 +389,12 @@ def verdicts(
     max_pvalue: float = MAX_PVALUE,
     min_rounds: int = MIN_ROUNDS,
     min_samples: int = MIN_SAMPLES,
+    run_noise: float | Sequence[float | None] | None = None,
 ) -> list[Verdict]:
     """`paired_verdicts` for two separately timed results ((base samples, rounds), (head samples,
-    rounds)), by `unpaired_estimates`; `min_rounds` and `min_samples` apply to each side."""
+    rounds)), by `unpaired_estimates` (with `run_noise`, the run level of variation);
+    `min_rounds` and `min_samples` apply to each side."""
     limits = _thresholds(len(items), min_change)
     return [_decide(e, limit, lower_is_better=lower_is_better, max_pvalue=max_pvalue,
                     enough=e.rounds >= min_rounds and min(len(b[0]), len(h[0])) >= min_samples)
-            for e, limit, (b, h) in zip(unpaired_estimates(items), limits, items, strict=True)]
+            for e, limit, (b, h) in zip(unpaired_estimates(items, run_noise=run_noise), limits, items, strict=True)]

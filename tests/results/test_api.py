@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -171,7 +172,8 @@ def test_pages_show_runs_series_and_comparison(service: tuple[str, Engine]) -> N
     assert [r["status"] for r in comparison["rows"]] == ["regressed"]
     (row,) = comparison["rows"]
     assert row["ci_low"] <= row["change"] <= row["ci_high"] and row["change"] == pytest.approx(1.0)
-    assert row["threshold"] == pytest.approx(0.05) and row["same_binary"] is False
+    # a fresh series (no learned run-to-run noise): 3 x sqrt(2) x the assumed 3 % of one run
+    assert row["threshold"] == pytest.approx(3 * math.sqrt(2) * 0.03) and row["same_binary"] is False
     series_id = requests.get(f"{url}/api/v1/series", timeout=10).json()[0]["id"]
     series_page = requests.get(f"{url}/series/{series_id}", timeout=10).text
     assert 'data-points="2"' in series_page  # the graph's points (drawn by uPlot in the browser)

@@ -84,13 +84,32 @@ def test_a_step_needs_min_size_commits_at_its_new_level() -> None:
     assert indices(detect(values)) == [50]
 
 
-def test_a_slow_drift_is_not_cut_into_steps() -> None:
-    # +15 % over 100 commits between two flat stretches, 0.5 % noise: at most the bends are
-    # flagged (the code before issue 13 flagged 13 points over these 10 series)
-    drift = 100.0 * (1.0 + 0.15 * np.clip((np.arange(200) - 50) / 100, 0.0, 1.0))
-    found = [len(detect(drift * (1.0 + 0.005 * np.random.default_rng(seed).standard_normal(200))))
+def ramp(total: float, start: int, span: int, n: int = 200) -> np.ndarray:
+    """100 flat, then `total` more over `span` commits from `start`, then flat again."""
+    return 100.0 * (1.0 + total * np.clip((np.arange(n) - start) / span, 0.0, 1.0))
+
+
+@pytest.mark.parametrize(("total", "span", "noise"), [(0.15, 100, 0.005), (0.13, 63, 0.02), (0.10, 60, 0.01)])
+def test_a_ramp_is_not_cut_into_steps(total: float, span: int, noise: float) -> None:
+    # a ramp between two flat stretches: one point at most (the level did move; there is no culprit
+    # commit to cut it at). Issue 13's bench: ramps of 5-15 % over 60-100 commits were cut into 2 to
+    # 5 points each (0.175 false points per 100 commits); (0.13, 63, 0.02) is one of them.
+    found = [len(detect(ramp(total, 50, span) * np.exp(np.random.default_rng(seed).normal(0, noise, 200))))
              for seed in range(10)]
-    assert sum(found) <= 13 and max(found) <= 3
+    assert max(found) <= 1, found
+
+
+def test_a_ramp_is_not_cut_into_steps_online() -> None:
+    # the store's view after every commit: analyse() of each prefix; no prefix stands on two points
+    x = ramp(0.13, 50, 63) * np.exp(np.random.default_rng(3).normal(0, 0.01, 200))
+    assert max(len(analyse(x[:end]).confirmed) for end in range(20, 201)) <= 1
+
+
+def test_a_step_on_top_of_a_ramp_is_still_found() -> None:
+    for seed in range(10):
+        x = ramp(0.10, 30, 120) * np.exp(np.random.default_rng(seed).normal(0, 0.005, 200))
+        x[100:] *= 1.08
+        assert any(abs(i - 100) <= 2 for i in indices(detect(x))), seed
 
 
 def test_analyse_is_a_function_of_the_history_alone() -> None:

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from scipy.stats import kstest, mannwhitneyu, ttest_ind, wilcoxon
+from scipy.stats import kstest, mannwhitneyu, norm, ttest_ind, wilcoxon
 from scipy.stats import t as student_t
 
 from pipeline.results.stats import (
@@ -16,6 +16,7 @@ from pipeline.results.stats import (
     paired_verdicts,
     robust_sd,
     round_sizes,
+    run_to_run_noise,
     summarize,
     threshold,
     unpaired_estimates,
@@ -195,6 +196,59 @@ def test_aa_pvalues_are_uniform_with_rounds_and_were_not_with_samples() -> None:
     # and the intervals cover the true change (0) about 95 % of the time
     covered = [e.ci_low <= 0 <= e.ci_high for e in paired_estimates(paired)]  # type: ignore[operator]
     assert 0.92 < np.mean(covered) < 0.98
+
+
+def test_unpaired_run_noise_by_hand() -> None:
+    # the same rounds as the Welch test above; one run's level noise 0.03 exceeds both sides' round
+    # variances of the mean (1e-4/3, 4e-4/3): se = sqrt(2) x 0.03, a known variance (the normal)
+    base, head = _rounds_at([0.0, 0.01, 0.02]), _rounds_at([0.05, 0.07, 0.09])
+    [e] = unpaired_estimates([((base, [3, 3, 3]), (head, [3, 3, 3]))], run_noise=0.03)
+    se = math.sqrt(2) * 0.03
+    assert e.pvalue == pytest.approx(2 * norm.sf(0.06 / se), rel=1e-4)
+    assert (e.ci_low, e.ci_high) == pytest.approx((math.expm1(0.06 - 1.959964 * se), math.expm1(0.06 + 1.959964 * se)),
+                                                  rel=1e-4)
+    # a run noise below both sides' own: Welch's test, unchanged
+    [welch] = unpaired_estimates([((base, [3, 3, 3]), (head, [3, 3, 3]))])
+    [small] = unpaired_estimates([((base, [3, 3, 3]), (head, [3, 3, 3]))], run_noise=0.001)
+    assert small == welch
+    # one side dominated: that side's variance is the run's, the other keeps its rounds' (and its df)
+    [mixed] = unpaired_estimates([((base, [3, 3, 3]), (head, [3, 3, 3]))], run_noise=0.009)
+    se_mixed = math.sqrt(0.009 ** 2 + 4e-4 / 3)
+    df = (0.009 ** 2 + 4e-4 / 3) ** 2 / ((4e-4 / 3) ** 2 / 2)
+    assert mixed.pvalue == pytest.approx(2 * student_t.sf(0.06 / se_mixed, df), rel=1e-4)
+    with pytest.raises(ValueError, match="run noises"):
+        unpaired_estimates([((base, None), (head, None))], run_noise=[0.1, 0.2])
+
+
+def _runs(rng: np.random.Generator, run_sd: float, change: float = 0.0) -> tuple:
+    """One unpaired comparison: two runs of 5 rounds x 40 samples, each run offset by its own
+    N(0, run_sd) (its load, its placement: what its rounds share), rounds by 1 %, samples AR(1)."""
+    n = ROUNDS * PER_ROUND
+    return tuple((1e-3 * np.exp(rng.normal(0, run_sd) + shift + np.repeat(rng.normal(0, 0.01, ROUNDS), PER_ROUND)
+                                + _ar1(rng, n, 0.9, 0.004)), [PER_ROUND] * ROUNDS)
+                 for shift in (0.0, math.log1p(change)))
+
+
+def test_unpaired_aa_with_a_run_effect_is_uniform_only_with_the_run_noise() -> None:
+    """Issue 11's CPU A/A: runs of identical code differ by more than their rounds say. Without the
+    run level the p-values pile up near 0; with the run noise learned from the series' history
+    (`run_to_run_noise` over 30 earlier runs of the same model) they are uniform, and a real 15 %
+    change is still found every time."""
+    rng = np.random.default_rng(5)
+    run_sd = 0.03
+    history = [float(np.median(_runs(rng, run_sd)[0][0])) for _ in range(30)]
+    learned = run_to_run_noise(history, ["same"] * len(history))
+    assert learned == pytest.approx(run_sd, rel=0.5)
+    aa = [_runs(rng, run_sd) for _ in range(COMPARISONS)]
+    assert kstest([e.pvalue for e in unpaired_estimates(aa)], "uniform").pvalue < 1e-6
+    with_runs = [e.pvalue for e in unpaired_estimates(aa, run_noise=learned)]
+    assert kstest(with_runs, "uniform").pvalue > 0.05
+    limit = threshold(0.05, learned * math.sqrt(2))
+    # p <= 0.01 and |change| >= 3 sd of a change between runs: ~0.3 % of identical-code comparisons
+    flagged = [v for v in verdicts(aa, min_change=limit, run_noise=learned) if v.status != "similar"]
+    assert len(flagged) <= 0.01 * len(aa)
+    real = [_runs(rng, run_sd, change=0.30) for _ in range(20)]
+    assert all(v.status == "regressed" for v in verdicts(real, min_change=limit, run_noise=learned))
 
 
 # --- noise and thresholds ------------------------------------------------------------------------
