@@ -113,8 +113,9 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     from dataclasses import asdict
 
     from pipeline.pr_comments.report import report_for_commit
-    from pipeline.pr_comments.table import terminal_table
+    from pipeline.pr_comments.table import compile_table, terminal_table
     from pipeline.results.compare import CompareError, combine, compare, result_device_classes
+    from pipeline.results.compile_stats import compile_changes
     from pipeline.results.db import open_store, session_scope
 
     base, head = _full_sha(args.base), _full_sha(args.head)
@@ -130,15 +131,20 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
                                    settings=settings.compare, base_sha=base) for name in classes]
             markdown = report_for_commit(session, settings=settings, repository=repository, sha=head, base_sha=base,
                                          device_classes=classes).body if args.format == "markdown" else ""
+            compiled = compile_changes(session, repository, head_sha=head, base_sha=base)
         except CompareError as exc:
             raise CliError(f"{exc} (in {settings.database_url}, repository {repository})") from None
     if args.format == "json":
-        sys.stdout.write(json.dumps(asdict(combine(repository, head, comparisons)), indent=2, default=str) + "\n")
+        document = asdict(combine(repository, head, comparisons))
+        document["compile_changes"] = [{**asdict(c), "change": c.change} for c in compiled]
+        sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
     elif args.format == "markdown":
         sys.stdout.write(markdown.rstrip("\n") + "\n")
     else:
         for comparison in comparisons:
             out_console.print(terminal_table(comparison))
+        if compiled:
+            out_console.print(compile_table(compiled))
     return 0
 
 

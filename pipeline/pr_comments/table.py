@@ -11,7 +11,14 @@ from collections.abc import Iterable, Sequence
 from rich.table import Table
 from rich.text import Text
 
-from pipeline.results.compare import Comparison, ComparisonRow, overall_verdict, status_label, verdict_counts
+from pipeline.results.compare import (
+    Comparison,
+    ComparisonRow,
+    overall_verdict,
+    status_label,
+    verdict_counts,
+)
+from pipeline.results.compile_stats import CompileChange
 
 STATUS_STYLE = {
     "regressed": "bold red",
@@ -102,4 +109,18 @@ def terminal_table(comparison: Comparison) -> Table:
             format_pvalue(row.pvalue),
             Text(row_status(row), style=STATUS_STYLE.get(row.status, "")),
         )
+    return table
+
+
+def compile_table(changes: Sequence[CompileChange]) -> Table:
+    """The compile figures that changed between the two commits (beside the verdict, not in it)."""
+    table = Table(title="compile statistics that changed (not part of the verdict)", title_justify="left")
+    table.add_column("case", overflow="fold", ratio=1)
+    table.add_column("target", no_wrap=True)
+    table.add_column("metric", no_wrap=True)
+    for column in ("base", "now", "change"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for c in changes:
+        table.add_row(Text(c.case_id), Text(c.target), c.metric, "-" if c.base is None else f"{c.base:g}",
+                      "-" if c.head is None else f"{c.head:g}", "-" if c.change is None else f"{c.change:+.1%}")
     return table

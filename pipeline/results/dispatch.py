@@ -347,11 +347,13 @@ def extend_leases(session: Session, *, lease_s: float, now: datetime | None = No
 def ensure_external_job(
     session: Session, *, run_id: str, job_id: str, repository: str, commit_sha: str, kind: str,
     device_class: DeviceClass, agent_name: str, bundle_digest: str | None, base_bundle_digest: str | None = None,
+    may_redefine_class: bool = False,
 ) -> Job:
     """A job run outside the queue (a Buildkite step: `benchfarm run-job`), named by the caller so
     that a retried step finds it again: the run and job are created when missing, and the job is
-    (re)started under `agent_name` with a lease that never expires (the orchestrator retries)."""
-    ingest.upsert_device_class(session, device_class)
+    (re)started under `agent_name` with a lease that never expires (the orchestrator retries). An
+    existing device class is not redefined unless `may_redefine_class` (ingest.DeviceClassConflict)."""
+    ingest.ensure_device_class(session, device_class, may_redefine=may_redefine_class)
     job = session.get(Job, job_id)
     if job is None:
         run = session.get(Run, run_id)

@@ -173,6 +173,26 @@ def upsert_device_class(session: Session, device_class: DeviceClass) -> DeviceCl
     return row
 
 
+class DeviceClassConflict(IngestError):
+    """A device class named again with another definition by a caller who may not change it."""
+
+
+def ensure_device_class(session: Session, device_class: DeviceClass, *, may_redefine: bool) -> DeviceClassRow:
+    """The device class of that name, created from its contract when missing; an existing one with
+    another definition (kind, targets, runtime, HAL driver) is changed only when `may_redefine`
+    (an admin), else DeviceClassConflict: a job's agent must not turn a GPU class into a CPU one."""
+    row = session.scalar(sa.select(DeviceClassRow).where(DeviceClassRow.name == device_class.name))
+    if row is None or may_redefine:
+        return upsert_device_class(session, device_class)
+    stored = (row.kind, list(row.targets), row.runtime, row.hal_driver)
+    wanted = (device_class.kind, list(device_class.targets), device_class.runtime, device_class.hal_driver)
+    if stored != wanted:
+        raise DeviceClassConflict(
+            f"device_class: {device_class.name!r} is defined as {row.kind} {','.join(row.targets)} ({row.runtime}); "
+            f"only an admin token may redefine it")
+    return row
+
+
 def _device_class(session: Session, name: str, field: str) -> DeviceClassRow:
     row = session.scalar(sa.select(DeviceClassRow).where(DeviceClassRow.name == name))
     if row is None:

@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 import requests
+import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from pipeline.config import Settings
-from pipeline.results import auth, ingest
+from pipeline.results import auth, dispatch, ingest
+from pipeline.results.models import Agent, Job
 from pipeline.results.api import create_app
 from pipeline.results.db import session_scope
 from tests.helpers.live_server import live_server
@@ -44,15 +46,25 @@ def service(seeded: Engine, tmp_path: Any) -> Iterator[Service]:
     yield from _service(seeded, tmp_path, max_upload_bytes=256 * 1024)
 
 
-def new_job(engine: Engine, label: int = 1) -> tuple[str, str]:
+AGENT = "agent-1"
+"""The agent the tests' jobs are leased to, registered with the stored agent-scope token."""
+
+
+def new_job(engine: Engine, label: int = 1, *, agent: str = AGENT, token_name: str = "agent-token") -> tuple[str, str]:
+    """A job running under `agent`, which registered with the token named `token_name`."""
     with session_scope(engine) as s:
         run = ingest.create_run(s, repository=f.REPO, commit_sha=f.sha(label), kind="local",
                                 device_classes=[f.DEVICE_CLASS])
-        return run.id, run.jobs[0].id
+        if s.scalar(sa.select(Agent.id).where(Agent.name == agent)) is None:
+            dispatch.register_agent(s, name=agent, token_name=token_name, host="test", version="", devices=[])
+        job = s.get(Job, run.jobs[0].id)
+        job.status, job.agent, job.lease_owner = "running", agent, agent
+        return run.id, job.id
 
 
-def document(engine: Engine, label: int = 1, **case: Any) -> dict[str, Any]:
-    run_id, job_id = new_job(engine, label)
+def document(engine: Engine, label: int = 1, *, agent: str = AGENT, token_name: str = "agent-token",
+             **case: Any) -> dict[str, Any]:
+    run_id, job_id = new_job(engine, label, agent=agent, token_name=token_name)
     doc = f.result_document(run_id=run_id, job_id=job_id, commit_sha=f.sha(label),
                             results=[f.ok(f.GEMM, f.series_samples(1e-3))])
     data = json.loads(doc.model_dump_json())
@@ -115,7 +127,8 @@ def test_stored_tokens_work_without_a_bootstrap_token(seeded: Engine, tmp_path: 
     with session_scope(seeded) as s:
         token = auth.create_token(s, name="only", scopes=["agent"])
     with live_server(create_app(Settings(home=tmp_path), seeded)) as url:
-        assert post(url, "/api/v1/results", json.dumps(document(seeded)), token).status_code == 200
+        body = json.dumps(document(seeded, agent="only-agent", token_name="only"))
+        assert post(url, "/api/v1/results", body, token).status_code == 200
         assert_refused(post(url, "/api/v1/results", "{}", "wrong"), 401, "bearer token")
 
 
@@ -125,7 +138,8 @@ def test_admins_manage_tokens_over_the_api(service: Service) -> None:
     assert created.status_code == 201, created.text
     token = created.json()["token"]
     assert token.startswith("bf_")
-    assert post(service.url, "/api/v1/results", json.dumps(document(service.engine)), token).status_code == 200
+    body = json.dumps(document(service.engine, agent="agent-2", token_name="agent-2"))
+    assert post(service.url, "/api/v1/results", body, token).status_code == 200
     listed = requests.get(f"{service.url}/api/v1/tokens", headers={"authorization": f"Bearer {BOOTSTRAP}"}, timeout=10)
     assert "agent-2" in [t["name"] for t in listed.json()] and token not in listed.text
     assert_refused(post(service.url, "/api/v1/tokens", json.dumps({"name": "x", "scopes": ["admin"]}),
@@ -293,3 +307,78 @@ def test_openapi_documents_the_upload_endpoints(service: Service) -> None:
     assert batch["requestBody"]["content"]["application/json"]["schema"]["items"]["$ref"].endswith("/ResultDocument")
     assert {"ResultDocument", "FormatMapping", "BatchSummary", "ImportSummary", "ErrorBody"} <= set(spec["components"]["schemas"])
     assert requests.get(f"{service.url}/docs", timeout=10).status_code == 200
+
+
+# --- object level: whose job, in which state ---------------------------------------------------
+
+
+def test_another_agents_token_cannot_upload_into_its_job(service: Service) -> None:
+    with session_scope(service.engine) as s:
+        other = auth.create_token(s, name="other-agent-token", scopes=["agent"])
+    body = json.dumps(document(service.engine))   # job leased to agent-1 (agent-token)
+    before = snapshot(service.engine)
+    assert_refused(post(service.url, "/api/v1/results", body, other), 403, "leased to agent 'agent-1'")
+    assert_refused(post(service.url, "/api/v1/results/batch", f"[{body}]", other), 403, "0: job")
+    assert snapshot(service.engine) == before
+    assert post(service.url, "/api/v1/results", body, service.tokens["admin"]).status_code == 200   # admin may
+
+
+def test_a_done_job_takes_an_identical_resend_but_nothing_new(service: Service) -> None:
+    first = document(service.engine)
+    assert post(service.url, "/api/v1/results", json.dumps(first), service.tokens["agent"]).json()["stored"] == 1
+    with session_scope(service.engine) as s:
+        dispatch.complete_job(s, job_id=first["job_id"], agent_name=AGENT)
+    before = snapshot(service.engine)
+    again = post(service.url, "/api/v1/results", json.dumps(first), service.tokens["agent"])
+    assert again.status_code == 200 and again.json()["duplicates"] == 1   # a spool re-sent after the job ended
+    extra = json.loads(json.dumps(first))
+    extra["results"][0]["case"] = f.CONV
+    assert_refused(post(service.url, "/api/v1/results", json.dumps(extra), service.tokens["agent"]), 409,
+                   "is done: it takes no new results")
+    assert snapshot(service.engine) == before
+
+
+def test_a_queued_job_takes_no_results(service: Service) -> None:
+    run_id, job_id = new_job(service.engine, 2)
+    with session_scope(service.engine) as s:
+        job = s.get(Job, job_id)
+        job.status, job.agent, job.lease_owner = "queued", None, None
+    doc = f.result_document(run_id=run_id, job_id=job_id, commit_sha=f.sha(2),
+                            results=[f.ok(f.GEMM, f.series_samples(1e-3))])
+    before = snapshot(service.engine)
+    assert_refused(post(service.url, "/api/v1/results", doc.model_dump_json(), service.tokens["agent"]), 409,
+                   "is queued")
+    assert snapshot(service.engine) == before
+
+
+def _external_job_body(device_class: dict[str, Any]) -> str:
+    return json.dumps({"agent": "bk-agent", "repository": f.REPO, "commit": json.loads(f.commit(7).model_dump_json()),
+                       "kind": "push", "device_class": device_class,
+                       "manifest": json.loads(f.manifest(f.sha(7), [f.built_entry(f.GEMM)]).model_dump_json())})
+
+
+def _put(service: Service, path: str, body: str, token: str) -> requests.Response:
+    return requests.put(f"{service.url}{path}", data=body, timeout=10, headers={
+        "authorization": f"Bearer {token}", "content-type": "application/json"})
+
+
+def test_an_agent_cannot_redefine_a_device_class_through_run_job(service: Service) -> None:
+    """`PUT /runs/{run}/jobs/{job}` (benchfarm run-job) names its device class: a new one is created,
+    an existing one turned into something else is refused unless the token is an admin's."""
+    same = json.loads(f.device_class().model_dump_json())
+    redefined = same | {"kind": "gpu", "targets": ["cuda:sm_90"], "runtime": "cuda", "hal_driver": None}
+    before = snapshot(service.engine)
+    refused = _put(service, "/api/v1/runs/bk-run/jobs/bk-job", _external_job_body(redefined), service.tokens["agent"])
+    assert_refused(refused, 409, "only an admin token may redefine it")
+    assert snapshot(service.engine) == before
+    ok = _put(service, "/api/v1/runs/bk-run/jobs/bk-job", _external_job_body(same), service.tokens["agent"])
+    assert ok.status_code == 200 and ok.json()["status"] == "running", ok.text
+    # the job's writer is the token that started it: another agent token cannot upload into it
+    with session_scope(service.engine) as s:
+        other = auth.create_token(s, name="other-agent-token", scopes=["agent"])
+    doc = f.result_document(run_id="bk-run", job_id="bk-job", commit_sha=f.sha(7),
+                            results=[f.ok(f.GEMM, f.series_samples(1e-3))])
+    assert_refused(post(service.url, "/api/v1/results", doc.model_dump_json(), other), 403, "bk-agent")
+    assert post(service.url, "/api/v1/results", doc.model_dump_json(), service.tokens["agent"]).status_code == 200
+    admin = _put(service, "/api/v1/runs/bk-run-2/jobs/bk-job-2", _external_job_body(redefined), service.tokens["admin"])
+    assert admin.status_code == 200, admin.text

@@ -21,6 +21,7 @@ from pipeline.results.api.routes import (
     change_points,
     commits,
     compare,
+    compile_stats,
     dashboard,
     health,
     imports,
@@ -111,8 +112,8 @@ def create_app(settings: Settings, engine: Engine) -> FastAPI:
             return error_page(request, exc.status_code, str(exc.detail), headers=exc.headers)
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
-    for module in (health, commits, runs, compare, series, change_points, regressions, dashboard, results, imports,
-                   tokens, agents, jobs, bundles, webhooks):
+    for module in (health, commits, runs, compare, series, compile_stats, change_points, regressions, dashboard,
+                   results, imports, tokens, agents, jobs, bundles, webhooks):
         app.include_router(module.router, prefix="/api/v1")
     web.mount(app)
 

@@ -298,3 +298,26 @@ class DashboardGroupOut(_FromAttributes):
 class DashboardOut(_FromAttributes):
     counts: dict[str, int]
     groups: list[DashboardGroupOut]
+
+
+class CompileSeriesOut(_FromAttributes):
+    case_id: str
+    target: str
+    commits: int = Field(description="commits whose bundles compiled this case for this target")
+    latest: dict[str, float | None] = Field(description="metric -> the newest commit's figure (None: not reported)")
+
+
+class CompilePointOut(_FromAttributes):
+    sha: str
+    committed_at: datetime
+    status: str = Field(description="built | failed")
+    values: dict[str, float | None]
+
+
+class CompileChangeOut(_FromAttributes):
+    case_id: str
+    target: str
+    metric: str
+    base: float | None
+    head: float | None
+    change: float | None = Field(description="head / base - 1; None when a side is missing or base is 0")

@@ -62,3 +62,47 @@ def roofline_svg(points: Sequence[RooflinePoint], peak_flops: float | None, peak
                  "arithmetic intensity (FLOP/byte)</text>")
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+STEP_W, STEP_H, STEP_PAD_L, STEP_PAD_B = 760, 140, 96, 24
+
+
+def step_svg(values: Sequence[float | None], labels: Sequence[str], metric: str, unit: str) -> Markup:
+    """One compile metric along the commits as a step line (a value holds until the next commit
+    changes it); a commit without the figure leaves a gap. Each point's tooltip: commit and value."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return Markup(f'<p class="muted small">{escape(metric)}: not reported by the compiler.</p>')
+    lo, hi = min(known), max(known)
+    span = (hi - lo) or max(abs(hi), 1.0) * 0.1
+    lo, hi = lo - span * 0.1, hi + span * 0.1
+    step = (STEP_W - STEP_PAD_L - 20) / max(len(values) - 1, 1)
+
+    def x(i: int) -> float:
+        return STEP_PAD_L + i * step
+
+    def y(v: float) -> float:
+        return 8 + (hi - v) / (hi - lo) * (STEP_H - 8 - STEP_PAD_B)
+
+    parts = [f'<svg class="compile-chart" viewBox="0 0 {STEP_W} {STEP_H}" role="img" aria-label="{escape(metric)}">',
+             f'<text x="{STEP_PAD_L - 6}" y="{y(max(known)) + 4:.1f}" text-anchor="end">{escape(f"{max(known):g}")}</text>',
+             f'<text x="{STEP_PAD_L - 6}" y="{y(min(known)) + 4:.1f}" text-anchor="end">{escape(f"{min(known):g}")}</text>',
+             f'<text x="{STEP_PAD_L}" y="{STEP_H - 6}">{escape(metric)} ({escape(unit)})</text>']
+    path: list[str] = []
+    previous: float | None = None
+    for i, v in enumerate(values):
+        if v is None:
+            if len(path) > 1:
+                parts.append(f'<polyline class="line" points="{" ".join(path)}"/>')
+            path, previous = [], None
+            continue
+        if previous is not None:
+            path.append(f"{x(i):.1f},{y(previous):.1f}")
+        path.append(f"{x(i):.1f},{y(v):.1f}")
+        previous = v
+        parts.append(f'<circle class="point" cx="{x(i):.1f}" cy="{y(v):.1f}" r="3">'
+                     f'<title>{escape(labels[i])}: {escape(f"{v:g}")} {escape(unit)}</title></circle>')
+    if len(path) > 1:
+        parts.append(f'<polyline class="line" points="{" ".join(path)}"/>')
+    parts.append("</svg>")
+    return Markup("".join(parts))

@@ -9,12 +9,13 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
-from pipeline.results import queries
+from pipeline.contracts import METRICS
+from pipeline.results import compile_stats, queries
 from pipeline.results.api.deps import SessionDep, SettingsDep
-from pipeline.results.web import data
 from pipeline.results.compare import STATUSES, Comparison, overall_verdict
 from pipeline.results.models import Run
-from pipeline.results.web.chart import roofline_svg
+from pipeline.results.web import data
+from pipeline.results.web.chart import roofline_svg, step_svg
 from pipeline.results.web.farm import redirect_to_full_id
 from pipeline.results.web.paging import paginate
 from pipeline.results.web.render import page
@@ -140,3 +141,29 @@ def roofline(request: Request, session: SessionDep, settings: SettingsDep, user:
         "device_classes": names, "device_class": device_class, "points": points, "ceilings": ceilings,
         "rows": paginate(rows, page_number, settings.web.page_rows), "shares": shares, "order": order,
         "chart": roofline_svg(points, peak_flops, peak_bytes) if points else None})
+
+
+@router.get("/compile", response_class=HTMLResponse)
+def compile_list(request: Request, session: SessionDep, user: UserDep, repository: str = "") -> HTMLResponse:
+    """Every compile series (case x target) of a repository with its newest figures: build-only
+    targets included, which no device runs."""
+    names = data.repositories(session)
+    repository = repository if repository in names else (names[0] if names else "")
+    series = compile_stats.list_compile_series(session, repository) if repository else []
+    return page(request, "compile_list.html", user, {"repositories": names, "repository": repository,
+                                                     "series": series})
+
+
+@router.get("/compile/history", response_class=HTMLResponse)
+def compile_history_page(request: Request, session: SessionDep, user: UserDep, repository: str, case: str,
+                         target: str) -> HTMLResponse:
+    """One compile series: a step chart per metric and the table, commit by commit."""
+    history = compile_stats.compile_history(session, repository, case, target)
+    if not history:
+        raise HTTPException(404, f"no compile statistics for {case} on {target} in {repository}")
+    labels = [f"{p.sha[:10]} {p.committed_at:%Y-%m-%d}" for p in history]
+    charts = [step_svg([p.values[m] for p in history], labels, m, METRICS[m].unit)
+              for m in compile_stats.METRIC_COLUMNS]
+    return page(request, "compile_history.html", user, {"repository": repository, "case": case, "target": target,
+                                                        "history": history, "charts": charts,
+                                                        "metrics": list(compile_stats.METRIC_COLUMNS)})

@@ -8,6 +8,7 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated
 
+import sqlalchemy as sa
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,7 +21,7 @@ from pipeline.results.api.routes._dispatch_errors import dispatch_errors
 from pipeline.results.api.routes.agents import AgentPrincipal, check_agent_token
 from pipeline.results.api.schemas import ERROR_RESPONSES
 from pipeline.results.db import session_scope
-from pipeline.results.models import JOB_STATUSES
+from pipeline.results.models import JOB_STATUSES, Agent
 
 router = APIRouter(tags=["jobs"], responses=ERROR_RESPONSES)
 UserPrincipal = Annotated[Principal, require_scope("user")]
@@ -180,7 +181,15 @@ def external_job(run_id: str, job_id: str, body: ExternalJob, session: SessionDe
                     if body.base_manifest is not None else None)
         except ingest.IngestError as exc:
             raise HTTPException(422, str(exc)) from None
-        dispatch.ensure_external_job(session, run_id=run_id, job_id=job_id, repository=body.repository,
-                                     commit_sha=body.commit.sha, kind=body.kind, device_class=body.device_class,
-                                     agent_name=body.agent, bundle_digest=digest, base_bundle_digest=base)
+        try:
+            dispatch.ensure_external_job(session, run_id=run_id, job_id=job_id, repository=body.repository,
+                                         commit_sha=body.commit.sha, kind=body.kind, device_class=body.device_class,
+                                         agent_name=body.agent, bundle_digest=digest, base_bundle_digest=base,
+                                         may_redefine_class=principal.allows("admin"))
+        except ingest.DeviceClassConflict as exc:
+            raise HTTPException(409, str(exc)) from None
+        if session.scalar(sa.select(Agent.id).where(Agent.name == body.agent)) is None:
+            # the writer of this job's results: an agent known only from run-job is bound to this token
+            dispatch.register_agent(session, name=body.agent, token_name=principal.name, host="run-job",
+                                    version="", devices=[])
     return _job_out(session, job_id)

@@ -1,5 +1,10 @@
 """POST /results and /results/batch: device agents' result documents, ingested idempotently.
 
+Who may write (object level, beyond the agent scope): results go only into a job leased to an
+agent registered with the caller's token (an admin token may write anywhere), and only while it
+runs; into a job that has ended only an identical re-send is taken (every case result already
+stored: a duplicate, nothing written), anything new is 409.
+
 Bodies are read by `BodyDep` (bounded while streaming) and validated by `parse_result`, the one
 way a document enters the system; errors name the field, prefixed by the document's index in a
 batch. A request is one transaction: a refused document leaves the store as it was.
@@ -8,20 +13,54 @@ batch. A request is one transaction: a refused document leaves the store as it w
 from __future__ import annotations
 
 import json
+from typing import Annotated
 
-from fastapi import APIRouter
+import sqlalchemy as sa
+from fastapi import APIRouter, HTTPException
+from sqlalchemy.orm import Session
 
 from pipeline.contracts import ContractError, ResultDocument, parse_result
 from pipeline.results import ingest
-from pipeline.results.api.deps import BodyDep, SessionDep, SettingsDep, require_scope
+from pipeline.results.api.deps import (
+    BodyDep,
+    Principal,
+    SessionDep,
+    SettingsDep,
+    require_scope,
+)
 from pipeline.results.api.schemas import (
     ERROR_RESPONSES,
     BatchSummary,
     UploadSummary,
     json_body,
 )
+from pipeline.results.models import Agent, Job
 
-router = APIRouter(tags=["results"], dependencies=[require_scope("agent")], responses=ERROR_RESPONSES)
+router = APIRouter(tags=["results"], responses=ERROR_RESPONSES)
+AgentWriter = Annotated[Principal, require_scope("agent")]
+
+
+def _ingest_as(session: Session, document: ResultDocument, settings: SettingsDep,
+               principal: Principal) -> ingest.IngestSummary:
+    """`ingest.ingest_result` under the object-level rules of the module doc (403 / 409)."""
+    job = session.get(Job, document.job_id)
+    if job is None:   # ingest names the unknown job
+        return ingest.ingest_result(session, document=document, analysis=settings.analysis)
+    holder = job.lease_owner or job.agent
+    if holder is not None and not principal.allows("admin"):
+        token = session.scalar(sa.select(Agent.token_name).where(Agent.name == holder))
+        if token != principal.name:
+            raise HTTPException(403, f"job {job.id} is leased to agent {holder!r}, whose token is not "
+                                     f"{principal.name!r}")
+    if job.status == "running":
+        return ingest.ingest_result(session, document=document, analysis=settings.analysis)
+    with session.begin_nested() as attempt:
+        summary = ingest.ingest_result(session, document=document, analysis=settings.analysis)
+        if summary.stored:
+            attempt.rollback()
+            raise HTTPException(409, f"job {job.id} is {job.status}: it takes no new results "
+                                     f"({summary.stored} case results not stored yet)")
+    return summary
 
 
 def _summary(job_id: str, summary: ingest.IngestSummary) -> UploadSummary:
@@ -33,9 +72,9 @@ def _summary(job_id: str, summary: ingest.IngestSummary) -> UploadSummary:
     summary="Upload one result document (idempotent on job, case and target)",
     openapi_extra=json_body(ResultDocument, "a result document (schema_version 1); needs the agent scope"),
 )
-def upload_results(body: BodyDep, session: SessionDep, settings: SettingsDep) -> UploadSummary:
+def upload_results(body: BodyDep, session: SessionDep, settings: SettingsDep, principal: AgentWriter) -> UploadSummary:
     document = parse_result(body)
-    return _summary(document.job_id, ingest.ingest_result(session, document=document, analysis=settings.analysis))
+    return _summary(document.job_id, _ingest_as(session, document, settings, principal))
 
 
 @router.post(
@@ -46,15 +85,16 @@ def upload_results(body: BodyDep, session: SessionDep, settings: SettingsDep) ->
                 "stored count as duplicates, so sending a batch again succeeds and writes nothing.",
     openapi_extra=json_body(list[ResultDocument], "a JSON array of result documents; needs the agent scope"),
 )
-def upload_batch(body: BodyDep, session: SessionDep, settings: SettingsDep) -> BatchSummary:
+def upload_batch(body: BodyDep, session: SessionDep, settings: SettingsDep, principal: AgentWriter) -> BatchSummary:
     documents = parse_batch(body)
     summaries = []
     for i, document in enumerate(documents):
         try:
-            summaries.append(_summary(document.job_id, ingest.ingest_result(
-                session, document=document, analysis=settings.analysis)))
+            summaries.append(_summary(document.job_id, _ingest_as(session, document, settings, principal)))
         except ingest.IngestError as exc:
             raise ingest.IngestError(f"{i}.{exc}") from None
+        except HTTPException as exc:
+            raise HTTPException(exc.status_code, f"{i}: {exc.detail}") from None
     return BatchSummary(documents=summaries, stored=sum(s.stored for s in summaries),
                         duplicates=sum(s.duplicates for s in summaries), samples=sum(s.samples for s in summaries))
 
