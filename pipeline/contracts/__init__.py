@@ -12,14 +12,28 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from pipeline.contracts import strict_json
 from pipeline.contracts.commits import CommitInfo
 from pipeline.contracts.ids import SCHEMA_VERSION, CaseId, DeviceClass, Target
 from pipeline.contracts.manifest import (
-    BundleEntry, BundleManifest, CompileStats, KernelParam, LaunchSpec, ReferenceSubset, TensorSpec, TorchCall,
+    BundleEntry,
+    BundleManifest,
+    CompileStats,
+    KernelParam,
+    LaunchSpec,
+    ReferenceSubset,
+    TensorSpec,
+    TorchCall,
     bundle_digest,
 )
 from pipeline.contracts.metrics import METRICS, Metric
-from pipeline.contracts.result import CaseResult, Correctness, DeviceInfo, ResultDocument, SampleStats
+from pipeline.contracts.result import (
+    CaseResult,
+    Correctness,
+    DeviceInfo,
+    ResultDocument,
+    SampleStats,
+)
 
 __all__ = [
     "SCHEMA_VERSION", "CommitInfo", "CaseId", "Target", "DeviceClass", "BundleManifest", "BundleEntry", "CompileStats",
@@ -59,12 +73,12 @@ def _field_path(loc: tuple[Any, ...]) -> str:
 def _validate(model: type[M], document: str, data: Any) -> M:
     if isinstance(data, (bytes, str)):
         try:
-            data = json.loads(data)
-        except json.JSONDecodeError as exc:
-            raise ContractError(document, [("(document)", f"not JSON: {exc}")]) from None
+            data = strict_json.loads(data)
+        except strict_json.BodyError as exc:
+            raise ContractError(document, [("(document)", str(exc))]) from None
     if isinstance(data, dict):
         version = data.get("schema_version", SCHEMA_VERSION)
-        if version != SCHEMA_VERSION:
+        if version != SCHEMA_VERSION or isinstance(version, bool):   # True == 1 in Python, not in JSON
             raise ContractError(
                 document, [("schema_version", f"unknown schema version {version!r}; this server reads {SCHEMA_VERSION}")]
             )

@@ -25,7 +25,14 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+)
 
 __all__ = ["PackedArray", "pack", "unpack", "to_blob", "from_blob", "SampleArray", "ReadingArray", "packed_or_list"]
 

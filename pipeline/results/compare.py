@@ -78,7 +78,13 @@ from pipeline.results.models import (
     Run,
     Series,
 )
-from pipeline.results.stats import Verdict, paired_estimates, paired_verdicts, threshold, verdicts
+from pipeline.results.stats import (
+    Verdict,
+    paired_estimates,
+    paired_verdicts,
+    threshold,
+    verdicts,
+)
 
 __all__ = [
     "DRIFT_RATIO", "STATUSES", "STATUS_LABELS", "VERDICTS", "BaseChoice", "CompareError", "Comparison", "ComparisonRow",

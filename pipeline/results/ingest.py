@@ -20,7 +20,6 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipeline.config import AnalysisSettings
-from pipeline.contracts.arrays import to_blob
 from pipeline.contracts import (
     BundleManifest,
     CaseId,
@@ -30,6 +29,7 @@ from pipeline.contracts import (
     ResultDocument,
     bundle_digest,
 )
+from pipeline.contracts.arrays import to_blob
 from pipeline.results.analysis import analyze_after_ingest, learn_paired_noise
 from pipeline.results.models import (
     JOB_STATUSES,

@@ -31,9 +31,9 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from itertools import chain
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
 from typing import Literal
 
 import numpy as np

@@ -11,7 +11,7 @@ import hmac
 from collections.abc import Iterator
 from typing import Annotated, Any
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, HTTPException, Path, Request
 from sqlalchemy.orm import Session
 
 from pipeline.config import Settings
@@ -36,6 +36,8 @@ def get_session(request: Request) -> Iterator[Session]:
 # right after a write sees it (the default, "request", would commit after the response).
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+RowId = Annotated[int, Path(ge=1, le=2**63 - 1, description="a stored row's id (1 to 2^63 - 1)")]
+"""An integer id in a path: out of a database integer's range it is a 422, not a 500 from the driver."""
 
 
 async def read_bounded_body(request: Request, settings: SettingsDep) -> bytes:

@@ -19,7 +19,13 @@ from fastapi.staticfiles import StaticFiles
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
 from pipeline.results.db import session_scope
-from pipeline.results.web.session import CsrfError, SignedSessionMiddleware, SignInRequired, bearer_principal, principal_of
+from pipeline.results.web.session import (
+    CsrfError,
+    SignedSessionMiddleware,
+    SignInRequired,
+    bearer_principal,
+    principal_of,
+)
 
 __all__ = ["mount"]
 

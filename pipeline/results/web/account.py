@@ -7,7 +7,13 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from pipeline.results.api.deps import SessionDep, SettingsDep
 from pipeline.results.web.render import page
-from pipeline.results.web.session import UserDep, checked_form, safe_next, sign_in, sign_out
+from pipeline.results.web.session import (
+    UserDep,
+    checked_form,
+    safe_next,
+    sign_in,
+    sign_out,
+)
 
 router = APIRouter(include_in_schema=False)
 

@@ -11,7 +11,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from pipeline.contracts import METRICS
 from pipeline.results import compile_stats, queries
-from pipeline.results.api.deps import SessionDep, SettingsDep
+from pipeline.results.api.deps import RowId, SessionDep, SettingsDep
 from pipeline.results.compare import STATUSES, Comparison, overall_verdict
 from pipeline.results.models import Run
 from pipeline.results.web import data
@@ -67,7 +67,7 @@ def run_page(run_id: str, request: Request, session: SessionDep, settings: Setti
 
 
 @router.get("/series/{series_id}", response_class=HTMLResponse)
-def series_page(series_id: int, request: Request, session: SessionDep, user: UserDep) -> HTMLResponse:
+def series_page(series_id: RowId, request: Request, session: SessionDep, user: UserDep) -> HTMLResponse:
     """The history graph (median, min-max, change points, the vendor control) and the table of values."""
     summary = queries.get_series(session, series_id)
     if summary is None:
@@ -110,7 +110,7 @@ def data_first_line(info: data.CommitInfo | None) -> str:
 
 
 @router.get("/series/{series_id}/samples")
-def series_samples(series_id: int, sha: str, session: SessionDep) -> JSONResponse:
+def series_samples(series_id: RowId, sha: str, session: SessionDep) -> JSONResponse:
     """Every sample of one commit on the series (the graph fetches them on hover)."""
     samples = data.commit_samples(session, series_id, sha)
     if samples is None:

@@ -19,8 +19,8 @@ from pipeline.pr_comments.table import (
     row_status,
     summary_line,
 )
-from pipeline.results.compare import status_label
 from pipeline.results.auth import Principal
+from pipeline.results.compare import status_label
 from pipeline.results.models import utcnow
 from pipeline.results.web.session import csrf_token
 

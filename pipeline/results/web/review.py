@@ -9,7 +9,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from pipeline.pr_comments.table import STATUS_ORDER
 from pipeline.results import queries, triage
-from pipeline.results.api.deps import SessionDep, SettingsDep
+from pipeline.results.api.deps import RowId, SessionDep, SettingsDep
 from pipeline.results.compare import STATUSES, CompareError
 from pipeline.results.models import LIFECYCLE, TRIAGE_STATES
 from pipeline.results.web import data
@@ -115,7 +115,7 @@ def regressions_page(request: Request, session: SessionDep, user: UserDep, devic
 
 
 @router.post("/change-points/{change_point_id}/triage")
-async def triage_form(change_point_id: int, request: Request, session: SessionDep, user: UserDep) -> RedirectResponse:
+async def triage_form(change_point_id: RowId, request: Request, session: SessionDep, user: UserDep) -> RedirectResponse:
     """The triage form of the regressions and series pages (signed-in users, CSRF-checked)."""
     principal = require_signed_in(request, user, "triage")
     form = await checked_form(request)

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException
 
 from pipeline.results import queries, triage
-from pipeline.results.api.deps import Principal, SessionDep, require_scope
+from pipeline.results.api.deps import Principal, RowId, SessionDep, require_scope
 from pipeline.results.api.schemas import (
     ERROR_RESPONSES,
     ChangePointDetailOut,
@@ -21,7 +21,7 @@ router = APIRouter(tags=["change points"])
 UserDep = Annotated[Principal, require_scope("user")]
 
 
-def _detail(session: SessionDep, change_point_id: int) -> ChangePointDetailOut:
+def _detail(session: SessionDep, change_point_id: RowId) -> ChangePointDetailOut:
     found = queries.get_change_point(session, change_point_id)
     if found is None:
         raise HTTPException(404, f"no change point {change_point_id}")
@@ -31,7 +31,7 @@ def _detail(session: SessionDep, change_point_id: int) -> ChangePointDetailOut:
 
 @router.get("/change-points/{change_point_id}", response_model=ChangePointDetailOut,
             summary="One change point with its triage history", responses={404: {"model": ErrorBody}})
-def get_change_point(change_point_id: int, session: SessionDep) -> ChangePointDetailOut:
+def get_change_point(change_point_id: RowId, session: SessionDep) -> ChangePointDetailOut:
     return _detail(session, change_point_id)
 
 
@@ -44,7 +44,7 @@ def get_change_point(change_point_id: int, session: SessionDep) -> ChangePointDe
     responses={**ERROR_RESPONSES, 404: {"model": ErrorBody}},
 )
 def triage_change_point(
-    change_point_id: int, request: TriageIn, session: SessionDep, principal: UserDep,
+    change_point_id: RowId, request: TriageIn, session: SessionDep, principal: UserDep,
 ) -> ChangePointDetailOut:
     try:
         triage.triage(session, change_point_id=change_point_id, state=request.state, who=principal.name,

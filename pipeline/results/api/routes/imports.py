@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pipeline.contracts import ContractError
+from pipeline.contracts import ContractError, strict_json
 from pipeline.results import formats
 from pipeline.results.api.deps import BodyDep, SessionDep, require_scope
 from pipeline.results.api.schemas import ERROR_RESPONSES, ImportSummary, json_body
@@ -50,9 +49,9 @@ def import_file(format: FormatName, body: BodyDep, session: SessionDep) -> Impor
 
 def parse_request(body: bytes) -> ImportRequest:
     try:
-        data = json.loads(body)
-    except json.JSONDecodeError as exc:
-        raise ContractError("import request", [("(document)", f"not JSON: {exc}")]) from None
+        data = strict_json.loads(body)
+    except strict_json.BodyError as exc:
+        raise ContractError("import request", [("(document)", str(exc))]) from None
     try:
         return ImportRequest.model_validate(data)
     except ValidationError as exc:

@@ -12,14 +12,13 @@ batch. A request is one transaction: a refused document leaves the store as it w
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import sqlalchemy as sa
 from fastapi import APIRouter, HTTPException
 from sqlalchemy.orm import Session
 
-from pipeline.contracts import ContractError, ResultDocument, parse_result
+from pipeline.contracts import ContractError, ResultDocument, parse_result, strict_json
 from pipeline.results import ingest
 from pipeline.results.api.deps import (
     BodyDep,
@@ -102,9 +101,9 @@ def upload_batch(body: BodyDep, session: SessionDep, settings: SettingsDep, prin
 def parse_batch(body: bytes) -> list[ResultDocument]:
     """Every document of the batch, or ContractError listing each bad one's fields as `<index>.<field>`."""
     try:
-        data = json.loads(body)
-    except json.JSONDecodeError as exc:
-        raise ContractError("batch of result documents", [("(document)", f"not JSON: {exc}")]) from None
+        data = strict_json.loads(body)
+    except strict_json.BodyError as exc:
+        raise ContractError("batch of result documents", [("(document)", str(exc))]) from None
     if not isinstance(data, list):
         raise ContractError("batch of result documents", [("(document)", "must be a JSON array of result documents")])
     if not data:

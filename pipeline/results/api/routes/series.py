@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query
 
 from pipeline.results import analysis, queries
-from pipeline.results.api.deps import SessionDep, SettingsDep, require_scope
+from pipeline.results.api.deps import RowId, SessionDep, SettingsDep, require_scope
 from pipeline.results.api.schemas import (
     ERROR_RESPONSES,
     BaselineOut,
@@ -34,7 +34,7 @@ def _settings(row: Series) -> SeriesSettingsOut:
                              lower_is_better_override=row.lower_is_better)
 
 
-def _detail(session: SessionDep, series_id: int) -> SeriesDetailOut:
+def _detail(session: SessionDep, series_id: RowId) -> SeriesDetailOut:
     summary = queries.get_series(session, series_id)
     row = session.get(Series, series_id)
     if summary is None or row is None:
@@ -51,7 +51,7 @@ def _detail(session: SessionDep, series_id: int) -> SeriesDetailOut:
 @router.get("/series/{series_id}", response_model=SeriesDetailOut,
             summary="One series: history per commit, change points, baseline and settings",
             responses={404: {"model": ErrorBody}})
-def get_series(series_id: int, session: SessionDep) -> SeriesDetailOut:
+def get_series(series_id: RowId, session: SessionDep) -> SeriesDetailOut:
     return _detail(session, series_id)
 
 
@@ -63,7 +63,7 @@ def get_series(series_id: int, session: SessionDep) -> SeriesDetailOut:
     responses={**ERROR_RESPONSES, 404: {"model": ErrorBody}},
     dependencies=[require_scope("user")],
 )
-def put_series_settings(series_id: int, request: SeriesSettingsIn, session: SessionDep,
+def put_series_settings(series_id: RowId, request: SeriesSettingsIn, session: SessionDep,
                         settings: SettingsDep) -> SeriesDetailOut:
     row = session.get(Series, series_id)
     if row is None:

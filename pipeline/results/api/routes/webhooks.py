@@ -8,7 +8,6 @@ stored), 200 "duplicate" for a delivery id already received, 202 "accepted" when
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import sqlalchemy as sa
@@ -16,6 +15,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
 
+from pipeline.contracts import strict_json
 from pipeline.pr_comments.webhook import decide, verify_signature
 from pipeline.results.api.deps import BodyDep, SessionDep, SettingsDep, require_scope
 from pipeline.results.models import WebhookDelivery, utcnow
@@ -38,9 +38,10 @@ def github_webhook(request: Request, body: BodyDep, session: SessionDep, setting
     if not delivery_id or not event or len(delivery_id) > 100 or len(event) > 50:
         raise HTTPException(400, "X-GitHub-Delivery and X-GitHub-Event headers are required")
     try:
-        payload = json.loads(body)
-    except ValueError:
-        raise HTTPException(400, "the body is not JSON (set the webhook's content type to application/json)") from None
+        payload = strict_json.loads(body)
+    except strict_json.BodyError as exc:
+        raise HTTPException(400, f"the body is not acceptable JSON: {exc} (set the webhook's content type to "
+                                 "application/json)") from None
     if not isinstance(payload, dict):
         raise HTTPException(400, "the body is not a JSON object")
     if session.get(WebhookDelivery, delivery_id) is not None:

@@ -1,0 +1,77 @@
+"""The one way a JSON body from outside becomes Python data: bounded, finite, well-encoded.
+
+Every document that crosses into the service (result documents, batches, imports, webhooks) is read
+by `loads`, so the same input gets the same refusal on every store and route:
+- bytes that are not UTF-8: refused (not a 500 from a decode deep inside);
+- nesting deeper than `MAX_DEPTH` arrays/objects: refused before parsing (the parser recurses; a
+  100,000-deep body would exhaust the stack);
+- `NaN`, `Infinity`, `-Infinity` (which Python's json reads though JSON has no such numbers):
+  refused wherever they appear, so every number stored is finite;
+- NUL characters in strings: refused (PostgreSQL text cannot hold them; SQLite could, and the two
+  stores must answer alike).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+__all__ = ["MAX_DEPTH", "BodyError", "loads"]
+
+MAX_DEPTH = 64
+"""Deepest nesting of arrays and objects taken; our documents nest 5 levels."""
+
+_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+class BodyError(ValueError):
+    """A body that is not acceptable JSON; the message says why."""
+
+
+def _depth(body: bytes) -> int:
+    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
+        return 0
+    depth = deepest = 0
+    for match in _TOKENS.finditer(body):
+        token = match.group()
+        if token in (b"[", b"{"):
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_DEPTH:
+                    return deepest
+        elif token in (b"]", b"}"):
+            depth -= 1
+    return deepest
+
+
+def _no_constant(name: str) -> Any:
+    raise BodyError(f"{name} is not a JSON number; every number must be finite")
+
+
+def _no_nul(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    for key, value in pairs:
+        if "\x00" in key or (isinstance(value, str) and "\x00" in value):
+            raise BodyError(f"field {key[:40]!r}: text must not contain NUL characters")
+    return dict(pairs)
+
+
+def loads(body: bytes | str) -> Any:
+    """`body` parsed (module doc), or BodyError naming the problem."""
+    raw = body.encode() if isinstance(body, str) else body
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BodyError(f"not UTF-8: byte {exc.start} ({raw[exc.start:exc.start + 1]!r})") from None
+    if _depth(raw) > MAX_DEPTH:
+        raise BodyError(f"nested more than {MAX_DEPTH} levels deep")
+    try:
+        data = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_nul)
+    except json.JSONDecodeError as exc:
+        raise BodyError(f"not JSON: {exc}") from None
+    if isinstance(data, str) and "\x00" in data:
+        raise BodyError("text must not contain NUL characters")
+    if isinstance(data, list) and any(isinstance(v, str) and "\x00" in v for v in data):
+        raise BodyError("text must not contain NUL characters")
+    return data
