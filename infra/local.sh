@@ -30,7 +30,7 @@ want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "benchfarm setup: installing benchfarm and its dependencies into .venv (first time: a few minutes)" >&2
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".[test]"
+  .venv/bin/python -m pip install --quiet -e ".[all,test]"
   echo "$want" > "$stamp"
 fi
 
@@ -70,6 +70,9 @@ case "$mode" in
     # merge leaves behind in code that only another machine runs (the GPU runners).
     .venv/bin/python -m ruff check --select F --quiet pipeline bench tests \
       || { echo "benchfarm test: ruff found undefined or unused names (above)" >&2; exit 1; }
+    # Import boundaries (pyproject's [tool.importlinter]): agents and the builder stay off the store.
+    .venv/bin/lint-imports --no-cache >/dev/null \
+      || { .venv/bin/lint-imports --no-cache | tail -20; echo "benchfarm test: an import boundary is broken (above)" >&2; exit 1; }
     set +e
     .venv/bin/python -m pytest "$@"
     status=$?

@@ -7,12 +7,19 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from pipeline import __version__
 from pipeline.config import Settings, SettingsError, load_settings
@@ -60,7 +67,12 @@ def _suite_and_ref(args: argparse.Namespace, ref: str, *, note: bool = True) -> 
     benchmark: `ref`, or with --worktree a commit of the working tree on top of HEAD. Uncommitted
     changes that a run of HEAD leaves out are named on stderr."""
     from pipeline.build.suite_loader import (
-        WORKTREE_REF_PREFIX, commit_worktree, default_suite, locate_suite, resolve_commit, uncommitted_changes,
+        WORKTREE_REF_PREFIX,
+        commit_worktree,
+        default_suite,
+        locate_suite,
+        resolve_commit,
+        uncommitted_changes,
     )
 
     suite = Path(args.suite) if args.suite else default_suite()
@@ -114,7 +126,12 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
 
     from pipeline.pr_comments.report import report_for_commit
     from pipeline.pr_comments.table import compile_table, terminal_table
-    from pipeline.results.compare import CompareError, combine, compare, result_device_classes
+    from pipeline.results.compare import (
+        CompareError,
+        combine,
+        compare,
+        result_device_classes,
+    )
     from pipeline.results.compile_stats import compile_changes
     from pipeline.results.db import open_store, session_scope
 

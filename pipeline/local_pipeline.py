@@ -15,16 +15,21 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from pipeline.agents.devices import LocalDevice, discover_local_devices
 from pipeline.agents.check_cache import CheckCache
+from pipeline.agents.devices import LocalDevice, discover_local_devices
 from pipeline.agents.local import run_bundle
 from pipeline.build.bundle import build_bundle, load_bundle
-from pipeline.build.suite_loader import SuiteLocation, commit_history, locate_suite, resolve_commit
+from pipeline.build.suite_loader import (
+    SuiteLocation,
+    commit_history,
+    locate_suite,
+    resolve_commit,
+)
 from pipeline.config import Settings
 from pipeline.contracts import Target
+from pipeline.contracts.ids import selects_case
 from pipeline.results import ingest
 from pipeline.results.compare import Comparison, choose_base, compare
-from pipeline.results.dispatch import selects_case
 from pipeline.results.db import session_scope
 from pipeline.results.models import Job
 

@@ -32,7 +32,7 @@ from pipeline.agents.spool import Spool, Spooled
 from pipeline.agents.upload import deliver, resend_command
 from pipeline.config import MeasurementSettings, Settings
 from pipeline.contracts import BundleManifest, ResultDocument
-from pipeline.results.dispatch import selects_case
+from pipeline.contracts.ids import selects_case
 
 __all__ = ["DeviceAgent", "Work", "map_devices", "run_locally"]
 

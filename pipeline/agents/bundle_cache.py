@@ -13,8 +13,8 @@ import uuid
 from pathlib import Path
 
 from pipeline.agents.client import ServiceClient
-from pipeline.build.bundle import MANIFEST, load_bundle
 from pipeline.contracts import BundleManifest, ContractError, bundle_digest
+from pipeline.contracts.bundle_dir import MANIFEST, load_bundle
 
 __all__ = ["BundleRefused", "fetch_bundle"]
 

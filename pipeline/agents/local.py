@@ -16,17 +16,28 @@ from typing import Any
 import numpy as np
 
 from pipeline.agents.adb import AdbTransport
-from pipeline.agents.devices import LocalDevice
 from pipeline.agents.check_cache import CheckCache
-from pipeline.agents.measure import Measured, interval_halfwidth, measure, measure_pairs, round_levels
+from pipeline.agents.devices import LocalDevice
+from pipeline.agents.measure import (
+    Measured,
+    interval_halfwidth,
+    measure,
+    measure_pairs,
+    round_levels,
+)
 from pipeline.agents.runners import CheckedKernel, Workspace
 from pipeline.agents.runners.iree_runner import IreeDevice, prepare_entry
-from pipeline.results.stats import summarize
-from pipeline.build.bundle import load_bundle
-from pipeline.build.suite_loader import load_suite_module
 from pipeline.config import MeasurementSettings
-from pipeline.contracts import BundleEntry, BundleManifest, CaseResult, Correctness, ResultDocument, bundle_digest
-from pipeline.contracts.result import AgentInfo, PairedBase
+from pipeline.contracts import (
+    BundleEntry,
+    BundleManifest,
+    CaseResult,
+    Correctness,
+    ResultDocument,
+    bundle_digest,
+)
+from pipeline.contracts.bundle_dir import load_bundle, load_suite_module
+from pipeline.contracts.result import AgentInfo, PairedBase, summarize
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +101,10 @@ def _runner(device: LocalDevice) -> _Runner:
 
         return _Runner(adb_runner.AdbPhone(device.transport, device_class.hal_driver), adb_runner.prepare_entry)
     if device_class.runtime == "cuda":
-        from pipeline.agents.runners import cuda_runner, torch_runner  # cuda.bindings / torch: imported when used
+        from pipeline.agents.runners import (  # cuda.bindings / torch: imported when used
+            cuda_runner,
+            torch_runner,
+        )
 
         return _Runner(cuda_runner.CudaDevice(device.info.uid), cuda_runner.prepare_entry, torch_runner.prepare_entry)
     if device_class.runtime == "iree" and device_class.hal_driver:

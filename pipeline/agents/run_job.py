@@ -22,9 +22,9 @@ from pipeline.agents.agent import DeviceAgent, Work, map_devices, run_locally
 from pipeline.agents.agent_log import AgentLog
 from pipeline.agents.devices import discover_local_devices
 from pipeline.agents.upload import resend_command
-from pipeline.build.bundle import MANIFEST, load_bundle
 from pipeline.config import Settings
 from pipeline.contracts import CommitInfo
+from pipeline.contracts.bundle_dir import MANIFEST, load_bundle
 
 __all__ = ["RunJobError", "bundle_folder", "job_ids", "run_job"]
 

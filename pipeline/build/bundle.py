@@ -31,14 +31,32 @@ from pathlib import Path
 
 from pipeline.build import iree_compiler, triton_compiler
 from pipeline.build.compiled import CompiledArtifact, CompileError
-from pipeline.build.suite_api import IreeSource, KernelCase, KernelSource, TorchSource, TritonSource
-from pipeline.build.suite_loader import SuiteLocation, export_suite, load_suite, suite_digest
-from pipeline.contracts import BundleEntry, BundleManifest, CompileStats, LaunchSpec, Target, TorchCall, parse_manifest
+from pipeline.build.suite_api import (
+    IreeSource,
+    KernelCase,
+    KernelSource,
+    TorchSource,
+    TritonSource,
+)
+from pipeline.build.suite_loader import (
+    SuiteLocation,
+    export_suite,
+    load_suite,
+    suite_digest,
+)
+from pipeline.contracts import (
+    BundleEntry,
+    BundleManifest,
+    CompileStats,
+    LaunchSpec,
+    Target,
+    TorchCall,
+)
+from pipeline.contracts.bundle_dir import MANIFEST, load_bundle
 from pipeline.contracts.manifest import ArtifactRef
 
 __all__ = ["ALL_TARGETS", "BuildCounts", "build_bundle", "load_bundle", "MANIFEST", "SUITE_DIR"]
 
-MANIFEST = "manifest.json"
 ALL_TARGETS = (
     "llvm-cpu:x86_64", "llvm-cpu:aarch64", "llvm-cpu:aarch64-android", "vulkan:valhall", "vulkan:adreno",
     "cuda:sm_80", "cuda:sm_90", "hip:gfx942", "hip:gfx950", "hip:gfx1250",
@@ -68,10 +86,6 @@ class _Job:
     source: KernelSource | None = None
     key: str = ""
     error: str | None = None
-
-
-def load_bundle(bundle_dir: Path) -> BundleManifest:
-    return parse_manifest((Path(bundle_dir) / MANIFEST).read_bytes())
 
 
 def _compiler_versions() -> dict[str, str]:

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import ModuleType
 
 from pipeline.build.suite_api import KernelCase
-from pipeline.contracts import CommitInfo
+from pipeline.contracts import CommitInfo, bundle_dir
 
 __all__ = [
     "SuiteError", "SuiteLocation", "locate_suite", "resolve_commit", "suite_digest", "export_suite",
@@ -258,27 +258,11 @@ def load_suite(suite_dir: Path | str, *, digest: str | None = None) -> list[Kern
 
 
 def load_suite_module(suite_dir: Path | str, module: str) -> ModuleType:
-    """Import one suite module (e.g. `gemm.reference`) from a shipped suite copy, by its file alone.
-
-    The suite's package `__init__` files are NOT run (they import the builder's API); a module
-    loaded this way, such as a reference, may import nothing but NumPy and the standard library.
-    """
-    suite_dir = Path(suite_dir).resolve()
-    parts = module.split(".")
-    candidates = [suite_dir.joinpath(*parts).with_suffix(".py"), suite_dir.joinpath(*parts, "__init__.py")]
-    path = next((p for p in candidates if p.is_file()), None)
-    if path is None:
-        raise SuiteError(f"suite module {module} not found in {suite_dir}")
-    name = f"_benchfarm_suite_module_{uuid.uuid4().hex[:8]}_{'_'.join(parts)}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    loaded = importlib.util.module_from_spec(spec)
+    """`pipeline.contracts.bundle_dir.load_suite_module`, its failures as SuiteError."""
     try:
-        with _no_bytecode():
-            spec.loader.exec_module(loaded)
-    except Exception as exc:
-        raise SuiteError(f"loading {path} failed: {type(exc).__name__}: {exc}") from exc
-    return loaded
+        return bundle_dir.load_suite_module(suite_dir, module)
+    except bundle_dir.BundleModuleError as exc:
+        raise SuiteError(str(exc)) from exc
 
 
 _FIELD, _RECORD = "\x1f", "\x1e"

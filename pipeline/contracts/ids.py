@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from typing import Annotated, Literal
 
@@ -83,3 +84,8 @@ class DeviceClass(BaseModel):
         if self.runtime == "iree" and not self.hal_driver:
             raise ValueError("an IREE device class needs hal_driver")
         return self
+
+
+def selects_case(glob: str | None, case_id: str) -> bool:
+    """Whether a job's `cases` glob (fnmatch, case-sensitive; None: all) selects a case id."""
+    return glob is None or fnmatch.fnmatchcase(case_id, glob)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import statistics
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -172,3 +175,20 @@ class ResultDocument(BaseModel):
         if self.finished_at < self.started_at:
             raise ValueError("finished_at is before started_at")
         return self
+
+
+def summarize(samples: Sequence[float]) -> SampleStats:
+    """n, median, mean, sample standard deviation (n - 1 denominator; 0 for a single sample), min, max.
+
+    Raises ValueError for an empty sequence, and (through SampleStats) for non-positive or
+    non-finite values.
+    """
+    if not samples:
+        raise ValueError("cannot summarize no samples")
+    values = [float(v) for v in samples]
+    n = len(values)
+    mean = math.fsum(values) / n
+    # Two passes with fsum: correctly rounded sums, within an ulp or two of statistics.stdev's
+    # exact fractions and ~20 times faster (ingest summarizes every case result it stores).
+    stdev = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+    return SampleStats(n=n, median=statistics.median(values), mean=mean, stdev=stdev, min=min(values), max=max(values))

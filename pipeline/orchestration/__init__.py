@@ -1,5 +1,10 @@
 """Production orchestration: the dynamic Buildkite pipeline (DESIGN.md, "The flow")."""
 
-from pipeline.orchestration.buildkite import STEP_ENV, PipelineRequest, build_pipeline, render_pipeline
+from pipeline.orchestration.buildkite import (
+    STEP_ENV,
+    PipelineRequest,
+    build_pipeline,
+    render_pipeline,
+)
 
 __all__ = ["STEP_ENV", "PipelineRequest", "build_pipeline", "render_pipeline"]

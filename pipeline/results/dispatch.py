@@ -16,7 +16,6 @@ Concurrent claims:
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -26,6 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipeline.contracts import DeviceClass, DeviceInfo
+from pipeline.contracts.ids import selects_case  # noqa: F401  (part of the dispatcher's surface)
 from pipeline.results import ingest
 from pipeline.results.models import (
     Agent,
@@ -111,11 +111,6 @@ class JobRow:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
-
-
-def selects_case(glob: str | None, case_id: str) -> bool:
-    """Whether a job's `cases` glob (fnmatch, case-sensitive; None: all) selects a case id."""
-    return glob is None or fnmatch.fnmatchcase(case_id, glob)
 
 
 def rowcount(result: sa.Result[Any]) -> int:

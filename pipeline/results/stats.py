@@ -29,7 +29,6 @@ than `NOISE_FACTOR` times it.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -39,7 +38,7 @@ from typing import Literal
 import numpy as np
 from scipy.stats import t as student_t
 
-from pipeline.contracts import SampleStats
+from pipeline.contracts.result import summarize  # noqa: F401  (re-exported: stats is where callers look)
 
 MIN_CHANGE = 0.05
 """Smallest relative change of the median called a regression or an improvement (the floor)."""
@@ -65,23 +64,6 @@ NOISE_MIN_POINTS = 5
 VerdictStatus = Literal["regressed", "improved", "similar", "insufficient data"]
 Rounds = Sequence[int] | None
 """Samples per round, in order (sum = number of samples); None: not reported."""
-
-
-def summarize(samples: Sequence[float]) -> SampleStats:
-    """n, median, mean, sample standard deviation (n - 1 denominator; 0 for a single sample), min, max.
-
-    Raises ValueError for an empty sequence, and (through SampleStats) for non-positive or
-    non-finite values.
-    """
-    if not samples:
-        raise ValueError("cannot summarize no samples")
-    values = [float(v) for v in samples]
-    n = len(values)
-    mean = math.fsum(values) / n
-    # Two passes with fsum: correctly rounded sums, within an ulp or two of statistics.stdev's
-    # exact fractions and ~20 times faster (ingest summarizes every case result it stores).
-    stdev = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
-    return SampleStats(n=n, median=statistics.median(values), mean=mean, stdev=stdev, min=min(values), max=max(values))
 
 
 def round_sizes(n: int, rounds: Rounds, blocks: int = DEFAULT_BLOCKS) -> list[int]:

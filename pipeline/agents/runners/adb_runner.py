@@ -39,7 +39,7 @@ from pipeline.agents.runners import CheckedKernel, Workspace
 from pipeline.agents.runners.checking import check_against_reference
 from pipeline.agents.runners.iree_runner import make_inputs, verify_artifact
 from pipeline.contracts import BundleEntry, CaseResult, Correctness
-from pipeline.results.formats import google_benchmark
+from pipeline.contracts.foreign import google_benchmark
 
 log = logging.getLogger(__name__)
 

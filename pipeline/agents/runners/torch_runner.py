@@ -29,7 +29,13 @@ import numpy as np
 
 from pipeline.agents.runners import CheckedKernel, Workspace, placement_count
 from pipeline.agents.runners.checking import check_against_reference
-from pipeline.agents.runners.cuda_runner import CudaDevice, HOST_DTYPES, bf16_values, finite, make_inputs
+from pipeline.agents.runners.cuda_runner import (
+    HOST_DTYPES,
+    CudaDevice,
+    bf16_values,
+    finite,
+    make_inputs,
+)
 from pipeline.contracts import BundleEntry, CaseResult, Correctness
 
 __all__ = ["TORCH_MISSING", "torch_missing", "prepare_entry", "OPS"]

@@ -23,10 +23,10 @@ from sqlalchemy.orm import Session
 
 from pipeline import __version__
 from pipeline.contracts import CaseResult, ContractError, DeviceInfo, ResultDocument
+from pipeline.contracts.foreign import google_benchmark, nvbench, pytest_benchmark
+from pipeline.contracts.foreign._common import Benchmark, Parsed
 from pipeline.contracts.result import AgentInfo
 from pipeline.results import ingest
-from pipeline.results.formats import google_benchmark, nvbench, pytest_benchmark
-from pipeline.results.formats._common import Benchmark, Parsed
 from pipeline.results.formats._mapping import CaseRule, FormatMapping
 from pipeline.results.models import Job, Run, utcnow
 from pipeline.results.stats import summarize

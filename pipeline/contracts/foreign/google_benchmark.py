@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.contracts import ContractError
-from pipeline.results.formats._common import (
+from pipeline.contracts.foreign._common import (
     UNIT_SECONDS,
     Benchmark,
     Parsed,
