@@ -46,8 +46,21 @@ def _depth(body: bytes) -> int:
     return deepest
 
 
-def _no_constant(name: str) -> Any:
-    raise BodyError(f"{name} is not a JSON number; every number must be finite")
+class _NonFinite:
+    """What NaN / Infinity parse to, so that the refusal can name where they were."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _find(data: Any, path: tuple[str, ...] = ()) -> tuple[tuple[str, ...], str] | None:
+    if isinstance(data, _NonFinite):
+        return path, data.name
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in items:
+        if isinstance(value, (dict, list, _NonFinite)) and (found := _find(value, (*path, str(key)))):
+            return found
+    return None
 
 
 def _no_nul(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -66,10 +79,19 @@ def loads(body: bytes | str) -> Any:
         raise BodyError(f"not UTF-8: byte {exc.start} ({raw[exc.start:exc.start + 1]!r})") from None
     if _depth(raw) > MAX_DEPTH:
         raise BodyError(f"nested more than {MAX_DEPTH} levels deep")
+    constants: list[_NonFinite] = []
+
+    def constant(name: str) -> _NonFinite:
+        constants.append(_NonFinite(name))
+        return constants[-1]
+
     try:
-        data = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_nul)
+        data = json.loads(text, parse_constant=constant, object_pairs_hook=_no_nul)
     except json.JSONDecodeError as exc:
         raise BodyError(f"not JSON: {exc}") from None
+    if constants:
+        where, name = _find(data) or ((), constants[0].name)
+        raise BodyError(f"{'.'.join(where) or '(document)'}: {name} is not a JSON number; every number must be finite")
     if isinstance(data, str) and "\x00" in data:
         raise BodyError("text must not contain NUL characters")
     if isinstance(data, list) and any(isinstance(v, str) and "\x00" in v for v in data):

@@ -383,6 +383,26 @@ def _check_document(session: Session, document: ResultDocument) -> tuple[Job, Ru
         i, case = unknown[0]
         more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
         raise IngestError(f"results.{i}.case: unknown case {case}{more}; ingest the bundle manifest that builds it first")
+    targets = set(job.device_class.targets)
+    for i, r in enumerate(document.results):
+        if r.target not in targets:
+            raise IngestError(f"results.{i}.target: {r.target} is not a target of device class {job.device_class.name} "
+                              f"({', '.join(sorted(targets))})")
+    if job.bundle_digest is not None:   # only what the job's bundle built (imports and local runs have none)
+        built = set(session.execute(
+            sa.select(Case.case_id, CompileStat.target).join(CompileStat, CompileStat.case_id == Case.id)
+            .join(Bundle, CompileStat.bundle_id == Bundle.id).where(Bundle.digest == job.bundle_digest)).all())
+        if built:
+            outside = [(i, r) for i, r in enumerate(document.results) if (r.case, r.target) not in built]
+            if outside:
+                i, r = outside[0]
+                raise IngestError(f"results.{i}: {r.case} on {r.target} is not in the job's bundle "
+                                  f"{job.bundle_digest[:12]}")
+    owner = session.scalar(sa.select(DeviceClassRow.name).join(Device, Device.device_class_id == DeviceClassRow.id)
+                           .where(Device.uid == document.device.uid))
+    if owner is not None and owner != job.device_class.name:
+        raise IngestError(f"device.uid: device {document.device.uid} belongs to device class {owner}, "
+                          f"not {job.device_class.name}")
     return job, run, case_ids
 
 
