@@ -346,6 +346,36 @@ def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
+    """Check this host before it joins the farm; exit 1 when a check fails."""
+    from rich.text import Text
+
+    from pipeline.agents.doctor import run_checks
+
+    update: dict[str, object] = {}
+    if args.server:
+        update["server_url"] = args.server
+    if args.token:
+        from pydantic import SecretStr
+
+        update["token"] = SecretStr(args.token)
+    if update:
+        settings = settings.model_copy(update={"agent": settings.agent.model_copy(update=update)})
+    checks = run_checks(settings, min_free_gb=args.min_free_gb)
+    styles = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+    for check in checks:
+        line = Text(f"{check.outcome.upper() if check.outcome == 'fail' else check.outcome:>4}  ",
+                    style=styles[check.outcome])
+        line.append(f"{check.name}: {check.detail}", style="")
+        out_console.print(line, highlight=False)
+        if check.fix and check.outcome in ("fail", "warn"):
+            out_console.print(Text(f"      fix: {check.fix}"), highlight=False)
+    failed = [c.name for c in checks if c.outcome == "fail"]
+    if failed:
+        raise CliError(f"not ready: {', '.join(failed)}")
+    return 0
+
+
 def cmd_run_job(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.agents.run_job import run_job
 
@@ -542,6 +572,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-jobs", type=int, help="exit after this many jobs")
     p.set_defaults(func=cmd_agent)
 
+    p = sub.add_parser("doctor", help="check this host before it joins: service, token, disk, GPUs, phones")
+    p.add_argument("--server", help="the service's URL (default: agent.server_url)")
+    p.add_argument("--token", help="the agent token (default: agent.token)")
+    p.add_argument("--min-free-gb", type=float, default=5.0, help="disk the agent's work folder needs (default 5)")
+    p.set_defaults(func=cmd_doctor)
     p = sub.add_parser("run-job", help="run a bundle on this host's device of a class and upload (a Buildkite step)")
     p.add_argument("--bundle", required=True, help="the bundle folder")
     p.add_argument("--device-class", required=True)

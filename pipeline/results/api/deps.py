@@ -62,7 +62,8 @@ WRITES_DISABLED = (
 )
 
 
-def _bearer(request: Request) -> str:
+def bearer_token(request: Request) -> str:
+    """The request's bearer token ('' without one)."""
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     return given.strip() if scheme.lower() == "bearer" else ""
 
@@ -97,8 +98,8 @@ def require_scope(scope: Scope) -> Any:
 
     def guard(request: Request, session: SessionDep, settings: SettingsDep) -> Principal:
         bootstrap = settings.api_token.get_secret_value()
-        principal = auth.authenticate(session, token=_bearer(request), bootstrap=bootstrap)
-        if principal is None and not _bearer(request):
+        principal = auth.authenticate(session, token=bearer_token(request), bootstrap=bootstrap)
+        if principal is None and not bearer_token(request):
             principal = _page_principal(request, session, settings)
         if principal is None:
             if not bootstrap and not auth.has_active_tokens(session):

@@ -32,7 +32,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pipeline.results import auth, users
-from pipeline.results.api.deps import SessionDep, SettingsDep, _bearer
+from pipeline.results.api.deps import SessionDep, SettingsDep, bearer_token
 from pipeline.results.auth import Principal
 from pipeline.results.models import ApiToken
 
@@ -223,4 +223,4 @@ def login_url(next_path: str) -> str:
 
 
 def bearer_principal(request: Request, session: SessionDep, settings: SettingsDep) -> Principal | None:
-    return auth.authenticate(session, token=_bearer(request), bootstrap=settings.api_token.get_secret_value())
+    return auth.authenticate(session, token=bearer_token(request), bootstrap=settings.api_token.get_secret_value())

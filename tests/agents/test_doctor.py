@@ -1,0 +1,56 @@
+"""`benchfarm doctor` as a host runs it (a subprocess), against a real service on loopback: ready,
+unreachable, a token without the agent scope, an unknown token, too little disk."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import Settings
+from pipeline.results import auth
+from pipeline.results.api import create_app
+from pipeline.results.db import open_store, session_scope
+from tests.helpers.live_server import free_port, live_server
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    engine = open_store(f"sqlite:///{tmp_path / 'service.db'}")
+    with session_scope(engine) as s:
+        tokens = {scope: auth.create_token(s, name=f"{scope}-host", scopes=[scope]) for scope in ("agent", "user")}
+    with live_server(create_app(Settings(home=tmp_path / "service"), engine)) as url:
+        yield url, tokens
+    engine.dispose()
+
+
+def doctor(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
+    env.update(BENCHFARM_HOME=str(tmp_path / "host"), PATH="/usr/bin:/bin", COLUMNS="200")  # no nvidia-smi, no adb
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", "doctor", *args], capture_output=True, text=True,
+                          env=env, timeout=120, cwd=tmp_path)
+
+
+def test_a_ready_host(service: tuple[str, dict[str, str]], tmp_path: Path) -> None:
+    url, tokens = service
+    proc = doctor(tmp_path, "--server", url, "--token", tokens["agent"], "--min-free-gb", "0.001")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ok  service:" in proc.stdout and "'agent-host' with scopes agent" in proc.stdout
+    assert "skip  nvidia" in proc.stdout and "skip  adb" in proc.stdout
+
+
+def test_each_problem_is_named_with_its_fix(service: tuple[str, dict[str, str]], tmp_path: Path) -> None:
+    url, tokens = service
+    gone = doctor(tmp_path, "--server", f"http://127.0.0.1:{free_port()}", "--token", tokens["agent"])
+    assert gone.returncode == 1 and "FAIL  service" in gone.stdout and "fix: start the service" in gone.stdout
+    assert "not ready: service" in gone.stderr
+    user = doctor(tmp_path, "--server", url, "--token", tokens["user"], "--min-free-gb", "0.001")
+    assert user.returncode == 1 and "holds user, not agent" in user.stdout and "--scope agent" in user.stdout
+    unknown = doctor(tmp_path, "--server", url, "--token", "bf_not-a-token", "--min-free-gb", "0.001")
+    assert unknown.returncode == 1 and "FAIL  token: refused by the service: HTTP 401" in unknown.stdout
+    full = doctor(tmp_path, "--server", url, "--token", tokens["agent"], "--min-free-gb", "1000000")
+    assert full.returncode == 1 and "FAIL  disk" in full.stdout and "agent.work_dir" in full.stdout
