@@ -1,0 +1,69 @@
+"""The deployment files are valid for the tools that read them: systemd units by `systemd-analyze
+verify`, the compose file by `docker compose config` (each skipped, with the reason, where the tool
+is absent). Paths that exist only on a deployed host are pointed at this machine's equivalents."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = ROOT / "infra" / "agent"
+COMPOSE = ROOT / "infra" / "compose"
+UNITS = sorted(AGENT.glob("*.service"))
+
+
+def _verify(unit: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    text = unit.read_text()
+    benchfarm = Path(sys.executable).with_name("benchfarm")
+    text = (text.replace("/usr/local/bin/benchfarm", str(benchfarm))
+            .replace("/etc/benchfarm/agent.env", str(AGENT / "agent.env.example"))
+            .replace("/usr/bin/adb", shutil.which("adb") or "/bin/true")
+            .replace("/usr/bin/nvidia-smi", "/bin/true"))
+    copy = tmp_path / unit.name
+    copy.write_text(text)
+    return subprocess.run(["systemd-analyze", "verify", str(copy)], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed here")
+@pytest.mark.parametrize("unit", UNITS, ids=[u.name for u in UNITS])
+def test_systemd_units_verify(unit: Path, tmp_path: Path) -> None:
+    proc = _verify(unit, tmp_path)
+    assert proc.returncode == 0 and not proc.stderr.strip(), proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed here")
+def test_systemd_verify_catches_a_broken_unit(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.service"
+    broken.write_text((AGENT / "benchfarm-agent.service").read_text().replace(
+        "ExecStart=/usr/local/bin/benchfarm agent", "ExecStart=/nonexistent/benchfarm agent"))
+    assert _verify(broken, tmp_path).returncode != 0
+
+
+def test_units_and_compose_keep_secrets_out() -> None:
+    for path in [*UNITS, COMPOSE / "compose.yaml", COMPOSE / "Dockerfile"]:
+        text = path.read_text()
+        assert "TOKEN=" not in text and "PASSWORD=" not in text, path
+    assert "EnvironmentFile=/etc/benchfarm/agent.env" in (AGENT / "benchfarm-agent.service").read_text()
+    ignored = (ROOT / ".gitignore").read_text()
+    assert "infra/compose/benchfarm.env" in ignored and "infra/compose/db_password.txt" in ignored
+
+
+def _has_compose() -> bool:
+    return shutil.which("docker") is not None and subprocess.run(
+        ["docker", "compose", "version"], capture_output=True, timeout=30).returncode == 0
+
+
+@pytest.mark.skipif(not _has_compose(), reason="the docker compose plugin is not installed here")
+def test_compose_file_is_valid(tmp_path: Path) -> None:
+    work = tmp_path / "compose"
+    shutil.copytree(COMPOSE, work)
+    (work / "benchfarm.env").write_text((COMPOSE / "benchfarm.env.example").read_text())
+    (work / "db_password.txt").write_text("test\n")
+    proc = subprocess.run(["docker", "compose", "-f", str(work / "compose.yaml"), "config", "--quiet"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
