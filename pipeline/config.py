@@ -241,6 +241,18 @@ class AnalysisSettings(BaseModel):
     min_size: int = Field(default=3, ge=2, description="commits at the new level before a change point is reported")
 
 
+class AlertSettings(BaseModel):
+    """Where a confirmed history regression is announced (`pipeline.results.alerts`), once per change point."""
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+    webhook_url: SecretStr = Field(default=SecretStr(""), description="a Slack-compatible incoming webhook "
+                                   "(JSON {\"text\": ...}); empty: no alerts")
+    owners: dict[str, str] = Field(default_factory=dict, description="case-id glob -> who owns those series "
+                                   "(a Slack mention such as <@U123> or a name), named in the alert")
+    period_s: float = Field(default=10.0, gt=0, description="how often the service looks for new regressions")
+
+
 class PhoneSettings(BaseModel):
     """Android phones reached through `adb` (`pipeline.agents.adb`, `pipeline.agents.runners.adb_runner`).
 
@@ -372,6 +384,7 @@ class Settings(BaseSettings):
     measurement: MeasurementSettings = Field(default_factory=MeasurementSettings)
     compare: CompareSettings = Field(default_factory=CompareSettings)
     analysis: AnalysisSettings = Field(default_factory=AnalysisSettings)
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
     github: GitHubSettings = Field(default_factory=GitHubSettings)
     buildkite: BuildkiteSettings = Field(default_factory=BuildkiteSettings)
     web: WebSettings = Field(default_factory=WebSettings)

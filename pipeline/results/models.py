@@ -400,6 +400,8 @@ class ChangePoint(Base):
     retracted_at: Mapped[datetime | None]
     reason: Mapped[str] = mapped_column(sa.Text, default="", server_default="")
     """Why the analysis retracted it (empty while it stands)."""
+    alerted_at: Mapped[datetime | None]
+    """When a confirmed regression was announced (`pipeline.results.alerts`); None: not (yet)."""
 
 
 class TriageEvent(Base):

@@ -1,0 +1,89 @@
+"""Alerts over real HTTP: a confirmed history regression reaches a local Slack-compatible receiver
+once per change point, with its owners; a failed post is retried; improvements are not sent."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from pydantic import SecretStr
+from sqlalchemy import Engine
+
+from pipeline.config import AlertSettings, Settings
+from pipeline.results.alerts import Alerter, owners_of
+from pipeline.results.db import session_scope
+from pipeline.results.models import ChangePoint
+
+from . import factories as f
+from .test_analysis import N, record_main, upload_main
+
+
+class Receiver:
+    """Stands in for a Slack incoming webhook: takes POSTed JSON on loopback; the next `fail_next`
+    posts get a 500."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.attempts = 0
+        self.fail_next = 0
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.attempts += 1
+                status = 500 if receiver.fail_next else 200
+                receiver.fail_next = max(0, receiver.fail_next - 1)
+                if status == 200:
+                    receiver.messages.append(json.loads(body))
+                self.send_response(status)
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/T000/B000/XXX"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.server.shutdown()
+
+
+def test_a_confirmed_regression_is_announced_once_with_its_owners(seeded: Engine, receiver: Receiver,
+                                                                   tmp_path: Any) -> None:
+    settings = Settings(home=tmp_path, public_url="http://bench.example", alerts=AlertSettings(
+        webhook_url=SecretStr(receiver.url), owners={"gemm/*": "<@U0GEMM>", "conv/*": "<@U0CONV>"}))
+    alerter = Alerter(settings, seeded)
+    with session_scope(seeded) as s:
+        record_main(s)
+    receiver.fail_next = 1   # the first post fails: the alert is kept and sent at the next step
+    for i in range(N):   # +20 % at main-20, fixed at main-40, analysed as each commit arrives
+        with session_scope(seeded) as s:
+            upload_main(s, i)
+        alerter.step()
+    alerter.step()
+    assert receiver.attempts == 2 and len(receiver.messages) == 1, receiver.messages
+    text = receiver.messages[0]["text"]
+    assert f"{f.GEMM} on {f.DEVICE_CLASS} regressed +20" in text and "<@U0GEMM>" in text and "U0CONV" not in text
+    assert "http://bench.example/series/" in text and f.sha("main-19")[:10] in text and f.sha("main-20")[:10] in text
+    with session_scope(seeded) as s:
+        rows = s.execute(sa.select(ChangePoint.direction, ChangePoint.alerted_at)
+                         .where(ChangePoint.lifecycle == "confirmed")).all()
+    assert sorted((d, a is not None) for d, a in rows) == [("improvement", False), ("regression", True)]
+
+
+def test_owners_are_matched_by_glob() -> None:
+    owners = {"gemm/*": "a", "*/iree": "b", "conv/*": "c"}
+    assert owners_of("gemm/x/1x1x1/f32/iree", owners) == ["a", "b"]
+    assert owners_of("attention/y/1/f16/triton", owners) == []
