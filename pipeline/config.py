@@ -322,6 +322,11 @@ class DispatchSettings(BaseModel):
     agent_offline_s: float = Field(default=90.0, gt=0, description="no heartbeat for this long: agent and devices offline")
     suite_path: str = Field(default="", description="suite folder in a git checkout that triggered runs are built from")
     build_targets: list[str] = Field(default_factory=list, description="extra targets every triggered build compiles")
+    nightly_at: str = Field(default="", pattern=r"^$|^([01]\d|2[0-3]):[0-5]\d$",
+                            description="UTC time (HH:MM) of the nightly run of the whole suite on every device "
+                            "class; empty: none")
+    nightly_ref: str = Field(default="HEAD", description="what the nightly runs, resolved in the suite checkout "
+                             "(dispatch.suite_path; keep it fetched); without one, the stored default-branch head")
 
 
 class AgentSettings(BaseModel):

@@ -156,7 +156,7 @@ def start_dispatcher(settings: Settings, engine: Engine) -> list[threading.Threa
         log.info("%d running jobs get a fresh lease after the restart", extended)
     loops: list[threading.Thread] = [triggers.Reaper(settings, engine), WebhookWorker(settings, engine),
                                      Reporter(settings, engine), VerdictWarmer(settings, engine),
-                                     Alerter(settings, engine)]
+                                     Alerter(settings, engine), triggers.Nightly(settings, engine)]
     if settings.dispatch.suite_path:
         loops.append(triggers.Builder(settings, engine, suite=Path(settings.dispatch.suite_path)))
     for loop in loops:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -41,7 +42,7 @@ from pipeline.results.models import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Builder", "Loop", "Reaper", "TriggerError", "TriggerResult", "queue_run", "resolve_commit_for_trigger"]
+__all__ = ["Builder", "Loop", "Nightly", "Reaper", "TriggerError", "TriggerResult", "queue_run", "resolve_commit_for_trigger"]
 
 
 class TriggerError(ValueError):
@@ -269,3 +270,54 @@ def fail_build(session: Session, *, build_id: int, error: str) -> None:
     build.status, build.error, build.finished_at = "failed", error[:4000], utcnow()
     for job_id in session.scalars(sa.select(Job.id).where(Job.run_id == build.run_id, Job.status == "queued")):
         ingest.set_job_status(session, job_id=job_id, status="failed", error=error[:4000])
+
+
+class Nightly(Loop):
+    """Once a day at `dispatch.nightly_at` (UTC): a run of the whole suite on every device class an
+    agent has registered, of `dispatch.nightly_ref` in the suite checkout, or, without one, of the
+    stored default-branch head; the history feeds from it. A nightly run already queued since
+    today's time is not queued again (restarts, several service processes)."""
+
+    def __init__(self, settings: Settings, engine: Engine, clock: Callable[[], datetime] | None = None,
+                 period_s: float = 30.0) -> None:
+        super().__init__("nightly", period_s)
+        self.settings, self.engine = settings, engine
+        self.clock = clock or (lambda: datetime.now(UTC))
+
+    def step(self) -> bool:
+        at = self.settings.dispatch.nightly_at
+        if not at:
+            return False
+        now = self.clock()
+        hour, minute = (int(part) for part in at.split(":"))
+        due = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+        if now < due:
+            return False
+        with session_scope(self.engine) as session:
+            if session.scalar(sa.select(Run.id).where(Run.kind == "nightly", Run.created_at >= due).limit(1)):
+                return False
+            classes = list(session.scalars(sa.select(DeviceClassRow.name).order_by(DeviceClassRow.name)))
+            if not classes:
+                log.info("nightly: no device class registered yet")
+                return False
+            repository, sha = self._head(session)
+            result = queue_run(session, repository=repository, commit_sha=sha, device_classes=classes, cases=None,
+                               max_attempts=self.settings.dispatch.max_attempts,
+                               extra_targets=self.settings.dispatch.build_targets, kind="nightly")
+            # the run is dated by the scheduler's clock, which the check above compares with
+            session.execute(sa.update(Run).where(Run.id == result.run_id).values(created_at=now))
+        log.info("nightly run %s of %s@%s on %s", result.run_id, repository, sha[:10], ", ".join(classes))
+        return False
+
+    def _head(self, session: Session) -> tuple[str, str]:
+        if self.settings.dispatch.suite_path:
+            return resolve_commit_for_trigger(session, self.settings, repository=None,
+                                              ref=self.settings.dispatch.nightly_ref, commit=None)
+        from pipeline.results.history import default_branch_head
+
+        repo = session.scalar(sa.select(Repository).where(Repository.name == self.settings.repository)) \
+            if self.settings.repository else session.scalar(sa.select(Repository).order_by(Repository.id).limit(1))
+        head = default_branch_head(session, repo.id) if repo is not None else None
+        if repo is None or head is None:
+            raise TriggerError("nightly: no suite checkout and no stored default-branch head to run")
+        return repo.name, session.get(Commit, head).sha  # type: ignore[union-attr]
