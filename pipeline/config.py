@@ -226,6 +226,12 @@ class BuildkiteSettings(BaseModel):
     bundle_dir: str = Field(default="bundle", description="folder the bundle is built into and uploaded from, relative to the checkout")
     suite_dir: str = Field(default="", description="the suite folder relative to the checkout, passed to benchfarm build "
                            "as --suite; empty: benchfarm's default")
+    # Builds through Buildkite's REST API: with all three set, a webhook delivery creates a Buildkite build
+    # (whose pipeline upload step runs `benchfarm pipeline`) instead of queueing jobs on the built-in dispatcher.
+    api_url: str = Field(default="https://api.buildkite.com", description="Buildkite's REST API root")
+    api_token: SecretStr = Field(default=SecretStr(""), description="a Buildkite API access token with write_builds")
+    organization: str = Field(default="", description="the organization's slug")
+    pipeline: str = Field(default="", description="the pipeline's slug")
 
 
 class AnalysisSettings(BaseModel):

@@ -196,9 +196,26 @@ def _choose_base(session: Session, settings: Settings, *, repository: str, head:
     return chosen or merge_base
 
 
-def process(session: Session, settings: Settings, decision: Decision) -> tuple[str, str]:
-    """Fetch, record and queue what `decision` asks for; returns (run id, outcome text)."""
+def process(session: Session, settings: Settings, decision: Decision) -> tuple[str | None, str]:
+    """Fetch, record and queue what `decision` asks for; returns (run id, outcome text). With
+    Buildkite configured, a Buildkite build of the commit instead (its steps come from `benchfarm
+    pipeline`; no run id: the build's number and URL are in the outcome)."""
     from pipeline.build.suite_loader import SuiteError, commit_history, locate_suite
+    from pipeline.orchestration import buildkite_api
+
+    if buildkite_api.configured(settings.buildkite):
+        pr = {"id": decision.pr, "base_branch": decision.base_ref, "repository": decision.head_clone_url} \
+            if decision.kind == "pull_request" else None
+        branch = decision.head_ref if decision.kind == "pull_request" else decision.default_branch
+        try:
+            build = buildkite_api.create_build(
+                settings.buildkite, commit=decision.head_sha, branch=branch or decision.default_branch,
+                message=f"benchfarm: {decision.kind} {decision.repository}@{decision.head_sha[:10]}",
+                env={"BENCHFARM_REPOSITORY": decision.repository},
+                meta_data={"benchfarm-kind": decision.kind, "benchfarm-base": decision.base_sha}, pull_request=pr)
+        except buildkite_api.BuildkiteError as exc:
+            raise WebhookError(str(exc)) from None
+        return None, f"Buildkite build {build.number} of {decision.head_sha[:10]}: {build.web_url}"
 
     if not settings.dispatch.suite_path:
         raise WebhookError("the service has no suite checkout (BENCHFARM_DISPATCH__SUITE_PATH) to build from")
