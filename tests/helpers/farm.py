@@ -55,11 +55,13 @@ class Proc:
     log: Path
     cwd: Path
     proc: subprocess.Popen[bytes] | None = None
+    prefix: list[str] = field(default_factory=list)
+    """What the command runs under, e.g. `ip netns exec NS` (another host's network)."""
 
     def start(self) -> Proc:
         with self.log.open("a") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *self.argv], cwd=self.cwd, env=self.env,
-                                         stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen([*self.prefix, sys.executable, "-m", "pipeline.cli", *self.argv], cwd=self.cwd,
+                                         env=self.env, stdout=out, stderr=subprocess.STDOUT)
         return self
 
     def alive(self) -> bool:
@@ -87,21 +89,33 @@ class Farm:
     lease_s: float = 3.0
     port: int = field(default_factory=free_port)
     procs: list[Proc] = field(default_factory=list)
+    host: str = "127.0.0.1"
+    """Where this test process reaches the service."""
+    listen: str = ""
+    """The service's bind address (empty: `host`)."""
+    agent_url: str = ""
+    """Where agents reach the service (empty: `url`)."""
+    netns: dict[str, str] = field(default_factory=dict)
+    """Process name ("service" or an agent's) -> the network namespace it runs in."""
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
+
+    def _prefix(self, name: str) -> list[str]:
+        return ["ip", "netns", "exec", self.netns[name]] if name in self.netns else []
 
     def service(self, extra_env: dict[str, str] | None = None) -> Proc:
         env = base_env(self.root / "service")
-        env.update(BENCHFARM_PORT=str(self.port), BENCHFARM_API_TOKEN=TOKEN,
+        env.update(BENCHFARM_HOST=self.listen or self.host, BENCHFARM_PORT=str(self.port), BENCHFARM_API_TOKEN=TOKEN,
                    BENCHFARM_DISPATCH__SUITE_PATH=str(self.suite), BENCHFARM_DISPATCH__LEASE_S=str(self.lease_s),
                    BENCHFARM_DISPATCH__CLAIM_WAIT_S="2", BENCHFARM_DISPATCH__CLAIM_POLL_S="0.1",
                    BENCHFARM_BUILD_WORKERS="2")
         if self.database_url:
             env["BENCHFARM_DATABASE_URL"] = self.database_url
         env.update(extra_env or {})
-        proc = Proc("service", ["serve"], env, self.root / "service.log", self.root).start()
+        proc = Proc("service", ["serve"], env, self.root / "service.log", self.root,
+                    prefix=self._prefix("service")).start()
         self.procs.append(proc)
         wait_for(lambda: self._up(proc), 60, "the service to answer")
         return proc
@@ -120,8 +134,8 @@ class Farm:
                    BENCHFARM_AGENT__DEVICE_CLASSES=json.dumps({"cpu-x86_64": DEVICE_CLASS, "cpu-aarch64": DEVICE_CLASS}),
                    BENCHFARM_AGENT__ONLY_CLASSES=json.dumps([DEVICE_CLASS]))
         env.update({**FAST, **(extra_env or {})})
-        proc = Proc(name, ["agent", "--server", self.url, "--token", TOKEN, "--name", name], env,
-                    self.root / f"{name}.log", self.root).start()
+        proc = Proc(name, ["agent", "--server", self.agent_url or self.url, "--token", TOKEN, "--name", name], env,
+                    self.root / f"{name}.log", self.root, prefix=self._prefix(name)).start()
         self.procs.append(proc)
         return proc
 
