@@ -1,9 +1,10 @@
 """POST /results and /results/batch: device agents' result documents, ingested idempotently.
 
 Who may write (object level, beyond the agent scope): results go only into a job leased to an
-agent registered with the caller's token (an admin token may write anywhere), and only while it
-runs; into a job that has ended only an identical re-send is taken (every case result already
-stored: a duplicate, nothing written), anything new is 409.
+agent registered with the caller's token (an admin token may write anywhere), while it runs, or
+after it failed (the agent's kept results, re-sent by `benchfarm resend`); into a queued or done
+job only an identical re-send is taken (every case result already stored: a duplicate, nothing
+written), anything new is 409.
 
 Bodies are read by `BodyDep` (bounded while streaming) and validated by `parse_result`, the one
 way a document enters the system; errors name the field, prefixed by the document's index in a
@@ -51,7 +52,9 @@ def _ingest_as(session: Session, document: ResultDocument, settings: SettingsDep
         if token != principal.name:
             raise HTTPException(403, f"job {job.id} is leased to agent {holder!r}, whose token is not "
                                      f"{principal.name!r}")
-    if job.status == "running":
+    # running: its agent's results; failed: its agent's kept results (`benchfarm resend` after a refused
+    # upload, which then completes it); an admin may also repair any job
+    if job.status in ("running", "failed") and holder is not None or principal.allows("admin"):
         return ingest.ingest_result(session, document=document, analysis=settings.analysis)
     with session.begin_nested() as attempt:
         summary = ingest.ingest_result(session, document=document, analysis=settings.analysis)
