@@ -150,8 +150,8 @@ def _gb(real_time: Any, **context: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("data", "rules", "fields", "named"), [
     pytest.param(_gb("fast"), GB_RULES, {}, "data.benchmarks.1.real_time: must be a number", id="wrong-type"),
-    pytest.param(_gb(float("nan")), GB_RULES, {}, "data.benchmarks.1.real_time: is NaN", id="nan"),
-    pytest.param(_gb(float("inf")), GB_RULES, {}, "data.benchmarks.1.real_time: is infinite", id="infinite"),
+    pytest.param(_gb(float("nan")), GB_RULES, {}, "data.benchmarks.1.real_time: NaN is not a JSON number", id="nan"),
+    pytest.param(_gb(float("inf")), GB_RULES, {}, "data.benchmarks.1.real_time: Infinity is not a JSON number", id="infinite"),
     pytest.param(_gb(-0.5), GB_RULES, {}, "data.benchmarks.1.real_time: is -0.5; a time must be positive", id="negative"),
     pytest.param(_gb(0.5, json_schema_version=2), GB_RULES, {}, "unknown schema version 2", id="schema-version"),
     pytest.param(_gb(0.5), ({"pattern": "BM_other*", "case": MATMUL_64},), {},
