@@ -87,7 +87,9 @@ def test_pull_request_gets_one_sticky_comment_with_the_regression(tmp_path: Path
             assert len(ours()) == 1 and ours()[0]["id"] == comment["id"]
             assert len(standin.calls("POST", r"/issues/7/comments")) == 1
             assert standin.calls("PATCH", rf"/issues/comments/{comment['id']}")
-            assert standin.statuses(REPO, newer)[-1]["state"] == "failure"
+            # the status follows the comment (two requests): under load it may arrive a moment later
+            statuses = wait_for(lambda: standin.statuses(REPO, newer), 30, "the status of the new head", period_s=0.5)
+            assert statuses[-1]["state"] == "failure"
             deliveries = farm.api("GET", "webhooks/github/deliveries")
             assert [d["state"] for d in deliveries] == ["done", "done"], deliveries
         except BaseException:
