@@ -196,3 +196,57 @@ def test_an_import_needs_the_agent_scope(service: Service) -> None:
     before = snapshot(service.engine)
     assert_refused(import_(service, "nvbench", nv, mapping(*NV_RULES)), 401, "revoked")
     assert snapshot(service.engine) == before
+
+
+def _nvbench_with_sample_times(times: Any, name: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """tests/results/data/nvbench.json with its first state's sample times in a side file, as
+    NVBench's --jsonbin writes them (a `nv/json/bin:nv/cold/sample_times` summary naming the file)."""
+    import base64
+
+    import numpy as np
+
+    data = json.loads((DATA / "nvbench.json").read_text())
+    state = data["benchmarks"][0]["states"][0]
+    raw = np.asarray(times, dtype="<f4")
+    state["summaries"].append({"tag": "nv/json/bin:nv/cold/sample_times", "name": "Samples Times File",
+                               "hint": "file/sample_times", "data": [
+                                   {"name": "filename", "type": "string", "value": name},
+                                   {"name": "size", "type": "int64", "value": str(raw.size)}]})
+    return data, {name: base64.b64encode(raw.tobytes()).decode()}
+
+
+def test_two_nvbench_runs_with_sample_times_compare_with_a_verdict(service: Service) -> None:
+    """Issue 18: an NVBench state's sample times (the --jsonbin side file) are its samples, so two
+    imports of different runs of one kernel are judged like two runs: a 30 % slower run is
+    regressed, where the mean alone gave insufficient data."""
+    import numpy as np
+
+    from pipeline.config import CompareSettings
+    from pipeline.results.compare import compare
+
+    rng = np.random.default_rng(3)
+    rules = (NV_RULES[0],)
+    for commit, scale in ((2, 1.0), (3, 1.3)):
+        times = 1e-3 * scale * np.exp(rng.normal(0, 0.01, 400))
+        data, files = _nvbench_with_sample_times(times, f"gemm.json-bin/{commit}.bin")
+        body = json.dumps({"mapping": mapping(*rules, commit=f.sha(commit), unmapped="ignore"), "data": data,
+                           "files": files})
+        answer = post(service.url, "/api/v1/import/nvbench", body, service.tokens["agent"])
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["samples"] == 400
+    with session_scope(service.engine) as s:
+        comparison = compare(s, repository=f.REPO, head_sha=f.sha(3), device_class=f.DEVICE_CLASS,
+                             settings=CompareSettings(), base_sha=f.sha(2))
+    (row,) = [r for r in comparison.rows if r.case_id == f.GEMM]
+    assert row.status == "regressed" and row.change == pytest.approx(0.3, abs=0.03), row
+
+
+def test_a_side_file_of_the_wrong_size_is_refused(service: Service) -> None:
+    data, files = _nvbench_with_sample_times([1e-3] * 10, "x.bin")
+    data["benchmarks"][0]["states"][0]["summaries"][-1]["data"][1]["value"] = "11"
+    body = json.dumps({"mapping": mapping(NV_RULES[0], commit=f.sha(2), unmapped="ignore"), "data": data,
+                       "files": files})
+    before = snapshot(service.engine)
+    assert_refused(post(service.url, "/api/v1/import/nvbench", body, service.tokens["agent"]), 422,
+                   "x.bin: 40 bytes, not 11 float32 sample times")
+    assert snapshot(service.engine) == before

@@ -4,12 +4,14 @@ NVBench writes one summary list per state (one state = one point of the benchmar
 one device); every value is a string. What is used:
 - the name the mapping matches is `<benchmark name>[<state name>]`, e.g.
   `gemm_bf16[Device=0 M=4096 N=4096]` (the state name is NVBench's axis values as a string);
-- the sample: NVBench keeps per-sample times only in side files (`nv/json/bin:nv/cold/sample_times`,
-  raw float32, written with `--jsonbin`), which a JSON upload cannot carry. So each state gives
-  ONE sample, `nv/cold/time/gpu/mean` (the mean isolated GPU time, cold L2), in seconds. Its noise
-  (`nv/cold/time/gpu/stdev/relative`) and sample count (`nv/cold/sample_size`) are kept in the
-  case result's environment. One sample per commit is enough for the history and its change
-  points, not for a per-commit rank test (compare reports insufficient data);
+- the samples: NVBench keeps per-sample times in side files (`nv/json/bin:nv/cold/sample_times`:
+  raw little-endian float32 seconds, `size` of them, written with `--jsonbin`). When the import
+  carries the referenced file (`files`, by the name the summary gives), every sample time is a
+  sample, and two imports compare like any two runs. Without it each state gives ONE sample,
+  `nv/cold/time/gpu/mean` (the mean isolated GPU time, cold L2): enough for the history and its
+  change points, not for a per-commit test (compare reports insufficient data). Either way the
+  summary's noise (`nv/cold/time/gpu/stdev/relative`), sample count (`nv/cold/sample_size`) and
+  min/max are kept in the case result's environment;
 - a skipped state (`is_skipped`) becomes status skipped with its `skip_reason`.
 
 Checked against a real file: `tests/results/data/nvbench_real.json`, written by NVBench's Python
@@ -18,7 +20,11 @@ package cuda-bench 0.3.0 on an H200 (`bench/nvbench_reference.py --set small`).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 from pipeline.contracts import ContractError
 from pipeline.contracts.foreign._common import (
@@ -35,6 +41,7 @@ NAME = "nvbench"
 DOCUMENT = "NVBench JSON"
 JSON_MAJOR = 1
 TIME_TAG = "nv/cold/time/gpu/mean"
+SAMPLE_TIMES_TAG = "nv/json/bin:nv/cold/sample_times"
 KEPT_TAGS = {
     "nv/cold/time/gpu/stdev/relative": "nvbench.noise",
     "nv/cold/sample_size": "nvbench.sample_size",
@@ -50,7 +57,33 @@ def _summary_value(summary: dict[str, Any]) -> Any:
     return None
 
 
-def parse(data: Any) -> Parsed:
+def _sample_times(summary: dict[str, Any], files: Mapping[str, bytes], path: str, problems: Problems
+                  ) -> list[float] | None:
+    """The per-sample times of a `SAMPLE_TIMES_TAG` summary from its side file; None when the file
+    was not uploaded."""
+    fields = {d.get("name"): d.get("value") for d in summary.get("data") or [] if isinstance(d, dict)}
+    name, size = fields.get("filename"), fields.get("size")
+    if not isinstance(name, str) or name not in files:
+        return None
+    try:
+        count = int(size)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        problems.add(f"{path}.data", f"size {size!r} is not a count")
+        return None
+    raw = files[name]
+    if len(raw) != 4 * count:
+        problems.add(f"{path}.data", f"{name}: {len(raw)} bytes, not {count} float32 sample times")
+        return None
+    times = np.frombuffer(raw, dtype="<f4").astype(float)
+    if not all(math.isfinite(t) and t > 0 for t in times):
+        problems.add(f"{path}.data", f"{name}: sample times must be finite and positive")
+        return None
+    return times.tolist()
+
+
+def parse(data: Any, files: Mapping[str, bytes] | None = None) -> Parsed:
+    """`data`: the NVBench JSON; `files`: the side files it references (name -> bytes)."""
+    files = files or {}
     problems = Problems(DOCUMENT)
     if not isinstance(data, dict):
         raise ContractError(DOCUMENT, [("data", f"must be a JSON object, got {type(data).__name__}")])
@@ -95,9 +128,15 @@ def parse(data: Any) -> Parsed:
                 continue
             environment = {key: str(_summary_value(summaries[tag][1])) for tag, key in KEPT_TAGS.items() if tag in summaries}
             environment["nvbench.sample"] = TIME_TAG
+            samples = [seconds]
+            if SAMPLE_TIMES_TAG in summaries:
+                k_bin, bin_summary = summaries[SAMPLE_TIMES_TAG]
+                times = _sample_times(bin_summary, files, f"{path}.summaries.{k_bin}", problems)
+                if times is not None:
+                    samples, environment["nvbench.sample"] = times, SAMPLE_TIMES_TAG
             if state.get("device") in devices:
                 environment["nvbench.device"] = devices[state["device"]]
-            benchmarks.append(Benchmark(name=name, field=path, samples=[seconds], environment=environment))
+            benchmarks.append(Benchmark(name=name, field=path, samples=samples, environment=environment))
     problems.raise_if_any()
     nvbench_version = ((data.get("meta") or {}).get("version") or {}).get("nvbench") or {}
     run_environment: dict[str, str] = {}

@@ -60,10 +60,13 @@ class ImportOutcome:
     summary: ingest.IngestSummary
 
 
-def parse(format: str, data: Any) -> Parsed:
+def parse(format: str, data: Any, files: dict[str, bytes] | None = None) -> Parsed:
+    """`data` parsed by its format's reader; `files`: side files it references (NVBench's sample times)."""
     if format not in FORMATS:
         raise ContractError("import", [("format", f"unknown format {format!r}; known: {', '.join(FORMATS)}")])
-    return FORMATS[format](data)
+    if files and format != "nvbench":
+        raise ContractError("import", [("files", f"{format} files reference no side files")])
+    return nvbench.parse(data, files) if format == "nvbench" else FORMATS[format](data)
 
 
 def _case_result(benchmark: Benchmark, case: str, target: str, environment: dict[str, str]) -> CaseResult:
@@ -149,13 +152,14 @@ def _job(session: Session, format: str, data: Any, mapping: FormatMapping) -> tu
     return run.jobs[0], True
 
 
-def import_results(session: Session, *, format: str, data: Any, mapping: FormatMapping) -> ImportOutcome:
+def import_results(session: Session, *, format: str, data: Any, mapping: FormatMapping,
+                   files: dict[str, bytes] | None = None) -> ImportOutcome:
     """Parse a foreign file, map it, and ingest it as one job's result document (idempotent).
 
     Nothing is written before the file has been parsed and mapped; a refusal afterwards (an
     unknown case, say) raises inside the caller's transaction, which then writes nothing.
     """
-    parsed = parse(format, data)
+    parsed = parse(format, data, files)
     placeholder = "0" * 8
     to_document(parsed, mapping, run_id=placeholder, job_id=placeholder)  # refuse a bad file before any write
     job, made = _job(session, format, data, mapping)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Base64Bytes, BaseModel, ConfigDict, Field, ValidationError
 
 from pipeline.contracts import ContractError, strict_json
 from pipeline.results import formats
@@ -26,6 +26,8 @@ class ImportRequest(BaseModel):
 
     mapping: formats.FormatMapping
     data: Any = Field(description="the file the tool wrote, as JSON (not a string holding it)")
+    files: dict[str, Base64Bytes] = Field(default_factory=dict, description="side files the file references, by the "
+                                          "name it gives them, base64: NVBench's sample times (--jsonbin)")
 
 
 @router.post(
@@ -36,12 +38,13 @@ class ImportRequest(BaseModel):
                 "cases registered. All or nothing; sending the same file with the same mapping again stores "
                 "nothing and succeeds. Samples per format: google-benchmark, one per repetition (run_type "
                 "iteration, real_time); pytest-benchmark, stats.data (every round) or else the "
-                "median alone; nvbench, the mean cold GPU time of each state alone.",
+                "median alone; nvbench, every sample time of a state when its side file is in `files`, else its mean cold GPU time alone.",
     openapi_extra=json_body(ImportRequest, "the mapping and the file; needs the agent scope"),
 )
 def import_file(format: FormatName, body: BodyDep, session: SessionDep) -> ImportSummary:
     request = parse_request(body)
-    outcome = formats.import_results(session, format=format, data=request.data, mapping=request.mapping)
+    outcome = formats.import_results(session, format=format, data=request.data, mapping=request.mapping,
+                                     files=dict(request.files))
     s = outcome.summary
     return ImportSummary(job_id=outcome.job_id, run_id=outcome.run_id, format=format, cases=outcome.cases,
                          stored=s.stored, duplicates=s.duplicates, samples=s.samples)
