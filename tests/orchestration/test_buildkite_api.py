@@ -5,17 +5,19 @@ meta_data (objects of strings), pull_request_* fields; answers 201 with number a
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
 from pydantic import SecretStr
 
 from pipeline.config import BuildkiteSettings
-from pipeline.orchestration.buildkite_api import BuildkiteError, configured, create_build
+from pipeline.orchestration.buildkite_api import (
+    BuildkiteError,
+    configured,
+    create_build,
+)
+from tests.helpers.json_standin import JsonStandIn
 
 TOKEN = "bkua_test_token"
 DOCUMENTED = {"commit", "branch", "message", "env", "meta_data", "author", "clean_checkout", "ignore_pipeline_branch_filters",
@@ -28,51 +30,34 @@ class BuildkiteStandIn:
     def __init__(self) -> None:
         self.builds: list[dict[str, Any]] = []
         self.fail_next = 0
-        stand_in = self
+        self.peer = JsonStandIn(self._answer)
+        self.url = self.peer.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                if stand_in.fail_next:
-                    stand_in.fail_next -= 1
-                    return self._reply(502, {"message": "Bad gateway"})
-                if self.headers.get("Authorization") != f"Bearer {TOKEN}":
-                    return self._reply(401, {"message": "Authentication required. Please supply a valid API Access Token"})
-                if self.path != "/v2/organizations/acme/pipelines/kernels/builds":
-                    return self._reply(404, {"message": "No pipeline found"})
-                data = json.loads(body)
-                problems = [k for k in data if k not in DOCUMENTED]
-                problems += [k for k in ("commit", "branch") if not isinstance(data.get(k), str) or not data[k]]
-                problems += [k for k in ("env", "meta_data") if k in data and not (
-                    isinstance(data[k], dict) and all(isinstance(v, str) for v in data[k].values()))]
-                if problems:
-                    return self._reply(422, {"message": f"Validation failed: {', '.join(problems)}"})
-                stand_in.builds.append(data)
-                number = len(stand_in.builds)
-                self._reply(201, {"number": number, "web_url": f"https://buildkite.com/acme/kernels/builds/{number}",
-                                  "state": "scheduled", "commit": data["commit"]})
-
-            def _reply(self, status: int, data: dict[str, Any]) -> None:
-                payload = json.dumps(data).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def _answer(self, path: str, headers: Mapping[str, str], data: Any) -> tuple[int, dict[str, Any]]:
+        if self.fail_next:
+            self.fail_next -= 1
+            return 502, {"message": "Bad gateway"}
+        if headers.get("Authorization") != f"Bearer {TOKEN}":
+            return 401, {"message": "Authentication required. Please supply a valid API Access Token"}
+        if path != "/v2/organizations/acme/pipelines/kernels/builds":
+            return 404, {"message": "No pipeline found"}
+        problems = [k for k in data if k not in DOCUMENTED]
+        problems += [k for k in ("commit", "branch") if not isinstance(data.get(k), str) or not data[k]]
+        problems += [k for k in ("env", "meta_data") if k in data and not (
+            isinstance(data[k], dict) and all(isinstance(v, str) for v in data[k].values()))]
+        if problems:
+            return 422, {"message": f"Validation failed: {', '.join(problems)}"}
+        self.builds.append(data)
+        number = len(self.builds)
+        return 201, {"number": number, "web_url": f"https://buildkite.com/acme/kernels/builds/{number}",
+                     "state": "scheduled", "commit": data["commit"]}
 
 
 @pytest.fixture
 def buildkite() -> Iterator[BuildkiteStandIn]:
     stand_in = BuildkiteStandIn()
     yield stand_in
-    stand_in.server.shutdown()
+    stand_in.peer.close()
 
 
 def _settings(url: str, token: str = TOKEN) -> BuildkiteSettings:

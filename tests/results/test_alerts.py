@@ -3,10 +3,7 @@ once per change point, with its owners; a failed post is retried; improvements a
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -18,6 +15,7 @@ from pipeline.config import AlertSettings, Settings
 from pipeline.results.alerts import Alerter, owners_of
 from pipeline.results.db import session_scope
 from pipeline.results.models import ChangePoint
+from tests.helpers.json_standin import JsonStandIn
 
 from . import factories as f
 from .test_analysis import N, record_main, upload_main
@@ -31,33 +29,23 @@ class Receiver:
         self.messages: list[dict[str, Any]] = []
         self.attempts = 0
         self.fail_next = 0
-        receiver = self
+        self.peer = JsonStandIn(self._answer)
+        self.url = f"{self.peer.url}/hooks/T000/B000/XXX"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.attempts += 1
-                status = 500 if receiver.fail_next else 200
-                receiver.fail_next = max(0, receiver.fail_next - 1)
-                if status == 200:
-                    receiver.messages.append(json.loads(body))
-                self.send_response(status)
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/T000/B000/XXX"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def _answer(self, path: str, headers: Any, body: Any) -> tuple[int, dict[str, Any]]:
+        self.attempts += 1
+        if self.fail_next:
+            self.fail_next -= 1
+            return 500, {"error": "try later"}
+        self.messages.append(body)
+        return 200, {"ok": True}
 
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     r = Receiver()
     yield r
-    r.server.shutdown()
+    r.peer.close()
 
 
 def test_a_confirmed_regression_is_announced_once_with_its_owners(seeded: Engine, receiver: Receiver,
