@@ -398,11 +398,6 @@ def _check_document(session: Session, document: ResultDocument) -> tuple[Job, Ru
                 i, r = outside[0]
                 raise IngestError(f"results.{i}: {r.case} on {r.target} is not in the job's bundle "
                                   f"{job.bundle_digest[:12]}")
-    owner = session.scalar(sa.select(DeviceClassRow.name).join(Device, Device.device_class_id == DeviceClassRow.id)
-                           .where(Device.uid == document.device.uid))
-    if owner is not None and owner != job.device_class.name:
-        raise IngestError(f"device.uid: device {document.device.uid} belongs to device class {owner}, "
-                          f"not {job.device_class.name}")
     return job, run, case_ids
 
 
