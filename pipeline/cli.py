@@ -124,15 +124,16 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     """Two commits' stored results: `compare BASE HEAD` on every device class HEAD has results on."""
     from dataclasses import asdict
 
-    from pipeline.pr_comments.report import report_for_commit
+    from pipeline.pr_comments.report import compile_section, report_for_commit
     from pipeline.pr_comments.table import compile_table, terminal_table
+    from pipeline.results.api.schemas import CompileComparisonOut
     from pipeline.results.compare import (
         CompareError,
         combine,
         compare,
         result_device_classes,
     )
-    from pipeline.results.compile_stats import compile_changes
+    from pipeline.results.compile_stats import compare_compile
     from pipeline.results.db import open_store, session_scope
 
     base, head = _full_sha(args.base), _full_sha(args.head)
@@ -141,27 +142,34 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
         try:
             classes = (_split_targets(args.device_classes)
                        or result_device_classes(session, repository=repository, head_sha=head))
-            if not classes:
+            compiled = compare_compile(session, repository, head_sha=head, base_sha=base)
+            if not classes and not compiled.compared:
                 raise CliError(f"{head[:10]} has no results in {settings.database_url}: benchmark it first "
                                f"(`benchfarm run --ref {args.head}`)")
             comparisons = [compare(session, repository=repository, head_sha=head, device_class=name,
                                    settings=settings.compare, base_sha=base) for name in classes]
-            markdown = report_for_commit(session, settings=settings, repository=repository, sha=head, base_sha=base,
-                                         device_classes=classes).body if args.format == "markdown" else ""
-            compiled = compile_changes(session, repository, head_sha=head, base_sha=base)
+            markdown = ""
+            if args.format == "markdown" and classes:
+                markdown = report_for_commit(session, settings=settings, repository=repository, sha=head,
+                                             base_sha=base, device_classes=classes).body
+            elif args.format == "markdown":  # a build-only head (no latency results): its compile section alone
+                markdown = (compile_section(compiled, public_url=settings.public_url, repository=repository)
+                            or f"**Compile:** {compiled.summary}")
         except CompareError as exc:
             raise CliError(f"{exc} (in {settings.database_url}, repository {repository})") from None
     if args.format == "json":
         document = asdict(combine(repository, head, comparisons))
-        document["compile_changes"] = [{**asdict(c), "change": c.change} for c in compiled]
+        document["compile"] = CompileComparisonOut.model_validate(compiled).model_dump(mode="json")
         sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
     elif args.format == "markdown":
         sys.stdout.write(markdown.rstrip("\n") + "\n")
     else:
         for comparison in comparisons:
             out_console.print(terminal_table(comparison))
-        if compiled:
+        if compiled.changes:
             out_console.print(compile_table(compiled))
+        elif compiled.base_sha is not None:
+            out_console.print(f"compile statistics: {compiled.summary}", markup=False, highlight=False)
     return 0
 
 

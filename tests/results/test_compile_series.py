@@ -128,7 +128,7 @@ def test_benchfarm_compare_lists_compile_changes_apart_from_the_verdict(
                           capture_output=True, text=True, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     document = json.loads(proc.stdout)
-    assert [(c["target"], c["metric"]) for c in document["compile_changes"]] == [("llvm-cpu:x86_64", "binary_size")]
+    assert [(c["target"], c["metric"]) for c in document["compile"]["changes"]] == [("llvm-cpu:x86_64", "binary_size")]
     assert document["verdict"] != "regressed"
     markdown = subprocess.run([sys.executable, "-m", "pipeline.cli", "compare", first.commit, second.commit,
                                "--repository", first.repository, "--device-classes", "cpu-x86_64",
