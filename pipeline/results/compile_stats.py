@@ -116,14 +116,16 @@ class CompileComparison:
 
     @property
     def summary(self) -> str:
-        """One line: "2 cases changed binary size, registers", or why nothing is listed."""
+        """One line: "2 cases changed binary size, registers (on 2 targets)", or why nothing is listed."""
         if self.base_sha is None:
             return "no base with compile statistics"
         if not self.changes:
             return f"{self.compared} case{'s' if self.compared != 1 else ''} compiled at both commits, none changed"
-        cases = len({(c.case_id, c.target) for c in self.changes})
+        cases = len({c.case_id for c in self.changes})
+        targets = len({c.target for c in self.changes})
         metrics = ", ".join(sorted({c.metric.replace("_", " ") for c in self.changes}))
-        return f"{cases} case{'s' if cases != 1 else ''} changed {metrics}"
+        return (f"{cases} case{'s' if cases != 1 else ''} changed {metrics}"
+                + (f" (on {targets} targets)" if targets > 1 else ""))
 
 
 def _newest_per_commit(session: Session, repository: str, *, case_id: str | None = None, target: str | None = None,
