@@ -160,12 +160,7 @@ GPU_CLASS = DeviceClass(name="nvidia-h100-sxm", kind="gpu", targets=["cuda:sm_90
 
 
 def _triton_suite(block: int) -> dict[str, str]:
-    files = triton_suite_files([TILE])
-    init = "kernels/__init__.py"
-    files[init] = (files[init].replace('targets=("cuda:sm_90",)', 'targets=("cuda:sm_90", "hip:gfx1250")')
-                   .replace("BLOCK = 64", f"BLOCK = {block}"))
-    assert f"BLOCK = {block}" in files[init] and "hip:gfx1250" in files[init]
-    return files
+    return triton_suite_files([TILE], block=block, targets=TRITON_TARGETS)
 
 
 @pytest.fixture(scope="module")
