@@ -96,7 +96,7 @@ def _suite_and_ref(args: argparse.Namespace, ref: str, *, note: bool = True) -> 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.local_pipeline import run_pipeline
-    from pipeline.pr_comments.table import terminal_table
+    from pipeline.pr_comments.table import compile_table, terminal_table
     from pipeline.results.db import open_store
 
     suite, ref = _suite_and_ref(args, args.ref)
@@ -108,6 +108,8 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         )
     for comparison in outcome.comparisons:
         out_console.print(terminal_table(comparison))
+    if outcome.compiled is not None and outcome.compiled.changes:
+        out_console.print(compile_table(outcome.compiled))
     for device_class, error in outcome.failed_jobs.items():
         err_console.print(f"[bold red]job on {device_class} failed:[/] {error}", markup=True, highlight=False)
     out_console.print(f"run {outcome.run_id} of {outcome.repository}@{outcome.sha[:10]} stored in {settings.database_url}")
