@@ -36,7 +36,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
@@ -472,7 +474,7 @@ def _finish(session: Session, bisection: Bisection, plan: bisect_search.Plan, *,
     open_ranges = []
     if limit:
         known = sorted({0, *levels})
-        open_ranges = [{"after": shas[a], "upto": shas[b]} for a, b in zip(known, known[1:], strict=False)
+        open_ranges = [{"after": shas[a], "upto": shas[b]} for a, b in pairwise(known)
                        if b - a > 1 and bisect_search.differs(levels.get(a, BASE), levels[b], jump)]
     if limit:
         outcome = "limit reached"

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 __all__ = ["BASE", "Found", "Level", "Plan", "Unresolved", "differs", "plan", "verdict"]
 
@@ -102,7 +103,7 @@ def plan(n: int, levels: Mapping[int, Level], *, skipped: Collection[int] = (), 
     culprits: list[Found] = []
     unresolved: list[Unresolved] = []
     waiting = False
-    for low, high in zip(order, order[1:], strict=False):
+    for low, high in pairwise(order):
         a, b = known[low], known[high]
         if not differs(a, b, min_jump):
             continue

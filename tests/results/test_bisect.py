@@ -5,21 +5,33 @@ paired result documents ingested, jobs completed)."""
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import requests
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from pipeline.config import Settings
 from pipeline.contracts import DeviceInfo
-from pipeline.results import bisect, dispatch, ingest, triggers
+from pipeline.results import auth, bisect, dispatch, ingest, triggers
+from pipeline.results.api import create_app
 from pipeline.results.db import session_scope
-from pipeline.results.models import Bisection, BuildRequest, ChangePoint, Job, Run, TriageEvent
+from pipeline.results.models import (
+    Bisection,
+    BuildRequest,
+    ChangePoint,
+    Job,
+    Run,
+    TriageEvent,
+)
+from tests.helpers.live_server import live_server
 
 from . import factories as f
+from .http_client import post, snapshot
 
 RANGE = 16
 """commits c1..c16 of the range; c-1, c0 before it and c17, c18 after it are benchmarked too, so
@@ -141,7 +153,7 @@ def test_a_3x_slowdown_in_commit_11_confirmed_from_commits_1_and_16_is_bisected_
     assert done.result["culprits"][0]["share"] == pytest.approx(1.0, abs=0.02)
     assert farm.jobs == len(done.steps) <= 5
     assert done.commits[0] == f.sha(label(2)) and done.commits[-1] == f.sha(label(16)) and len(done.commits) == 15
-    assert [p for p, _, _ in steps_of(seeded, done.id)][0] == 15          # the bad commit first
+    assert steps_of(seeded, done.id)[0][0] == 15          # the bad commit first
     assert {v for _, _, v in steps_of(seeded, done.id)} <= {"new level", "old level"}
     with session_scope(seeded) as s:
         assert s.get(Bisection, done.id).culprit_commit_id is not None
@@ -253,3 +265,40 @@ def test_a_range_of_one_commit_is_not_bisected(seeded: Engine, settings: Setting
         assert bisect.start_automatic(s, settings) == []
         with pytest.raises(bisect.BisectError, match="holds one commit"):
             bisect.request_bisection(s, settings, change_point_id=cp.id, who="ada")
+
+
+def test_the_api_requests_bisections_with_the_user_scope_and_shows_them_on_the_change_point(
+        seeded: Engine, settings: Settings) -> None:
+    cp_id = confirmed(seeded, lambda i: 3.0 if i >= 11 else 1.0)
+    with session_scope(seeded) as s:
+        tokens = {scope: auth.create_token(s, name=f"{scope}-token", scopes=[scope]) for scope in auth.SCOPES}
+        series_id = s.get(ChangePoint, cp_id).series_id
+    with live_server(create_app(settings, seeded)) as url:
+        def ask(body: object, token: str | None) -> requests.Response:
+            return post(url, "/api/v1/bisections", json.dumps(body), token)
+
+        before = snapshot(seeded)
+        assert ask({"change_point_id": cp_id}, None).status_code == 401
+        assert ask({"change_point_id": cp_id}, tokens["agent"]).status_code == 403
+        for body, status, said in (({}, 422, "give exactly one"), ({"change_point_id": cp_id, "series_id": 1}, 422,
+                                   "give exactly one"), ({"change_point_id": 0}, 422, "change_point_id"),
+                                   ({"change_point_id": 99999}, 404, "no change point 99999"),
+                                   ({"series_id": 99999}, 404, "no series 99999"),
+                                   ({"change_point_id": cp_id, "extra": 1}, 422, "extra")):
+            refused = ask(body, tokens["user"])
+            assert refused.status_code == status and said in refused.text, refused.text
+        assert snapshot(seeded) == before   # nothing stored by a refused request
+        made = ask({"series_id": series_id}, tokens["user"])
+        assert made.status_code == 201, made.text
+        bisection = made.json()
+        assert bisection["change_point_id"] == cp_id and bisection["state"] == "queued"
+        assert bisection["requested_by"] == "user-token" and bisection["cases"] == [f.GEMM]
+        again = ask({"change_point_id": cp_id}, tokens["user"])
+        assert again.status_code == 409 and f"bisection {bisection['id']}" in again.json()["error"]
+        detail = requests.get(f"{url}/api/v1/change-points/{cp_id}", timeout=30).json()
+        assert detail["bisection"]["id"] == bisection["id"]
+        listed = requests.get(f"{url}/api/v1/bisections", params={"change_point_id": cp_id}, timeout=30).json()
+        assert [b["id"] for b in listed] == [bisection["id"]]
+        assert requests.get(f"{url}/api/v1/bisections/{bisection['id']}", timeout=30).json()["base"] == f.sha(label(1))
+        assert requests.get(f"{url}/api/v1/bisections/424242", timeout=30).status_code == 404
+        assert requests.get(f"{url}/api/v1/bisections", params={"state": "nope"}, timeout=30).status_code == 422
