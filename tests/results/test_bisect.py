@@ -302,3 +302,6 @@ def test_the_api_requests_bisections_with_the_user_scope_and_shows_them_on_the_c
         assert requests.get(f"{url}/api/v1/bisections/{bisection['id']}", timeout=30).json()["base"] == f.sha(label(1))
         assert requests.get(f"{url}/api/v1/bisections/424242", timeout=30).status_code == 404
         assert requests.get(f"{url}/api/v1/bisections", params={"state": "nope"}, timeout=30).status_code == 422
+        for page in (f"/series/{series_id}", "/regressions"):
+            html = requests.get(url + page, timeout=30).text
+            assert f'id="bisection-{bisection["id"]}"' in html and 'data-state="queued"' in html, page
