@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.progress import (
@@ -454,6 +454,47 @@ def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _print_bisection(b: dict[str, Any]) -> None:
+    def say(text: str) -> None:
+        out_console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    say(f"bisection {b['id']} of change point {b['change_point_id']} ({', '.join(b['cases'])} on {b['device_class']}): "
+        f"{b['base'][:10]}..{b['bad'][:10]}" + (f", {b['commits']} commits" if b["commits"] else "") + f"; {b['state']}")
+    for s in b["steps"]:
+        change = f"{s['change']:+.1%} [{s['ci_low']:+.1%}, {s['ci_high']:+.1%}]" if s["change"] is not None else ""
+        say(f"  {s['commit'][:10]}  {s['state']:8}  {change:28}  {s['verdict'] or ''}"
+            + (f"  ({s['reason'][:120]})" if s["state"] == "skipped" and s["reason"] else ""))
+    if b["summary"] or b["reason"]:
+        say(f"  {b['summary'] or b['reason']}")
+
+
+def cmd_bisect(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.agents.client import ServiceError
+    from pipeline.remote import bisect, bisect_target, get_bisection
+
+    try:
+        field, number = bisect_target(args.target)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if field == "bisection_id":
+        shown = _service_call(args, settings, lambda: get_bisection(settings, number, server=args.server,
+                                                                     token=args.token))
+        _print_bisection(shown)
+        return 0
+    if not (args.token or settings.api_token.get_secret_value() or settings.agent.token.get_secret_value()):
+        raise CliError("no token: a bisection needs a token with the user scope; make one with `benchfarm token "
+                       "create --name NAME --scope user` and pass it with --token (or set BENCHFARM_API_TOKEN)")
+    try:
+        made = _service_call(args, settings, lambda: bisect(settings, server=args.server, token=args.token,
+                                                            **{field: number}))
+    except ServiceError as exc:
+        raise CliError(exc.message) from None
+    _print_bisection(made)
+    out_console.print(f"follow it with `benchfarm bisect bisection/{made['id']}` or on the regressions page",
+                      markup=False, highlight=False)
+    return 0
+
+
 def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.remote import list_jobs
 
@@ -606,6 +647,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repository", help="OWNER/NAME (default: the service's)")
     service_flags(p)
     p.set_defaults(func=cmd_trigger)
+
+    p = sub.add_parser("bisect", help="find the commit that made a change point: bisect its commit range")
+    p.add_argument("target", metavar="SERIES|CHANGE_POINT",
+                   help="series/ID (its newest confirmed change point), cp/ID, or a page address naming one; "
+                        "bisection/ID shows a bisection and its steps")
+    service_flags(p)
+    p.set_defaults(func=cmd_bisect)
 
     p = sub.add_parser("jobs", help="list the service's jobs with their state")
     p.add_argument("--status", choices=["queued", "running", "done", "failed"])

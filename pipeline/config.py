@@ -259,6 +259,25 @@ class AlertSettings(BaseModel):
     period_s: float = Field(default=10.0, gt=0, description="how often the service looks for new regressions")
 
 
+class BisectSettings(BaseModel):
+    """Bisection of a confirmed change point's commit range to its culprit (`pipeline.results.bisect`)."""
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+    auto: bool = Field(default=True, description="bisect a regression as soon as it is confirmed over a range of more "
+                       "than one first-parent commit (the service needs a suite checkout: dispatch.suite_path)")
+    auto_within_h: float = Field(default=24.0, gt=0, description="only change points confirmed this recently are "
+                                 "bisected automatically (an upgraded store does not bisect its whole past)")
+    max_steps: int = Field(default=12, ge=1, le=200, description="jobs one bisection may run at most")
+    max_device_s: float = Field(default=3600.0, gt=0, description="device time (seconds of its jobs) one bisection may "
+                                "use at most")
+    max_active: int = Field(default=4, ge=1, description="bisections running at once; later ones wait queued")
+    min_share: float = Field(default=0.2, gt=0, le=1, description="a commit is searched for when it moved the level by "
+                             "at least this share of the whole change (and by compare.paired_min_change)")
+    max_range: int = Field(default=2000, ge=2, description="longest first-parent range bisected, in commits")
+    period_s: float = Field(default=2.0, gt=0, description="how often the service advances bisections")
+
+
 class PhoneSettings(BaseModel):
     """Android phones reached through `adb` (`pipeline.agents.adb`, `pipeline.agents.runners.adb_runner`).
 
@@ -396,6 +415,7 @@ class Settings(BaseSettings):
     compare: CompareSettings = Field(default_factory=CompareSettings)
     analysis: AnalysisSettings = Field(default_factory=AnalysisSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
+    bisect: BisectSettings = Field(default_factory=BisectSettings)
     github: GitHubSettings = Field(default_factory=GitHubSettings)
     buildkite: BuildkiteSettings = Field(default_factory=BuildkiteSettings)
     web: WebSettings = Field(default_factory=WebSettings)

@@ -144,10 +144,12 @@ class _LogStream(io.TextIOBase):
 def start_dispatcher(settings: Settings, engine: Engine) -> list[threading.Thread]:
     """What the service runs beside the API: leases restarted (agents could not heartbeat while it
     was down), the reaper, the webhook worker, the reporter (`pipeline.pr_comments`), the alerter
-    (`pipeline.results.alerts`), and the builder when it has a suite checkout."""
+    (`pipeline.results.alerts`), the bisector (`pipeline.results.bisect`), and the builder when it has
+    a suite checkout."""
     from pipeline.pr_comments.reporter import Reporter
     from pipeline.pr_comments.webhook import WebhookWorker
     from pipeline.results.alerts import Alerter
+    from pipeline.results.bisect import Bisector
     from pipeline.results.web.verdicts import VerdictWarmer
 
     with session_scope(engine) as session:
@@ -156,7 +158,8 @@ def start_dispatcher(settings: Settings, engine: Engine) -> list[threading.Threa
         log.info("%d running jobs get a fresh lease after the restart", extended)
     loops: list[threading.Thread] = [triggers.Reaper(settings, engine), WebhookWorker(settings, engine),
                                      Reporter(settings, engine), VerdictWarmer(settings, engine),
-                                     Alerter(settings, engine), triggers.Nightly(settings, engine)]
+                                     Alerter(settings, engine), triggers.Nightly(settings, engine),
+                                     Bisector(settings, engine)]
     if settings.dispatch.suite_path:
         loops.append(triggers.Builder(settings, engine, suite=Path(settings.dispatch.suite_path)))
     for loop in loops:

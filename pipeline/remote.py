@@ -1,8 +1,9 @@
-"""`benchfarm trigger`, `benchfarm jobs` and `benchfarm resend`: ad-hoc runs, the job queue and kept
-results, through the service's API."""
+"""`benchfarm trigger`, `benchfarm jobs`, `benchfarm bisect` and `benchfarm resend`: ad-hoc runs, the
+job queue, bisections and kept results, through the service's API."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ from pipeline.agents.client import ServiceClient, ServiceError
 from pipeline.agents.upload import deliver, load_kept
 from pipeline.config import Settings
 
-__all__ = ["list_jobs", "resend", "trigger"]
+__all__ = ["bisect", "bisect_target", "list_jobs", "resend", "trigger"]
 
 
 def _client(settings: Settings, server: str | None, token: str | None) -> ServiceClient:
@@ -24,6 +25,36 @@ def trigger(settings: Settings, *, ref: str | None, commit: str | None, device_c
             token: str | None = None) -> dict[str, Any]:
     body = {"ref": ref, "commit": commit, "device_classes": device_classes, "cases": cases, "repository": repository}
     result: dict[str, Any] = _client(settings, server, token).post("runs", body)
+    return result
+
+
+_TARGET = re.compile(r"(?:^|/|#)(series|cp|change-points?|bisections?)[/-](\d+)/?$")
+
+
+def bisect_target(text: str) -> tuple[str, int]:
+    """("series_id" | "change_point_id" | "bisection_id", id) from what `benchfarm bisect` was given:
+    `series/ID`, `cp/ID` (or `change-point/ID`), or an address of the web UI naming one
+    (`.../series/ID`, `.../regressions#cp-ID`); `bisection/ID` shows a bisection. ValueError otherwise."""
+    match = _TARGET.search(text.strip())
+    if match is None:
+        raise ValueError(f"{text!r} names neither a series nor a change point: give series/ID (the series "
+                         "page's address ends with it) or cp/ID (a change point; the regressions page links #cp-ID)")
+    kind, number = match.group(1), int(match.group(2))
+    field = {"series": "series_id", "bisection": "bisection_id", "bisections": "bisection_id"}.get(kind, "change_point_id")
+    return field, number
+
+
+def bisect(settings: Settings, *, series_id: int | None = None, change_point_id: int | None = None,
+           server: str | None = None, token: str | None = None) -> dict[str, Any]:
+    """Request a bisection (POST /api/v1/bisections); the bisection's document."""
+    body = {"series_id": series_id} if series_id is not None else {"change_point_id": change_point_id}
+    result: dict[str, Any] = _client(settings, server, token).post("bisections", body)
+    return result
+
+
+def get_bisection(settings: Settings, bisection_id: int, *, server: str | None = None,
+                  token: str | None = None) -> dict[str, Any]:
+    result: dict[str, Any] = _client(settings, server, token).get(f"bisections/{bisection_id}")
     return result
 
 

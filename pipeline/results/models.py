@@ -51,6 +51,13 @@ AGENT_STATES = ("online", "offline")
 BUILD_STATUSES = ("pending", "building", "done", "failed")
 DELIVERY_STATES = ("pending", "done", "ignored", "failed")
 REPORT_STATES = ("waiting", "posted", "kept", "failed", "superseded")
+BISECTION_STATES = ("queued", "running", "done", "failed", "cancelled")
+ACTIVE_BISECTION_STATES = ("queued", "running")
+BISECTION_OUTCOMES = ("culprit", "several commits", "ambiguous", "not reproduced", "limit reached")
+"""What a finished bisection found (`pipeline.results.bisect`): one culprit; the change spread over
+several commits (not attributable to one); a culprit hidden among commits that could not be built
+or run; the change not reproduced by paired runs; the step or device-time limit reached first."""
+BISECTION_STEP_STATES = ("queued", "done", "skipped")
 
 # 64-bit on PostgreSQL; on SQLite only "INTEGER PRIMARY KEY" autoincrements (and is 64-bit anyway).
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -535,6 +542,84 @@ class RunReport(Base):
     error: Mapped[str | None] = mapped_column(sa.Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     reported_at: Mapped[datetime | None]
+
+
+class Bisection(Base):
+    """The search for the commit that made a change point, on its device class (`pipeline.results.bisect`).
+
+    `commits` is the range's first-parent commits oldest first, base excluded, bad included (empty
+    until the range is resolved); a step's `position` indexes it from 1 (0 is the base). At most one
+    bisection per change point is active (queued or running): a partial unique index says so.
+    `result` holds what the outcome rests on (the culprits with their share of the change, the
+    commits skipped and why, the ranges left open); `summary` says it in one sentence.
+    """
+
+    __tablename__ = "bisections"
+    __table_args__ = (
+        _one_of("state", BISECTION_STATES, "state"),
+        sa.Index("ix_bisections_one_active", "change_point_id", unique=True,
+                 sqlite_where=sa.text("state IN ('queued', 'running')"),
+                 postgresql_where=sa.text("state IN ('queued', 'running')")),
+        sa.Index(None, "state", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    change_point_id: Mapped[int] = mapped_column(sa.ForeignKey("change_points.id", ondelete="CASCADE"), index=True)
+    repository_id: Mapped[int] = mapped_column(sa.ForeignKey("repositories.id"))
+    device_class_id: Mapped[int] = mapped_column(sa.ForeignKey("device_classes.id"))
+    cases: Mapped[list[str]]
+    base_commit_id: Mapped[int] = mapped_column(sa.ForeignKey("commits.id"))
+    bad_commit_id: Mapped[int] = mapped_column(sa.ForeignKey("commits.id"))
+    commits: Mapped[list[str]]
+    state: Mapped[str] = mapped_column(sa.String(16), default="queued")
+    outcome: Mapped[str | None] = mapped_column(sa.String(32))
+    culprit_commit_id: Mapped[int | None] = mapped_column(sa.ForeignKey("commits.id"))
+    result: Mapped[dict[str, Any]]
+    summary: Mapped[str] = mapped_column(sa.Text, default="")
+    reason: Mapped[str] = mapped_column(sa.Text, default="")
+    """why it failed or was cancelled"""
+    max_steps: Mapped[int]
+    max_device_s: Mapped[float] = mapped_column(sa.Double)
+    device_s: Mapped[float] = mapped_column(sa.Double, default=0.0)
+    requested_by: Mapped[str] = mapped_column(sa.String(200))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+    steps: Mapped[list[BisectionStep]] = relationship(order_by="BisectionStep.id", cascade="all, delete-orphan",
+                                                      back_populates="bisection")
+
+
+class BisectionStep(Base):
+    """One commit of a bisection, run paired with the range's base on the affected cases: its job,
+    the paired change with its 95 % interval, and the verdict (old level, new level, in between),
+    or why it was skipped (unbuildable, unrunnable)."""
+
+    __tablename__ = "bisection_steps"
+    __table_args__ = (
+        sa.UniqueConstraint("bisection_id", "position"),
+        _one_of("state", BISECTION_STEP_STATES, "state"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    bisection_id: Mapped[int] = mapped_column(sa.ForeignKey("bisections.id", ondelete="CASCADE"))
+    position: Mapped[int]
+    commit_id: Mapped[int] = mapped_column(sa.ForeignKey("commits.id"))
+    run_id: Mapped[str | None] = mapped_column(sa.ForeignKey("runs.id", ondelete="SET NULL"))
+    job_id: Mapped[str | None] = mapped_column(sa.ForeignKey("jobs.id", ondelete="SET NULL"))
+    state: Mapped[str] = mapped_column(sa.String(16), default="queued")
+    verdict: Mapped[str | None] = mapped_column(sa.String(32))
+    change: Mapped[float | None] = mapped_column(sa.Double)
+    ci_low: Mapped[float | None] = mapped_column(sa.Double)
+    ci_high: Mapped[float | None] = mapped_column(sa.Double)
+    pvalue: Mapped[float | None] = mapped_column(sa.Double)
+    paired: Mapped[bool] = mapped_column(default=False)
+    reason: Mapped[str] = mapped_column(sa.Text, default="")
+    device_s: Mapped[float | None] = mapped_column(sa.Double)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
+
+    bisection: Mapped[Bisection] = relationship(back_populates="steps")
 
 
 ALL_TABLES = [table.name for table in Base.metadata.sorted_tables]

@@ -17,6 +17,7 @@ from pipeline.config import Settings
 from pipeline.contracts import ContractError
 from pipeline.results.api.routes import (
     agents,
+    bisections,
     bundles,
     change_points,
     commits,
@@ -113,7 +114,7 @@ def create_app(settings: Settings, engine: Engine) -> FastAPI:
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
     for module in (health, commits, runs, compare, series, compile_stats, change_points, regressions, dashboard,
-                   results, imports, tokens, agents, jobs, bundles, webhooks):
+                   results, imports, tokens, agents, jobs, bundles, webhooks, bisections):
         app.include_router(module.router, prefix="/api/v1")
     web.mount(app)
 

@@ -8,6 +8,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from pipeline.results.auth import Scope
+from pipeline.results.bisect_views import BisectionView
 from pipeline.results.models import LIFECYCLE, TRIAGE_STATES
 
 
@@ -258,6 +259,8 @@ class TriageEventOut(_FromAttributes):
 
 class ChangePointDetailOut(ChangePointOut):
     events: list[TriageEventOut] = Field(description="triage history, oldest first; the last is the current state")
+    bisection: BisectionView | None = Field(None, description="its newest bisection (the active one when there is "
+                                            "one): the steps, and the culprit once found")
 
 
 class BaselineOut(_FromAttributes):

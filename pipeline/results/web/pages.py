@@ -13,6 +13,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pipeline.contracts import METRICS
 from pipeline.results import compile_stats, queries
 from pipeline.results.api.deps import RowId, SessionDep, SettingsDep
+from pipeline.results.bisect_views import latest_by_change_point
 from pipeline.results.compare import STATUSES, Comparison, overall_verdict
 from pipeline.results.models import Run
 from pipeline.results.web import data
@@ -69,7 +70,8 @@ def run_page(run_id: str, request: Request, session: SessionDep, settings: Setti
 
 @router.get("/series/{series_id}", response_class=HTMLResponse)
 def series_page(series_id: RowId, request: Request, session: SessionDep, user: UserDep) -> HTMLResponse:
-    """The history graph (median, min-max, change points, the vendor control) and the table of values."""
+    """The history graph (median, min-max, change points, the vendor control), the change points with
+    their bisections, and the table of values."""
     summary = queries.get_series(session, series_id)
     if summary is None:
         raise HTTPException(404, f"no series {series_id}")
@@ -95,6 +97,7 @@ def series_page(series_id: RowId, request: Request, session: SessionDep, user: U
     }
     return page(request, "series.html", user, {
         "summary": summary, "history": history, "change_points": change_points, "marks": marks, "infos": infos,
+        "bisections": latest_by_change_point(session, [cp.id for cp in change_points]),
         "chart": chart, "control": control, "baseline": queries.series_baseline(session, series_id),
         "compile_series": compile_stats.compile_targets(session, summary.case_id,
                                                         data.device_class_targets(session, summary.device_class))})

@@ -8,8 +8,9 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from pipeline.pr_comments.table import STATUS_ORDER
-from pipeline.results import compile_stats, queries, triage
+from pipeline.results import bisect, compile_stats, queries, triage
 from pipeline.results.api.deps import RowId, SessionDep, SettingsDep
+from pipeline.results.bisect_views import latest_by_change_point
 from pipeline.results.compare import STATUSES, CompareError
 from pipeline.results.models import LIFECYCLE, TRIAGE_STATES
 from pipeline.results.web import data
@@ -108,13 +109,14 @@ def _head(session: SessionDep, repository: str, head: str, pr: str) -> tuple[str
 def regressions_page(request: Request, session: SessionDep, user: UserDep, device_class: str = "",
                      family: str = "", state: str = "", lifecycle: str = "") -> HTMLResponse:
     """Open regressions (or all in one triage state and/or lifecycle: suspected, confirmed,
-    retracted) with their triage history and actions."""
+    retracted) with their triage history, their bisection and actions."""
     found = queries.list_regressions(session, device_class=device_class or None, family=family or None,
                                      state=state if state in TRIAGE_STATES else None,
                                      lifecycle=lifecycle if lifecycle in LIFECYCLE else None, limit=500)
     histories = data.triage_histories(session, [r.id for r in found])
+    bisections = latest_by_change_point(session, [r.id for r in found])
     return page(request, "regressions.html", user, {
-        "regressions": found, "histories": histories, "transitions": triage.TRANSITIONS,
+        "regressions": found, "histories": histories, "bisections": bisections, "transitions": triage.TRANSITIONS,
         "states": TRIAGE_STATES, "lifecycles": LIFECYCLE, "device_classes": data.device_class_names(session),
         "filters": {"device_class": device_class, "family": family, "state": state, "lifecycle": lifecycle},
         "infos": data.commit_infos(session, [r.after_sha for r in found])})
@@ -136,4 +138,23 @@ async def triage_form(change_point_id: RowId, request: Request, session: Session
         request.session["flash"] = {"kind": "error", "text": f"change point {change_point_id}: {exc}"}
     else:
         request.session["flash"] = {"kind": "ok", "text": f"change point {change_point_id} is now {form['state']}"}
+    return RedirectResponse(back, status_code=303)
+
+
+@router.post("/change-points/{change_point_id}/bisect")
+async def bisect_form(change_point_id: RowId, request: Request, session: SessionDep, settings: SettingsDep,
+                      user: UserDep) -> RedirectResponse:
+    """The Bisect button of the regressions and series pages (signed-in users, CSRF-checked)."""
+    principal = require_signed_in(request, user, "bisect")
+    form = await checked_form(request)
+    back = safe_next(form.get("next", "/regressions"))
+    try:
+        made = bisect.request_bisection(session, settings, change_point_id=change_point_id, who=principal.name)
+    except bisect.BisectNotFound:
+        raise HTTPException(404, f"no change point {change_point_id}") from None
+    except bisect.BisectError as exc:
+        request.session["flash"] = {"kind": "error", "text": str(exc).removeprefix("change_point_id: ")}
+    else:
+        request.session["flash"] = {"kind": "ok", "text": f"bisection {made.id} of change point {change_point_id} "
+                                                          "queued: its steps appear here as they run"}
     return RedirectResponse(back, status_code=303)

@@ -1,4 +1,4 @@
-"""Change points: one with its triage history, and triage (user scope)."""
+"""Change points: one with its triage history and newest bisection, and triage (user scope)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pipeline.results.api.schemas import (
     TriageEventOut,
     TriageIn,
 )
+from pipeline.results.bisect_views import latest_by_change_point
 
 router = APIRouter(tags=["change points"])
 UserDep = Annotated[Principal, require_scope("user")]
@@ -26,7 +27,8 @@ def _detail(session: SessionDep, change_point_id: RowId) -> ChangePointDetailOut
     if found is None:
         raise HTTPException(404, f"no change point {change_point_id}")
     return ChangePointDetailOut(**asdict(found), events=[
-        TriageEventOut.model_validate(e) for e in triage.events(session, change_point_id)])
+        TriageEventOut.model_validate(e) for e in triage.events(session, change_point_id)],
+        bisection=latest_by_change_point(session, [change_point_id]).get(change_point_id))
 
 
 @router.get("/change-points/{change_point_id}", response_model=ChangePointDetailOut,

@@ -1,0 +1,134 @@
+"""Where in a commit range a level changed: the search of a bisection, as pure functions.
+
+Positions 0..n index a first-parent commit range: 0 is the base (the last commit of the old level),
+n the bad commit (the first commit the history saw at the new level), 1..n-1 the commits between,
+oldest first. Each measured position has a `Level`: its paired change against the base with the
+change's 95 % interval (the base's own level is 0 by construction: the base is what each job is
+paired with). Some positions are skipped: their commit could not be built or run.
+
+`plan` looks at each pair of neighbouring measured positions. Where their levels differ (`differs`:
+by at least `min_jump`, and by more than the two intervals' combined half-width) the change, or a
+part of it, happened between them:
+- neighbours one commit apart: the later one is a culprit, with the jump between the two;
+- commits between them, some not tried yet: probe the one nearest the middle (binary search);
+- every commit between them skipped: the range stays unresolved, the skipped commits named.
+Pairs whose levels do not differ hold no culprit and are not searched, so a change made by one
+commit costs ceil(log2(n)) probes after the bad commit's own, and a change spread over k commits
+is followed down each branch where the level moved (about k * log2(n)).
+
+Assumptions: the level is a step function of the commit (a commit either moves it or not; no
+flaky commits), and each step is at least `min_jump`; smaller moves are not searched for. Noise
+enters through the intervals: a probe whose interval is wide does not separate levels closer than
+its width, which leaves such a pair unsearched rather than chasing noise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+__all__ = ["BASE", "Found", "Level", "Plan", "Unresolved", "differs", "plan", "verdict"]
+
+
+@dataclass(frozen=True)
+class Level:
+    change: float
+    """head / base - 1 of the affected case, timed paired with the base"""
+    low: float
+    high: float
+    """the change's 95 % interval"""
+
+    @property
+    def half_width(self) -> float:
+        return max(0.0, (self.high - self.low) / 2)
+
+
+BASE = Level(0.0, 0.0, 0.0)
+"""The base's level: every probe is measured against it."""
+
+
+@dataclass(frozen=True)
+class Found:
+    position: int
+    jump: float
+    """the level's move at this commit (its level minus the level of the commit before it)"""
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    low: int
+    """the last measured position before the move"""
+    high: int
+    """the first measured position after it: the culprit is one of `skipped` or this one"""
+    skipped: tuple[int, ...]
+    jump: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    probes: list[int] = field(default_factory=list)
+    """positions to run now"""
+    culprits: list[Found] = field(default_factory=list)
+    unresolved: list[Unresolved] = field(default_factory=list)
+    waiting: bool = False
+    """a probe already queued lies inside a range that moved: its level decides what comes next"""
+
+    @property
+    def done(self) -> bool:
+        return not self.probes and not self.waiting
+
+
+def differs(a: Level, b: Level, min_jump: float) -> bool:
+    """The levels are apart: by at least `min_jump`, and by more than the half-widths of their
+    intervals combined (as for independent estimates: the square root of the sum of squares)."""
+    gap = abs(b.change - a.change)
+    return gap >= min_jump and gap > math.hypot(a.half_width, b.half_width)
+
+
+def plan(n: int, levels: Mapping[int, Level], *, skipped: Collection[int] = (), pending: Collection[int] = (),
+         min_jump: float) -> Plan:
+    """What to run next, and what is known so far (module doc). `levels`: measured positions (the
+    base, 0, may be left out); `skipped`: positions that could not be built or run; `pending`:
+    positions whose probe is queued or running. The bad commit (n) is probed first, alone: until
+    its paired level is known, nothing says the change is there to find."""
+    if n < 1:
+        raise ValueError(f"a range needs at least one commit after its base, got n={n}")
+    if n not in levels:
+        return Plan(probes=[] if n in pending or n in skipped else [n], waiting=n in pending)
+    known = {0: BASE, **levels}
+    order = sorted(known)
+    probes: list[int] = []
+    culprits: list[Found] = []
+    unresolved: list[Unresolved] = []
+    waiting = False
+    for low, high in pairwise(order):
+        a, b = known[low], known[high]
+        if not differs(a, b, min_jump):
+            continue
+        jump = b.change - a.change
+        inside = range(low + 1, high)
+        if any(p in pending for p in inside):
+            waiting = True
+            continue
+        if high - low == 1:
+            culprits.append(Found(high, jump))
+            continue
+        free = [p for p in inside if p not in skipped]
+        if not free:
+            unresolved.append(Unresolved(low, high, tuple(inside), jump))
+            continue
+        middle = (low + high) / 2
+        probes.append(min(free, key=lambda p: (abs(p - middle), p)))
+    return Plan(probes=probes, culprits=culprits, unresolved=unresolved, waiting=waiting)
+
+
+def verdict(level: Level, bad: Level | None, min_jump: float) -> str:
+    """A probe's level in words: "old level" (not apart from the base), "new level" (not apart from
+    the bad commit), else "in between" (the change is spread over several commits)."""
+    if not differs(BASE, level, min_jump):
+        return "old level"
+    if bad is None or not differs(level, bad, min_jump):
+        return "new level"
+    return "in between"

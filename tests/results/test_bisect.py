@@ -1,0 +1,307 @@
+"""Bisections in the store (SQLite and PostgreSQL): a confirmed change point over 16 commits, the
+service's side driven step by step (`bisect.advance`) while this test plays the builder and the
+device agent through the dispatcher's own functions (builds finished or failed, jobs claimed,
+paired result documents ingested, jobs completed)."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import requests
+import sqlalchemy as sa
+from sqlalchemy import Engine
+
+from pipeline.config import Settings
+from pipeline.contracts import DeviceInfo
+from pipeline.results import auth, bisect, dispatch, ingest, triggers
+from pipeline.results.api import create_app
+from pipeline.results.db import session_scope
+from pipeline.results.models import (
+    Bisection,
+    BuildRequest,
+    ChangePoint,
+    Job,
+    Run,
+    TriageEvent,
+)
+from tests.helpers.live_server import live_server
+
+from . import factories as f
+from .http_client import post, snapshot
+
+RANGE = 16
+"""commits c1..c16 of the range; c-1, c0 before it and c17, c18 after it are benchmarked too, so
+that the analysis has three commits on each side of the change to confirm it"""
+BENCHMARKED = (-1, 0, 1, 16, 17, 18)
+LEVEL = 1e-3
+
+
+def label(i: int) -> str:
+    return f"c{i}"
+
+
+def record_history(s: object) -> None:
+    ingest.record_commits(s, repository=f.REPO, commits=[  # type: ignore[arg-type]
+        f.commit(label(i), *([label(i - 1)] if i > -1 else []), minutes=10 + i, branch="main")
+        for i in range(-1, RANGE + 3)])
+
+
+def samples(level: float, rng: random.Random, n: int = 20) -> list[float]:
+    return [level * (1 + rng.gauss(0, 0.003)) for _ in range(n)]
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    # a suite path makes the store willing to build; this test finishes the builds itself
+    return Settings(home=tmp_path, dispatch={"suite_path": str(tmp_path)})
+
+
+def confirmed(engine: Engine, factor: Callable[[int], float]) -> int:
+    """Benchmark BENCHMARKED commits (push runs, analysed as they arrive); the confirmed change point."""
+    rng = random.Random(1)
+    with session_scope(engine) as s:
+        record_history(s)
+    for i in BENCHMARKED:
+        with session_scope(engine) as s:
+            f.upload(s, label(i), [f.ok(f.GEMM, samples(LEVEL * factor(i), rng), rounds=[4] * 5)], kind="push")
+    with session_scope(engine) as s:
+        cp = s.scalars(sa.select(ChangePoint).where(ChangePoint.lifecycle == "confirmed")).one()
+        assert (cp.before_commit_id, cp.after_commit_id) == tuple(
+            s.scalar(sa.select(sa.literal_column("id")).select_from(sa.table("commits"))
+                     .where(sa.column("sha") == f.sha(label(i)))) for i in (1, 16))
+        return cp.id
+
+
+class Farm:
+    """Plays the service's builder and one agent: builds are finished (or failed for `unbuildable`
+    commits), jobs claimed and answered with paired results whose head runs `factor(i)` times the
+    base's level (None: the case errors on that commit)."""
+
+    def __init__(self, engine: Engine, factor: Callable[[int], float | None], unbuildable: set[int] = frozenset()):
+        self.engine, self.factor, self.unbuildable = engine, factor, unbuildable
+        self.rng = random.Random(2)
+        self.jobs = 0
+        with session_scope(engine) as s:
+            dispatch.register_agent(s, name="agent-1", token_name="t", host="h", version="1", devices=[
+                (f.device_class(), DeviceInfo(device_class=f.DEVICE_CLASS, uid="host-1"))])
+            self.digest = ingest.ingest_manifest(s, manifest=f.manifest(f.sha(label(1)), [f.built_entry(f.GEMM)]),
+                                                 path="/bundles/c1").digest
+        self.index = {f.sha(label(i)): i for i in range(-1, RANGE + 3)}
+
+    def serve(self) -> int:
+        """Finish pending builds and run every claimable job; how many jobs ran."""
+        ran = 0
+        with session_scope(self.engine) as s:
+            for build in s.scalars(sa.select(BuildRequest).where(BuildRequest.status == "pending")).all():
+                i = self.index[s.get(Run, build.run_id).commit.sha]
+                if i in self.unbuildable:
+                    triggers.fail_build(s, build_id=build.id, error=f"build failed: c{i}: iree-compile: error")
+                else:
+                    triggers.finish_build(s, build_id=build.id, digest=self.digest, base_digest=self.digest)
+        while True:
+            with session_scope(self.engine) as s:
+                claimed = dispatch.claim_job(s, agent_name="agent-1", devices=[("host-1", f.DEVICE_CLASS)], lease_s=60)
+                if claimed is None:
+                    return ran
+                i = self.index[claimed.commit]
+                factor = self.factor(i)
+                base = samples(LEVEL, self.rng)
+                result = (f.paired_ok(f.GEMM, f.sha(label(1)), base, [b * factor for b in base],
+                                      rounds=[4] * 5) if factor is not None else f.failed(f.GEMM, "error"))
+                ingest.ingest_result(s, document=f.result_document(
+                    run_id=claimed.run_id, job_id=claimed.job_id, commit_sha=claimed.commit, results=[result]))
+                dispatch.complete_job(s, job_id=claimed.job_id, agent_name="agent-1")
+                ran += 1
+                self.jobs += 1
+
+
+def drive(engine: Engine, settings: Settings, farm: Farm, bisection_id: int, rounds: int = 40) -> Bisection:
+    for _ in range(rounds):
+        with session_scope(engine) as s:
+            bisect.advance(s, settings, bisection_id)
+        farm.serve()
+        with session_scope(engine) as s:
+            b = s.get(Bisection, bisection_id)
+            if b.state not in ("queued", "running"):
+                assert b.steps is not None   # loaded before the session closes
+                s.expunge_all()
+                return b
+    raise AssertionError("the bisection did not end")
+
+
+def steps_of(engine: Engine, bisection_id: int) -> list[tuple[int, str, str | None]]:
+    with session_scope(engine) as s:
+        b = s.get(Bisection, bisection_id)
+        return [(st.position, st.state, st.verdict) for st in b.steps]
+
+
+def test_a_3x_slowdown_in_commit_11_confirmed_from_commits_1_and_16_is_bisected_to_it_in_5_jobs(
+        seeded: Engine, settings: Settings) -> None:
+    cp_id = confirmed(seeded, lambda i: 3.0 if i >= 11 else 1.0)
+    with session_scope(seeded) as s:
+        started = bisect.start_automatic(s, settings)
+        assert len(started) == 1
+        assert bisect.start_automatic(s, settings) == []   # one per change point
+    farm = Farm(seeded, lambda i: 3.0 if i >= 11 else 1.0)
+    done = drive(seeded, settings, farm, started[0])
+    assert done.state == "done" and done.outcome == "culprit", done.summary
+    assert done.result["culprits"][0]["sha"] == f.sha(label(11))
+    assert done.result["culprits"][0]["share"] == pytest.approx(1.0, abs=0.02)
+    assert farm.jobs == len(done.steps) <= 5
+    assert done.commits[0] == f.sha(label(2)) and done.commits[-1] == f.sha(label(16)) and len(done.commits) == 15
+    assert steps_of(seeded, done.id)[0][0] == 15          # the bad commit first
+    assert {v for _, _, v in steps_of(seeded, done.id)} <= {"new level", "old level"}
+    with session_scope(seeded) as s:
+        assert s.get(Bisection, done.id).culprit_commit_id is not None
+        note = s.scalars(sa.select(TriageEvent.note).where(TriageEvent.change_point_id == cp_id,
+                                                           TriageEvent.who == bisect.WHO)).one()
+        assert f.sha(label(11))[:10] in note and "made the change" in note
+        assert s.get(ChangePoint, cp_id).state == "needs triage"   # the triage state is kept
+        # a change point bisected since it was confirmed is not bisected again
+        assert bisect.start_automatic(s, settings) == []
+
+
+def test_a_slowdown_spread_over_two_commits_reports_both(seeded: Engine, settings: Settings) -> None:
+    def factor(i: int) -> float:
+        return (1.05 if i >= 6 else 1.0) * (1.05 if i >= 11 else 1.0)
+
+    cp_id = confirmed(seeded, lambda i: 1.5 if i >= 11 else 1.0)   # the history saw a clear step
+    with session_scope(seeded) as s:
+        bisection_id = bisect.request_bisection(s, settings, change_point_id=cp_id, who="ada").id
+    done = drive(seeded, settings, Farm(seeded, factor), bisection_id)
+    assert done.outcome == "several commits", done.summary
+    assert [c["sha"] for c in done.result["culprits"]] == [f.sha(label(6)), f.sha(label(11))]
+    assert "not attributable to one commit" in done.summary
+    assert "in between" in {v for _, _, v in steps_of(seeded, done.id)}
+
+
+def test_an_unbuildable_commit_is_skipped_and_named(seeded: Engine, settings: Settings) -> None:
+    cp_id = confirmed(seeded, lambda i: 3.0 if i >= 11 else 1.0)
+    with session_scope(seeded) as s:
+        bisection_id = bisect.request_bisection(s, settings, change_point_id=cp_id, who="ada").id
+    farm = Farm(seeded, lambda i: 3.0 if i >= 11 else 1.0, unbuildable={8})
+    done = drive(seeded, settings, farm, bisection_id)
+    assert done.outcome == "culprit" and done.result["culprits"][0]["sha"] == f.sha(label(11)), done.summary
+    assert [(s["sha"], s["verdict"]) for s in done.result["skipped"]] == [(f.sha(label(8)), "unbuildable")]
+    assert "iree-compile" in done.result["skipped"][0]["reason"] and f"{f.sha(label(8))[:10]} (unbuildable)" in done.summary
+
+
+def test_an_unbuildable_commit_before_the_culprit_and_an_erroring_one_leave_the_culprit_among_them(
+        seeded: Engine, settings: Settings) -> None:
+    cp_id = confirmed(seeded, lambda i: 3.0 if i >= 11 else 1.0)
+    with session_scope(seeded) as s:
+        bisection_id = bisect.request_bisection(s, settings, change_point_id=cp_id, who="ada").id
+    farm = Farm(seeded, lambda i: None if i == 9 else (3.0 if i >= 11 else 1.0), unbuildable={10})
+    done = drive(seeded, settings, farm, bisection_id)
+    assert done.outcome == "ambiguous", done.summary
+    # c8 old level, c12 new; c10 cannot be built, c9 (the nearer of c9 and c11) errors, c11 is slow
+    assert done.result["unresolved"][0]["candidates"] == [f.sha(label(i)) for i in (9, 10, 11)]
+    verdicts = {s["sha"]: s["verdict"] for s in done.result["skipped"]}
+    assert verdicts == {f.sha(label(10)): "unbuildable", f.sha(label(9)): "unrunnable"}
+    assert "the culprit is one of" in done.summary
+
+
+def test_a_change_paired_runs_do_not_reproduce_ends_after_one_job(seeded: Engine, settings: Settings) -> None:
+    cp_id = confirmed(seeded, lambda i: 3.0 if i >= 11 else 1.0)
+    with session_scope(seeded) as s:
+        first = bisect.request_bisection(s, settings, change_point_id=cp_id, who="ada").id
+    done = drive(seeded, settings, Farm(seeded, lambda i: 1.0), first)
+    assert done.outcome == "not reproduced" and len(done.steps) == 1, done.summary
+
+
+def test_the_step_limit_stops_a_bisection_with_the_range_left_open(seeded: Engine, settings: Settings) -> None:
+    cp_id = confirmed(seeded, lambda i: 3.0 if i >= 11 else 1.0)
+    limited = settings.model_copy(update={"bisect": settings.bisect.model_copy(update={"max_steps": 2})})
+    with session_scope(seeded) as s:
+        second = bisect.request_bisection(s, limited, change_point_id=cp_id, who="ada").id
+    done = drive(seeded, limited, Farm(seeded, lambda i: 3.0 if i >= 11 else 1.0), second)
+    assert done.outcome == "limit reached" and len(done.steps) == 2, done.summary
+    assert done.result["open"] == [{"after": f.sha(label(8)), "upto": f.sha(label(16))}]
+
+
+def test_requests_refused_and_retraction_cancels(seeded: Engine, settings: Settings) -> None:
+    cp_id = confirmed(seeded, lambda i: 3.0 if i >= 11 else 1.0)
+    with session_scope(seeded) as s:
+        bisection_id = bisect.request_bisection(s, settings, change_point_id=cp_id, who="ada").id
+        with pytest.raises(bisect.BisectConflict, match="being bisected already") as conflict:
+            bisect.request_bisection(s, settings, change_point_id=cp_id, who="bob")
+        assert conflict.value.bisection_id == bisection_id
+        with pytest.raises(bisect.BisectNotFound):
+            bisect.request_bisection(s, settings, change_point_id=999999, who="ada")
+        series_id = s.get(ChangePoint, cp_id).series_id
+        assert bisect.change_point_of_series(s, series_id) == cp_id
+    farm = Farm(seeded, lambda i: 3.0 if i >= 11 else 1.0)
+    with session_scope(seeded) as s:
+        bisect.advance(s, settings, bisection_id)      # the bad commit's job is queued
+    with session_scope(seeded) as s:
+        s.get(ChangePoint, cp_id).lifecycle = "retracted"   # as the analysis does when later data refute it
+        s.get(ChangePoint, cp_id).reason = "later commits went back"
+    with session_scope(seeded) as s:
+        assert bisect.cancel_retracted(s) == [bisection_id]
+    assert farm.serve() == 0    # its queued job failed, nothing left to claim
+    with session_scope(seeded) as s:
+        b = s.get(Bisection, bisection_id)
+        assert b.state == "cancelled" and "retracted" in b.reason
+        job = s.get(Job, b.steps[0].job_id)
+        assert job.status == "failed" and job.error.startswith("cancelled")
+        with pytest.raises(bisect.BisectError, match="retracted"):
+            bisect.request_bisection(s, settings, change_point_id=cp_id, who="ada")
+
+
+def test_a_range_of_one_commit_is_not_bisected(seeded: Engine, settings: Settings) -> None:
+    rng = random.Random(3)
+    with session_scope(seeded) as s:
+        record_history(s)
+    for i in range(-1, 6):
+        with session_scope(seeded) as s:
+            f.upload(s, label(i), [f.ok(f.GEMM, samples(LEVEL * (2 if i >= 3 else 1), rng), rounds=[4] * 5)],
+                     kind="push")
+    with session_scope(seeded) as s:
+        cp = s.scalars(sa.select(ChangePoint).where(ChangePoint.lifecycle == "confirmed")).one()
+        assert bisect.start_automatic(s, settings) == []
+        with pytest.raises(bisect.BisectError, match="holds one commit"):
+            bisect.request_bisection(s, settings, change_point_id=cp.id, who="ada")
+
+
+def test_the_api_requests_bisections_with_the_user_scope_and_shows_them_on_the_change_point(
+        seeded: Engine, settings: Settings) -> None:
+    cp_id = confirmed(seeded, lambda i: 3.0 if i >= 11 else 1.0)
+    with session_scope(seeded) as s:
+        tokens = {scope: auth.create_token(s, name=f"{scope}-token", scopes=[scope]) for scope in auth.SCOPES}
+        series_id = s.get(ChangePoint, cp_id).series_id
+    with live_server(create_app(settings, seeded)) as url:
+        def ask(body: object, token: str | None) -> requests.Response:
+            return post(url, "/api/v1/bisections", json.dumps(body), token)
+
+        before = snapshot(seeded)
+        assert ask({"change_point_id": cp_id}, None).status_code == 401
+        assert ask({"change_point_id": cp_id}, tokens["agent"]).status_code == 403
+        for body, status, said in (({}, 422, "give exactly one"), ({"change_point_id": cp_id, "series_id": 1}, 422,
+                                   "give exactly one"), ({"change_point_id": 0}, 422, "change_point_id"),
+                                   ({"change_point_id": 99999}, 404, "no change point 99999"),
+                                   ({"series_id": 99999}, 404, "no series 99999"),
+                                   ({"change_point_id": cp_id, "extra": 1}, 422, "extra")):
+            refused = ask(body, tokens["user"])
+            assert refused.status_code == status and said in refused.text, refused.text
+        assert snapshot(seeded) == before   # nothing stored by a refused request
+        made = ask({"series_id": series_id}, tokens["user"])
+        assert made.status_code == 201, made.text
+        bisection = made.json()
+        assert bisection["change_point_id"] == cp_id and bisection["state"] == "queued"
+        assert bisection["requested_by"] == "user-token" and bisection["cases"] == [f.GEMM]
+        again = ask({"change_point_id": cp_id}, tokens["user"])
+        assert again.status_code == 409 and f"bisection {bisection['id']}" in again.json()["error"]
+        detail = requests.get(f"{url}/api/v1/change-points/{cp_id}", timeout=30).json()
+        assert detail["bisection"]["id"] == bisection["id"]
+        listed = requests.get(f"{url}/api/v1/bisections", params={"change_point_id": cp_id}, timeout=30).json()
+        assert [b["id"] for b in listed] == [bisection["id"]]
+        assert requests.get(f"{url}/api/v1/bisections/{bisection['id']}", timeout=30).json()["base"] == f.sha(label(1))
+        assert requests.get(f"{url}/api/v1/bisections/424242", timeout=30).status_code == 404
+        assert requests.get(f"{url}/api/v1/bisections", params={"state": "nope"}, timeout=30).status_code == 422
+        for page in (f"/series/{series_id}", "/regressions"):
+            html = requests.get(url + page, timeout=30).text
+            assert f'id="bisection-{bisection["id"]}"' in html and 'data-state="queued"' in html, page

@@ -1,0 +1,91 @@
+"""The bisection's search on levels with a known answer: where the change is, how many probes it
+takes, what it says when commits are skipped."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+
+from pipeline.results.bisect_search import BASE, Level, Plan, differs, plan, verdict
+
+
+def run_search(n: int, level_at: Callable[[int], float | None], *, half_width: float = 0.005,
+               min_share: float = 0.2, floor: float = 0.02) -> tuple[Plan, list[int]]:
+    """Probe one position at a time as `plan` asks (None from `level_at`: that commit cannot be
+    built) until it is done; the final plan and the positions probed, in order."""
+    levels: dict[int, Level] = {}
+    skipped: set[int] = set()
+    probed: list[int] = []
+    while True:
+        bad = levels.get(n)
+        jump = max(floor, min_share * abs(bad.change)) if bad else floor
+        step = plan(n, levels, skipped=skipped, min_jump=jump)
+        if step.done:
+            return step, probed
+        for p in step.probes:
+            probed.append(p)
+            value = level_at(p)
+            if value is None:
+                skipped.add(p)
+            else:
+                levels[p] = Level(value, value - half_width, value + half_width)
+
+
+def test_a_3x_slowdown_at_commit_11_of_16_is_found_after_the_bad_commit_and_four_probes() -> None:
+    # positions 0..15: commit 1 (the base) .. commit 16 (bad); commit 11 is position 10
+    found, probed = run_search(15, lambda p: 2.0 if p >= 10 else 0.0)
+    assert [c.position for c in found.culprits] == [10] and found.culprits[0].jump == pytest.approx(2.0)
+    assert probed[0] == 15 and len(probed) == 5 and not found.unresolved
+
+
+@pytest.mark.parametrize("culprit", range(1, 16))
+def test_every_position_of_a_16_commit_range_takes_at_most_ceil_log2_probes(culprit: int) -> None:
+    found, probed = run_search(15, lambda p: 0.5 if p >= culprit else 0.0)
+    assert [c.position for c in found.culprits] == [culprit]
+    assert len(probed) <= 1 + math.ceil(math.log2(15))
+
+
+def test_a_change_spread_over_two_commits_of_5_percent_each_names_both() -> None:
+    found, probed = run_search(15, lambda p: (0.05 if p >= 5 else 0.0) + (0.05 if p >= 10 else 0.0),
+                               half_width=0.004, floor=0.02)
+    assert [(c.position, round(c.jump, 3)) for c in found.culprits] == [(5, 0.05), (10, 0.05)]
+    assert len(probed) <= 9
+
+
+def test_noise_wider_than_a_step_does_not_invent_a_culprit() -> None:
+    # a 3 % step measured with +-5 % intervals: the search cannot separate it and says so by finding nothing
+    found, probed = run_search(15, lambda p: 0.03 if p >= 7 else 0.0, half_width=0.05)
+    assert found.culprits == [] and found.unresolved == [] and probed == [15]
+
+
+def test_an_unbuildable_probe_is_stepped_over_and_the_culprit_still_found() -> None:
+    found, probed = run_search(15, lambda p: None if p == 7 else (2.0 if p >= 10 else 0.0))
+    assert probed[:2] == [15, 7] and 7 not in [c.position for c in found.culprits]
+    assert [c.position for c in found.culprits] == [10] and not found.unresolved
+
+
+def test_an_unbuildable_commit_just_before_the_culprit_leaves_both_named() -> None:
+    found, _ = run_search(15, lambda p: None if p == 9 else (2.0 if p >= 10 else 0.0))
+    assert found.culprits == []
+    assert [(u.low, u.high, u.skipped) for u in found.unresolved] == [(8, 10, (9,))]
+
+
+def test_the_bad_commit_comes_first_and_alone_and_a_pending_probe_is_waited_for() -> None:
+    assert plan(15, {}, min_jump=0.02).probes == [15]
+    waiting = plan(15, {}, pending={15}, min_jump=0.02)
+    assert waiting.probes == [] and waiting.waiting and not waiting.done
+    middle = plan(15, {15: Level(1.0, 0.99, 1.01)}, pending={7}, min_jump=0.2)
+    assert middle.probes == [] and middle.waiting
+
+
+def test_differs_needs_the_minimum_jump_and_more_than_the_intervals_combined() -> None:
+    assert differs(BASE, Level(0.10, 0.09, 0.11), 0.05)
+    assert not differs(BASE, Level(0.03, 0.02, 0.04), 0.05)            # under the minimum jump
+    assert not differs(Level(0.0, -0.1, 0.1), Level(0.12, 0.02, 0.22), 0.05)  # within the intervals' width
+    assert verdict(Level(0.0, -0.01, 0.01), Level(1.0, 0.99, 1.01), 0.2) == "old level"
+    assert verdict(Level(0.98, 0.97, 0.99), Level(1.0, 0.99, 1.01), 0.2) == "new level"
+    assert verdict(Level(0.5, 0.49, 0.51), Level(1.0, 0.99, 1.01), 0.2) == "in between"
+    with pytest.raises(ValueError, match="at least one commit"):
+        plan(0, {}, min_jump=0.02)
