@@ -22,6 +22,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -269,12 +270,21 @@ def _compile_all(
     # spawn: the parent may hold runtime threads (an agent in the same process); fork is unsafe then.
     # Workers ignore SIGINT: Ctrl-C in a terminal reaches the whole process group, and the parent
     # alone decides what an interrupt means (each worker would otherwise print its own traceback).
+    # A worker re-imports the main module before its initializer runs: SIGINT in that window would
+    # print its traceback. Spawned children inherit an ignored SIGINT, so the parent ignores it while
+    # it starts them (main thread only: the service's builder thread cannot, and needs not, do so).
+    starting = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if starting else None
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                              initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN)) as pool:
-        futures: dict[Future[CompiledArtifact], int] = {
-            pool.submit(_compile_worker, jobs[i].source, jobs[i].target, suite_dir): i  # type: ignore[arg-type]
-            for i in misses
-        }
+        try:
+            futures: dict[Future[CompiledArtifact], int] = {
+                pool.submit(_compile_worker, jobs[i].source, jobs[i].target, suite_dir): i  # type: ignore[arg-type]
+                for i in misses
+            }
+        finally:
+            if starting:
+                signal.signal(signal.SIGINT, previous)
         for future in as_completed(futures):
             i = futures[future]
             try:
