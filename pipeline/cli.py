@@ -96,7 +96,7 @@ def _suite_and_ref(args: argparse.Namespace, ref: str, *, note: bool = True) -> 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.local_pipeline import run_pipeline
-    from pipeline.pr_comments.table import terminal_table
+    from pipeline.pr_comments.table import compile_table, terminal_table
     from pipeline.results.db import open_store
 
     suite, ref = _suite_and_ref(args, args.ref)
@@ -108,6 +108,8 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         )
     for comparison in outcome.comparisons:
         out_console.print(terminal_table(comparison))
+    if outcome.compiled is not None and outcome.compiled.changes:
+        out_console.print(compile_table(outcome.compiled))
     for device_class, error in outcome.failed_jobs.items():
         err_console.print(f"[bold red]job on {device_class} failed:[/] {error}", markup=True, highlight=False)
     out_console.print(f"run {outcome.run_id} of {outcome.repository}@{outcome.sha[:10]} stored in {settings.database_url}")
@@ -124,15 +126,16 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     """Two commits' stored results: `compare BASE HEAD` on every device class HEAD has results on."""
     from dataclasses import asdict
 
-    from pipeline.pr_comments.report import report_for_commit
+    from pipeline.pr_comments.report import compile_section, report_for_commit
     from pipeline.pr_comments.table import compile_table, terminal_table
+    from pipeline.results.api.schemas import CompileComparisonOut
     from pipeline.results.compare import (
         CompareError,
         combine,
         compare,
         result_device_classes,
     )
-    from pipeline.results.compile_stats import compile_changes
+    from pipeline.results.compile_stats import compare_compile
     from pipeline.results.db import open_store, session_scope
 
     base, head = _full_sha(args.base), _full_sha(args.head)
@@ -141,27 +144,34 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
         try:
             classes = (_split_targets(args.device_classes)
                        or result_device_classes(session, repository=repository, head_sha=head))
-            if not classes:
+            compiled = compare_compile(session, repository, head_sha=head, base_sha=base)
+            if not classes and not compiled.compared:
                 raise CliError(f"{head[:10]} has no results in {settings.database_url}: benchmark it first "
                                f"(`benchfarm run --ref {args.head}`)")
             comparisons = [compare(session, repository=repository, head_sha=head, device_class=name,
                                    settings=settings.compare, base_sha=base) for name in classes]
-            markdown = report_for_commit(session, settings=settings, repository=repository, sha=head, base_sha=base,
-                                         device_classes=classes).body if args.format == "markdown" else ""
-            compiled = compile_changes(session, repository, head_sha=head, base_sha=base)
+            markdown = ""
+            if args.format == "markdown" and classes:
+                markdown = report_for_commit(session, settings=settings, repository=repository, sha=head,
+                                             base_sha=base, device_classes=classes).body
+            elif args.format == "markdown":  # a build-only head (no latency results): its compile section alone
+                markdown = (compile_section(compiled, public_url=settings.public_url, repository=repository)
+                            or f"**Compile:** {compiled.summary}")
         except CompareError as exc:
             raise CliError(f"{exc} (in {settings.database_url}, repository {repository})") from None
     if args.format == "json":
         document = asdict(combine(repository, head, comparisons))
-        document["compile_changes"] = [{**asdict(c), "change": c.change} for c in compiled]
+        document["compile"] = CompileComparisonOut.model_validate(compiled).model_dump(mode="json")
         sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
     elif args.format == "markdown":
         sys.stdout.write(markdown.rstrip("\n") + "\n")
     else:
         for comparison in comparisons:
             out_console.print(terminal_table(comparison))
-        if compiled:
+        if compiled.changes:
             out_console.print(compile_table(compiled))
+        elif compiled.base_sha is not None:
+            out_console.print(f"compile statistics: {compiled.summary}", markup=False, highlight=False)
     return 0
 
 

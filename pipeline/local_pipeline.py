@@ -30,6 +30,7 @@ from pipeline.contracts import Target
 from pipeline.contracts.ids import selects_case
 from pipeline.results import ingest
 from pipeline.results.compare import Comparison, choose_base, compare
+from pipeline.results.compile_stats import CompileComparison, compare_compile
 from pipeline.results.db import session_scope
 from pipeline.results.models import Job
 
@@ -56,6 +57,8 @@ class PipelineOutcome:
     repository: str
     comparisons: list[Comparison] = field(default_factory=list)
     failed_jobs: dict[str, str] = field(default_factory=dict)
+    compiled: CompileComparison | None = None
+    """The bundle's compile statistics against the latency comparisons' base (beside them, not in them)."""
 
 
 def _log_progress(description: str, done: int, total: int) -> None:
@@ -131,6 +134,10 @@ def run_pipeline(
                     ingest.set_job_status(session, job_id=job_id, status="failed",
                                           error=CANCELLED_REASON.format(stage=stage[0]))
         raise RunCancelled(f"run {run_id} cancelled; its unfinished jobs are recorded as failed") from None
+    with session_scope(engine) as session:
+        outcome.compiled = compare_compile(session, repo, head_sha=sha,
+                                           latency_bases=(c.base_sha for c in outcome.comparisons),
+                                           walk=settings.compare.ancestor_walk)
     return outcome
 
 

@@ -75,7 +75,7 @@ def _validate(model: type[M], document: str, data: Any) -> M:
         try:
             data = strict_json.loads(data)
         except strict_json.BodyError as exc:
-            raise ContractError(document, [("(document)", str(exc))]) from None
+            raise ContractError(document, [(exc.field, str(exc))]) from None
     if isinstance(data, dict):
         version = data.get("schema_version", SCHEMA_VERSION)
         if version != SCHEMA_VERSION or isinstance(version, bool):   # True == 1 in Python, not in JSON

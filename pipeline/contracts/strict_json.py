@@ -26,7 +26,11 @@ _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 class BodyError(ValueError):
-    """A body that is not acceptable JSON; the message says why."""
+    """A body that is not acceptable JSON; the message says why, `field` where ("(document)": the whole)."""
+
+    def __init__(self, reason: str, field: str = "(document)") -> None:
+        super().__init__(reason)
+        self.field = field
 
 
 def _depth(body: bytes) -> int:
@@ -91,7 +95,7 @@ def loads(body: bytes | str) -> Any:
         raise BodyError(f"not JSON: {exc}") from None
     if constants:
         where, name = _find(data) or ((), constants[0].name)
-        raise BodyError(f"{'.'.join(where) or '(document)'}: {name} is not a JSON number; every number must be finite")
+        raise BodyError(f"{name} is not a JSON number; every number must be finite", ".".join(where) or "(document)")
     if isinstance(data, str) and "\x00" in data:
         raise BodyError("text must not contain NUL characters")
     if isinstance(data, list) and any(isinstance(v, str) and "\x00" in v for v in data):

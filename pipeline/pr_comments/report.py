@@ -25,7 +25,7 @@ from pipeline.pr_comments.markdown import md_escape, md_link, md_url, truncate_l
 from pipeline.pr_comments.table import verdict_line
 from pipeline.results import compile_stats
 from pipeline.results.compare import METRIC, Comparison, combine, compare
-from pipeline.results.compile_stats import CompileChange
+from pipeline.results.compile_stats import CompileComparison
 from pipeline.results.models import (
     Case,
     Commit,
@@ -93,14 +93,14 @@ COMPILE_ROWS = 10
 """Compile changes listed in a report before the link to the rest."""
 
 
-def compile_section(changes: Sequence[CompileChange], *, public_url: str, repository: str, head_sha: str,
-                    base_sha: str) -> str:
-    """Markdown: the compile figures that changed (beside the verdict, never part of it)."""
-    if not changes:
+def compile_section(compiled: CompileComparison, *, public_url: str, repository: str) -> str:
+    """Markdown: one line naming what changed, the figures folded under it (beside the verdict,
+    never part of it); empty when nothing changed."""
+    changes = compiled.changes
+    if not changes or compiled.base_sha is None:
         return ""
-    cases = len({(c.case_id, c.target) for c in changes})
-    lines = ["", f"**Compile:** {cases} case{'s' if cases != 1 else ''} changed "
-             f"{', '.join(sorted({c.metric.replace('_', ' ') for c in changes}))} (not part of the verdict)", "",
+    lines = ["", f"**Compile:** {compiled.summary} (not part of the verdict)", "",
+             "<details>", f"<summary>compile statistics against {compiled.base_sha[:10]}</summary>", "",
              "| case | target | metric | base | now | change |", "|---|---|---|---:|---:|---:|"]
     for c in changes[:COMPILE_ROWS]:
         change = f"{c.change:+.1%}" if c.change is not None else "-"
@@ -108,26 +108,28 @@ def compile_section(changes: Sequence[CompileChange], *, public_url: str, reposi
                      f"{md_escape(c.base if c.base is not None else '-')} | {md_escape(c.head if c.head is not None else '-')} "
                      f"| {md_escape(change)} |")
     if len(changes) > COMPILE_ROWS:
-        url = md_url(public_url, "api/v1/compile-series/compare", {"repository": repository, "head": head_sha,
-                                                                   "base": base_sha})
+        url = md_url(public_url, "api/v1/compile-series/compare", {"repository": repository, "head": compiled.head_sha,
+                                                                   "base": compiled.base_sha})
         lines.append(f"\n{len(changes) - COMPILE_ROWS} more: {md_link('all compile changes', url)}")
+    lines += ["", "</details>"]
     return "\n".join(lines) + "\n"
 
 
 def make_report(comparisons: Sequence[Comparison], *, settings: Settings, pr: int | None = None,
-                series_ids: SeriesIds | None = None, compile_changes: Sequence[CompileChange] = ()) -> Report:
+                series_ids: SeriesIds | None = None, compiled: CompileComparison | None = None) -> Report:
     """Render the verdict into a Report (comment body, title, conclusion by the configured policy);
-    compile changes, when given, as a section of their own that does not touch the conclusion."""
+    compile changes, when given, as a section of their own above the footer that does not touch
+    the conclusion or the title."""
     gh = settings.github
     body = render_comment(comparisons, settings=CommentSettings(settings.public_url, gh.comment_top_n,
                                                                  gh.comment_max_chars),
                           pr=pr, series_ids=series_ids)
-    base_sha = next((c.base_sha for c in comparisons if c.base_sha), None)
-    if compile_changes and base_sha:
-        body = body.rstrip("\n") + "\n" + compile_section(
-            compile_changes, public_url=settings.public_url, repository=comparisons[0].repository,
-            head_sha=comparisons[0].head_sha, base_sha=base_sha)
     first = comparisons[0]
+    section = compile_section(compiled, public_url=settings.public_url, repository=first.repository) \
+        if compiled is not None else ""
+    if section:
+        text, footer = body.rstrip("\n").rsplit("\n<sub>", 1) if "\n<sub>" in body else (body.rstrip("\n"), None)
+        body = text.rstrip("\n") + "\n" + section + (f"\n<sub>{footer}\n" if footer is not None else "")
     verdict = combine(first.repository, first.head_sha, list(comparisons))  # the one verdict, as the store's
     return Report(
         repository=first.repository, head_sha=first.head_sha, pr=pr, body=body,
@@ -167,8 +169,8 @@ def report_for_commit(session: Session, *, settings: Settings, repository: str, 
         raise LookupError(f"no results for {repository}@{sha[:10]} on any device class")
     comparisons = [compare(session, repository=repository, head_sha=sha, device_class=dc,
                            settings=settings.compare, base_sha=base_sha) for dc in classes]
-    compile_base = base_sha or next((c.base_sha for c in comparisons if c.base_sha), None)
-    changes = (compile_stats.compile_changes(session, repository, head_sha=sha, base_sha=compile_base)
-               if compile_base else [])
+    compiled = compile_stats.compare_compile(session, repository, head_sha=sha, base_sha=base_sha,
+                                             latency_bases=(c.base_sha for c in comparisons),
+                                             walk=settings.compare.ancestor_walk)
     return make_report(comparisons, settings=settings, pr=pr, series_ids=series_ids_for(session, comparisons),
-                       compile_changes=changes)
+                       compiled=compiled)

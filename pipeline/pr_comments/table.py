@@ -18,7 +18,7 @@ from pipeline.results.compare import (
     status_label,
     verdict_counts,
 )
-from pipeline.results.compile_stats import CompileChange
+from pipeline.results.compile_stats import CompileComparison
 
 STATUS_STYLE = {
     "regressed": "bold red",
@@ -112,15 +112,15 @@ def terminal_table(comparison: Comparison) -> Table:
     return table
 
 
-def compile_table(changes: Sequence[CompileChange]) -> Table:
+def compile_table(compiled: CompileComparison) -> Table:
     """The compile figures that changed between the two commits (beside the verdict, not in it)."""
-    table = Table(title="compile statistics that changed (not part of the verdict)", title_justify="left")
+    table = Table(title=f"compile statistics: {compiled.summary} (not part of the verdict)", title_justify="left")
     table.add_column("case", overflow="fold", ratio=1)
     table.add_column("target", no_wrap=True)
     table.add_column("metric", no_wrap=True)
     for column in ("base", "now", "change"):
         table.add_column(column, justify="right", no_wrap=True)
-    for c in changes:
+    for c in compiled.changes:
         table.add_row(Text(c.case_id), Text(c.target), c.metric, "-" if c.base is None else f"{c.base:g}",
                       "-" if c.head is None else f"{c.head:g}", "-" if c.change is None else f"{c.change:+.1%}")
     return table

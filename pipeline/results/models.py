@@ -232,6 +232,8 @@ class CompileStat(Base):
     __table_args__ = (
         sa.UniqueConstraint("bundle_id", "case_id", "target"),
         _one_of("status", COMPILE_STATUSES, "status"),
+        # a compile series' history (`compile_stats.compile_history`) reads one case on one target
+        sa.Index(None, "case_id", "target"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)

@@ -30,7 +30,9 @@ def service(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
 
 def doctor(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
-    env.update(BENCHFARM_HOME=str(tmp_path / "host"), PATH="/usr/bin:/bin", COLUMNS="200")  # no nvidia-smi, no adb
+    empty = tmp_path / "no-tools"
+    empty.mkdir(exist_ok=True)   # a PATH with no nvidia-smi and no adb (CI installs adb for the phone tests)
+    env.update(BENCHFARM_HOME=str(tmp_path / "host"), PATH=str(empty), COLUMNS="200")
     return subprocess.run([sys.executable, "-m", "pipeline.cli", "doctor", *args], capture_output=True, text=True,
                           env=env, timeout=120, cwd=tmp_path)
 

@@ -69,6 +69,10 @@ def test_two_commits_flag_exactly_the_slowed_kernel(tmp_path: Path) -> None:
     # the slowed kernel was still checked and found correct, so it was timed, not reported wrong
     assert "wrong" not in second.stdout
     assert "regressed: 1 regressed, 2 unchanged (same binary)" in second.stdout
+    # the new tile changed the binary too: said beside the verdict, for that case alone
+    compile_part = " ".join(second.stdout.split("compile statistics:")[-1].split())
+    assert second.stdout.count("compile statistics:") == 1 and compile_part.startswith("1 case changed binary size")
+    assert case_id(slowed[1]) in compile_part and case_id(CASES[0]) not in compile_part, second.stdout
     # the second run was timed paired with the first commit's bundle, and the verdict is the paired test's
     engine = open_store(f"sqlite:///{home / 'benchfarm.db'}")
     with session_scope(engine) as session:
@@ -87,3 +91,4 @@ def test_two_commits_flag_exactly_the_slowed_kernel(tmp_path: Path) -> None:
     assert readme[:10] in third.stdout
     assert set(verdicts(third.stdout).values()) == {"unchanged"}, third.stdout
     assert "regressed" not in third.stdout.split("Verdict")[-1] and "unchanged (same binary)" in third.stdout
+    assert "compile statistics" not in third.stdout   # nothing compiled differently

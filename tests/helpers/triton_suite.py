@@ -35,7 +35,7 @@ from pipeline.contracts.ids import CaseId
 from pipeline.contracts.manifest import ReferenceSpec, TensorSpec
 
 CASES = {cases!r}
-BLOCK = 64
+BLOCK = {block}
 
 
 def source(m, n, k, variant):
@@ -58,7 +58,7 @@ def case(name, m, n, k, variant):
     return KernelCase(
         case_id=CaseId(family="gemm", name=name, shape=f"{{m}}x{{n}}x{{k}}", dtype="bf16", impl="triton"),
         model="test",
-        targets=("cuda:sm_90",),
+        targets={targets!r},
         tensors=(
             TensorSpec(name="a", role="input", shape=[m, k], dtype="bf16"),
             TensorSpec(name="b", role="input", shape=[k, n], dtype="bf16"),
@@ -78,11 +78,14 @@ def cases():
 '''
 
 
-def triton_suite_files(cases: Sequence[TritonCase], *, suite: str = SUITE) -> dict[str, str]:
-    """Files (relative to the repository root) of a suite folder holding the given Triton GEMM cases."""
+def triton_suite_files(cases: Sequence[TritonCase], *, suite: str = SUITE, block: int = 64,
+                       targets: Sequence[str] = ("cuda:sm_90",)) -> dict[str, str]:
+    """Files (relative to the repository root) of a suite folder holding the given Triton GEMM cases,
+    tiled `block` x `block` (a change of it changes registers, binary and shared memory), for `targets`
+    (cuda:sm_90 runs on an H100/H200 agent; hip targets build only)."""
     rows = [(c.name, c.m, c.n, c.k, c.variant) for c in cases]
     return {
-        f"{suite}/__init__.py": _INIT.format(cases=rows),
+        f"{suite}/__init__.py": _INIT.format(cases=rows, block=block, targets=tuple(targets)),
         f"{suite}/triton_kernel.py": (KERNELS / "triton_kernel.py").read_text(),
         f"{suite}/reference.py": (KERNELS / "reference.py").read_text(),
     }

@@ -4,6 +4,7 @@ a run-job step goes ahead only on a host with its device class, in its queue, th
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,12 +32,23 @@ def service(tmp_path: Path) -> Iterator[tuple[str, str]]:
     engine.dispose()
 
 
+def _tools(tmp_path: Path) -> Path:
+    """The commands the hook uses, and not adb or nvidia-smi (doctor checks those where they exist)."""
+    tools = tmp_path / "tools"
+    tools.mkdir(exist_ok=True)
+    for name in ("sed", "grep", "hostname", "cat"):
+        found = shutil.which(name)
+        if found and not (tools / name).exists():
+            (tools / name).symlink_to(found)
+    return tools
+
+
 def hook(tmp_path: Path, url: str, token: str, command: str, queue: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
     env.update(BUILDKITE_COMMAND=command, BUILDKITE_AGENT_META_DATA_QUEUE=queue, BENCHFARM_HOME=str(tmp_path / "h"),
                BENCHFARM_AGENT__SERVER_URL=url, BENCHFARM_AGENT__TOKEN=token,
-               PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin")
-    return subprocess.run(["bash", str(HOOK)], capture_output=True, text=True, env=env, timeout=120)
+               PATH=f"{Path(sys.executable).parent}:{_tools(tmp_path)}")
+    return subprocess.run([shutil.which("bash") or "/bin/bash", str(HOOK)], capture_output=True, text=True, env=env, timeout=120)
 
 
 def test_pre_command_checks_class_queue_and_health(service: tuple[str, str], tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """Compile statistics as series keyed with the target (issue 14, item 6): real IREE builds of two
 commits for a runnable target (llvm-cpu:x86_64) and a build-only one (hip:gfx1250, which no agent
-here can run), stored on both stores; their history, the compare of the two commits, the API, the
-pages and `benchfarm compare` over real HTTP and a real process."""
+here can run), and real Triton builds for cuda:sm_90 and hip:gfx1250 whose second commit changes
+registers; stored on both stores; their history and change points, the compare of the two commits
+(API, page, `benchfarm compare` in a real process), the PR report beside a latency verdict."""
 
 from __future__ import annotations
 
@@ -13,17 +14,23 @@ from pathlib import Path
 
 import pytest
 import requests
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
 
 from pipeline.build.bundle import build_bundle
 from pipeline.build.suite_loader import commit_history, locate_suite, resolve_commit
 from pipeline.config import Settings
+from pipeline.contracts.ids import DeviceClass
 from pipeline.contracts.manifest import BundleManifest
 from pipeline.results import compile_stats, ingest
 from pipeline.results.api import create_app
 from pipeline.results.db import session_scope
 from tests.helpers.live_server import live_server
 from tests.helpers.suite_repo import GemmCase, case_id, commit_all, gemm_suite_files, make_suite_repo, write_files
+from tests.helpers.triton_suite import TritonCase, triton_case_id, triton_suite_files
+
+from . import factories as f
 
 TARGETS = ["llvm-cpu:x86_64", "hip:gfx1250"]
 ALPHA = GemmCase("alpha", 16, 32, 64)
@@ -118,7 +125,6 @@ def test_benchfarm_compare_lists_compile_changes_apart_from_the_verdict(
     engine = open_store(f"sqlite:///{home / 'benchfarm.db'}")
     _store(engine, repo, bundles)
     with session_scope(engine) as session:   # a device class with no results: compare needs one named
-        from pipeline.contracts.ids import DeviceClass
         ingest.upsert_device_class(session, DeviceClass(name="cpu-x86_64", kind="cpu", targets=["llvm-cpu:x86_64"], runtime="iree", hal_driver="local-sync"))
     engine.dispose()
     env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
@@ -128,7 +134,7 @@ def test_benchfarm_compare_lists_compile_changes_apart_from_the_verdict(
                           capture_output=True, text=True, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     document = json.loads(proc.stdout)
-    assert [(c["target"], c["metric"]) for c in document["compile_changes"]] == [("llvm-cpu:x86_64", "binary_size")]
+    assert [(c["target"], c["metric"]) for c in document["compile"]["changes"]] == [("llvm-cpu:x86_64", "binary_size")]
     assert document["verdict"] != "regressed"
     markdown = subprocess.run([sys.executable, "-m", "pipeline.cli", "compare", first.commit, second.commit,
                                "--repository", first.repository, "--device-classes", "cpu-x86_64",
@@ -136,3 +142,149 @@ def test_benchfarm_compare_lists_compile_changes_apart_from_the_verdict(
     assert markdown.returncode == 0, markdown.stderr
     assert "**Compile:** 1 case changed binary size (not part of the verdict)" in markdown.stdout, markdown.stdout
     assert r"| gemm/alpha/16x32x64/f32/iree | llvm\-cpu\:x86\_64 | binary\_size |" in markdown.stdout, markdown.stdout
+    # no device class at all (nothing ran either commit): the compile comparison alone, no error
+    table = subprocess.run([sys.executable, "-m", "pipeline.cli", "compare", first.commit, second.commit,
+                            "--repository", first.repository], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    assert "compile statistics: 1 case changed binary size" in " ".join(table.stdout.split()), table.stdout
+
+
+# --- Triton: registers, keyed by target ----------------------------------------------------------
+# The same Triton GEMM for cuda:sm_90 (what an H100/H200 agent runs) and hip:gfx1250 (build-only:
+# no agent has one); the second commit halves the tile (64 -> 32), which changes what the compilers
+# report: registers, binary size and shared bytes, on both targets, each to its own figures.
+
+TRITON_TARGETS = ["cuda:sm_90", "hip:gfx1250"]
+TILE = TritonCase("tile", 256, 256, 256)
+GPU_CLASS = DeviceClass(name="nvidia-h100-sxm", kind="gpu", targets=["cuda:sm_90"], runtime="cuda")
+
+
+def _triton_suite(block: int) -> dict[str, str]:
+    return triton_suite_files([TILE], block=block, targets=TRITON_TARGETS)
+
+
+@pytest.fixture(scope="module")
+def triton_built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[Path, BundleManifest]]]:
+    pytest.importorskip("triton", reason="the builder's Triton is not installed")
+    tmp = tmp_path_factory.mktemp("compile-series-triton")
+    repo = make_suite_repo(tmp, _triton_suite(64), name="triton-repo")
+    location = locate_suite(repo / "kernels")
+    bundles = [build_bundle(location=location, sha=resolve_commit(location), targets=TRITON_TARGETS,
+                            out_dir=tmp / "b", cache_dir=tmp / "cache", workers=2)]
+    write_files(repo, _triton_suite(32))
+    sha = commit_all(repo, "tile: 32x32 blocks")
+    bundles.append(build_bundle(location=location, sha=sha, targets=TRITON_TARGETS, out_dir=tmp / "b",
+                                cache_dir=tmp / "cache", workers=2))
+    for _, manifest in bundles:
+        assert {(e.target, e.status) for e in manifest.entries} == {(t, "built") for t in TRITON_TARGETS}, \
+            [e.error for e in manifest.entries]
+    return repo, bundles
+
+
+def _figures(manifest: BundleManifest, target: str) -> dict[str, float | None]:
+    (entry,) = [e for e in manifest.entries if e.target == target]
+    assert entry.compile is not None
+    return {metric: getattr(entry.compile, column) for metric, column in compile_stats.METRIC_COLUMNS.items()}
+
+
+def test_a_kernel_change_shows_as_register_and_size_changes_per_target_in_the_compare(
+        engine: Engine, triton_built: tuple[Path, list[tuple[Path, BundleManifest]]], tmp_path: Path) -> None:
+    repo, bundles = triton_built
+    (_, first), (_, second) = bundles
+    _store(engine, repo, bundles)
+    case = triton_case_id(TILE)
+    before = {t: _figures(first, t) for t in TRITON_TARGETS}
+    after = {t: _figures(second, t) for t in TRITON_TARGETS}
+    # what the test rests on: the smaller tile needs fewer registers and a smaller binary everywhere
+    for target in TRITON_TARGETS:
+        assert after[target]["registers"] != before[target]["registers"], (target, before, after)
+        assert after[target]["binary_size"] != before[target]["binary_size"], (target, before, after)
+
+    with session_scope(engine) as session:
+        series = compile_stats.list_compile_series(session, first.repository)
+        assert [(s.case_id, s.target, s.commits) for s in series] == [(case, t, 2) for t in TRITON_TARGETS]
+        for target in TRITON_TARGETS:   # one series per target, each holding its own compiler's figures
+            history = compile_stats.compile_history(session, first.repository, case, target)
+            assert [(p.sha, p.values) for p in history] == [(first.commit, before[target]),
+                                                           (second.commit, after[target])]
+            steps = compile_stats.compile_steps(history)
+            assert {s.metric for s in steps} >= {"registers", "binary_size"}
+            assert all(s.after_sha == second.commit and s.after_index == 1 for s in steps)
+            assert all((s.before, s.after) == (before[target][s.metric], after[target][s.metric]) for s in steps)
+        # no base given and no latency results: the newest first-parent ancestor with a bundle
+        compiled = compile_stats.compare_compile(session, first.repository, head_sha=second.commit)
+    assert (compiled.base_sha, compiled.base_source, compiled.compared) == (first.commit, "first-parent ancestor", 2)
+    registers = {c.target: (c.base, c.head) for c in compiled.changes if c.metric == "registers"}
+    assert registers == {t: (before[t]["registers"], after[t]["registers"]) for t in TRITON_TARGETS}
+    assert "compile_time" not in {c.metric for c in compiled.changes}
+    assert compiled.summary.startswith("1 case changed ") and "registers" in compiled.summary
+    assert compiled.summary.endswith("(on 2 targets)")
+
+    with live_server(create_app(Settings(home=tmp_path), engine)) as url:
+        verdict = requests.get(f"{url}/api/v1/compare", params={"repository": first.repository,
+                                                                "head": second.commit}, timeout=30)
+        assert verdict.status_code == 200, verdict.text
+        body = verdict.json()
+        assert body["comparisons"] == [] and body["compile"]["base_sha"] == first.commit
+        assert {(c["target"], c["metric"], c["base"], c["head"]) for c in body["compile"]["changes"]
+                if c["metric"] == "registers"} == {(t, "registers", *registers[t]) for t in TRITON_TARGETS}
+        for c in body["compile"]["changes"]:
+            assert c["change"] == pytest.approx(c["head"] / c["base"] - 1)
+        steps = requests.get(f"{url}/api/v1/compile-series/steps", timeout=10, params={
+            "repository": first.repository, "case": case, "target": "hip:gfx1250"}).json()
+        assert ("registers", first.commit, second.commit) in {(s["metric"], s["before_sha"], s["after_sha"])
+                                                              for s in steps}
+        page = requests.get(f"{url}/compare", params={"repository": first.repository, "head": second.commit},
+                            timeout=30)
+        assert page.status_code == 200
+        assert 'id="compile-changes"' in page.text and compiled.summary in page.text
+        for target in TRITON_TARGETS:
+            old, new = registers[target]
+            assert f"<td>registers</td>\n<td class=\"num\" data-value=\"{old}\">{old}</td>" in page.text
+            assert f'data-value="{new}">{new}</td>' in page.text
+        history_page = requests.get(f"{url}/compile/history", timeout=10, params={
+            "repository": first.repository, "case": case, "target": "cuda:sm_90"}).text
+        assert 'id="compile-steps"' in history_page and '<line class="step"' in history_page
+
+
+def test_compile_changes_sit_beside_a_similar_latency_verdict_and_leave_the_check_green(
+        engine: Engine, triton_built: tuple[Path, list[tuple[Path, BundleManifest]]], tmp_path: Path) -> None:
+    """Latency similar on the GPU class, registers changed: the PR report says both, and its check
+    follows the latency verdict alone; the latency series' page links to its case's compile series
+    on the class's own target (cuda:sm_90, not the build-only gfx1250)."""
+    from pipeline.pr_comments.report import report_for_commit
+
+    repo, bundles = triton_built
+    (_, first), (_, second) = bundles
+    _store(engine, repo, bundles)
+    case = triton_case_id(TILE)
+    settings = Settings(home=tmp_path)
+    with session_scope(engine) as session:
+        ingest.upsert_device_class(session, GPU_CLASS)
+        for manifest in (first, second):
+            run = ingest.create_run(session, repository=manifest.repository, commit_sha=manifest.commit,
+                                    kind="push", device_classes=[GPU_CLASS.name])
+            ingest.ingest_result(session, document=f.result_document(
+                run_id=run.id, job_id=run.jobs[0].id, commit_sha=manifest.commit, repository=manifest.repository,
+                device_class=GPU_CLASS.name, uid="GPU-0",
+                results=[f.ok(case, f.series_samples(2e-5, n=40), target="cuda:sm_90", rounds=[10] * 4)]))
+    with session_scope(engine) as session:
+        report = report_for_commit(session, settings=settings, repository=first.repository, sha=second.commit,
+                                   pr=3, base_sha=first.commit)
+        series_id = report_series_id(session, case)
+    assert report.conclusion == "success", report.body
+    assert "similar" in report.title
+    assert "**Compile:** 1 case changed " in report.body and "(on 2 targets) (not part of the verdict)" in report.body
+    assert r"| hip\:gfx1250 | registers |" in report.body
+    assert report.body.rstrip().endswith("</sub>")   # the section sits above the footer
+
+    with live_server(create_app(settings, engine)) as url:
+        page = requests.get(f"{url}/series/{series_id}", timeout=10).text
+    assert 'class="mono compile-link"' in page and "target=cuda%3Asm_90" in page and "gfx1250" not in page
+
+
+def report_series_id(session: Session, case: str) -> int:
+    from pipeline.results.models import Case, Series
+
+    return session.scalar(sa.select(Series.id).join(Case, Series.case_id == Case.id)
+                          .where(Case.case_id == case, Series.metric == "latency"))

@@ -1,7 +1,8 @@
 """End-to-end in a real headless Chromium (Debian's chromium + chromedriver, driven by Selenium)
 against the running service on a demo store: the dashboard and its filters, a series' graph drawn
 by uPlot with its samples on hover, a pull request's comparison sorted, sign-in and triage of a
-regression; HTML in a case id or a commit message never runs. Then `benchfarm up --no-run` in a
+regression; HTML in a case id or a commit message never runs. Compile statistics of real Triton
+builds (cuda:sm_90 and the build-only hip:gfx1250): their list, compare section and history. Then `benchfarm up --no-run` in a
 subprocess (service, builder and the in-process agent) on a tiny suite: sign in, trigger an ad-hoc
 run from the form, watch its job go from the build to the agent to done, see the results. With
 BENCHFARM_SCREENSHOTS=DIR, a screenshot of each page is written there (docs/screenshots in the
@@ -31,9 +32,12 @@ from tests.helpers.live_server import free_port, live_server
 from tests.helpers.suite_repo import (
     GemmCase,
     case_id,
+    commit_all,
     gemm_suite_files,
     make_suite_repo,
+    write_files,
 )
+from tests.helpers.triton_suite import TritonCase, triton_case_id, triton_suite_files
 
 from . import demo_store
 
@@ -238,6 +242,76 @@ def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo
     assert "<script>window.__xss = 4</script>" in browser.find_element(By.ID, "job-error").text  # as text
     no_script_ran(browser)
     shot(browser, "job")
+
+
+@pytest.fixture(scope="module")
+def compile_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, list[str]]]:
+    """Two commits of a Triton GEMM built for cuda:sm_90 and the build-only hip:gfx1250 (the second
+    halves the tile: registers, binary and shared bytes change), bundles stored, nothing run."""
+    pytest.importorskip("triton", reason="the builder's Triton is not installed")
+    from pipeline.build.bundle import build_bundle
+    from pipeline.build.suite_loader import commit_history, locate_suite, resolve_commit
+    from pipeline.results import ingest
+    from pipeline.results.db import session_scope
+
+    home = tmp_path_factory.mktemp("web-e2e-compile")
+    targets = ["cuda:sm_90", "hip:gfx1250"]
+    repo = make_suite_repo(home, triton_suite_files([TritonCase("tile")], block=64, targets=targets))
+    location = locate_suite(repo / "kernels")
+    shas = [resolve_commit(location)]
+    write_files(repo, triton_suite_files([TritonCase("tile")], block=32, targets=targets))
+    shas.append(commit_all(repo, "tile: 32x32 blocks"))
+    engine = open_store(f"sqlite:///{home}/benchfarm.db")
+    for sha in shas:
+        path, manifest = build_bundle(location=location, sha=sha, targets=targets, out_dir=home / "bundles",
+                                      cache_dir=home / "cache", workers=2)
+        with session_scope(engine) as session:
+            ingest.record_commits(session, repository=manifest.repository, commits=commit_history(location, sha))
+            ingest.ingest_manifest(session, manifest=manifest, path=str(path))
+    with live_server(create_app(Settings(home=home), engine)) as url:
+        yield url, location.repository, shas
+    engine.dispose()
+
+
+def test_compile_statistics_pages_compare_and_history(compile_site: tuple[str, str, list[str]], browser: Any) -> None:
+    url, repository, (first, second) = compile_site
+    case = triton_case_id(TritonCase("tile"))
+    browser.get(url + "/")
+    browser.find_element(By.LINK_TEXT, "Compile").click()
+    wait(browser).until(ec.presence_of_element_located((By.ID, "compile-series")))
+    rows = browser.find_elements(By.CSS_SELECTOR, "#compile-series tr td:nth-child(2)")
+    assert sorted(td.text for td in rows) == ["cuda:sm_90", "hip:gfx1250"]   # one series per target
+
+    browser.get(f"{url}/compare?repository={repository}&head={second[:12]}")
+    summary = browser.find_element(By.ID, "compile-summary").text
+    assert summary.startswith("1 case changed") and "registers" in summary and "(on 2 targets)" in summary
+    assert first[:10] in browser.find_element(By.ID, "compile-section").find_element(By.XPATH, "following-sibling::p").text
+    table = browser.find_element(By.ID, "compile-changes")
+    metrics = [td.text for td in table.find_elements(By.CSS_SELECTOR, "tbody td:nth-child(3)")]
+    assert "registers" in metrics and "binary_size" in metrics and "compile_time" not in metrics
+    change = table.find_elements(By.CSS_SELECTOR, "thead th")[5]
+    change.click()   # ascending: the largest decrease first (the smaller tile shrinks shared memory most)
+    cells = [float(td.get_attribute("data-value")) for td in table.find_elements(By.CSS_SELECTOR, "tbody td:nth-child(6)")]
+    assert cells == sorted(cells) and cells[0] < 0
+    shot(browser, "compile-compare")
+    gfx = table.find_element(By.XPATH, ".//tr[td[2]='hip:gfx1250'][td[3]='registers']")
+    gfx.find_element(By.TAG_NAME, "a").click()
+    wait(browser).until(ec.presence_of_element_located((By.ID, "compile-steps")))
+    assert "hip:gfx1250" in browser.page_source and case in browser.find_element(By.TAG_NAME, "h2").text
+    charts = browser.find_elements(By.CSS_SELECTOR, "svg.compile-chart")
+    assert len(charts) == 5 and all(c.size["width"] > 300 for c in charts)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.compile-chart line.step")) >= 2
+    clipped = browser.execute_script("""
+        return [...document.querySelectorAll('svg.compile-chart')].flatMap(svg => {
+          const box = svg.viewBox.baseVal;
+          return [...svg.querySelectorAll('text')].map(t => [t.textContent, t.getBBox()])
+            .filter(([, b]) => b.x < 0 || b.x + b.width > box.width).map(([s]) => s); });""")
+    assert clipped == [], f"labels outside the compile charts: {clipped}"
+    steps = browser.find_elements(By.CSS_SELECTOR, "#compile-steps tr td:nth-child(2)")
+    assert "registers" in [td.text for td in steps]
+    assert f"{first[:10]}..{second[:10]}" in browser.find_element(By.ID, "compile-steps").text
+    no_script_ran(browser)
+    shot(browser, "compile-history")
 
 
 ADHOC_CASES = [GemmCase("alpha", 32, 32, 32), GemmCase("beta", 16, 32, 64)]

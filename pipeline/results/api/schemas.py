@@ -170,6 +170,27 @@ class ComparisonOut(_FromAttributes):
     rows: list[ComparisonRowOut]
 
 
+class CompileChangeOut(_FromAttributes):
+    case_id: str
+    target: str
+    metric: str
+    base: float | None
+    head: float | None
+    change: float | None = Field(description="head / base - 1; None when a side is missing or base is 0")
+
+
+class CompileComparisonOut(_FromAttributes):
+    """The compile figures of the head against a base: beside the latency verdict, never part of it."""
+
+    head_sha: str
+    base_sha: str | None
+    base_source: str = Field(description="given | latency base | first-parent ancestor | none")
+    compared: int = Field(description="(case, target) pairs built at both commits")
+    summary: str = Field(description='one line, e.g. "2 cases changed binary size, registers"')
+    changes: list[CompileChangeOut] = Field(
+        description="binary size, registers, spills, shared bytes that differ (any difference: they are deterministic)")
+
+
 class PRVerdictOut(_FromAttributes):
     repository: str
     head_sha: str
@@ -179,6 +200,9 @@ class PRVerdictOut(_FromAttributes):
     errored: int = Field(description="rows whose head result was wrong or an error (counted apart from the verdict)")
     counts: dict[str, int]
     comparisons: list[ComparisonOut]
+    compile: CompileComparisonOut | None = Field(
+        default=None, description="compile statistics against the base (the given one, else the first "
+                                  "comparison's, else the newest ancestor with a bundle); not part of `verdict`")
 
 
 class HistoryPointOut(_FromAttributes):
@@ -310,6 +334,15 @@ class CompileSeriesOut(_FromAttributes):
     latest: dict[str, float | None] = Field(description="metric -> the newest commit's figure (None: not reported)")
 
 
+class CompileStepOut(_FromAttributes):
+    metric: str
+    before_sha: str
+    after_sha: str = Field(description="the first commit of the history with the new value")
+    before: float | None
+    after: float | None
+    change: float | None = Field(description="after / before - 1; None when a side is missing or before is 0")
+
+
 class CompilePointOut(_FromAttributes):
     sha: str
     committed_at: datetime
@@ -317,10 +350,3 @@ class CompilePointOut(_FromAttributes):
     values: dict[str, float | None]
 
 
-class CompileChangeOut(_FromAttributes):
-    case_id: str
-    target: str
-    metric: str
-    base: float | None
-    head: float | None
-    change: float | None = Field(description="head / base - 1; None when a side is missing or base is 0")

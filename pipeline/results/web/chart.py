@@ -67,9 +67,12 @@ def roofline_svg(points: Sequence[RooflinePoint], peak_flops: float | None, peak
 STEP_W, STEP_H, STEP_PAD_L, STEP_PAD_B = 760, 140, 96, 24
 
 
-def step_svg(values: Sequence[float | None], labels: Sequence[str], metric: str, unit: str) -> Markup:
+def step_svg(values: Sequence[float | None], labels: Sequence[str], metric: str, unit: str,
+             steps: Sequence[int] = ()) -> Markup:
     """One compile metric along the commits as a step line (a value holds until the next commit
-    changes it); a commit without the figure leaves a gap. Each point's tooltip: commit and value."""
+    changes it); a commit without the figure leaves a gap. Each point's tooltip: commit and value.
+    `steps`: indices of the commits where the figure changed (`compile_stats.compile_steps`),
+    marked by a vertical line."""
     known = [v for v in values if v is not None]
     if not known:
         return Markup(f'<p class="muted small">{escape(metric)}: not reported by the compiler.</p>')
@@ -88,6 +91,9 @@ def step_svg(values: Sequence[float | None], labels: Sequence[str], metric: str,
              f'<text x="{STEP_PAD_L - 6}" y="{y(max(known)) + 4:.1f}" text-anchor="end">{escape(f"{max(known):g}")}</text>',
              f'<text x="{STEP_PAD_L - 6}" y="{y(min(known)) + 4:.1f}" text-anchor="end">{escape(f"{min(known):g}")}</text>',
              f'<text x="{STEP_PAD_L}" y="{STEP_H - 6}">{escape(metric)} ({escape(unit)})</text>']
+    for i in steps:
+        parts.append(f'<line class="step" x1="{x(i):.1f}" x2="{x(i):.1f}" y1="4" y2="{STEP_H - STEP_PAD_B}">'
+                     f'<title>{escape(metric)} changed at {escape(labels[i])}</title></line>')
     path: list[str] = []
     previous: float | None = None
     for i, v in enumerate(values):

@@ -159,6 +159,11 @@ def repositories(session: Session) -> list[str]:
     return list(session.scalars(sa.select(Repository.name).order_by(Repository.name)))
 
 
+def device_class_targets(session: Session, name: str) -> list[str]:
+    """The targets of a device class by name (none for an unknown one)."""
+    return list(session.scalar(sa.select(DeviceClassRow.targets).where(DeviceClassRow.name == name)) or [])
+
+
 def device_class_names(session: Session) -> list[str]:
     return list(session.scalars(sa.select(DeviceClassRow.name).order_by(DeviceClassRow.name)))
 

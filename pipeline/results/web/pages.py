@@ -1,4 +1,5 @@
-"""Browsing pages: the dashboard, a run, a series' history, the roofline of a device class."""
+"""Browsing pages: the dashboard, a run, a series' history, the roofline of a device class, the
+compile series."""
 
 from __future__ import annotations
 
@@ -98,7 +99,9 @@ def series_page(series_id: RowId, request: Request, session: SessionDep, user: U
         "summary": summary, "history": history, "change_points": change_points, "marks": marks, "infos": infos,
         "bisections": latest_by_change_point(session, [cp.id for cp in change_points]),
         "one_commit": one_commit_ranges(session, [cp.id for cp in change_points]),
-        "chart": chart, "control": control, "baseline": queries.series_baseline(session, series_id)})
+        "chart": chart, "control": control, "baseline": queries.series_baseline(session, series_id),
+        "compile_series": compile_stats.compile_targets(session, summary.case_id,
+                                                        data.device_class_targets(session, summary.device_class))})
 
 
 def only_cases(comparison: Comparison, case_ids: set[str]) -> Comparison:
@@ -166,8 +169,10 @@ def compile_history_page(request: Request, session: SessionDep, user: UserDep, r
     if not history:
         raise HTTPException(404, f"no compile statistics for {case} on {target} in {repository}")
     labels = [f"{p.sha[:10]} {p.committed_at:%Y-%m-%d}" for p in history]
-    charts = [step_svg([p.values[m] for p in history], labels, m, METRICS[m].unit)
+    steps = compile_stats.compile_steps(history)
+    charts = [step_svg([p.values[m] for p in history], labels, m, METRICS[m].unit,
+                       steps=[s.after_index for s in steps if s.metric == m])
               for m in compile_stats.METRIC_COLUMNS]
     return page(request, "compile_history.html", user, {"repository": repository, "case": case, "target": target,
-                                                        "history": history, "charts": charts,
+                                                        "history": history, "charts": charts, "steps": steps,
                                                         "metrics": list(compile_stats.METRIC_COLUMNS)})

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from pipeline.pr_comments.table import STATUS_ORDER
-from pipeline.results import bisect, queries, triage
+from pipeline.results import bisect, compile_stats, queries, triage
 from pipeline.results.api.deps import RowId, SessionDep, SettingsDep
 from pipeline.results.bisect_views import latest_by_change_point, one_commit_ranges
 from pipeline.results.compare import STATUSES, CompareError
@@ -35,7 +35,8 @@ def compare_page(
     status: str = "", q: str = "", order: str = "verdict", page_number: int = Query(1, alias="page"),
 ) -> HTMLResponse:
     """Any two commits, or a pull request and its base, on one or every device class: the verdict
-    table of each, filtered by status or text, in pages of `web.page_rows` rows."""
+    table of each, filtered by status or text, in pages of `web.page_rows` rows; then the compile
+    statistics that changed (beside the verdict, never part of it)."""
     repos = data.repositories(session)
     repository = repository or (repos[0] if len(repos) == 1 else "")
     order = order if order in ROW_ORDERS else "verdict"
@@ -44,6 +45,7 @@ def compare_page(
             "merge_base": merge_base, "status": status, "q": q, "order": order}
     context: dict[str, Any] = {"form": form, "repositories": repos, "device_classes": data.device_class_names(session),
                "verdict": None, "error": None, "commits": [], "series_ids": {}, "infos": {}, "tables": [],
+               "compiled": None,
                "statuses": STATUS_ORDER, "rows_per_page": settings.web.page_rows,
                "max_pvalue": settings.compare.max_pvalue}
     if repository:
@@ -73,8 +75,12 @@ def compare_page(
             context["series_ids"] = data.latency_series_ids(
                 session, [c.device_class for c in verdict.comparisons],
                 case_ids={r.case_id for _, t in tables for r in t.items})
+            context["compiled"] = compiled = compile_stats.compare_compile(
+                session, repository, head_sha=head_sha, base_sha=base_sha,
+                latency_bases=(c.base_sha for c in verdict.comparisons), walk=settings.compare.ancestor_walk)
             context["infos"] = data.commit_infos(
-                session, [head_sha] + [c.base_sha for c in verdict.comparisons if c.base_sha])
+                session, [head_sha] + [c.base_sha for c in verdict.comparisons if c.base_sha]
+                + ([compiled.base_sha] if compiled.base_sha else []))
     context["error"] = error
     return page(request, "compare.html", user, context, status_code=404 if error and (head or pr) else 200)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException
 
 from pipeline.results.api.deps import SessionDep, SettingsDep
-from pipeline.results.api.schemas import ErrorBody, PRVerdictOut
+from pipeline.results.api.schemas import CompileComparisonOut, ErrorBody, PRVerdictOut
 from pipeline.results.compare import CompareError, combine, compare, compare_all
+from pipeline.results.compile_stats import compare_compile
 
 router = APIRouter(tags=["compare"])
 
@@ -19,7 +20,9 @@ router = APIRouter(tags=["compare"])
                 "timing round: paired results are judged by a t-test over the rounds' median log ratios, others "
                 "by Welch's t-test over both sides' log round medians; each change comes with its 95 % interval "
                 "(ci_low, ci_high) and counts only when significant and at least the case's threshold. Identical "
-                "binaries are `unchanged`. Without `device_class`, every device class the head has results on.",
+                "binaries are `unchanged`. Without `device_class`, every device class the head has results on. "
+                "`compile`: the compile statistics that differ from the base's (binary size, registers, spills, "
+                "shared bytes), a section of its own: it never changes the verdict.",
     responses={404: {"model": ErrorBody}},
 )
 def compare_commits(
@@ -36,4 +39,8 @@ def compare_commits(
             result = combine(repository, head, [one])
     except CompareError as exc:
         raise HTTPException(404, str(exc)) from None
-    return PRVerdictOut.model_validate(result)
+    compiled = compare_compile(session, repository, head_sha=head, base_sha=base,
+                               latency_bases=(c.base_sha for c in result.comparisons),
+                               walk=settings.compare.ancestor_walk)
+    return PRVerdictOut.model_validate(result).model_copy(
+        update={"compile": CompileComparisonOut.model_validate(compiled)})

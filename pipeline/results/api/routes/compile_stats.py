@@ -11,6 +11,7 @@ from pipeline.results.api.schemas import (
     CompileChangeOut,
     CompilePointOut,
     CompileSeriesOut,
+    CompileStepOut,
     ErrorBody,
 )
 
@@ -30,6 +31,18 @@ def compile_history(session: SessionDep, repository: str, case: str, target: str
     if not history:
         raise HTTPException(404, f"no compile statistics for {case} on {target} in {repository}")
     return [CompilePointOut.model_validate(p) for p in history]
+
+
+@router.get("/compile-series/steps", response_model=list[CompileStepOut], responses={404: {"model": ErrorBody}},
+            summary="The change points of one compile series: every step of a deterministic figure",
+            description="Binary size, registers, spills and shared bytes along the default-branch history: each "
+                        "commit whose figure differs from the previous built commit's, oldest first. Deterministic, "
+                        "so every step is a change; computed when read, never triaged, never a regression.")
+def compile_steps(session: SessionDep, repository: str, case: str, target: str) -> list[CompileStepOut]:
+    history = compile_stats.compile_history(session, repository, case, target)
+    if not history:
+        raise HTTPException(404, f"no compile statistics for {case} on {target} in {repository}")
+    return [CompileStepOut.model_validate(s) for s in compile_stats.compile_steps(history)]
 
 
 @router.get("/compile-series/compare", response_model=list[CompileChangeOut],

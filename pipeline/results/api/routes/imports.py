@@ -54,7 +54,7 @@ def parse_request(body: bytes) -> ImportRequest:
     try:
         data = strict_json.loads(body)
     except strict_json.BodyError as exc:
-        raise ContractError("import request", [("(document)", str(exc))]) from None
+        raise ContractError("import request", [(exc.field, str(exc))]) from None
     try:
         return ImportRequest.model_validate(data)
     except ValidationError as exc:

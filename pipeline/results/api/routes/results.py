@@ -106,7 +106,7 @@ def parse_batch(body: bytes) -> list[ResultDocument]:
     try:
         data = strict_json.loads(body)
     except strict_json.BodyError as exc:
-        raise ContractError("batch of result documents", [("(document)", str(exc))]) from None
+        raise ContractError("batch of result documents", [(exc.field, str(exc))]) from None
     if not isinstance(data, list):
         raise ContractError("batch of result documents", [("(document)", "must be a JSON array of result documents")])
     if not data:

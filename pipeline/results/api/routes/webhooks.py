@@ -40,7 +40,7 @@ def github_webhook(request: Request, body: BodyDep, session: SessionDep, setting
     try:
         payload = strict_json.loads(body)
     except strict_json.BodyError as exc:
-        raise HTTPException(400, f"the body is not acceptable JSON: {exc} (set the webhook's content type to "
+        raise HTTPException(400, f"the body is not acceptable JSON: {exc.field}: {exc} (set the webhook's content type to "
                                  "application/json)") from None
     if not isinstance(payload, dict):
         raise HTTPException(400, "the body is not a JSON object")
