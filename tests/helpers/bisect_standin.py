@@ -1,8 +1,8 @@
 """Stands in for the service's builder and one device agent while a bisection is driven in-process
 (`bisect.advance`), through the dispatcher's own functions: pending builds are finished with a
 registered bundle (or failed, for commits said to be unbuildable), claimable jobs are claimed and
-answered with paired result documents whose head runs `factor(sha)` times the base's level (None:
-the case errors there), and completed. For store-level tests and the web UI's demo store, where no
+answered with paired result documents whose head runs `factor(sha)` times the base's `level`
+(None: the case errors there), and completed. For store-level tests and the web UI's demo store, where no
 compiler or device runs; the real builder and agent are in tests/e2e/test_bisect.py."""
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ def samples(level: float, rng: random.Random, n: int = 20) -> list[float]:
 class StandInFarm:
     def __init__(self, engine: Engine, *, case: str, device_class: DeviceClass, base_sha: str, repository: str,
                  factor: Callable[[str], float | None], unbuildable: Collection[str] = (), target: str = f.TARGET,
-                 agent: str = "bisect-agent") -> None:
+                 agent: str = "bisect-agent", level: float = LEVEL) -> None:
         self.engine, self.case, self.device_class, self.base_sha = engine, case, device_class.name, base_sha
         self.repository, self.factor, self.unbuildable, self.target = repository, factor, set(unbuildable), target
-        self.agent, self.uid = agent, f"{agent}-device"
+        self.agent, self.uid, self.level = agent, f"{agent}-device", level
         self.rng = random.Random(2)
         self.jobs = 0
         with session_scope(engine) as s:
@@ -59,7 +59,7 @@ class StandInFarm:
                 if claimed is None:
                     return ran
                 factor = self.factor(claimed.commit)
-                base = samples(LEVEL, self.rng)
+                base = samples(self.level, self.rng)
                 result = (f.paired_ok(self.case, self.base_sha, base, [b * factor for b in base], target=self.target,
                                       rounds=[4] * 5) if factor is not None
                           else f.failed(self.case, "error", target=self.target))

@@ -258,7 +258,7 @@ def add_bisection(engine: Engine, demo: Demo, settings: Settings, *, unmeasured:
     `unmeasured` commits, so that its range spans them) against the stand-in builder and agent:
     the step is at 60 % of the history, the middle commit of the range cannot be built."""
     from pipeline.results import bisect
-    from pipeline.results.models import ChangePoint, Commit, DeviceClassRow, Series
+    from pipeline.results.models import Case, ChangePoint, Commit, DeviceClassRow, Series
     from tests.helpers.bisect_standin import StandInFarm, drive
 
     step = int(demo.commits * 0.6)
@@ -269,13 +269,16 @@ def add_bisection(engine: Engine, demo: Demo, settings: Settings, *, unmeasured:
         cp = s.scalars(sa.select(ChangePoint).join(Series, ChangePoint.series_id == Series.id)
                        .join(Commit, ChangePoint.after_commit_id == Commit.id)
                        .join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
-                       .where(Commit.sha == main_sha(step), DeviceClassRow.name == dc,
+                       .join(Case, Series.case_id == Case.id)
+                       .where(Commit.sha == main_sha(step), DeviceClassRow.name == dc, Case.case_id == case,
                               ChangePoint.lifecycle == "confirmed", ChangePoint.direction == "regression")).first()
         assert cp is not None, "the demo's regression was not confirmed"
         cp_id, series_id = cp.id, cp.series_id
         base = s.scalar(sa.select(Commit.sha).where(Commit.id == cp.before_commit_id))
+        level = cp.before_level
         bisection_id = bisect.request_bisection(s, settings, change_point_id=cp_id, who="ada").id
     farm = StandInFarm(engine, case=case, device_class=device_class(dc), base_sha=str(base), repository=REPO,
-                       factor=lambda sha: 1.15 if index[sha] >= step else 1.0, unbuildable={main_sha(middle)})
+                       factor=lambda sha: 1.15 if index[sha] >= step else 1.0, unbuildable={main_sha(middle)},
+                       level=level)
     drive(engine, settings, farm, bisection_id)
     return DemoBisection(cp_id, bisection_id, series_id, main_sha(step), main_sha(middle))
