@@ -24,6 +24,7 @@ from pipeline.results.models import (
     ChangePoint,
     Commit,
     Job,
+    Series,
     TriageEvent,
 )
 from tests.helpers.bisect_standin import LEVEL, StandInFarm, drive, samples
@@ -248,3 +249,51 @@ def test_the_api_requests_bisections_with_the_user_scope_and_shows_them_on_the_c
         for page in (f"/series/{series_id}", "/regressions"):
             html = requests.get(url + page, timeout=30).text
             assert f'id="bisection-{bisection["id"]}"' in html and 'data-state="queued"' in html, page
+
+
+def test_a_range_the_store_has_not_recorded_is_read_from_the_suite_checkout(seeded: Engine, tmp_path: Path) -> None:
+    from pipeline.build.suite_loader import commit_history, locate_suite
+    from tests.helpers.suite_repo import (
+        GemmCase,
+        commit_all,
+        gemm_suite_files,
+        make_suite_repo,
+        write_files,
+    )
+
+    repo = make_suite_repo(tmp_path, gemm_suite_files([GemmCase("one")]))
+    shas = [commit_all(repo, "c0")]
+    for i in range(1, 6):
+        write_files(repo, {"CHANGES": f"{i}\n"})
+        shas.append(commit_all(repo, f"c{i}"))
+    location = locate_suite(repo / "kernels")
+    known = {c.sha: c for c in commit_history(location, shas[-1])}
+    with session_scope(seeded) as s:   # only the two ends are recorded, as a batch of pushes would leave them
+        ingest.record_commits(s, repository=f.REPO, commits=[known[shas[0]], known[shas[-1]]])
+        ids = {sha: s.scalar(sa.select(Commit.id).where(Commit.sha == sha)) for sha in (shas[0], shas[-1])}
+        f.upload(s, 0, [f.ok(f.GEMM, f.series_samples(1e-3))])   # makes the GEMM's series
+        series_id = s.scalar(sa.select(Series.id))
+        s.add(ChangePoint(series_id=series_id, before_commit_id=ids[shas[0]], after_commit_id=ids[shas[-1]],
+                          committed_at=known[shas[-1]].committed_at, history_index=1, before_level=1e-3,
+                          after_level=2e-3, magnitude=1.0, pvalue=1e-6, direction="regression", lifecycle="confirmed"))
+        s.flush()
+        cp_id = s.scalar(sa.select(ChangePoint.id))
+    settings = Settings(home=tmp_path, dispatch={"suite_path": str(repo / "kernels")})
+    with session_scope(seeded) as s:
+        bisection_id = bisect.request_bisection(s, settings, change_point_id=cp_id, who="ada").id
+        bisect.advance(s, settings, bisection_id)
+        b = s.get(Bisection, bisection_id)
+        assert b.state == "running" and b.commits == shas[1:]
+        assert [st.position for st in b.steps] == [5]   # the bad commit's job is queued (its build requested)
+    no_checkout = Settings(home=tmp_path)
+    with session_scope(seeded) as s:
+        s.execute(sa.delete(Commit).where(Commit.sha == shas[2]))
+        again = Bisection(change_point_id=cp_id, repository_id=b.repository_id, device_class_id=b.device_class_id,
+                          cases=b.cases, base_commit_id=ids[shas[0]], bad_commit_id=ids[shas[-1]], commits=[],
+                          state="queued", result={}, summary="", reason="", max_steps=5, max_device_s=60.0,
+                          device_s=0.0, requested_by="ada")
+        s.get(Bisection, bisection_id).state = "cancelled"
+        s.add(again)
+        s.flush()
+        bisect.advance(s, no_checkout, again.id)
+        assert again.state == "failed" and f"commit {shas[2][:10]}" in again.reason and "no suite checkout" in again.reason
