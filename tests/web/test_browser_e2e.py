@@ -184,7 +184,7 @@ def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo
     cp_id = target.get_attribute("id")
     Select(target.find_element(By.NAME, "state")).select_by_visible_text("confirmed")
     target.find_element(By.NAME, "bug_link").send_keys("https://bugs.example/1234")
-    target.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    target.find_element(By.CSS_SELECTOR, "form.triage button[type=submit]").click()
     wait(browser).until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".flash"), "is now confirmed"))
     triaged = browser.find_element(By.ID, cp_id)
     assert triaged.find_element(By.CSS_SELECTOR, ".triage-state").text == "confirmed"
