@@ -93,6 +93,16 @@ def test_trigger_without_token_or_service_says_what_to_do(repo: Path) -> None:
     assert done.returncode == 1 and "no benchfarm service answers" in done.stderr, done.stderr
 
 
+def test_bisect_names_what_it_takes_and_needs_a_token(repo: Path) -> None:
+    done = benchfarm(repo, "bisect", "12")
+    assert done.returncode == 1 and "series/ID" in done.stderr and "cp/ID" in done.stderr, done.stderr
+    done = benchfarm(repo, "bisect", "series/12")
+    assert done.returncode == 1 and "benchfarm token create" in done.stderr, done.stderr
+    closed = f"http://127.0.0.1:{free_port()}"
+    done = benchfarm(repo, "bisect", "http://bench.example/regressions#cp-3", "--token", "t", "--server", closed)
+    assert done.returncode == 1 and f"no benchfarm service answers at {closed}" in done.stderr, done.stderr
+
+
 def test_compare_of_a_commit_without_results_says_so(repo: Path) -> None:
     done = benchfarm(repo, "compare", "HEAD", "HEAD")
     assert done.returncode == 1, done.stderr

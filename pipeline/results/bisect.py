@@ -257,11 +257,11 @@ def _resolve_range(session: Session, bisection: Bisection, settings: Settings) -
             return chain[::-1]
         if len(chain) > limit:
             raise BisectError(f"the range {base[:10]}..{bad[:10]} is longer than bisect.max_range ({limit} commits)")
-        if sha is None:
-            raise BisectError(f"{base[:10]} is not a first-parent ancestor of {bad[:10]}")
-        if attempt == 0 and settings.dispatch.suite_path:
+        if attempt == 0 and settings.dispatch.suite_path:   # read what the store lacks from the checkout, once
             _record_from_checkout(session, bisection, settings.dispatch.suite_path, bad, limit + 1)
             continue
+        if sha is None:
+            raise BisectError(f"{base[:10]} is not a first-parent ancestor of {bad[:10]}")
         raise BisectError(f"commit {sha[:10]} (in the range {base[:10]}..{bad[:10]}) is not recorded, and the "
                           "service has no suite checkout (dispatch.suite_path) to read the range from")
     raise AssertionError("unreachable")
@@ -356,7 +356,8 @@ def _queue_step(session: Session, settings: Settings, bisection: Bisection, posi
 def advance(session: Session, settings: Settings, bisection_id: int) -> bool:
     """One pass over a bisection: start it when it is queued and there is room, read the steps
     whose jobs ended, queue the next probes or finish. Returns whether anything changed."""
-    bisection = session.get(Bisection, bisection_id)
+    # locked (PostgreSQL) so that two service processes never queue the same step twice
+    bisection = session.get(Bisection, bisection_id, with_for_update=session.get_bind().dialect.name == "postgresql")
     if bisection is None or bisection.state not in ACTIVE_BISECTION_STATES:
         return False
     if bisection.state == "queued":
@@ -406,7 +407,7 @@ def _levels(bisection: Bisection) -> dict[int, Level]:
             for s in bisection.steps if s.state == "done" and s.change is not None}
 
 
-def min_jump(bisection: Bisection, settings: Settings, bad: Level | None) -> float:
+def _min_jump(bisection: Bisection, settings: Settings, bad: Level | None) -> float:
     """The smallest move searched for: the case's paired threshold (the floor, or 3 x its measured
     noise), and `bisect.min_share` of the whole change once the bad commit's is known."""
     floor = float(bisection.result.get("threshold") or settings.compare.paired_min_change)
@@ -417,7 +418,7 @@ def _plan_next(session: Session, settings: Settings, bisection: Bisection) -> bo
     n = len(bisection.commits)
     levels = _levels(bisection)
     bad = levels.get(n)
-    jump = min_jump(bisection, settings, bad)
+    jump = _min_jump(bisection, settings, bad)
     for step in bisection.steps:   # verdicts in the light of what is known now
         if step.state == "done" and step.change is not None:
             level = levels[step.position]

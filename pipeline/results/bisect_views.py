@@ -11,9 +11,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, selectinload
 
-from pipeline.results.models import Bisection, Commit, DeviceClassRow, Repository
+from pipeline.results.models import (
+    Bisection,
+    ChangePoint,
+    Commit,
+    CommitParent,
+    DeviceClassRow,
+    Repository,
+)
 
-__all__ = ["BisectionView", "StepView", "get_bisection", "latest_by_change_point", "list_bisections"]
+__all__ = ["BisectionView", "StepView", "get_bisection", "latest_by_change_point", "list_bisections",
+           "one_commit_ranges"]
 
 
 @dataclass(frozen=True)
@@ -126,3 +134,15 @@ def latest_by_change_point(session: Session, change_point_ids: Sequence[int]) ->
     rows = session.scalars(sa.select(Bisection).options(selectinload(Bisection.steps))
                            .where(Bisection.id.in_(newest))).all()
     return {v.change_point_id: v for v in _views(session, rows)}
+
+
+def one_commit_ranges(session: Session, change_point_ids: Sequence[int]) -> set[int]:
+    """The change points whose range holds one commit (the after commit's first parent is the
+    before commit): that commit made the change, there is nothing to bisect."""
+    if not change_point_ids:
+        return set()
+    before = sa.orm.aliased(Commit)
+    return set(session.scalars(
+        sa.select(ChangePoint.id).join(before, ChangePoint.before_commit_id == before.id)
+        .join(CommitParent, sa.and_(CommitParent.commit_id == ChangePoint.after_commit_id, CommitParent.position == 0))
+        .where(ChangePoint.id.in_(sorted(set(change_point_ids))), CommitParent.parent_sha == before.sha)))

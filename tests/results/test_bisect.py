@@ -1,13 +1,13 @@
 """Bisections in the store (SQLite and PostgreSQL): a confirmed change point over 16 commits, the
-service's side driven step by step (`bisect.advance`) while this test plays the builder and the
-device agent through the dispatcher's own functions (builds finished or failed, jobs claimed,
-paired result documents ingested, jobs completed)."""
+service's side driven step by step (`bisect.advance`) against the stand-in builder and agent of
+tests/helpers/bisect_standin.py (builds finished or failed, jobs claimed, paired result documents
+ingested, jobs completed, all through the dispatcher's own functions); and the API."""
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import pytest
@@ -16,18 +16,18 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from pipeline.config import Settings
-from pipeline.contracts import DeviceInfo
-from pipeline.results import auth, bisect, dispatch, ingest, triggers
+from pipeline.results import auth, bisect, ingest
 from pipeline.results.api import create_app
 from pipeline.results.db import session_scope
 from pipeline.results.models import (
     Bisection,
-    BuildRequest,
     ChangePoint,
+    Commit,
     Job,
-    Run,
+    Series,
     TriageEvent,
 )
+from tests.helpers.bisect_standin import LEVEL, StandInFarm, drive, samples
 from tests.helpers.live_server import live_server
 
 from . import factories as f
@@ -37,7 +37,6 @@ RANGE = 16
 """commits c1..c16 of the range; c-1, c0 before it and c17, c18 after it are benchmarked too, so
 that the analysis has three commits on each side of the change to confirm it"""
 BENCHMARKED = (-1, 0, 1, 16, 17, 18)
-LEVEL = 1e-3
 
 
 def label(i: int) -> str:
@@ -48,10 +47,6 @@ def record_history(s: object) -> None:
     ingest.record_commits(s, repository=f.REPO, commits=[  # type: ignore[arg-type]
         f.commit(label(i), *([label(i - 1)] if i > -1 else []), minutes=10 + i, branch="main")
         for i in range(-1, RANGE + 3)])
-
-
-def samples(level: float, rng: random.Random, n: int = 20) -> list[float]:
-    return [level * (1 + rng.gauss(0, 0.003)) for _ in range(n)]
 
 
 @pytest.fixture
@@ -70,67 +65,16 @@ def confirmed(engine: Engine, factor: Callable[[int], float]) -> int:
             f.upload(s, label(i), [f.ok(f.GEMM, samples(LEVEL * factor(i), rng), rounds=[4] * 5)], kind="push")
     with session_scope(engine) as s:
         cp = s.scalars(sa.select(ChangePoint).where(ChangePoint.lifecycle == "confirmed")).one()
-        assert (cp.before_commit_id, cp.after_commit_id) == tuple(
-            s.scalar(sa.select(sa.literal_column("id")).select_from(sa.table("commits"))
-                     .where(sa.column("sha") == f.sha(label(i)))) for i in (1, 16))
+        shas = [s.scalar(sa.select(Commit.sha).where(Commit.id == i)) for i in (cp.before_commit_id, cp.after_commit_id)]
+        assert shas == [f.sha(label(1)), f.sha(label(16))]
         return cp.id
 
 
-class Farm:
-    """Plays the service's builder and one agent: builds are finished (or failed for `unbuildable`
-    commits), jobs claimed and answered with paired results whose head runs `factor(i)` times the
-    base's level (None: the case errors on that commit)."""
-
-    def __init__(self, engine: Engine, factor: Callable[[int], float | None], unbuildable: set[int] = frozenset()):
-        self.engine, self.factor, self.unbuildable = engine, factor, unbuildable
-        self.rng = random.Random(2)
-        self.jobs = 0
-        with session_scope(engine) as s:
-            dispatch.register_agent(s, name="agent-1", token_name="t", host="h", version="1", devices=[
-                (f.device_class(), DeviceInfo(device_class=f.DEVICE_CLASS, uid="host-1"))])
-            self.digest = ingest.ingest_manifest(s, manifest=f.manifest(f.sha(label(1)), [f.built_entry(f.GEMM)]),
-                                                 path="/bundles/c1").digest
-        self.index = {f.sha(label(i)): i for i in range(-1, RANGE + 3)}
-
-    def serve(self) -> int:
-        """Finish pending builds and run every claimable job; how many jobs ran."""
-        ran = 0
-        with session_scope(self.engine) as s:
-            for build in s.scalars(sa.select(BuildRequest).where(BuildRequest.status == "pending")).all():
-                i = self.index[s.get(Run, build.run_id).commit.sha]
-                if i in self.unbuildable:
-                    triggers.fail_build(s, build_id=build.id, error=f"build failed: c{i}: iree-compile: error")
-                else:
-                    triggers.finish_build(s, build_id=build.id, digest=self.digest, base_digest=self.digest)
-        while True:
-            with session_scope(self.engine) as s:
-                claimed = dispatch.claim_job(s, agent_name="agent-1", devices=[("host-1", f.DEVICE_CLASS)], lease_s=60)
-                if claimed is None:
-                    return ran
-                i = self.index[claimed.commit]
-                factor = self.factor(i)
-                base = samples(LEVEL, self.rng)
-                result = (f.paired_ok(f.GEMM, f.sha(label(1)), base, [b * factor for b in base],
-                                      rounds=[4] * 5) if factor is not None else f.failed(f.GEMM, "error"))
-                ingest.ingest_result(s, document=f.result_document(
-                    run_id=claimed.run_id, job_id=claimed.job_id, commit_sha=claimed.commit, results=[result]))
-                dispatch.complete_job(s, job_id=claimed.job_id, agent_name="agent-1")
-                ran += 1
-                self.jobs += 1
-
-
-def drive(engine: Engine, settings: Settings, farm: Farm, bisection_id: int, rounds: int = 40) -> Bisection:
-    for _ in range(rounds):
-        with session_scope(engine) as s:
-            bisect.advance(s, settings, bisection_id)
-        farm.serve()
-        with session_scope(engine) as s:
-            b = s.get(Bisection, bisection_id)
-            if b.state not in ("queued", "running"):
-                assert b.steps is not None   # loaded before the session closes
-                s.expunge_all()
-                return b
-    raise AssertionError("the bisection did not end")
+def farm(engine: Engine, factor: Callable[[int], float | None], unbuildable: Collection[int] = ()) -> StandInFarm:
+    """The stand-in builder and agent; `factor` and `unbuildable` by commit number."""
+    index = {f.sha(label(i)): i for i in range(-1, RANGE + 3)}
+    return StandInFarm(engine, case=f.GEMM, device_class=f.device_class(), base_sha=f.sha(label(1)), repository=f.REPO,
+                       factor=lambda sha: factor(index[sha]), unbuildable={f.sha(label(i)) for i in unbuildable})
 
 
 def steps_of(engine: Engine, bisection_id: int) -> list[tuple[int, str, str | None]]:
@@ -146,12 +90,12 @@ def test_a_3x_slowdown_in_commit_11_confirmed_from_commits_1_and_16_is_bisected_
         started = bisect.start_automatic(s, settings)
         assert len(started) == 1
         assert bisect.start_automatic(s, settings) == []   # one per change point
-    farm = Farm(seeded, lambda i: 3.0 if i >= 11 else 1.0)
-    done = drive(seeded, settings, farm, started[0])
+    stand_in = farm(seeded, lambda i: 3.0 if i >= 11 else 1.0)
+    done = drive(seeded, settings, stand_in, started[0])
     assert done.state == "done" and done.outcome == "culprit", done.summary
     assert done.result["culprits"][0]["sha"] == f.sha(label(11))
     assert done.result["culprits"][0]["share"] == pytest.approx(1.0, abs=0.02)
-    assert farm.jobs == len(done.steps) <= 5
+    assert stand_in.jobs == len(done.steps) <= 5
     assert done.commits[0] == f.sha(label(2)) and done.commits[-1] == f.sha(label(16)) and len(done.commits) == 15
     assert steps_of(seeded, done.id)[0][0] == 15          # the bad commit first
     assert {v for _, _, v in steps_of(seeded, done.id)} <= {"new level", "old level"}
@@ -172,7 +116,7 @@ def test_a_slowdown_spread_over_two_commits_reports_both(seeded: Engine, setting
     cp_id = confirmed(seeded, lambda i: 1.5 if i >= 11 else 1.0)   # the history saw a clear step
     with session_scope(seeded) as s:
         bisection_id = bisect.request_bisection(s, settings, change_point_id=cp_id, who="ada").id
-    done = drive(seeded, settings, Farm(seeded, factor), bisection_id)
+    done = drive(seeded, settings, farm(seeded, factor), bisection_id)
     assert done.outcome == "several commits", done.summary
     assert [c["sha"] for c in done.result["culprits"]] == [f.sha(label(6)), f.sha(label(11))]
     assert "not attributable to one commit" in done.summary
@@ -183,8 +127,8 @@ def test_an_unbuildable_commit_is_skipped_and_named(seeded: Engine, settings: Se
     cp_id = confirmed(seeded, lambda i: 3.0 if i >= 11 else 1.0)
     with session_scope(seeded) as s:
         bisection_id = bisect.request_bisection(s, settings, change_point_id=cp_id, who="ada").id
-    farm = Farm(seeded, lambda i: 3.0 if i >= 11 else 1.0, unbuildable={8})
-    done = drive(seeded, settings, farm, bisection_id)
+    stand_in = farm(seeded, lambda i: 3.0 if i >= 11 else 1.0, unbuildable={8})
+    done = drive(seeded, settings, stand_in, bisection_id)
     assert done.outcome == "culprit" and done.result["culprits"][0]["sha"] == f.sha(label(11)), done.summary
     assert [(s["sha"], s["verdict"]) for s in done.result["skipped"]] == [(f.sha(label(8)), "unbuildable")]
     assert "iree-compile" in done.result["skipped"][0]["reason"] and f"{f.sha(label(8))[:10]} (unbuildable)" in done.summary
@@ -195,8 +139,8 @@ def test_an_unbuildable_commit_before_the_culprit_and_an_erroring_one_leave_the_
     cp_id = confirmed(seeded, lambda i: 3.0 if i >= 11 else 1.0)
     with session_scope(seeded) as s:
         bisection_id = bisect.request_bisection(s, settings, change_point_id=cp_id, who="ada").id
-    farm = Farm(seeded, lambda i: None if i == 9 else (3.0 if i >= 11 else 1.0), unbuildable={10})
-    done = drive(seeded, settings, farm, bisection_id)
+    stand_in = farm(seeded, lambda i: None if i == 9 else (3.0 if i >= 11 else 1.0), unbuildable={10})
+    done = drive(seeded, settings, stand_in, bisection_id)
     assert done.outcome == "ambiguous", done.summary
     # c8 old level, c12 new; c10 cannot be built, c9 (the nearer of c9 and c11) errors, c11 is slow
     assert done.result["unresolved"][0]["candidates"] == [f.sha(label(i)) for i in (9, 10, 11)]
@@ -209,7 +153,7 @@ def test_a_change_paired_runs_do_not_reproduce_ends_after_one_job(seeded: Engine
     cp_id = confirmed(seeded, lambda i: 3.0 if i >= 11 else 1.0)
     with session_scope(seeded) as s:
         first = bisect.request_bisection(s, settings, change_point_id=cp_id, who="ada").id
-    done = drive(seeded, settings, Farm(seeded, lambda i: 1.0), first)
+    done = drive(seeded, settings, farm(seeded, lambda i: 1.0), first)
     assert done.outcome == "not reproduced" and len(done.steps) == 1, done.summary
 
 
@@ -218,7 +162,7 @@ def test_the_step_limit_stops_a_bisection_with_the_range_left_open(seeded: Engin
     limited = settings.model_copy(update={"bisect": settings.bisect.model_copy(update={"max_steps": 2})})
     with session_scope(seeded) as s:
         second = bisect.request_bisection(s, limited, change_point_id=cp_id, who="ada").id
-    done = drive(seeded, limited, Farm(seeded, lambda i: 3.0 if i >= 11 else 1.0), second)
+    done = drive(seeded, limited, farm(seeded, lambda i: 3.0 if i >= 11 else 1.0), second)
     assert done.outcome == "limit reached" and len(done.steps) == 2, done.summary
     assert done.result["open"] == [{"after": f.sha(label(8)), "upto": f.sha(label(16))}]
 
@@ -234,7 +178,7 @@ def test_requests_refused_and_retraction_cancels(seeded: Engine, settings: Setti
             bisect.request_bisection(s, settings, change_point_id=999999, who="ada")
         series_id = s.get(ChangePoint, cp_id).series_id
         assert bisect.change_point_of_series(s, series_id) == cp_id
-    farm = Farm(seeded, lambda i: 3.0 if i >= 11 else 1.0)
+    stand_in = farm(seeded, lambda i: 3.0 if i >= 11 else 1.0)
     with session_scope(seeded) as s:
         bisect.advance(s, settings, bisection_id)      # the bad commit's job is queued
     with session_scope(seeded) as s:
@@ -242,7 +186,7 @@ def test_requests_refused_and_retraction_cancels(seeded: Engine, settings: Setti
         s.get(ChangePoint, cp_id).reason = "later commits went back"
     with session_scope(seeded) as s:
         assert bisect.cancel_retracted(s) == [bisection_id]
-    assert farm.serve() == 0    # its queued job failed, nothing left to claim
+    assert stand_in.serve() == 0    # its queued job failed, nothing left to claim
     with session_scope(seeded) as s:
         b = s.get(Bisection, bisection_id)
         assert b.state == "cancelled" and "retracted" in b.reason
@@ -305,3 +249,51 @@ def test_the_api_requests_bisections_with_the_user_scope_and_shows_them_on_the_c
         for page in (f"/series/{series_id}", "/regressions"):
             html = requests.get(url + page, timeout=30).text
             assert f'id="bisection-{bisection["id"]}"' in html and 'data-state="queued"' in html, page
+
+
+def test_a_range_the_store_has_not_recorded_is_read_from_the_suite_checkout(seeded: Engine, tmp_path: Path) -> None:
+    from pipeline.build.suite_loader import commit_history, locate_suite
+    from tests.helpers.suite_repo import (
+        GemmCase,
+        commit_all,
+        gemm_suite_files,
+        make_suite_repo,
+        write_files,
+    )
+
+    repo = make_suite_repo(tmp_path, gemm_suite_files([GemmCase("one")]))
+    shas = [commit_all(repo, "c0")]
+    for i in range(1, 6):
+        write_files(repo, {"CHANGES": f"{i}\n"})
+        shas.append(commit_all(repo, f"c{i}"))
+    location = locate_suite(repo / "kernels")
+    known = {c.sha: c for c in commit_history(location, shas[-1])}
+    with session_scope(seeded) as s:   # only the two ends are recorded, as a batch of pushes would leave them
+        ingest.record_commits(s, repository=f.REPO, commits=[known[shas[0]], known[shas[-1]]])
+        ids = {sha: s.scalar(sa.select(Commit.id).where(Commit.sha == sha)) for sha in (shas[0], shas[-1])}
+        f.upload(s, 0, [f.ok(f.GEMM, f.series_samples(1e-3))])   # makes the GEMM's series
+        series_id = s.scalar(sa.select(Series.id))
+        s.add(ChangePoint(series_id=series_id, before_commit_id=ids[shas[0]], after_commit_id=ids[shas[-1]],
+                          committed_at=known[shas[-1]].committed_at, history_index=1, before_level=1e-3,
+                          after_level=2e-3, magnitude=1.0, pvalue=1e-6, direction="regression", lifecycle="confirmed"))
+        s.flush()
+        cp_id = s.scalar(sa.select(ChangePoint.id))
+    settings = Settings(home=tmp_path, dispatch={"suite_path": str(repo / "kernels")})
+    with session_scope(seeded) as s:
+        bisection_id = bisect.request_bisection(s, settings, change_point_id=cp_id, who="ada").id
+        bisect.advance(s, settings, bisection_id)
+        b = s.get(Bisection, bisection_id)
+        assert b.state == "running" and b.commits == shas[1:]
+        assert [st.position for st in b.steps] == [5]   # the bad commit's job is queued (its build requested)
+    no_checkout = Settings(home=tmp_path)
+    with session_scope(seeded) as s:
+        s.execute(sa.delete(Commit).where(Commit.sha == shas[2]))
+        again = Bisection(change_point_id=cp_id, repository_id=b.repository_id, device_class_id=b.device_class_id,
+                          cases=b.cases, base_commit_id=ids[shas[0]], bad_commit_id=ids[shas[-1]], commits=[],
+                          state="queued", result={}, summary="", reason="", max_steps=5, max_device_s=60.0,
+                          device_s=0.0, requested_by="ada")
+        s.get(Bisection, bisection_id).state = "cancelled"
+        s.add(again)
+        s.flush()
+        bisect.advance(s, no_checkout, again.id)
+        assert again.state == "failed" and f"commit {shas[2][:10]}" in again.reason and "no suite checkout" in again.reason

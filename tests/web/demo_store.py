@@ -6,12 +6,15 @@ few families (Triton and IREE implementations, and the vendor control of each GE
 noise; every third suite case steps up 15% (a regression) at 60% of the history and every fifth
 one steps down 12% (an improvement) at 30% of it, the control staying flat; the history is then
 analysed once. A pull request (#7, branch `feature`) off the newest commit slows the first GEMM by
-10%. Bundles carry FLOPs and bytes, so the roofline has points.
+10%. Bundles carry FLOPs and bytes, so the roofline has points. With `unmeasured` commits, the
+first regressed case has no results there (its change point then spans a range: `add_bisection`
+bisects it).
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -19,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from pipeline.config import AnalysisSettings
+from pipeline.config import AnalysisSettings, Settings
 from pipeline.contracts import BundleEntry, CaseResult, CommitInfo, DeviceClass
 from pipeline.results import analysis, ingest
 from pipeline.results.db import session_scope
@@ -89,7 +92,8 @@ def device_class(name: str) -> DeviceClass:
 
 
 def build(engine: Engine, *, commits: int = 30, scale: int = 1, samples: int = 12,
-          device_classes: tuple[str, ...] = ("nvidia-h100-sxm", "cpu-x86-64"), evil: bool = True) -> Demo:
+          device_classes: tuple[str, ...] = ("nvidia-h100-sxm", "cpu-x86-64"), evil: bool = True,
+          unmeasured: Collection[int] = ()) -> Demo:
     demo = Demo(cases=_cases(scale), device_classes=list(device_classes), commits=commits)
     suite = [c for c in demo.cases if not c.endswith("/vendor")]
     step_up = {c for i, c in enumerate(suite) if i % 3 == 0}
@@ -120,6 +124,8 @@ def build(engine: Engine, *, commits: int = 30, scale: int = 1, samples: int = 1
     def results(i: int, dc_index: int, pr: bool = False) -> list[CaseResult]:
         out = []
         for case in demo.cases:
+            if i in unmeasured and case == demo.regressed[0]:
+                continue
             level = _level(case, i) * (1 + 0.4 * dc_index)
             if case in step_up and i >= int(commits * 0.6):
                 level *= 1.15
@@ -236,3 +242,43 @@ def _bundle_digest(session: Session) -> str:
     from pipeline.results.models import Bundle
 
     return str(session.scalar(sa.select(Bundle.digest).limit(1)))
+
+
+@dataclass
+class DemoBisection:
+    change_point_id: int
+    bisection_id: int
+    series_id: int
+    culprit: str
+    unbuildable: str
+
+
+def add_bisection(engine: Engine, demo: Demo, settings: Settings, *, unmeasured: Collection[int]) -> DemoBisection:
+    """Bisect the first regressed case's change point on the first device class (built with
+    `unmeasured` commits, so that its range spans them) against the stand-in builder and agent:
+    the step is at 60 % of the history, the middle commit of the range cannot be built."""
+    from pipeline.results import bisect
+    from pipeline.results.models import Case, ChangePoint, Commit, DeviceClassRow, Series
+    from tests.helpers.bisect_standin import StandInFarm, drive
+
+    step = int(demo.commits * 0.6)
+    index = {main_sha(i): i for i in range(demo.commits)}
+    middle = sorted(unmeasured)[len(unmeasured) // 2]
+    case, dc = demo.regressed[0], demo.device_classes[0]
+    with session_scope(engine) as s:
+        cp = s.scalars(sa.select(ChangePoint).join(Series, ChangePoint.series_id == Series.id)
+                       .join(Commit, ChangePoint.after_commit_id == Commit.id)
+                       .join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
+                       .join(Case, Series.case_id == Case.id)
+                       .where(Commit.sha == main_sha(step), DeviceClassRow.name == dc, Case.case_id == case,
+                              ChangePoint.lifecycle == "confirmed", ChangePoint.direction == "regression")).first()
+        assert cp is not None, "the demo's regression was not confirmed"
+        cp_id, series_id = cp.id, cp.series_id
+        base = s.scalar(sa.select(Commit.sha).where(Commit.id == cp.before_commit_id))
+        level = cp.before_level
+        bisection_id = bisect.request_bisection(s, settings, change_point_id=cp_id, who="ada").id
+    farm = StandInFarm(engine, case=case, device_class=device_class(dc), base_sha=str(base), repository=REPO,
+                       factor=lambda sha: 1.15 if index[sha] >= step else 1.0, unbuildable={main_sha(middle)},
+                       level=level)
+    drive(engine, settings, farm, bisection_id)
+    return DemoBisection(cp_id, bisection_id, series_id, main_sha(step), main_sha(middle))

@@ -184,7 +184,7 @@ def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo
     cp_id = target.get_attribute("id")
     Select(target.find_element(By.NAME, "state")).select_by_visible_text("confirmed")
     target.find_element(By.NAME, "bug_link").send_keys("https://bugs.example/1234")
-    target.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    target.find_element(By.CSS_SELECTOR, "form.triage button[type=submit]").click()
     wait(browser).until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".flash"), "is now confirmed"))
     triaged = browser.find_element(By.ID, cp_id)
     assert triaged.find_element(By.CSS_SELECTOR, ".triage-state").text == "confirmed"
@@ -426,3 +426,66 @@ def test_trigger_an_adhoc_run_and_watch_it_complete_with_the_embedded_agent(embe
     for event in ("queued", "build requested", "build started", "build done", "attempt 1 of 3 started", "done"):
         assert event in events, events
     assert "2 ok" in browser.find_element(By.ID, "case-counts").text
+
+
+@pytest.fixture(scope="module")
+def bisected_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, demo_store.DemoBisection]]:
+    """A demo store whose first regressed case was not measured on five commits before its step, so
+    that its change point spans six; that change point bisected (demo_store.add_bisection)."""
+    home = tmp_path_factory.mktemp("web-bisect")
+    engine = open_store(f"sqlite:///{home}/benchfarm.db")
+    settings = Settings(home=home, api_token=ADMIN, web={"secret_key": "e2e"}, dispatch={"suite_path": str(home)})
+    unmeasured = range(7, 12)
+    demo = demo_store.build(engine, commits=20, evil=False, unmeasured=unmeasured)
+    found = demo_store.add_bisection(engine, demo, settings, unmeasured=unmeasured)
+    with live_server(create_app(settings, engine)) as url:
+        created = requests.post(f"{url}/api/v1/users", json={"name": "ada", "password": "correct horse"},
+                                headers={"authorization": f"Bearer {ADMIN}"}, timeout=30)
+        assert created.status_code == 201, created.text
+        yield url, found
+    engine.dispose()
+
+
+def test_a_bisection_s_steps_and_culprit_on_the_regressions_and_series_pages(
+        bisected_site: tuple[str, demo_store.DemoBisection], browser: Any) -> None:
+    url, found = bisected_site
+    browser.delete_all_cookies()
+    browser.get(f"{url}/regressions")
+    section = browser.find_element(By.ID, f"cp-{found.change_point_id}")
+    block = section.find_element(By.ID, f"bisection-{found.bisection_id}")
+    assert block.get_attribute("data-state") == "done" and block.get_attribute("data-outcome") == "culprit"
+    culprit = block.find_element(By.CSS_SELECTOR, ".culprit a")
+    assert culprit.text == found.culprit[:10] and culprit.get_attribute("href").endswith(f"/commit/{found.culprit}")
+    steps = block.find_elements(By.CSS_SELECTOR, "table.bisection-steps tr[data-commit]")
+    assert [s.get_attribute("data-commit") for s in steps][:2] == [found.culprit, found.unbuildable]
+    assert len(steps) == 5
+    skipped = block.find_element(By.CSS_SELECTOR, f"tr[data-commit='{found.unbuildable}']")
+    assert "unbuildable" in skipped.text and "iree-compile" in skipped.text
+    assert "new level" in steps[0].text and "old level" in steps[-1].text
+    assert f"{found.unbuildable[:10]} (unbuildable)" in block.find_element(By.CSS_SELECTOR, ".bisection-summary").text
+    assert not browser.find_elements(By.CSS_SELECTOR, "form.bisect")   # the button is for signed-in users
+    shot(browser, "bisection")
+
+    sign_in(browser, url, "/regressions")
+    section = browser.find_element(By.ID, f"cp-{found.change_point_id}")
+    # triage can link the culprit: its commit is offered as the bug link
+    link = section.find_element(By.CSS_SELECTOR, "form.triage input[name=bug_link]").get_attribute("value")
+    assert link.endswith(f"/commit/{found.culprit}")
+    other = next(s for s in browser.find_elements(By.CSS_SELECTOR, "section.regression")
+                 if s.get_attribute("id") != f"cp-{found.change_point_id}" and s.find_elements(By.CSS_SELECTOR, "form.bisect"))
+    other_id = other.get_attribute("id")   # the same case on the other device class: its range spans six commits too
+    other.find_element(By.CSS_SELECTOR, "form.bisect button").click()
+    wait(browser).until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".flash"), "queued"))
+    asked = browser.find_element(By.ID, other_id)
+    assert asked.find_element(By.CSS_SELECTOR, ".bisection").get_attribute("data-state") == "queued"
+    assert not asked.find_elements(By.CSS_SELECTOR, "form.bisect")   # one active bisection per change point
+    # regressions whose range holds one commit offer no bisection: that commit made the change
+    assert len(browser.find_elements(By.CSS_SELECTOR, "form.bisect")) == 0
+
+    browser.get(f"{url}/series/{found.series_id}")
+    cell = browser.find_element(By.CSS_SELECTOR, f"#cp-{found.change_point_id} td.bisection-cell")
+    assert "culprit" in cell.text and found.culprit[:10] in cell.text
+    cell.find_element(By.LINK_TEXT, "culprit").click()
+    block = browser.find_element(By.ID, f"bisection-{found.bisection_id}")
+    assert len(block.find_elements(By.CSS_SELECTOR, "table.bisection-steps tr[data-commit]")) == 5
+    shot(browser, "series-bisection")

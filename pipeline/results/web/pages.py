@@ -13,7 +13,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pipeline.contracts import METRICS
 from pipeline.results import compile_stats, queries
 from pipeline.results.api.deps import RowId, SessionDep, SettingsDep
-from pipeline.results.bisect_views import latest_by_change_point
+from pipeline.results.bisect_views import latest_by_change_point, one_commit_ranges
 from pipeline.results.compare import STATUSES, Comparison, overall_verdict
 from pipeline.results.models import Run
 from pipeline.results.web import data
@@ -98,6 +98,7 @@ def series_page(series_id: RowId, request: Request, session: SessionDep, user: U
     return page(request, "series.html", user, {
         "summary": summary, "history": history, "change_points": change_points, "marks": marks, "infos": infos,
         "bisections": latest_by_change_point(session, [cp.id for cp in change_points]),
+        "one_commit": one_commit_ranges(session, [cp.id for cp in change_points]),
         "chart": chart, "control": control, "baseline": queries.series_baseline(session, series_id),
         "compile_series": compile_stats.compile_targets(session, summary.case_id,
                                                         data.device_class_targets(session, summary.device_class))})

@@ -10,7 +10,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from pipeline.pr_comments.table import STATUS_ORDER
 from pipeline.results import bisect, compile_stats, queries, triage
 from pipeline.results.api.deps import RowId, SessionDep, SettingsDep
-from pipeline.results.bisect_views import latest_by_change_point
+from pipeline.results.bisect_views import latest_by_change_point, one_commit_ranges
 from pipeline.results.compare import STATUSES, CompareError
 from pipeline.results.models import LIFECYCLE, TRIAGE_STATES
 from pipeline.results.web import data
@@ -117,6 +117,7 @@ def regressions_page(request: Request, session: SessionDep, user: UserDep, devic
     bisections = latest_by_change_point(session, [r.id for r in found])
     return page(request, "regressions.html", user, {
         "regressions": found, "histories": histories, "bisections": bisections, "transitions": triage.TRANSITIONS,
+        "one_commit": one_commit_ranges(session, [r.id for r in found]),
         "states": TRIAGE_STATES, "lifecycles": LIFECYCLE, "device_classes": data.device_class_names(session),
         "filters": {"device_class": device_class, "family": family, "state": state, "lifecycle": lifecycle},
         "infos": data.commit_infos(session, [r.after_sha for r in found])})

@@ -1,0 +1,190 @@
+"""End to end on the CPU: confirmed change points over a 16-commit range are bisected by a real
+`benchfarm serve` (its builder and bisector threads) and a real `benchfarm agent`, with real
+iree-compile builds and real paired timings.
+
+The suite's git repository: commits c-2..c0, then the range c1..c16, then c17..c19 (committer
+dates one minute apart). Three 64x64x64 IREE GEMMs, one change point each:
+- alpha: IREE's default tile until c10, a 2x2 register tile from c11: about 3x slower as the
+  agent times it (40 us -> about 125 us here; iree-benchmark-module alone: 0.036 -> 0.17 ms);
+- beta: the slowdown spread over two commits: the default tile, 8x2 from c6 (about +45 %), 4x2
+  from c11 (about +45 % more: 40 -> 58 -> 84 us as the agent times them on this VM). The issue asked for +5 % steps; on this shared 2-core VM, where unpaired
+  runs of one binary move by 10 % and more, steps that small are not reliably confirmed by the
+  history nor separated by a few paired rounds, so the steps are made larger (the search itself
+  separates +5 % steps on tight intervals: tests/results/test_bisect_search.py);
+- gamma: like alpha, and at c8 its MLIR is broken (iree-compile rejects it): unbuildable there.
+Only c-2..c1 and c16..c19 are benchmarked (`benchfarm run --unpaired`, local runs: the history),
+so the analysis confirms each change point with four commits a side and range (c1, c16]: in the
+range, only c1 and c16 have results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.helpers.farm import Farm, base_env, wait_for
+from tests.helpers.suite_repo import (
+    GemmCase,
+    case_id,
+    gemm_suite_files,
+    git,
+    write_files,
+)
+
+pytestmark = pytest.mark.e2e
+
+RANGE = 16
+SHAPE = (64, 64, 64)
+BENCHMARKED = (-2, -1, 0, 1, 16, 17, 18, 19)
+HISTORY = {"BENCHFARM_MEASUREMENT__MIN_TIME_S": "0.2", "BENCHFARM_MEASUREMENT__MIN_SAMPLES": "4",
+           "BENCHFARM_MEASUREMENT__MAX_TIME_S": "1", "BENCHFARM_MEASUREMENT__ROUNDS": "5"}
+PAIRED = {"BENCHFARM_MEASUREMENT__ROUNDS": "5", "BENCHFARM_MEASUREMENT__MIN_TIME_S": "0.1",
+          "BENCHFARM_MEASUREMENT__MAX_TIME_S": "1"}
+
+
+def cases_at(i: int) -> list[GemmCase]:
+    m, n, k = SHAPE
+    alpha = GemmCase("alpha", m, n, k, tile=(2, 2) if i >= 11 else None)
+    beta = GemmCase("beta", m, n, k, tile=(4, 2) if i >= 11 else (8, 2) if i >= 6 else None)
+    gamma = GemmCase("gamma", m, n, k, "broken" if i == 8 else "ok", tile=(2, 2) if i >= 11 else None)
+    return [alpha, beta, gamma]
+
+
+ALPHA, BETA, GAMMA = (case_id(c) for c in cases_at(0))
+
+
+def make_repo(root: Path) -> tuple[Path, dict[int, str]]:
+    repo = root / "suite-repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    shas = {}
+    for i in range(-2, RANGE + 4):
+        write_files(repo, {**gemm_suite_files(cases_at(i)), "CHANGES": f"change {i}\n"})
+        git(repo, "add", "-A")
+        date = f"2026-11-20T10:{i + 10:02d}:00+00:00"
+        proc = subprocess.run(["git", "-C", str(repo), "-c", "user.name=Dev", "-c", "user.email=dev@example.com",
+                               "-c", "commit.gpgsign=false", "commit", "-q", "-m", f"c{i}: change {i}"],
+                              env={**os.environ, "GIT_COMMITTER_DATE": date, "GIT_AUTHOR_DATE": date},
+                              capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
+        shas[i] = git(repo, "rev-parse", "HEAD")
+    return repo, shas
+
+
+def local_run(home: Path, repo: Path, sha: str, cwd: Path) -> None:
+    env = {**base_env(home), **HISTORY}
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--unpaired", "--suite", str(repo / "kernels"),
+                           "--ref", sha],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, f"benchfarm run {sha[:10]} failed:\n{proc.stdout}\n{proc.stderr}"
+
+
+def cli(farm: Farm, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**base_env(farm.root / "cli"), "BENCHFARM_API_TOKEN": "bf_test_admin_token"}
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args, "--server", farm.url], cwd=farm.root, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+class Bisected:
+    def __init__(self, farm: Farm, shas: dict[int, str]) -> None:
+        self.farm, self.shas = farm, shas
+        self.index = {sha: i for i, sha in shas.items()}
+
+    def of(self, case: str) -> dict[str, Any]:
+        """The finished bisection of `case`'s change point (waits for it)."""
+        def finished() -> dict[str, Any] | None:
+            found = [b for b in self.farm.api("GET", "bisections") if b["cases"] == [case]]
+            return found[0] if found and found[0]["state"] not in ("queued", "running") else None
+        try:
+            result: dict[str, Any] = wait_for(finished, 600, f"the bisection of {case}", period_s=1.0)
+        except AssertionError:
+            print(json.dumps(self.farm.api("GET", "bisections"), indent=1, default=str)[-6000:])
+            print(self.farm.logs())
+            raise
+        return result
+
+    def label(self, sha: str) -> str:
+        return f"c{self.index[sha]}"
+
+
+@pytest.fixture(scope="module")
+def bisected(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bisected]:
+    root = tmp_path_factory.mktemp("bisect-farm")
+    repo, shas = make_repo(root)
+    home = root / "service"   # the farm's service home: the history's store, bundles and build cache
+    for i in BENCHMARKED:
+        local_run(home, repo, shas[i], root)
+    with sqlite3.connect(home / "benchfarm.db") as db:   # fail now, not after waiting, when the history is too noisy
+        points = db.execute("SELECT lifecycle, magnitude FROM change_points").fetchall()
+        values = db.execute("SELECT series_id, commit_id, median FROM measurements ORDER BY id").fetchall()
+    assert [p[0] for p in points] == ["confirmed"] * 3, (points, values)
+    from pipeline.agents.devices import cpu_device
+
+    local = cpu_device()
+    assert local is not None
+    device_class = local.device_class.name
+    farm = Farm(root=root, suite=repo / "kernels", lease_s=30.0)
+    try:
+        farm.service({"BENCHFARM_BISECT__PERIOD_S": "0.5"})
+        farm.agent("agent-1", {"BENCHFARM_AGENT__DEVICE_CLASSES": json.dumps({device_class: device_class}),
+                               "BENCHFARM_AGENT__ONLY_CLASSES": json.dumps([device_class]), **PAIRED})
+        yield Bisected(farm, shas)
+    finally:
+        farm.stop()
+
+
+def test_a_3x_slowdown_in_commit_11_seen_only_at_commits_1_and_16_is_bisected_to_it_in_at_most_5_jobs(
+        bisected: Bisected) -> None:
+    b = bisected.of(ALPHA)
+    history = bisected.farm.api("GET", f"change-points/{b['change_point_id']}")
+    assert (history["before_sha"], history["after_sha"]) == (bisected.shas[1], bisected.shas[16])
+    assert b["requested_by"] == "benchfarm bisect"   # started when the change point was confirmed
+    steps = [(bisected.label(s["commit"]), s["verdict"], s["change"]) for s in b["steps"]]
+    assert b["outcome"] == "culprit" and b["culprit"] == bisected.shas[11], (b["summary"], steps)
+    assert len(b["steps"]) <= 5, steps
+    assert all(s["paired"] and s["ci_low"] <= s["change"] <= s["ci_high"] for s in b["steps"]), steps
+    assert steps[0][0] == "c16" and 1.5 < steps[0][2] < 3.5   # the bad commit first: about 3x its base
+    # attached to the change point: its newest bisection, and a triage event naming the culprit
+    assert history["bisection"]["culprit"] == bisected.shas[11]
+    assert any(e["who"] == "benchfarm bisect" and bisected.shas[11][:10] in e["note"] for e in history["events"])
+    shown = cli(bisected.farm, "bisect", f"bisection/{b['id']}")
+    assert shown.returncode == 0 and f"commit {bisected.shas[11][:10]} made the change" in shown.stdout, shown
+
+
+def test_a_slowdown_spread_over_two_commits_is_reported_as_both(bisected: Bisected) -> None:
+    b = bisected.of(BETA)
+    steps = [(bisected.label(s["commit"]), s["verdict"], s["change"]) for s in b["steps"]]
+    assert b["outcome"] == "several commits", (b["summary"], steps)
+    assert [c["sha"] for c in b["result"]["culprits"]] == [bisected.shas[6], bisected.shas[11]], steps
+    assert "not attributable to one commit" in b["summary"]
+    assert "in between" in {v for _, v, _ in steps}
+
+
+def test_an_unbuildable_commit_is_skipped_and_named(bisected: Bisected) -> None:
+    b = bisected.of(GAMMA)
+    steps = [(bisected.label(s["commit"]), s["state"], s["verdict"]) for s in b["steps"]]
+    assert b["outcome"] == "culprit" and b["culprit"] == bisected.shas[11], (b["summary"], steps)
+    assert ("c8", "skipped", "unbuildable") in steps
+    skipped = b["result"]["skipped"]
+    assert [s["sha"] for s in skipped] == [bisected.shas[8]] and "iree-compile" in skipped[0]["reason"]
+    assert f"{bisected.shas[8][:10]} (unbuildable)" in b["summary"]
+    # asking again while it is done is a new bisection; asking for a retracted or unknown one is refused
+    refused = cli(bisected.farm, "bisect", "cp/999999")
+    assert refused.returncode == 1 and "no change point 999999" in refused.stderr, refused
+
+
+def test_the_pages_show_the_steps_and_the_result(bisected: Bisected) -> None:
+    b = bisected.of(ALPHA)
+    cp = bisected.farm.api("GET", f"change-points/{b['change_point_id']}")
+    for path in (f"/series/{cp['series_id']}", "/regressions"):
+        html = requests.get(bisected.farm.url + path, timeout=30).text
+        assert f'id="bisection-{b["id"]}"' in html and bisected.shas[11][:10] in html, path
