@@ -43,14 +43,16 @@ def _error_of(response: requests.Response) -> str:
         body = response.json()
     except ValueError:
         return response.text[:500] or response.reason
-    return str(body.get("error", body)) if isinstance(body, dict) else str(body)
+    return str(body.get("error", body.get("message", body))) if isinstance(body, dict) else str(body)
 
 
 class ServiceClient:
     def __init__(self, base_url: str, token: str, *, timeout_s: float = 30.0, retries: int = 5,
                  backoff_s: float = 0.5, backoff_max_s: float = 10.0,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, api_prefix: str = "/api/v1") -> None:
+        """`api_prefix`: what paths are relative to (ours; "" for another service's REST API)."""
         self.base_url = base_url.rstrip("/")
+        self.api_prefix = api_prefix.rstrip("/")
         self.timeout_s, self.retries = timeout_s, retries
         self.backoff_s, self.backoff_max_s = backoff_s, backoff_max_s
         self._sleep = sleep
@@ -60,7 +62,7 @@ class ServiceClient:
         self.session.headers["User-Agent"] = "benchfarm-agent"
 
     def url(self, path: str) -> str:
-        return f"{self.base_url}/api/v1/{path.lstrip('/')}"
+        return f"{self.base_url}{self.api_prefix}/{path.lstrip('/')}"
 
     def request(self, method: str, path: str, *, json: Any = None, data: bytes | None = None,
                 timeout_s: float | None = None, retries: int | None = None, stream: bool = False) -> requests.Response:

@@ -25,7 +25,6 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipeline.contracts import DeviceClass, DeviceInfo
-from pipeline.contracts.ids import selects_case  # noqa: F401  (part of the dispatcher's surface)
 from pipeline.results import ingest
 from pipeline.results.models import (
     Agent,
@@ -57,7 +56,6 @@ __all__ = [
     "set_agent_gone",
     "register_agent",
     "requeue_expired",
-    "selects_case",
 ]
 
 CLAIM_CANDIDATES = 8

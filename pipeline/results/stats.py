@@ -240,8 +240,10 @@ def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, run_noise: float |
     with np.errstate(invalid="ignore", divide="ignore"):
         vb, vh = base_var / base_counts, head_var / head_counts
         known = ~np.isnan(run_var)
-        # a side whose run-level variance dominates is taken as known (its term adds no df)
-        use_b, use_h = known & ~(vb >= run_var), known & ~(vh >= run_var)
+        # a side whose run-level variance dominates (or that has no variance of its own) is taken as
+        # known: its term adds no degrees of freedom
+        use_b = known & (np.isnan(vb) | (run_var > vb))
+        use_h = known & (np.isnan(vh) | (run_var > vh))
         vb_total, vh_total = np.where(use_b, run_var, vb), np.where(use_h, run_var, vh)
         se = np.sqrt(vb_total + vh_total)
         dof_terms = (np.where(use_b, 0.0, vb ** 2 / (base_counts - 1))

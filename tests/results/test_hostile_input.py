@@ -54,9 +54,8 @@ def _document(farm: Farm, **case: Any) -> dict[str, Any]:
     return data
 
 
-def _results(body: bytes | str) -> Callable[[Farm], requests.Response]:
-    return lambda farm: post(farm.url, "/api/v1/results", body.replace("JOB", farm.job["job_id"]).replace(
-        "RUN", farm.job["run_id"]) if isinstance(body, str) else body, farm.token)
+def _results(body: bytes) -> Callable[[Farm], requests.Response]:
+    return lambda farm: post(farm.url, "/api/v1/results", body, farm.token)
 
 
 def _doc(mutate: Callable[[dict[str, Any]], None], raw: Callable[[str], str] = lambda t: t
