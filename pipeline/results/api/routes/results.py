@@ -34,7 +34,7 @@ from pipeline.results.api.schemas import (
     UploadSummary,
     json_body,
 )
-from pipeline.results.models import Agent, Job
+from pipeline.results.models import Agent, Case, CaseResultRow, Job
 
 router = APIRouter(tags=["results"], responses=ERROR_RESPONSES)
 AgentWriter = Annotated[Principal, require_scope("agent")]
@@ -56,13 +56,13 @@ def _ingest_as(session: Session, document: ResultDocument, settings: SettingsDep
     # upload, which then completes it); an admin may also repair any job
     if job.status in ("running", "failed") and holder is not None or principal.allows("admin"):
         return ingest.ingest_result(session, document=document, analysis=settings.analysis)
-    with session.begin_nested() as attempt:
-        summary = ingest.ingest_result(session, document=document, analysis=settings.analysis)
-        if summary.stored:
-            attempt.rollback()
-            raise HTTPException(409, f"job {job.id} is {job.status}: it takes no new results "
-                                     f"({summary.stored} case results not stored yet)")
-    return summary
+    stored = set(session.execute(sa.select(Case.case_id, CaseResultRow.target).join(Case, CaseResultRow.case_id == Case.id)
+                                 .where(CaseResultRow.job_id == job.id)).all())
+    new = {(r.case, r.target) for r in document.results} - stored
+    if new:
+        raise HTTPException(409, f"job {job.id} is {job.status}: it takes no new results "
+                                 f"({len(new)} case results not stored yet)")
+    return ingest.ingest_result(session, document=document, analysis=settings.analysis)   # all duplicates
 
 
 def _summary(job_id: str, summary: ingest.IngestSummary) -> UploadSummary:
