@@ -462,7 +462,8 @@ def _print_bisection(b: dict[str, Any]) -> None:
         f"{b['base'][:10]}..{b['bad'][:10]}" + (f", {b['commits']} commits" if b["commits"] else "") + f"; {b['state']}")
     for s in b["steps"]:
         change = f"{s['change']:+.1%} [{s['ci_low']:+.1%}, {s['ci_high']:+.1%}]" if s["change"] is not None else ""
-        say(f"  {s['commit'][:10]}  {s['state']:8}  {change:28}  {s['verdict'] or ''}"
+        again = f" (run {s['reading']})" if s.get("reading", 1) > 1 else ""
+        say(f"  {s['commit'][:10]}  {s['state'] + again:16}  {change:28}  {s['verdict'] or ''}"
             + (f"  ({s['reason'][:120]})" if s["state"] == "skipped" and s["reason"] else ""))
     if b["summary"] or b["reason"]:
         say(f"  {b['summary'] or b['reason']}")

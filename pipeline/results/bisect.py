@@ -9,7 +9,9 @@ touch free; the agent times head and base interleaved on the same buffers) and n
 (`bisect_search.plan`) until one commit remains: the culprit. It may also find that the change
 is spread over several commits (each moved the level by a share of it: not attributable to one
 commit), that the culprit hides among commits that could not be built or run (they are named),
-or that paired runs do not reproduce the change at all.
+or that paired runs do not reproduce the change at all. A change found at several places is
+confirmed before it is reported: the commits at the ends of each move run a second time, and a
+commit's readings are combined (`bisect_search.combine`), so one noisy job cannot split a change.
 
 Lifecycle (`Bisection.state`): queued (requested; waits while `bisect.max_active` others run) ->
 running (the range resolved, steps queued as jobs) -> done (an outcome, `models.BISECTION_OUTCOMES`),
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import glob
 import logging
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -346,7 +349,8 @@ def _queue_step(session: Session, settings: Settings, bisection: Bisection, posi
                        cases=glob.escape(bisection.cases[0]), max_attempts=settings.dispatch.max_attempts,
                        extra_targets=settings.dispatch.build_targets, can_build=bool(settings.dispatch.suite_path),
                        kind="adhoc", base_sha=_sha(session, bisection.base_commit_id))
-    step = BisectionStep(position=position, commit_id=commit_id, run_id=result.run_id,
+    reading = 1 + sum(1 for s in bisection.steps if s.position == position)
+    step = BisectionStep(position=position, reading=reading, commit_id=commit_id, run_id=result.run_id,
                          job_id=result.job_ids[str(device_class)], state="queued", paired=False, reason="",
                          created_at=utcnow())
     bisection.steps.append(step)
@@ -402,9 +406,21 @@ def _read_finished_steps(session: Session, settings: Settings, bisection: Bisect
 
 
 def _levels(bisection: Bisection) -> dict[int, Level]:
-    return {s.position: Level(s.change, s.ci_low if s.ci_low is not None else s.change,
-                              s.ci_high if s.ci_high is not None else s.change)
-            for s in bisection.steps if s.state == "done" and s.change is not None}
+    """Each measured position's level: its readings combined (a position is run twice to confirm a
+    change found at several places, `bisect_search.plan`)."""
+    readings: dict[int, list[Level]] = {}
+    for s in bisection.steps:
+        if s.state == "done" and s.change is not None:
+            readings.setdefault(s.position, []).append(Level(
+                s.change, s.ci_low if s.ci_low is not None else s.change,
+                s.ci_high if s.ci_high is not None else s.change))
+    return {position: bisect_search.combine(r) for position, r in readings.items()}
+
+
+def _skipped(bisection: Bisection, levels: dict[int, Level]) -> dict[int, BisectionStep]:
+    """Positions with no level because their jobs could not build or run the commit (a failed
+    repeat of a measured position leaves its level standing)."""
+    return {s.position: s for s in bisection.steps if s.state == "skipped" and s.position not in levels}
 
 
 def _min_jump(bisection: Bisection, settings: Settings, bad: Level | None) -> float:
@@ -424,13 +440,15 @@ def _plan_next(session: Session, settings: Settings, bisection: Bisection) -> bo
             level = levels[step.position]
             step.verdict = bisect_search.verdict(level, bad, jump) if step.position != n else (
                 "new level" if bisect_search.differs(BASE, level, jump) else "not reproduced")
-    skipped = {s.position: s for s in bisection.steps if s.state == "skipped"}
+    skipped = _skipped(bisection, levels)
     if n in skipped:
         _fail(session, bisection, f"the bad commit {bisection.commits[-1][:10]} could not be run again "
                                   f"({skipped[n].verdict}: {skipped[n].reason})")
         return True
     pending = {s.position for s in bisection.steps if s.state == "queued"}
-    plan = bisect_search.plan(n, levels, skipped=set(skipped), pending=pending, min_jump=jump)
+    finished = Counter(s.position for s in bisection.steps if s.state != "queued")
+    plan = bisect_search.plan(n, levels, skipped=set(skipped), pending=pending, min_jump=jump,
+                              repeated={p for p, count in finished.items() if count >= 2})
     if plan.probes:
         room = bisection.max_steps - len(bisection.steps)
         if bisection.device_s >= bisection.max_device_s:
@@ -467,7 +485,7 @@ def _finish(session: Session, bisection: Bisection, plan: bisect_search.Plan, *,
     levels = _levels(bisection)
     total = levels[n].change if n in levels else 0.0
     skipped = [{"sha": shas[s.position], "position": s.position, "verdict": s.verdict, "reason": s.reason}
-               for s in bisection.steps if s.state == "skipped"]
+               for s in _skipped(bisection, levels).values()]
     culprits = [{"sha": shas[f.position], "position": f.position, "jump": f.jump,
                  "share": f.jump / total if total else None} for f in plan.culprits]
     unresolved = [{"after": shas[u.low], "upto": shas[u.high], "candidates": [shas[p] for p in (*u.skipped, u.high)],

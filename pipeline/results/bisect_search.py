@@ -16,6 +16,13 @@ Pairs whose levels do not differ hold no culprit and are not searched, so a chan
 commit costs ceil(log2(n)) probes after the bad commit's own, and a change spread over k commits
 is followed down each branch where the level moved (about k * log2(n)).
 
+A change found at more than one place is the unusual outcome, and the one noise fakes most easily:
+one job whose level is off by more than its interval says (a part of) the change is there. So when
+`plan` is given `repeated` (positions measured twice already), it confirms such an outcome before
+returning it: each measured end of each finding is measured once more (probes at positions already
+measured), and a position's readings are joined by `combine`, whose interval spans them all, so a
+level that moved between two jobs of one commit no longer separates it from its neighbours.
+
 Assumptions: the level is a step function of the commit (a commit either moves it or not; no
 flaky commits), and each step is at least `min_jump`; smaller moves are not searched for. Noise
 enters through the intervals: a probe whose interval is wide does not separate levels closer than
@@ -25,11 +32,11 @@ its width, which leaves such a pair unsearched rather than chasing noise.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-__all__ = ["BASE", "Found", "Level", "Plan", "Unresolved", "differs", "plan", "verdict"]
+__all__ = ["BASE", "Found", "Level", "Plan", "Unresolved", "combine", "differs", "plan", "verdict"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,17 @@ class Plan:
         return not self.probes and not self.waiting
 
 
+def combine(readings: Sequence[Level]) -> Level:
+    """One level of several jobs of one commit: their mean, with an interval that holds every
+    reading's interval (the jobs disagreeing is noise the single intervals did not see)."""
+    if not readings:
+        raise ValueError("no readings to combine")
+    if len(readings) == 1:
+        return readings[0]
+    return Level(sum(r.change for r in readings) / len(readings), min(r.low for r in readings),
+                 max(r.high for r in readings))
+
+
 def differs(a: Level, b: Level, min_jump: float) -> bool:
     """The levels are apart: by at least `min_jump`, and by more than the half-widths of their
     intervals combined (as for independent estimates: the square root of the sum of squares)."""
@@ -88,11 +106,12 @@ def differs(a: Level, b: Level, min_jump: float) -> bool:
 
 
 def plan(n: int, levels: Mapping[int, Level], *, skipped: Collection[int] = (), pending: Collection[int] = (),
-         min_jump: float) -> Plan:
+         min_jump: float, repeated: Collection[int] | None = None) -> Plan:
     """What to run next, and what is known so far (module doc). `levels`: measured positions (the
     base, 0, may be left out); `skipped`: positions that could not be built or run; `pending`:
-    positions whose probe is queued or running. The bad commit (n) is probed first, alone: until
-    its paired level is known, nothing says the change is there to find."""
+    positions whose probe is queued or running; `repeated`: positions run twice already (None: a
+    finding at several places is returned unconfirmed). The bad commit (n) is probed first, alone:
+    until its paired level is known, nothing says the change is there to find."""
     if n < 1:
         raise ValueError(f"a range needs at least one commit after its base, got n={n}")
     if n not in levels:
@@ -121,6 +140,13 @@ def plan(n: int, levels: Mapping[int, Level], *, skipped: Collection[int] = (), 
             continue
         middle = (low + high) / 2
         probes.append(min(free, key=lambda p: (abs(p - middle), p)))
+    if repeated is not None and not probes and not waiting and len(culprits) + len(unresolved) > 1:
+        ends = {p for f in culprits for p in (max(q for q in order if q < f.position), f.position)}
+        ends |= {p for u in unresolved for p in (u.low, u.high)}
+        ends.discard(0)   # the base is every probe's own pair: its level is 0 by construction
+        again = sorted(p for p in ends if p not in repeated and p not in pending)
+        if again or any(p in pending for p in ends):
+            return Plan(probes=again, waiting=not again)
     return Plan(probes=probes, culprits=culprits, unresolved=unresolved, waiting=waiting)
 
 

@@ -28,6 +28,8 @@ __all__ = ["BisectionView", "StepView", "get_bisection", "latest_by_change_point
 class StepView:
     position: int
     """in the range: 1 is the commit after the base, `commits` the bad one"""
+    reading: int
+    """1; 2 for the commit's second job (run to confirm a change found at several places)"""
     commit: str
     message: str
     state: str
@@ -92,7 +94,7 @@ def _views(session: Session, rows: Sequence[Bisection]) -> list[BisectionView]:
     out = []
     for b in rows:
         culprit = commits.get(b.culprit_commit_id) if b.culprit_commit_id else None
-        steps = [StepView(position=s.position, commit=commits[s.commit_id][0], message=_first_line(commits[s.commit_id][1]),
+        steps = [StepView(position=s.position, reading=s.reading, commit=commits[s.commit_id][0], message=_first_line(commits[s.commit_id][1]),
                           state=s.state, verdict=s.verdict, change=s.change, ci_low=s.ci_low, ci_high=s.ci_high,
                           pvalue=s.pvalue, paired=s.paired, reason=s.reason, run_id=s.run_id, job_id=s.job_id,
                           device_s=s.device_s) for s in sorted(b.steps, key=lambda s: s.id)]

@@ -593,17 +593,19 @@ class Bisection(Base):
 class BisectionStep(Base):
     """One commit of a bisection, run paired with the range's base on the affected cases: its job,
     the paired change with its 95 % interval, and the verdict (old level, new level, in between),
-    or why it was skipped (unbuildable, unrunnable)."""
+    or why it was skipped (unbuildable, unrunnable). A commit run again to confirm a finding has a
+    step per reading (`reading` 1, 2)."""
 
     __tablename__ = "bisection_steps"
     __table_args__ = (
-        sa.UniqueConstraint("bisection_id", "position"),
+        sa.UniqueConstraint("bisection_id", "position", "reading"),
         _one_of("state", BISECTION_STEP_STATES, "state"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     bisection_id: Mapped[int] = mapped_column(sa.ForeignKey("bisections.id", ondelete="CASCADE"))
     position: Mapped[int]
+    reading: Mapped[int] = mapped_column(default=1, server_default="1")
     commit_id: Mapped[int] = mapped_column(sa.ForeignKey("commits.id"))
     run_id: Mapped[str | None] = mapped_column(sa.ForeignKey("runs.id", ondelete="SET NULL"))
     job_id: Mapped[str | None] = mapped_column(sa.ForeignKey("jobs.id", ondelete="SET NULL"))

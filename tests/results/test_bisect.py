@@ -297,3 +297,25 @@ def test_a_range_the_store_has_not_recorded_is_read_from_the_suite_checkout(seed
         s.flush()
         bisect.advance(s, no_checkout, again.id)
         assert again.state == "failed" and f"commit {shas[2][:10]}" in again.reason and "no suite checkout" in again.reason
+
+
+def test_one_noisy_job_does_not_split_a_3x_step_into_two_commits(seeded: Engine, settings: Settings) -> None:
+    """The e2e run under CI load read commit 11 at +210 % and the bad commit at +158 %: "spread".
+    A finding at several commits is confirmed by a second job at the ends of each move."""
+    cp_id = confirmed(seeded, lambda i: 3.0 if i >= 11 else 1.0)
+    jobs_of: dict[int, int] = {}
+
+    def factor(i: int) -> float:
+        jobs_of[i] = jobs_of.get(i, 0) + 1
+        return 3.6 if (i, jobs_of[i]) == (11, 1) else 3.0 if i >= 11 else 1.0
+
+    with session_scope(seeded) as s:
+        bisection_id = bisect.request_bisection(s, settings, change_point_id=cp_id, who="ada").id
+    stand_in = farm(seeded, factor)
+    done = drive(seeded, settings, stand_in, bisection_id)
+    assert done.outcome == "culprit" and done.result["culprits"][0]["sha"] == f.sha(label(11)), done.summary
+    with session_scope(seeded) as s:
+        readings = sorted((st.position, st.reading) for st in s.get(Bisection, done.id).steps if st.reading > 1)
+    assert readings == [(9, 2), (10, 2), (11, 2)]   # c10, c11 and c12 (position = commit - 1) once more each
+    assert stand_in.jobs == len(done.steps) <= 5 + 3
+

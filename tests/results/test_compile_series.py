@@ -39,13 +39,14 @@ ALPHA = GemmCase("alpha", 16, 32, 64)
 def _suite(variant: str) -> dict[str, str]:
     files = gemm_suite_files([GemmCase(ALPHA.name, ALPHA.m, ALPHA.n, ALPHA.k, variant)])  # type: ignore[arg-type]
     init = "kernels/__init__.py"
+    assert files[init].count('targets=("llvm-cpu:*",)') == 1
     files[init] = files[init].replace('targets=("llvm-cpu:*",)', 'targets=("llvm-cpu:*", "hip:*")')
     # the variant's tile is a CPU lowering config: on hip it would not compile, so there it stays "ok"
+    source = "IreeSource(mlir=mlir(m, n, k, variant, tile)"
+    # a helper change that moves this text must fail here, not as a hip build failure later
+    assert files[init].count(source) == 1, "the suite helper's make_source changed; update this test"
     files[init] = files[init].replace(
-        "make_source=lambda target, m=m, n=n, k=k, variant=variant: IreeSource(mlir=mlir(m, n, k, variant), "
-        "entry_point=\"mm\")",
-        "make_source=lambda target, m=m, n=n, k=k, variant=variant: IreeSource(mlir=mlir(m, n, k, variant if "
-        "str(target).startswith(\"llvm-cpu\") else \"ok\"), entry_point=\"mm\")")
+        source, "IreeSource(mlir=mlir(m, n, k, variant if str(target).startswith(\"llvm-cpu\") else \"ok\", tile)")
     return files
 
 
