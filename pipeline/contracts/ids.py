@@ -87,5 +87,6 @@ class DeviceClass(BaseModel):
 
 
 def selects_case(glob: str | None, case_id: str) -> bool:
-    """Whether a job's `cases` glob (fnmatch, case-sensitive; None: all) selects a case id."""
-    return glob is None or fnmatch.fnmatchcase(case_id, glob)
+    """Whether a job's `cases` glob (fnmatch, case-sensitive; several separated by commas, which no
+    case id holds; None: all) selects a case id."""
+    return glob is None or any(fnmatch.fnmatchcase(case_id, g) for g in glob.split(","))
