@@ -191,15 +191,14 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     settings = _listen_on(args, settings)
     check_port_free(settings.host, settings.port)   # before the suite: a taken port is the first thing to fix
     suite, ref = _suite_and_ref(args, args.ref, note=not args.no_run)   # --no-run benchmarks nothing now
-    serve_embedded(settings, suite=suite, ref=ref, run_on_start=not args.no_run, access_log=args.verbose)
-    return 0
+    return serve_embedded(settings, suite=suite, ref=ref, run_on_start=not args.no_run, access_log=args.verbose)
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.embedded import serve_embedded
 
-    serve_embedded(_listen_on(args, settings), suite=None, ref="HEAD", run_on_start=False, access_log=args.verbose)
-    return 0
+    return serve_embedded(_listen_on(args, settings), suite=None, ref="HEAD", run_on_start=False,
+                          access_log=args.verbose)
 
 
 def cmd_build(args: argparse.Namespace, settings: Settings) -> int:

@@ -179,9 +179,15 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+INTERRUPTED_EXIT = 130
+"""The exit status of a stop that cancelled work (as `benchfarm run` interrupted), 128 + SIGINT."""
+
+
 def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_start: bool,
-                   access_log: bool = False) -> None:
-    """Serve until interrupted; `access_log`: uvicorn's line per request (off: the terminal stays readable)."""
+                   access_log: bool = False) -> int:
+    """Serve until interrupted; `access_log`: uvicorn's line per request (off: the terminal stays readable).
+    Returns the exit status: 0 for a stop with nothing running, INTERRUPTED_EXIT when the stop
+    cancelled a job the in-process agent was running."""
     check_port_free(settings.host, settings.port)
     if suite is not None and not settings.dispatch.suite_path:
         settings = settings.model_copy(update={"dispatch": settings.dispatch.model_copy(
@@ -215,10 +221,12 @@ def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_s
             cancelled = dispatch.set_agent_gone(session, name=EMBEDDED_AGENT, reason=STOPPED_REASON) if agent else []
         for job_id in cancelled:
             print(f"job {job_id} cancelled (it was running when benchfarm up stopped)", flush=True)
+        status = INTERRUPTED_EXIT if cancelled else 0
         if agent is not None and agent.busy():
             # The job's worker thread is inside native code (IREE, CUDA) that cannot be interrupted;
             # a normal interpreter exit would unwind that thread through C++ frames and abort the
             # process ("FATAL: exception not rethrown"). Its job is recorded as cancelled above.
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(0)
+            os._exit(status)
+    return status
