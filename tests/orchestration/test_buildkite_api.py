@@ -6,20 +6,27 @@ meta_data (objects of strings), pull_request_* fields; answers 201 with number a
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from pydantic import SecretStr
 
-from pipeline.config import BuildkiteSettings
+from pipeline.config import BuildkiteSettings, GitHubSettings, Settings
 from pipeline.orchestration.buildkite_api import (
     BuildkiteError,
     configured,
     create_build,
 )
+from tests.helpers.farm import wait_for
+from tests.helpers.github_webhooks import SECRET, HostedRepo, deliver, pull_request_payload, push_payload
 from tests.helpers.json_standin import JsonStandIn
+from tests.helpers.live_server import live_server
 
 TOKEN = "bkua_test_token"
+ADMIN = "admin-token-for-the-deliveries-list"
 DOCUMENTED = {"commit", "branch", "message", "env", "meta_data", "author", "clean_checkout", "ignore_pipeline_branch_filters",
               "pull_request_base_branch", "pull_request_id", "pull_request_repository"}
 
@@ -30,10 +37,12 @@ class BuildkiteStandIn:
     def __init__(self) -> None:
         self.builds: list[dict[str, Any]] = []
         self.fail_next = 0
+        self.requests = 0
         self.peer = JsonStandIn(self._answer)
         self.url = self.peer.url
 
     def _answer(self, path: str, headers: Mapping[str, str], data: Any) -> tuple[int, dict[str, Any]]:
+        self.requests += 1
         if self.fail_next:
             self.fail_next -= 1
             return 502, {"message": "Bad gateway"}
@@ -117,3 +126,71 @@ def test_a_webhook_delivery_becomes_a_buildkite_build(buildkite: BuildkiteStandI
     (sent,) = buildkite.builds
     assert (sent["commit"], sent["branch"], sent["pull_request_id"]) == ("d" * 40, "faster-gemm", 7)
     assert sent["meta_data"] == {"benchfarm-kind": "pull_request", "benchfarm-base": "e" * 40}
+
+
+@contextmanager
+def _service(settings: Settings) -> Iterator[str]:
+    """The service's app and its webhook worker thread (as `benchfarm serve` runs them) on a fresh store."""
+    from pipeline.pr_comments.webhook import WebhookWorker
+    from pipeline.results.api import create_app
+    from pipeline.results.db import open_store
+
+    engine = open_store(settings.database_url)
+    worker = WebhookWorker(settings, engine)
+    worker.start()
+    try:
+        with live_server(create_app(settings, engine)) as url:
+            yield url
+    finally:
+        worker.stop()
+        worker.join(timeout=10)
+        engine.dispose()
+
+
+def _processed(url: str) -> dict[str, Any]:
+    """The newest delivery once the worker has processed it, as the admin API reports it."""
+    def done() -> dict[str, Any] | None:
+        listed = requests.get(f"{url}/api/v1/webhooks/github/deliveries", headers={"Authorization": f"Bearer {ADMIN}"},
+                              timeout=10)
+        assert listed.status_code == 200, listed.text
+        newest = listed.json()[0]
+        return newest if newest["state"] != "pending" else None
+
+    return wait_for(done, 30, "the delivery to be processed")
+
+
+def test_signed_deliveries_to_the_service_become_buildkite_builds(buildkite: BuildkiteStandIn, tmp_path: Path) -> None:
+    """End to end: GitHub's signed deliveries over HTTP to the running service; its webhook worker
+    creates the Buildkite builds (a 502 retried), and a refused token is reported on the delivery."""
+    hosted = HostedRepo("acme/kernels", bare=tmp_path / "acme-kernels.git", work=tmp_path / "work")   # never cloned
+    head, base = "d" * 40, "e" * 40
+    github = GitHubSettings(webhook_secret=SecretStr(SECRET))
+    settings = Settings(home=tmp_path / "home", api_token=SecretStr(ADMIN), github=github,
+                        buildkite=_settings(buildkite.url))
+    buildkite.fail_next = 1   # Buildkite answers 502 once: retried
+    with _service(settings) as url:
+        answer = deliver(url, "pull_request", pull_request_payload(hosted, 7, action="opened", head_sha=head,
+                                                                  head_ref="faster-gemm", base_sha=base))
+        assert answer.status_code == 202, answer.text
+        delivery = _processed(url)
+        assert delivery["state"] == "done" and delivery["run_id"] is None, delivery   # nothing queued locally
+        assert delivery["outcome"] == "Buildkite build 1 of dddddddddd: https://buildkite.com/acme/kernels/builds/1"
+        assert deliver(url, "push", push_payload(hosted, before=base, after=head)).status_code == 202
+        assert _processed(url)["outcome"].startswith("Buildkite build 2 of dddddddddd")
+    assert buildkite.requests == 3   # the 502, then the two builds
+    pull, push = buildkite.builds
+    assert (pull["commit"], pull["branch"], pull["pull_request_id"], pull["pull_request_base_branch"]) == (
+        head, "faster-gemm", 7, "main")
+    assert pull["meta_data"] == {"benchfarm-kind": "pull_request", "benchfarm-base": base}
+    assert (push["commit"], push["branch"], push["meta_data"]["benchfarm-kind"]) == (head, "main", "push")
+    assert "pull_request_id" not in push
+
+    refused = settings.model_copy(update={"home": tmp_path / "home-2",
+                                          "buildkite": _settings(buildkite.url, token="bkua_revoked")})
+    with _service(refused) as url:
+        assert deliver(url, "push", push_payload(hosted, before=base, after=head)).status_code == 202
+        delivery = _processed(url)
+    assert delivery["state"] == "failed", delivery
+    assert delivery["outcome"].startswith("Buildkite refused the API token (HTTP 401") and "write_builds" in delivery[
+        "outcome"], delivery
+    assert len(buildkite.builds) == 2
