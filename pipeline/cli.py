@@ -97,7 +97,7 @@ def _suite_and_ref(args: argparse.Namespace, ref: str, *, note: bool = True) -> 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.local_pipeline import run_pipeline
     from pipeline.pr_comments.table import compile_table, terminal_table
-    from pipeline.results.db import open_store
+    from pipeline.results.db import open_store, shown_url
 
     suite, ref = _suite_and_ref(args, args.ref)
     engine = open_store(settings.database_url)
@@ -112,7 +112,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         out_console.print(compile_table(outcome.compiled))
     for device_class, error in outcome.failed_jobs.items():
         err_console.print(f"[bold red]job on {device_class} failed:[/] {error}", markup=True, highlight=False)
-    out_console.print(f"run {outcome.run_id} of {outcome.repository}@{outcome.sha[:10]} stored in {settings.database_url}")
+    out_console.print(f"run {outcome.run_id} of {outcome.repository}@{outcome.sha[:10]} stored in {shown_url(settings.database_url)}")
     return 1 if outcome.failed_jobs else 0
 
 
@@ -136,7 +136,7 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
         result_device_classes,
     )
     from pipeline.results.compile_stats import compare_compile
-    from pipeline.results.db import open_store, session_scope
+    from pipeline.results.db import open_store, session_scope, shown_url
 
     base, head = _full_sha(args.base), _full_sha(args.head)
     repository = args.repository or settings.repository or _checkout_repository()
@@ -146,7 +146,7 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
                        or result_device_classes(session, repository=repository, head_sha=head))
             compiled = compare_compile(session, repository, head_sha=head, base_sha=base)
             if not classes and not compiled.compared:
-                raise CliError(f"{head[:10]} has no results in {settings.database_url}: benchmark it first "
+                raise CliError(f"{head[:10]} has no results in {shown_url(settings.database_url)}: benchmark it first "
                                f"(`benchfarm run --ref {args.head}`)")
             comparisons = [compare(session, repository=repository, head_sha=head, device_class=name,
                                    settings=settings.compare, base_sha=base) for name in classes]
@@ -158,7 +158,7 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
                 markdown = (compile_section(compiled, public_url=settings.public_url, repository=repository)
                             or f"**Compile:** {compiled.summary}")
         except CompareError as exc:
-            raise CliError(f"{exc} (in {settings.database_url}, repository {repository})") from None
+            raise CliError(f"{exc} (in {shown_url(settings.database_url)}, repository {repository})") from None
     if args.format == "json":
         document = asdict(combine(repository, head, comparisons))
         document["compile"] = CompileComparisonOut.model_validate(compiled).model_dump(mode="json")
@@ -201,6 +201,38 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
                           access_log=args.verbose)
 
 
+def cmd_builder(args: argparse.Namespace, settings: Settings) -> int:
+    """The service's builder as a process of its own (a builder host, the compose file's `builder`):
+    builds the bundles triggered runs wait for, from the suite checkout, into BENCHFARM_HOME (which
+    the service must read too), until stopped. Ctrl-C or SIGTERM hands an unfinished build back."""
+    import signal
+
+    from pipeline.build.suite_loader import locate_suite
+    from pipeline.results.db import open_store, shown_url
+    from pipeline.results.triggers import Builder
+
+    suite = args.suite or settings.dispatch.suite_path
+    if not suite:
+        raise CliError("no suite checkout to build from: give --suite PATH (a suite folder in a git checkout the "
+                       "service's webhook fetches into) or set BENCHFARM_DISPATCH__SUITE_PATH")
+    location = locate_suite(Path(suite))
+
+    def terminate(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt("stopped (SIGTERM)")
+
+    signal.signal(signal.SIGTERM, terminate)   # docker stop, systemctl stop: as Ctrl-C
+    engine = open_store(settings.database_url)
+    builder = Builder(settings, engine, suite=location.path)
+    err_console.print(f"benchfarm builder: building triggered runs from {location.path} into {settings.bundles_dir} "
+                      f"(store {shown_url(settings.database_url)}; Ctrl-C stops)", markup=False, highlight=False,
+                      soft_wrap=True)
+    try:
+        builder.run()   # the thread's loop, in this process's main thread
+    finally:
+        engine.dispose()
+    return 0
+
+
 def cmd_build(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.agents.devices import discover_local_devices
     from pipeline.build.bundle import build_bundle
@@ -239,10 +271,10 @@ def cmd_devices(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.results.db import open_store
+    from pipeline.results.db import open_store, shown_url
 
     open_store(settings.database_url)
-    out_console.print(f"{settings.database_url}: migrated to the newest revision", markup=False)
+    out_console.print(f"{shown_url(settings.database_url)}: migrated to the newest revision", markup=False)
     return 0
 
 
@@ -289,7 +321,7 @@ def cmd_user(args: argparse.Namespace, settings: Settings) -> int:
     import getpass
 
     from pipeline.results import users
-    from pipeline.results.db import open_store, session_scope
+    from pipeline.results.db import open_store, session_scope, shown_url
 
     if args.password_stdin:
         password = sys.stdin.readline().rstrip("\r\n")
@@ -301,7 +333,7 @@ def cmd_user(args: argparse.Namespace, settings: Settings) -> int:
     engine = open_store(settings.database_url)
     with session_scope(engine) as session:
         made = users.create_user(session, name=args.name, password=password, scopes=args.scope or ["user"])
-    err_console.print(f"user {made.name!r} ({', '.join(made.scopes)}) created in {settings.database_url}",
+    err_console.print(f"user {made.name!r} ({', '.join(made.scopes)}) created in {shown_url(settings.database_url)}",
                       markup=False, highlight=False)
     return 0
 
@@ -551,6 +583,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="the service alone (API and pages)")
     listen_flags(p)
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("builder", help="build the bundles of triggered runs, beside a service (dispatch.builder=false)")
+    p.add_argument("--suite", help="suite folder in the git checkout the service fetches into "
+                   "(default BENCHFARM_DISPATCH__SUITE_PATH)")
+    p.set_defaults(func=cmd_builder)
 
     p = sub.add_parser("compare", help="compare two commits' stored results (base, then head) on each device class")
     p.add_argument("base", help="the base commit: a sha, or a ref of the checkout you are in")

@@ -346,6 +346,8 @@ class DispatchSettings(BaseModel):
     claim_poll_s: float = Field(default=0.5, gt=0, description="how often a waiting claim looks again")
     agent_offline_s: float = Field(default=90.0, gt=0, description="no heartbeat for this long: agent and devices offline")
     suite_path: str = Field(default="", description="suite folder in a git checkout that triggered runs are built from")
+    builder: bool = Field(default=True, description="the service builds triggered runs in a thread of its own (with "
+                          "suite_path); false where `benchfarm builder` processes do the builds")
     build_targets: list[str] = Field(default_factory=list, description="extra targets every triggered build compiles")
     nightly_at: str = Field(default="", pattern=r"^$|^([01]\d|2[0-3]):[0-5]\d$",
                             description="UTC time (HH:MM) of the nightly run of the whole suite on every device "

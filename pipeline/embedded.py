@@ -25,7 +25,7 @@ from pipeline.agents.agent import DeviceAgent
 from pipeline.config import Settings
 from pipeline.results import auth, dispatch, triggers
 from pipeline.results.api import create_app, freeze_startup_heap
-from pipeline.results.db import open_store, session_scope
+from pipeline.results.db import open_store, session_scope, shown_url
 from pipeline.results.models import Agent, ApiToken
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ def start_dispatcher(settings: Settings, engine: Engine) -> list[threading.Threa
     """What the service runs beside the API: leases restarted (agents could not heartbeat while it
     was down), the reaper, the webhook worker, the reporter (`pipeline.pr_comments`), the alerter
     (`pipeline.results.alerts`), the bisector (`pipeline.results.bisect`), and the builder when it has
-    a suite checkout."""
+    a suite checkout and `dispatch.builder` (else `benchfarm builder` processes build)."""
     from pipeline.pr_comments.reporter import Reporter
     from pipeline.pr_comments.webhook import WebhookWorker
     from pipeline.results.alerts import Alerter
@@ -160,7 +160,7 @@ def start_dispatcher(settings: Settings, engine: Engine) -> list[threading.Threa
                                      Reporter(settings, engine), VerdictWarmer(settings, engine),
                                      Alerter(settings, engine), triggers.Nightly(settings, engine),
                                      Bisector(settings, engine)]
-    if settings.dispatch.suite_path:
+    if settings.dispatch.suite_path and settings.dispatch.builder:
         loops.append(triggers.Builder(settings, engine, suite=Path(settings.dispatch.suite_path)))
     for loop in loops:
         loop.start()
@@ -196,7 +196,7 @@ def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_s
     app = create_app(settings, engine)
     start_dispatcher(settings, engine)
     agent = start_embedded_agent(settings, engine, suite=suite, ref=ref if run_on_start else None) if suite else None
-    print(f"benchfarm serving {settings.database_url} at {settings.public_url}  (Ctrl-C stops)", flush=True)
+    print(f"benchfarm serving {shown_url(settings.database_url)} at {settings.public_url}  (Ctrl-C stops)", flush=True)
     freeze_startup_heap()
     app.state.stopping = threading.Event()
 

@@ -4,6 +4,7 @@ is absent; `bash infra/local.sh test` installs the compose plugin where the dock
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -78,6 +79,20 @@ def compose_copy(tmp_path: Path) -> Path:
 def test_compose_file_is_valid(compose_copy: Path) -> None:
     proc = _compose_config(compose_copy)
     assert proc.returncode == 0, proc.stderr
+    shown = subprocess.run(["docker", "compose", "-f", str(compose_copy / "compose.yaml"), "config", "--format", "json"],
+                           capture_output=True, text=True, timeout=60)
+    services = json.loads(shown.stdout)["services"]
+    assert set(services) == {"db", "service", "builder"}
+    db, service, builder = services["db"], services["service"], services["builder"]
+    assert db["healthcheck"]["test"] and [v["target"] for v in db["volumes"]] == ["/var/lib/postgresql/data"]
+    assert service["depends_on"]["db"]["condition"] == "service_healthy"
+    # the service leaves the builds to the builder; both see the same suite checkout and bundles
+    assert service["environment"]["BENCHFARM_DISPATCH__BUILDER"] == "false" and builder["command"] == ["builder"]
+    assert service["environment"]["BENCHFARM_DISPATCH__SUITE_PATH"] == builder["environment"][
+        "BENCHFARM_DISPATCH__SUITE_PATH"]
+    assert [(v["source"], v["target"]) for v in service["volumes"]] == [
+        (v["source"], v["target"]) for v in builder["volumes"]] == [("home", "/var/lib/benchfarm")]
+    assert builder["depends_on"]["service"]["condition"] == "service_healthy" and builder["healthcheck"]["disable"]
 
 
 def test_compose_config_catches_a_broken_file(compose_copy: Path) -> None:
