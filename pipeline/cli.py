@@ -344,8 +344,10 @@ def cmd_pipeline(args: argparse.Namespace, settings: Settings) -> int:
     commit, base = _full_sha(args.commit), _full_sha(args.base) if args.base else None
     try:
         request = PipelineRequest(
-            commit=commit, base=base, pr=args.pr, device_classes=_split_targets(args.device_classes) or [],
-            targets=_split_targets(args.targets), repository=args.repository or settings.repository or None)
+            commit=commit, base=base, pr=args.pr,
+            device_classes=_split_targets(args.device_classes or settings.buildkite.device_classes) or [],
+            targets=_split_targets(args.targets), repository=args.repository or settings.repository or None,
+            cases=args.cases or settings.buildkite.cases or None, kind=args.kind or settings.buildkite.run_kind or None)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     sys.stdout.write(render_pipeline(build_pipeline(request, settings.buildkite), args.format))
@@ -421,7 +423,8 @@ def cmd_run_job(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.agents.run_job import run_job
 
     summary = run_job(settings, bundle=Path(args.bundle), device_class=args.device_class,
-                      base_bundle=Path(args.base_bundle) if args.base_bundle else None)
+                      base_bundle=Path(args.base_bundle) if args.base_bundle else None, cases=args.cases,
+                      kind=args.kind)
     out_console.print(f"job {summary['job_id']} of run {summary['run_id']}: {summary['results']} results, "
                       f"{summary['ok']} ok, {summary['not_ok']} not ok", markup=False, highlight=False)
     return 0
@@ -477,9 +480,15 @@ def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
                        "BENCHFARM_API_TOKEN)")
     result = _service_call(args, settings, lambda: trigger(settings, ref=args.ref, commit=args.commit, device_classes=_split_targets(args.device_class) or [],
                      cases=args.cases, repository=args.repository, server=args.server, token=args.token))
-    source = f"bundle {result['bundle_digest'][:12]}" if result["bundle_digest"] else "a build first"
-    out_console.print(f"run {result['run_id']}: {result['repository']}@{result['commit'][:10]} queued ({source})",
-                      markup=False, highlight=False)
+    if result.get("buildkite_build") is not None:
+        out_console.print(f"Buildkite build {result['buildkite_build']} of {result['repository']}@{result['commit'][:10]}:"
+                          f" {result['buildkite_url']}", markup=False, highlight=False, soft_wrap=True)
+        out_console.print(f"run {result['run_id']} (its device steps make it and these jobs)", markup=False,
+                          highlight=False)
+    else:
+        source = f"bundle {result['bundle_digest'][:12]}" if result["bundle_digest"] else "a build first"
+        out_console.print(f"run {result['run_id']}: {result['repository']}@{result['commit'][:10]} queued ({source})",
+                          markup=False, highlight=False)
     for device_class, job_id in result["jobs"].items():
         out_console.print(f"  job {job_id} on {device_class}", markup=False, highlight=False)
     return 0
@@ -643,7 +652,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "of the checkout you are in")
     p.add_argument("--base", help="the base commit, built and run beside it (paired); a sha or a ref like --commit")
     p.add_argument("--pr", type=int, help="pull request number: the report goes on it")
-    p.add_argument("--device-classes", required=True, help="comma-separated device classes; one queue each")
+    p.add_argument("--device-classes", help="comma-separated device classes; one queue each "
+                   "(default BENCHFARM_BUILDKITE__DEVICE_CLASSES, e.g. from the pipeline's environment)")
+    p.add_argument("--cases", help="glob over case ids the device steps run (default BENCHFARM_BUILDKITE__CASES: all)")
+    p.add_argument("--kind", choices=["adhoc", "push", "pr", "nightly"],
+                   help="what the device steps record the run as (default BENCHFARM_BUILDKITE__RUN_KIND, else "
+                   "from the build)")
     p.add_argument("--targets", help="comma-separated targets to build (default: benchfarm build's)")
     p.add_argument("--repository", help="OWNER/NAME (default BENCHFARM_REPOSITORY)")
     p.add_argument("--format", choices=["json", "yaml"], default="json")
@@ -669,6 +683,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bundle", required=True, help="the bundle folder")
     p.add_argument("--device-class", required=True)
     p.add_argument("--base-bundle", help="the base commit's bundle, run interleaved (paired)")
+    p.add_argument("--cases", help="glob over case ids: only those run (default: every case of the bundle)")
+    p.add_argument("--kind", choices=["adhoc", "push", "pr", "nightly"],
+                   help="what the run is recorded as (default: from the Buildkite build)")
     p.set_defaults(func=cmd_run_job)
 
     p = sub.add_parser("resend", help="deliver a result document an agent kept after the service refused it")

@@ -228,6 +228,13 @@ class BuildkiteSettings(BaseModel):
                            "as --suite; empty: benchfarm's default")
     # Builds through Buildkite's REST API: with all three set, a webhook delivery creates a Buildkite build
     # (whose pipeline upload step runs `benchfarm pipeline`) instead of queueing jobs on the built-in dispatcher.
+    # What `benchfarm pipeline` makes steps for when its flags do not say: set in the pipeline's
+    # environment (device_classes), or in a build's by the service (an ad-hoc run's classes, cases, kind).
+    device_classes: str = Field(default="", description="comma-separated device classes the pipeline runs on")
+    cases: str = Field(default="", max_length=400, description="glob over case ids the device steps run; empty: all")
+    run_kind: Literal["", "adhoc", "push", "pr", "nightly"] = Field(
+        default="", description="what the device steps record the run as; empty: from the build (pull request, "
+        "schedule: nightly, else push)")
     api_url: str = Field(default="https://api.buildkite.com", description="Buildkite's REST API root")
     api_token: SecretStr = Field(default=SecretStr(""), description="a Buildkite API access token with write_builds")
     organization: str = Field(default="", description="the organization's slug")

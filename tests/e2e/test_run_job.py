@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.contracts.ids import buildkite_job_ids
 from tests.helpers.farm import DEVICE_CLASS, FAST, TOKEN, Farm, base_env
 from tests.helpers.suite_repo import GemmCase, gemm_suite_files, make_suite_repo
 
@@ -18,7 +19,8 @@ pytestmark = pytest.mark.e2e
 
 
 def test_run_job_uploads_once_across_retries(tmp_path: Path) -> None:
-    repo = make_suite_repo(tmp_path, gemm_suite_files([GemmCase("alpha", 32, 32, 32)]), name="suite-repo")
+    repo = make_suite_repo(tmp_path, gemm_suite_files([GemmCase("alpha", 32, 32, 32), GemmCase("beta", 16, 32, 32)]),
+                           name="suite-repo")
     farm = Farm(root=tmp_path, suite=repo / "kernels")
     farm.service()
     try:
@@ -43,6 +45,18 @@ def test_run_job_uploads_once_across_retries(tmp_path: Path) -> None:
         (job,) = farm.api("GET", "jobs")
         # the retry found the job done: no second attempt, its upload only duplicates
         assert job["status"] == "done" and job["attempts"] == 1 and job["device_class"] == DEVICE_CLASS
-        assert farm.query("SELECT COUNT(*) FROM case_results WHERE job_id = ?", job["id"]) == [(1,)]
+        assert farm.query("SELECT COUNT(*) FROM case_results WHERE job_id = ?", job["id"]) == [(2,)]
+
+        # an ad-hoc build of one case (what the service asks Buildkite for on `benchfarm trigger --cases`):
+        # the run and job are the ones the service named when it created the build
+        env.update(BUILDKITE_BUILD_ID="build-43", BUILDKITE_JOB_ID="job-2", BUILDKITE_RETRY_COUNT="0")
+        proc = subprocess.run([*cli, "run-job", "--bundle", str(bundle), "--device-class", DEVICE_CLASS, "--cases",
+                               "gemm/beta/*", "--kind", "adhoc"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        run_id, job_id = buildkite_job_ids("build-43", DEVICE_CLASS)
+        assert farm.query("SELECT kind FROM runs WHERE id = ?", run_id) == [("adhoc",)]
+        assert farm.query("SELECT cases.case_id FROM case_results JOIN cases ON cases.id = case_results.case_id "
+                          "WHERE job_id = ?", job_id) == [("gemm/beta/16x32x32/f32/iree",)]
     finally:
         farm.stop()

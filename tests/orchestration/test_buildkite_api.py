@@ -5,6 +5,10 @@ meta_data (objects of strings), pull_request_* fields; answers 201 with number a
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +18,8 @@ import pytest
 import requests
 from pydantic import SecretStr
 
-from pipeline.config import BuildkiteSettings, GitHubSettings, Settings
+from pipeline.config import BuildkiteSettings, DispatchSettings, GitHubSettings, Settings
+from pipeline.contracts.ids import buildkite_job_ids
 from pipeline.orchestration.buildkite_api import (
     BuildkiteError,
     configured,
@@ -24,6 +29,7 @@ from tests.helpers.farm import wait_for
 from tests.helpers.github_webhooks import SECRET, HostedRepo, deliver, pull_request_payload, push_payload
 from tests.helpers.json_standin import JsonStandIn
 from tests.helpers.live_server import live_server
+from tests.helpers.suite_repo import GemmCase, gemm_suite_files, git, make_suite_repo
 
 TOKEN = "bkua_test_token"
 ADMIN = "admin-token-for-the-deliveries-list"
@@ -58,8 +64,9 @@ class BuildkiteStandIn:
             return 422, {"message": f"Validation failed: {', '.join(problems)}"}
         self.builds.append(data)
         number = len(self.builds)
-        return 201, {"number": number, "web_url": f"https://buildkite.com/acme/kernels/builds/{number}",
-                     "state": "scheduled", "commit": data["commit"]}
+        return 201, {"id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"build/{number}")), "number": number,
+                     "web_url": f"https://buildkite.com/acme/kernels/builds/{number}", "state": "scheduled",
+                     "commit": data["commit"]}
 
 
 @pytest.fixture
@@ -194,3 +201,35 @@ def test_signed_deliveries_to_the_service_become_buildkite_builds(buildkite: Bui
     assert delivery["outcome"].startswith("Buildkite refused the API token (HTTP 401") and "write_builds" in delivery[
         "outcome"], delivery
     assert len(buildkite.builds) == 2
+
+
+def test_benchfarm_trigger_creates_a_buildkite_build_of_the_run(buildkite: BuildkiteStandIn, tmp_path: Path) -> None:
+    """With Buildkite configured, an ad-hoc run (`benchfarm trigger` -> POST /api/v1/runs) is a Buildkite
+    build whose environment names its classes, cases and kind; the run and job ids answered are those
+    its run-job steps use (so the run page and the ad-hoc form find them); nothing is queued here."""
+    repo = make_suite_repo(tmp_path, gemm_suite_files([GemmCase("alpha")]), name="kernels-repo")
+    sha = git(repo, "rev-parse", "HEAD")
+    settings = Settings(home=tmp_path / "home", api_token=SecretStr(ADMIN), buildkite=_settings(buildkite.url),
+                        dispatch=DispatchSettings(suite_path=str(repo / "kernels")))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
+    with _service(settings) as url:
+        done = subprocess.run([sys.executable, "-m", "pipeline.cli", "trigger", "--ref", "HEAD", "--device-class",
+                               "nvidia-h100-sxm,cpu-x86_64", "--cases", "gemm/*", "--server", url, "--token", ADMIN],
+                              env={**env, "BENCHFARM_HOME": str(tmp_path / "cli")}, capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        assert requests.get(f"{url}/api/v1/runs", timeout=10).json() == []   # the built-in dispatcher has nothing
+        bad = requests.post(f"{url}/api/v1/runs", json={"ref": "HEAD", "device_classes": ["No Such Class"]},
+                            headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
+        assert bad.status_code == 422 and "device_classes" in bad.text, bad.text
+    (sent,) = buildkite.builds
+    assert (sent["commit"], sent["branch"], sent["meta_data"]) == (sha, "main", {"benchfarm-kind": "adhoc"})
+    assert sent["env"] == {"BENCHFARM_REPOSITORY": "kernels-repo", "BENCHFARM_BUILDKITE__RUN_KIND": "adhoc",
+                           "BENCHFARM_BUILDKITE__DEVICE_CLASSES": "nvidia-h100-sxm,cpu-x86_64",
+                           "BENCHFARM_BUILDKITE__CASES": "gemm/*"}
+    build_id = str(uuid.uuid5(uuid.NAMESPACE_URL, "build/1"))
+    (run_id, h100_job), (_, cpu_job) = (buildkite_job_ids(build_id, dc) for dc in ("nvidia-h100-sxm", "cpu-x86_64"))
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"Buildkite build 1 of kernels-repo@{sha[:10]}: https://buildkite.com/acme/kernels/builds/1"
+    assert lines[1].startswith(f"run {run_id} ") and f"job {h100_job} on nvidia-h100-sxm" in done.stdout
+    assert f"job {cpu_job} on cpu-x86_64" in done.stdout
