@@ -371,6 +371,10 @@ class AgentSettings(BaseModel):
     server_url: str = Field(default="", description="the service's URL; empty: public_url")
     token: SecretStr = Field(default=SecretStr(""), description="an agent-scope token (benchfarm token create --scope agent)")
     name: str = Field(default="", description="the agent's name; empty: benchfarm-agent@<hostname>")
+    gpu_lock_clocks: str = Field(
+        default="", pattern=r"^$|^\d{2,5},\d{2,5}$",
+        description="MIN,MAX (MHz): the SM clocks infra/agent's GPU unit locks while the agent runs (nvidia-smi "
+        "--lock-gpu-clocks, where the driver allows); recorded in a GPU's device info when it runs within them")
     device_classes: dict[str, str] = Field(
         default_factory=dict,
         description="discovered device class -> class to register it as; an empty value leaves the device out")

@@ -78,7 +78,8 @@ def run_job(settings: Settings, *, bundle: Path, device_class: str, base_bundle:
     if not selected:
         raise RunJobError(f"--cases {cases!r} selects none of the bundle's {len(manifest.entries)} entries")
     kind = kind or _kind(env)
-    devices = map_devices(discover_local_devices(), settings.agent.device_classes, settings.agent.only_classes)
+    devices = map_devices(discover_local_devices(gpu_lock=settings.agent.gpu_lock_clocks), settings.agent.device_classes,
+                          settings.agent.only_classes)
     device = next((d for d in devices if d.device_class.name == device_class), None)
     if device is None:
         have = ", ".join(sorted({d.device_class.name for d in devices})) or "none"

@@ -5,6 +5,7 @@ is absent; `bash infra/local.sh test` installs the compose plugin where the dock
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -100,3 +101,26 @@ def test_compose_config_catches_a_broken_file(compose_copy: Path) -> None:
     compose.write_text(compose.read_text().replace("condition: service_healthy", "condition: service_ready"))
     proc = _compose_config(compose_copy)
     assert proc.returncode != 0 and "depends_on.db.condition" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("example", [AGENT / "agent.env.example", COMPOSE / "benchfarm.env.example"],
+                         ids=["agent.env.example", "benchfarm.env.example"])
+def test_environment_examples_are_settings_benchfarm_reads(example: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           tmp_path: Path) -> None:
+    """Every BENCHFARM_ line of an example, the commented-out ones too, is a setting: benchfarm refuses
+    to start on an unknown one (a GPU unit once named BENCHFARM_GPU_LOCK_CLOCKS)."""
+    from pipeline.config import load_settings
+
+    for name in [k for k in os.environ if k.startswith("BENCHFARM_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    named = []
+    for line in example.read_text().splitlines():
+        key, _, value = line.lstrip("# ").partition("=")
+        if key.startswith("BENCHFARM_") and " " not in key:
+            monkeypatch.setenv(key, value or "x")
+            named.append(key)
+    assert named
+    settings = load_settings()
+    if example.name == "agent.env.example":
+        assert settings.agent.gpu_lock_clocks == "1755,1755"
