@@ -124,3 +124,28 @@ def test_environment_examples_are_settings_benchfarm_reads(example: Path, monkey
     settings = load_settings()
     if example.name == "agent.env.example":
         assert settings.agent.gpu_lock_clocks == "1755,1755"
+
+
+def test_every_setting_the_deployment_files_name_exists(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A BENCHFARM_ name in a unit, hook, compose or pipeline file that is no setting stops every
+    benchfarm command where it is set ("unknown setting"): each one named in infra/ is known."""
+    import re
+
+    from pipeline.config import SettingsError, load_settings
+
+    names = sorted({m for path in (ROOT / "infra").rglob("*") if path.is_file()
+                    for m in re.findall(r"BENCHFARM_[A-Z0-9_]*[A-Z0-9]", path.read_text(errors="replace"))})
+    assert "BENCHFARM_AGENT__TOKEN" in names and "BENCHFARM_BUILDKITE__DEVICE_CLASSES" in names
+    monkeypatch.chdir(tmp_path)
+    unknown = []
+    for name in names:
+        with monkeypatch.context() as env:
+            for other in [k for k in os.environ if k.startswith("BENCHFARM_")]:
+                env.delenv(other)
+            env.setenv(name, "1")
+            try:
+                load_settings()
+            except SettingsError as exc:
+                if str(exc).startswith(f"unknown setting {name}"):
+                    unknown.append(name)
+    assert unknown == [], unknown
