@@ -12,6 +12,7 @@ from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -262,8 +263,24 @@ class AlertSettings(BaseModel):
     webhook_url: SecretStr = Field(default=SecretStr(""), description="a Slack-compatible incoming webhook "
                                    "(JSON {\"text\": ...}); empty: no alerts")
     owners: dict[str, str] = Field(default_factory=dict, description="case-id glob -> who owns those series "
-                                   "(a Slack mention such as <@U123> or a name), named in the alert")
+                                   "(a Slack mention such as <@U123>, a name, or an e-mail address, which is also "
+                                   "mailed), named in the alert")
+    smtp_url: SecretStr = Field(default=SecretStr(""), description="e-mail alerts through this server: "
+                                "smtp://[user:password@]host[:port] (STARTTLS when offered) or smtps://…; empty: none")
+    email_from: str = Field(default="benchfarm@localhost", description="the alerts' sender address")
+    email_to: list[str] = Field(default_factory=list, description="addresses mailed every alert (owners' "
+                                "addresses get their series' alerts too)")
     period_s: float = Field(default=10.0, gt=0, description="how often the service looks for new regressions")
+
+    @model_validator(mode="after")
+    def _smtp_url_is_a_server(self) -> AlertSettings:
+        url = self.smtp_url.get_secret_value()
+        if url:
+            parts = urlsplit(url)
+            if parts.scheme not in ("smtp", "smtps") or not parts.hostname:
+                raise ValueError("smtp_url: give smtp://[user:password@]host[:port] or smtps://… (the password "
+                                 "is hidden here)")
+        return self
 
 
 class BisectSettings(BaseModel):
