@@ -683,7 +683,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bundle", required=True, help="the bundle folder")
     p.add_argument("--device-class", required=True)
     p.add_argument("--base-bundle", help="the base commit's bundle, run interleaved (paired)")
-    p.add_argument("--cases", help="glob over case ids: only those run (default: every case of the bundle)")
+    p.add_argument("--cases", help="run only the cases whose id matches this glob (default: every case)")
     p.add_argument("--kind", choices=["adhoc", "push", "pr", "nightly"],
                    help="what the run is recorded as (default: from the Buildkite build)")
     p.set_defaults(func=cmd_run_job)

@@ -18,14 +18,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.agents.agent import DeviceAgent, Work, map_devices, run_locally
+from pipeline.agents.agent import DeviceAgent, JobRefused, Work, map_devices, run_locally, select_cases
 from pipeline.agents.agent_log import AgentLog
 from pipeline.agents.devices import discover_local_devices
 from pipeline.agents.upload import resend_command
 from pipeline.config import Settings
 from pipeline.contracts import CommitInfo
 from pipeline.contracts.bundle_dir import MANIFEST, load_bundle
-from pipeline.contracts.ids import buildkite_job_ids, selects_case
+from pipeline.contracts.ids import buildkite_job_ids
 
 __all__ = ["RunJobError", "bundle_folder", "job_ids", "run_job"]
 
@@ -66,17 +66,15 @@ def bundle_folder(path: Path) -> Path:
 
 
 def run_job(settings: Settings, *, bundle: Path, device_class: str, base_bundle: Path | None = None,
-            cases: str | None = None, kind: str | None = None, env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Run the bundle's cases (those `cases` selects) on this host's device of `device_class` and
-    upload; `kind`: what the run is recorded as (default: from the Buildkite build)."""
+            env: Mapping[str, str] | None = None, cases: str | None = None, kind: str | None = None) -> dict[str, Any]:
+    """Run the bundle (paired with `base_bundle` when given) on this host's device of the class and
+    upload the results; `cases` (a glob over case ids) runs only the cases it matches; `kind`: what
+    the run is recorded as (default: from the Buildkite build)."""
     env = os.environ if env is None else env
     bundle = bundle_folder(bundle)
     base_bundle = bundle_folder(base_bundle) if base_bundle is not None else None
     manifest = load_bundle(bundle)
     base_manifest = load_bundle(base_bundle) if base_bundle is not None else None
-    selected = [e for e in manifest.entries if selects_case(cases, e.case)]
-    if not selected:
-        raise RunJobError(f"--cases {cases!r} selects none of the bundle's {len(manifest.entries)} entries")
     kind = kind or _kind(env)
     devices = map_devices(discover_local_devices(gpu_lock=settings.agent.gpu_lock_clocks), settings.agent.device_classes,
                           settings.agent.only_classes)
@@ -84,6 +82,10 @@ def run_job(settings: Settings, *, bundle: Path, device_class: str, base_bundle:
     if device is None:
         have = ", ".join(sorted({d.device_class.name for d in devices})) or "none"
         raise RunJobError(f"no device of class {device_class} on this host (it has: {have})")
+    try:
+        timed = select_cases(manifest, device, cases) if cases else manifest
+    except JobRefused as refused:
+        raise RunJobError(str(refused)) from None
     run_id, job_id = job_ids(env, device_class)
     name = env.get("BUILDKITE_AGENT_NAME") or settings.agent.name or f"benchfarm-run-job@{socket.gethostname()}"
     agent = DeviceAgent(settings, name=name, discover=lambda: [device],
@@ -99,9 +101,7 @@ def run_job(settings: Settings, *, bundle: Path, device_class: str, base_bundle:
             "kind": kind, "device_class": device.device_class.model_dump(mode="json"),
             "manifest": manifest.model_dump(mode="json"),
             "base_manifest": base_manifest.model_dump(mode="json") if base_manifest else None})
-        # the service registers the whole manifest (above); the device runs the selected cases
-        work = Work(job_id=job_id, run_id=run_id, device=device, bundle_dir=bundle,
-                    manifest=manifest.model_copy(update={"entries": selected}),
+        work = Work(job_id=job_id, run_id=run_id, device=device, bundle_dir=bundle, manifest=timed,
                     base_bundle_dir=base_bundle, base_manifest=base_manifest, time_unchanged=kind != "pr")
         document = run_locally(settings.measurement, settings.agent_dir / "checked")(work, agent.log.progress)
         spooled = agent.spool.put(job_id=job_id, agent=name, document=document)
