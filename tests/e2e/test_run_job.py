@@ -56,6 +56,13 @@ def test_run_job_uploads_once_across_retries(tmp_path: Path) -> None:
         run_id, job_id = buildkite_job_ids("build-43", DEVICE_CLASS)
         assert " ".join(proc.stdout.split()).startswith(f"job {job_id} of run {run_id}:"), proc.stdout
         assert farm.query("SELECT kind FROM runs WHERE id = ?", run_id) == [("adhoc",)]
+        # a build of the pipeline's schedule (the nightly on Buildkite) is recorded as one
+        env.update(BUILDKITE_BUILD_ID="build-44", BUILDKITE_SOURCE="schedule")
+        proc = subprocess.run([*cli, "run-job", "--bundle", str(bundle), "--device-class", DEVICE_CLASS], env=env,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        nightly, _ = buildkite_job_ids("build-44", DEVICE_CLASS)
+        assert farm.query("SELECT kind FROM runs WHERE id = ?", nightly) == [("nightly",)]
     finally:
         farm.stop()
 
