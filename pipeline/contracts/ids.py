@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import uuid
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
@@ -90,3 +91,14 @@ def selects_case(glob: str | None, case_id: str) -> bool:
     """Whether a job's `cases` glob (fnmatch, case-sensitive; several separated by commas, which no
     case id holds; None: all) selects a case id."""
     return glob is None or any(fnmatch.fnmatchcase(case_id, g) for g in glob.split(","))
+
+
+BUILDKITE_NAMESPACE = uuid.UUID("6b1f0c59-3f0e-4d7e-9a57-62656e636866")
+
+
+def buildkite_job_ids(build_id: str, device_class: str) -> tuple[str, str]:
+    """(run id, job id) of a Buildkite build's device step: `benchfarm run-job` names its run and job
+    so (a retried step continues the same job), and the service that created the build can say
+    beforehand which run and jobs it will make."""
+    return (str(uuid.uuid5(BUILDKITE_NAMESPACE, f"buildkite/{build_id}")),
+            str(uuid.uuid5(BUILDKITE_NAMESPACE, f"buildkite/{build_id}/{device_class}")))

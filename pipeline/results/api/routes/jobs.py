@@ -1,9 +1,11 @@
 """Jobs of the built-in dispatcher: claim (long poll, agent scope), complete or fail (the lease
-holder), list and read (anyone); and ad-hoc runs: POST /runs (user scope) queues a commit's jobs."""
+holder), list and read (anyone); and ad-hoc runs: POST /runs (user scope) queues a commit's jobs, or
+with Buildkite configured creates a Buildkite build that runs them."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from datetime import UTC, datetime
 from typing import Annotated
@@ -14,14 +16,15 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.contracts import BundleManifest, CommitInfo, DeviceClass
-from pipeline.contracts.ids import DEVICE_CLASS_PATTERN
+from pipeline.contracts.ids import DEVICE_CLASS_PATTERN, buildkite_job_ids
+from pipeline.orchestration import buildkite_api
 from pipeline.results import dispatch, triggers
 from pipeline.results.api.deps import Principal, SessionDep, SettingsDep, require_scope
 from pipeline.results.api.routes._dispatch_errors import dispatch_errors
 from pipeline.results.api.routes.agents import AgentPrincipal, check_agent_token
 from pipeline.results.api.schemas import ERROR_RESPONSES
 from pipeline.results.db import session_scope
-from pipeline.results.models import JOB_STATUSES, Agent
+from pipeline.results.models import JOB_STATUSES, Agent, Repository
 
 router = APIRouter(tags=["jobs"], responses=ERROR_RESPONSES)
 UserPrincipal = Annotated[Principal, require_scope("user")]
@@ -67,6 +70,9 @@ class TriggerOut(BaseModel):
     commit: str
     jobs: dict[str, str] = Field(description="device class -> job id")
     bundle_digest: str | None = Field(description="the bundle reused; None: the service builds one first")
+    buildkite_build: int | None = Field(default=None, description="with Buildkite configured: the build made for "
+                                        "the run (its device steps make the run and jobs named here)")
+    buildkite_url: str | None = None
 
 
 @router.post("/jobs/claim", response_model=ClaimedJob, responses={204: {"description": "no job came in the wait"}},
@@ -141,6 +147,8 @@ def get_job(job_id: str, session: SessionDep) -> JobOut:
 @router.post("/runs", response_model=TriggerOut, status_code=201,
              summary="Ad-hoc run: a commit (or a ref of the service's checkout) on device classes (user scope)")
 def trigger(body: TriggerRequest, session: SessionDep, settings: SettingsDep, principal: UserPrincipal) -> TriggerOut:
+    if buildkite_api.configured(settings.buildkite):
+        return _trigger_on_buildkite(body, session, settings, principal)
     with dispatch_errors():
         repository, sha = triggers.resolve_commit_for_trigger(session, settings, repository=body.repository,
                                                               ref=body.ref, commit=body.commit)
@@ -150,6 +158,34 @@ def trigger(body: TriggerRequest, session: SessionDep, settings: SettingsDep, pr
                                     can_build=bool(settings.dispatch.suite_path))
     return TriggerOut(run_id=result.run_id, repository=result.repository, commit=result.commit, jobs=result.job_ids,
                       bundle_digest=result.bundle_digest)
+
+
+def _trigger_on_buildkite(body: TriggerRequest, session: SessionDep, settings: SettingsDep,
+                          principal: Principal) -> TriggerOut:
+    """The ad-hoc run as a Buildkite build: its environment tells the pipeline step the classes, the
+    cases and the kind; the run and job ids are those its run-job steps will use."""
+    bad = [dc for dc in body.device_classes if not re.fullmatch(DEVICE_CLASS_PATTERN, dc)]
+    if bad:
+        raise HTTPException(422, f"device_classes: {bad[0]!r} is not a device class name")
+    with dispatch_errors():
+        repository, sha = triggers.resolve_commit_for_trigger(session, settings, repository=body.repository,
+                                                              ref=body.ref, commit=body.commit)
+    default_branch = session.scalar(sa.select(Repository.default_branch).where(Repository.name == repository))
+    branch = body.ref if body.ref and body.ref != "HEAD" else default_branch or "main"
+    env = {"BENCHFARM_REPOSITORY": repository, "BENCHFARM_BUILDKITE__DEVICE_CLASSES": ",".join(body.device_classes),
+           "BENCHFARM_BUILDKITE__RUN_KIND": "adhoc"}
+    if body.cases:
+        env["BENCHFARM_BUILDKITE__CASES"] = body.cases
+    try:
+        build = buildkite_api.create_build(
+            settings.buildkite, commit=sha, branch=branch, env=env, meta_data={"benchfarm-kind": "adhoc"},
+            message=f"benchfarm: ad-hoc run of {repository}@{sha[:10]} by {principal.name}")
+    except buildkite_api.BuildkiteError as exc:
+        raise HTTPException(502, str(exc)) from None
+    ids = {dc: buildkite_job_ids(build.id, dc) for dc in body.device_classes}
+    return TriggerOut(run_id=next(iter(ids.values()))[0], repository=repository, commit=sha,
+                      jobs={dc: job for dc, (_, job) in ids.items()}, bundle_digest=None,
+                      buildkite_build=build.number, buildkite_url=build.web_url)
 
 
 class ExternalJob(BaseModel):
