@@ -7,12 +7,21 @@ from typing import Any, Literal
 from fastapi import APIRouter
 from pydantic import Base64Bytes, BaseModel, ConfigDict, Field, ValidationError
 
-from pipeline.contracts import ContractError, strict_json
+from pipeline.contracts import ContractError, ResultDocument, strict_json
 from pipeline.results import formats
-from pipeline.results.api.deps import BodyDep, SessionDep, require_scope
-from pipeline.results.api.schemas import ERROR_RESPONSES, ImportSummary, json_body
+from pipeline.results.api.deps import BodyDep, SessionDep
+from pipeline.results.api.routes.agents import check_job_holder
+from pipeline.results.api.routes.results import AgentWriter, refuse_new_results
+from pipeline.results.api.schemas import (
+    CONFLICT,
+    ERROR_RESPONSES,
+    ImportSummary,
+    json_body,
+)
+from pipeline.results.api.strict_route import StrictJsonRoute
+from pipeline.results.models import Job
 
-router = APIRouter(tags=["import"], dependencies=[require_scope("agent")], responses=ERROR_RESPONSES)
+router = APIRouter(route_class=StrictJsonRoute, tags=["import"], responses={**ERROR_RESPONSES, **CONFLICT})
 
 FormatName = Literal["google-benchmark", "nvbench", "pytest-benchmark"]
 if set(FormatName.__args__) != set(formats.FORMATS):  # type: ignore[attr-defined]
@@ -41,10 +50,18 @@ class ImportRequest(BaseModel):
                 "median alone; nvbench, every sample time of a state when its side file is in `files`, else its mean cold GPU time alone.",
     openapi_extra=json_body(ImportRequest, "the mapping and the file; needs the agent scope"),
 )
-def import_file(format: FormatName, body: BodyDep, session: SessionDep) -> ImportSummary:
+def import_file(format: FormatName, body: BodyDep, session: SessionDep, principal: AgentWriter) -> ImportSummary:
     request = parse_request(body)
+
+    def admit(job: Job, document: ResultDocument) -> None:
+        """A named job: only another agent's is refused (403), and a done one takes an identical
+        re-send only (409); a job no agent holds (a queued nightly, say) takes the file."""
+        check_job_holder(session, job, principal)
+        if job.status == "done" and not principal.allows("admin"):
+            refuse_new_results(session, job, document)
+
     outcome = formats.import_results(session, format=format, data=request.data, mapping=request.mapping,
-                                     files=dict(request.files))
+                                     files=dict(request.files), admit=admit)
     s = outcome.summary
     return ImportSummary(job_id=outcome.job_id, run_id=outcome.run_id, format=format, cases=outcome.cases,
                          stored=s.stored, duplicates=s.duplicates, samples=s.samples)
