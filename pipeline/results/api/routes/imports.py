@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import base64
+import binascii
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter
-from pydantic import Base64Bytes, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from pipeline.contracts import ContractError, ResultDocument, strict_json
 from pipeline.results import formats
@@ -28,6 +30,17 @@ if set(FormatName.__args__) != set(formats.FORMATS):  # type: ignore[attr-define
     raise RuntimeError("the import route's format names differ from pipeline.results.formats.FORMATS")
 
 
+def _base64(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except binascii.Error as exc:
+        raise ValueError(f"not base64: {exc}") from None
+
+
+SideFile = Annotated[str, Field(json_schema_extra={"contentEncoding": "base64"}), AfterValidator(_base64)]
+"""Base64 text, strictly (pydantic's Base64Bytes skips what is not base64, so '%%%' would be an empty file)."""
+
+
 class ImportRequest(BaseModel):
     """The envelope: the mapping, and the tool's JSON output unchanged."""
 
@@ -35,8 +48,8 @@ class ImportRequest(BaseModel):
 
     mapping: formats.FormatMapping
     data: Any = Field(description="the file the tool wrote, as JSON (not a string holding it)")
-    files: dict[str, Base64Bytes] = Field(default_factory=dict, description="side files the file references, by the "
-                                          "name it gives them, base64: NVBench's sample times (--jsonbin)")
+    files: dict[str, SideFile] = Field(default_factory=dict, description="side files the file references, by the "
+                                       "name it gives them, base64: NVBench's sample times (--jsonbin)")
 
 
 @router.post(
