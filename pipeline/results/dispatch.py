@@ -361,6 +361,12 @@ def ensure_external_job(
         else:
             dc = session.scalar(sa.select(DeviceClassRow).where(DeviceClassRow.name == device_class.name))
             assert dc is not None
+            if run.commit.sha != commit_sha or run.repository.name != repository:
+                raise DispatchError(f"run_id: run {run_id} is of {run.repository.name} at {run.commit.sha}, not "
+                                    f"{repository} at {commit_sha}")
+            taken = next((j.id for j in run.jobs if j.device_class_id == dc.id), None)
+            if taken is not None:   # a run has one job per device class
+                raise DispatchError(f"job_id: run {run_id} has job {taken} on {device_class.name} already, not {job_id}")
             session.add(Job(id=job_id, run_id=run_id, device_class_id=dc.id, status="queued", attempts=0,
                             created_at=utcnow()))
             session.flush()

@@ -153,8 +153,10 @@ def _request(method: str, path: str, body: Any = None, token: str | None = None)
         if token is not None:
             headers["authorization"] = f"Bearer {farm.tokens[token]}"
         data = None if body is None else body if isinstance(body, (str, bytes)) else json.dumps(body)
-        return requests.request(method, f"{farm.url}{path.format(**{k: v[0] for k, v in farm.jobs.items()})}",
-                                data=data, headers=headers, timeout=60)
+        with session_scope(farm.engine) as s:   # {A}: job A's id, {A_run}: its run's
+            names = {k: v[0] for k, v in farm.jobs.items()} | {f"{k}_run": s.get(Job, v[0]).run_id
+                                                                for k, v in farm.jobs.items()}
+        return requests.request(method, f"{farm.url}{path.format(**names)}", data=data, headers=headers, timeout=60)
     return send
 
 
@@ -354,6 +356,11 @@ CASES: dict[str, tuple[Send, int, tuple[str, ...]]] = {
         _import("google-benchmark", _gb(), job="D", rules="conv"), 409, ("is done",)),
     "run-job taking over another agent's job": (_run_job(path="/api/v1/runs/x/jobs/{B}"), 403,
                                                 ("leased to agent 'agent-2'",)),
+    "run-job adding a second job on one device class to a run": (_run_job({
+        "commit": json.loads(f.commit(1, 0, minutes=1).model_dump_json()), "manifest.commit": f.sha(1)},
+        path="/api/v1/runs/{A_run}/jobs/second"), 422, ("on cpu-x86-64 already",)),
+    "run-job adding a job of another commit to a run": (_run_job(path="/api/v1/runs/{A_run}/jobs/second"), 422,
+                                                        ("run_id", "not bench/kernels at")),
     "run-job naming another token's agent": (_run_job(agent="agent-2"), 403, ("registered with token",)),
     "run-job redefining a device class": (_run_job({"device_class": {
         "name": f.DEVICE_CLASS, "kind": "gpu", "targets": ["cuda:sm_90"], "runtime": "cuda"}}), 409,
