@@ -4,16 +4,20 @@ The service is the real stack: `create_app` served by uvicorn on a loopback port
 serve` does), in front of a store with history worth reading (tests/web/demo_store.py: commits,
 series, change points, a pull request, agents with running, waiting and failed jobs) and a
 GitHub webhook secret. Each request carries the token of exactly the scope its route requires
-(agent, user or admin: the operation's OpenAPI security names it), none for open reads, so the object-level
-rules are exercised as an agent meets them, not bypassed by an admin token.
+(agent, user or admin: the operation's OpenAPI security names it), none for open reads, so the
+object-level rules are exercised as an agent meets them, not bypassed by an admin token.
 
 The bound: seed 18; per operation, the examples phase, the coverage phase (boundary and
 wrong-type values of every parameter and body field: 2^63 ids, empty and oversized strings,
-missing required fields) and `MAX_EXAMPLES` fuzzed cases, positive and negative. Checks:
+missing required fields) and `MAX_EXAMPLES` (25) fuzzed cases, positive and negative. Checks:
 no 5xx (`not_a_server_error`), every response body valid against the operation's declared
-schema (`response_schema_conformance`), declared status codes and content types. A few minutes
-for both stores on a 2-core machine; the run's figures (operations, requests, failures, seconds)
-are printed at the end of each store's run.
+schema (`response_schema_conformance`), declared status codes and content types. On a 2-core
+machine: 44 operations and ~5,000 requests per store, ~45 s each, ~100 s for both with the
+stores' set-up; the run's figures (operations, requests, statuses, seconds) are printed at the end
+of each store's run (`pytest -s`).
+
+The schema is read at import from the app itself (it depends on no store) and parametrized per
+operation: schemathesis' lazy `from_fixture` loader fails on pytest 9.2.
 """
 
 from __future__ import annotations
@@ -112,7 +116,7 @@ schema = _schema()
 
 
 @schema.parametrize()
-@settings(deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
 def test_every_operation_answers_within_its_schema(case: schemathesis.Case, api: Api) -> None:
     response = case.call(base_url=api.url, headers=api.headers(case.method, case.path), timeout=30)
     api.requests += 1
