@@ -11,8 +11,15 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 
 SCHEMA_VERSION = 1
 
-_PART = r"[A-Za-z0-9][A-Za-z0-9._+\-x]*"
-CASE_ID_PATTERN = rf"^{_PART}/{_PART}/{_PART}/{_PART}/{_PART}$"
+
+def _part(longest: int) -> str:
+    """A case id part of at most `longest` characters (the store's column for it holds no more)."""
+    return rf"[A-Za-z0-9][A-Za-z0-9._+\-x]{{0,{longest - 1}}}"
+
+
+# family, name, shape, dtype, impl: the longest each may be (pipeline.results.models.Case's columns)
+_PARTS = {"family": 100, "name": 200, "shape": 200, "dtype": 32, "impl": 64}
+CASE_ID_PATTERN = "^" + "/".join(_part(n) for n in _PARTS.values()) + "$"
 TARGET_PATTERN = r"^[a-z][a-z0-9\-]*:[A-Za-z0-9_\-]+$"
 DEVICE_CLASS_PATTERN = r"^[a-z0-9][a-z0-9_\-]*$"
 
@@ -27,11 +34,11 @@ class CaseId(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_version: Literal[1] = 1
-    family: str = Field(pattern=rf"^{_PART}$")
-    name: str = Field(pattern=rf"^{_PART}$")
-    shape: str = Field(pattern=rf"^{_PART}$")
-    dtype: str = Field(pattern=rf"^{_PART}$")
-    impl: str = Field(pattern=rf"^{_PART}$")
+    family: str = Field(pattern=rf"^{_part(_PARTS['family'])}$")
+    name: str = Field(pattern=rf"^{_part(_PARTS['name'])}$")
+    shape: str = Field(pattern=rf"^{_part(_PARTS['shape'])}$")
+    dtype: str = Field(pattern=rf"^{_part(_PARTS['dtype'])}$")
+    impl: str = Field(pattern=rf"^{_part(_PARTS['impl'])}$")
 
     @classmethod
     def parse(cls, text: str) -> CaseId:
@@ -77,7 +84,7 @@ class DeviceClass(BaseModel):
     runtime: Literal["iree", "cuda"] = Field(
         description="how artifacts are executed: IREE runtime (HAL driver below) or the CUDA driver API"
     )
-    hal_driver: str | None = Field(default=None, description="IREE HAL driver, e.g. local-sync, cuda")
+    hal_driver: str | None = Field(default=None, max_length=64, description="IREE HAL driver, e.g. local-sync, cuda")
     description: str = ""
 
     @model_validator(mode="after")

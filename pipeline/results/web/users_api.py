@@ -11,8 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipeline.results import users
 from pipeline.results.api.deps import SessionDep, require_scope
 from pipeline.results.api.schemas import ERROR_RESPONSES
+from pipeline.results.api.strict_route import StrictJsonRoute
 
-router = APIRouter(prefix="/api/v1", tags=["users"], dependencies=[require_scope("admin")], responses=ERROR_RESPONSES)
+router = APIRouter(route_class=StrictJsonRoute, prefix="/api/v1", tags=["users"], dependencies=[require_scope("admin")], responses=ERROR_RESPONSES)
 
 
 class UserCreate(BaseModel):

@@ -16,9 +16,10 @@ from pipeline.results.api.schemas import (
     TriageEventOut,
     TriageIn,
 )
+from pipeline.results.api.strict_route import StrictJsonRoute
 from pipeline.results.bisect_views import latest_by_change_point
 
-router = APIRouter(tags=["change points"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["change points"])
 UserDep = Annotated[Principal, require_scope("user")]
 
 

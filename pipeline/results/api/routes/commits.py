@@ -10,10 +10,11 @@ from fastapi import APIRouter, HTTPException, Query
 from pipeline.results import queries
 from pipeline.results.api.deps import SessionDep
 from pipeline.results.api.schemas import CommitDetailOut, CommitOut, ErrorBody, RunOut
+from pipeline.results.api.strict_route import StrictJsonRoute
 from pipeline.results.history import default_branch_chain
 from pipeline.results.models import Repository
 
-router = APIRouter(tags=["commits"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["commits"])
 
 
 @router.get("/commits", response_model=list[CommitOut], summary="List recorded commits, newest first")

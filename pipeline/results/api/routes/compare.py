@@ -6,10 +6,11 @@ from fastapi import APIRouter, HTTPException
 
 from pipeline.results.api.deps import SessionDep, SettingsDep
 from pipeline.results.api.schemas import CompileComparisonOut, ErrorBody, PRVerdictOut
+from pipeline.results.api.strict_route import StrictJsonRoute
 from pipeline.results.compare import CompareError, combine, compare, compare_all
 from pipeline.results.compile_stats import compare_compile
 
-router = APIRouter(tags=["compare"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["compare"])
 
 
 @router.get(

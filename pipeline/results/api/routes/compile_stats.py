@@ -14,8 +14,9 @@ from pipeline.results.api.schemas import (
     CompileStepOut,
     ErrorBody,
 )
+from pipeline.results.api.strict_route import StrictJsonRoute
 
-router = APIRouter(tags=["compile statistics"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["compile statistics"])
 
 
 @router.get("/compile-series", response_model=list[CompileSeriesOut],

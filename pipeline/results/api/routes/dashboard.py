@@ -7,8 +7,9 @@ from fastapi import APIRouter
 from pipeline.results import queries
 from pipeline.results.api.deps import SessionDep
 from pipeline.results.api.schemas import DashboardOut
+from pipeline.results.api.strict_route import StrictJsonRoute
 
-router = APIRouter(tags=["dashboard"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["dashboard"])
 
 
 @router.get(

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import sqlalchemy as sa
-from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,12 +21,17 @@ from pipeline.orchestration import buildkite_api
 from pipeline.results import dispatch, triggers
 from pipeline.results.api.deps import Principal, SessionDep, SettingsDep, require_scope
 from pipeline.results.api.routes._dispatch_errors import dispatch_errors
-from pipeline.results.api.routes.agents import AgentPrincipal, check_agent_token
-from pipeline.results.api.schemas import ERROR_RESPONSES
+from pipeline.results.api.routes.agents import (
+    AgentPrincipal,
+    check_agent_token,
+    check_job_holder,
+)
+from pipeline.results.api.schemas import CONFLICT, ERROR_RESPONSES
+from pipeline.results.api.strict_route import StrictJsonRoute
 from pipeline.results.db import session_scope
-from pipeline.results.models import JOB_STATUSES, Agent, Repository
+from pipeline.results.models import JOB_STATUSES, Agent, Job, Repository
 
-router = APIRouter(tags=["jobs"], responses=ERROR_RESPONSES)
+router = APIRouter(route_class=StrictJsonRoute, tags=["jobs"], responses=ERROR_RESPONSES)
 UserPrincipal = Annotated[Principal, require_scope("user")]
 
 
@@ -104,7 +109,7 @@ async def claim(body: ClaimRequest, request: Request, session: SessionDep, setti
         await asyncio.sleep(min(settings.dispatch.claim_poll_s, max(0.0, deadline - time.monotonic())))
 
 
-@router.post("/jobs/{job_id}/complete", response_model=JobOut,
+@router.post("/jobs/{job_id}/complete", response_model=JobOut, responses=CONFLICT,
              summary="The lease holder finished the job and its results were uploaded (agent scope)")
 def complete(job_id: str, body: JobOutcome, session: SessionDep, principal: AgentPrincipal) -> JobOut:
     check_agent_token(session, body.agent, principal)
@@ -113,7 +118,7 @@ def complete(job_id: str, body: JobOutcome, session: SessionDep, principal: Agen
     return _job_out(session, job_id)
 
 
-@router.post("/jobs/{job_id}/fail", response_model=JobOut,
+@router.post("/jobs/{job_id}/fail", response_model=JobOut, responses=CONFLICT,
              summary="The lease holder could not run the job; the reason is kept (agent scope)")
 def fail(job_id: str, body: JobOutcome, session: SessionDep, principal: AgentPrincipal) -> JobOut:
     check_agent_token(session, body.agent, principal)
@@ -190,8 +195,8 @@ def _trigger_on_buildkite(body: TriggerRequest, session: SessionDep, settings: S
 
 class ExternalJob(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    agent: str = Field(min_length=1)
-    repository: str = Field(min_length=1)
+    agent: str = Field(min_length=1, max_length=200)
+    repository: str = Field(min_length=1, max_length=200)
     commit: CommitInfo = Field(description="recorded when the store does not know it")
     kind: str = Field(default="push", description="run kind: pr, push, nightly, adhoc")
     device_class: DeviceClass
@@ -199,13 +204,22 @@ class ExternalJob(BaseModel):
     base_manifest: BundleManifest | None = None
 
 
-@router.put("/runs/{run_id}/jobs/{job_id}", response_model=JobOut,
+ExternalId = Annotated[str, Path(min_length=1, max_length=64, description="the caller's id (at most 64 characters)")]
+
+
+@router.put("/runs/{run_id}/jobs/{job_id}", response_model=JobOut, responses=CONFLICT,
             summary="Start (or restart) a job run outside the queue under a caller-chosen id (agent scope)",
             description="For orchestrators such as Buildkite: `benchfarm run-job` names the run after the build and "
                         "the job after the build and device class, so a retried step continues the same job.")
-def external_job(run_id: str, job_id: str, body: ExternalJob, session: SessionDep, principal: AgentPrincipal) -> JobOut:
+def external_job(run_id: ExternalId, job_id: ExternalId, body: ExternalJob, session: SessionDep,
+                 principal: AgentPrincipal) -> JobOut:
     from pipeline.results import ingest
 
+    # the agent named is this token's (or new), and a job that exists is not another token's agent's
+    check_agent_token(session, body.agent, principal)
+    existing = session.get(Job, job_id)
+    if existing is not None:
+        check_job_holder(session, existing, principal)
     with dispatch_errors():
         try:
             commits = [body.commit]

@@ -7,8 +7,9 @@ from fastapi import APIRouter, Query
 from pipeline.results import queries
 from pipeline.results.api.deps import SessionDep
 from pipeline.results.api.schemas import ChangePointOut, Lifecycle, TriageState
+from pipeline.results.api.strict_route import StrictJsonRoute
 
-router = APIRouter(tags=["regressions"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["regressions"])
 
 
 @router.get(

@@ -9,9 +9,10 @@ from fastapi import APIRouter, HTTPException, Query
 
 from pipeline.results import queries
 from pipeline.results.api.deps import SessionDep, SettingsDep
+from pipeline.results.api.strict_route import StrictJsonRoute
 from pipeline.results.compare import Comparison, compare
 
-router = APIRouter(tags=["runs"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["runs"])
 
 
 def run_comparisons(session: SessionDep, settings: SettingsDep, detail: queries.RunDetail) -> list[Comparison]:

@@ -19,9 +19,10 @@ from pipeline.results.api.schemas import (
     SeriesSettingsIn,
     SeriesSettingsOut,
 )
+from pipeline.results.api.strict_route import StrictJsonRoute
 from pipeline.results.models import Series
 
-router = APIRouter(tags=["series"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["series"])
 
 
 @router.get("/series", summary="List series with their latest median")
