@@ -87,3 +87,34 @@ def test_attention_conv_and_vendor_cases_run(bundle: tuple[Path, BundleManifest]
         if case.endswith("/vendor"):
             assert result.environment.get("torch")
     assert results["attention/small-prefill/B1-Sq256-Skv256-Hq4-Hkv2-D64/bf16/vendor"].environment.get("sdpa_backend")
+
+
+@pytest.mark.gpu
+def test_a_paired_vendor_control_replays_the_heads_graphs(bundle: tuple[Path, BundleManifest], device: LocalDevice,
+                                                          tmp_path: Path) -> None:
+    """Paired over a base of another commit with the same binaries: a vendor control's base slot is the
+    head's own call (its graphs, its buffers), said so in the result; suite kernels pair as before."""
+    from pipeline.agents.local import run_bundle
+    from pipeline.build.bundle import build_bundle
+    from pipeline.build.suite_loader import locate_suite, resolve_commit
+    from tests.helpers.suite_repo import commit_all
+
+    del bundle   # only for its skips (no GPU, no torch, no Triton): the pair is built here on two commits
+    repo = make_suite_repo(tmp_path, attention_conv_suite_files(wrong=False))
+    location = locate_suite(repo / "kernels")
+    base_dir, base = build_bundle(location=location, sha=resolve_commit(location), targets=["cuda:sm_90"],
+                                  out_dir=tmp_path / "base", cache_dir=tmp_path / "cache", workers=2)
+    commit_all(repo, "no kernel change")
+    head_dir, head = build_bundle(location=location, sha=resolve_commit(location), targets=["cuda:sm_90"],
+                                  out_dir=tmp_path / "head", cache_dir=tmp_path / "cache", workers=2)
+    document = run_bundle(bundle_dir=head_dir, manifest=head, device=device, run_id="gpu-3", job_id="job-3",
+                          settings=FAST, base_bundle_dir=base_dir, base_manifest=base)
+    vendor = [r for r in document.results if r.status == "ok" and r.case.endswith("/vendor")]
+    suite = [r for r in document.results if r.status == "ok" and not r.case.endswith("/vendor")]
+    assert vendor and suite
+    for r in vendor:
+        assert r.paired_base is not None and r.environment.get("paired_base", "").startswith("the head's own graphs"), r
+        ratio = sorted(h / b for h, b in zip(r.samples, r.paired_base.samples))[len(r.samples) // 2]
+        assert 0.9 < ratio < 1.1, (r.case, ratio)
+    for r in suite:
+        assert r.paired_base is not None and "paired_base" not in r.environment, r
