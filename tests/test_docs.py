@@ -26,7 +26,7 @@ def test_readme_names_only_real_commands() -> None:
 
 @pytest.mark.parametrize(("path", "stale"), [
     ("README.md", "later issues"),
-    ("pipeline/results/auth.py", "come later"),
+    ("pipeline/service/auth.py", "come later"),
     ("pipeline/local_pipeline.py", "`benchfarm up` calls it"),
     ("pipeline/agents/runners/iree_runner.py", "with `measure.sample`"),
     ("pipeline/config.py", "NVBench's cold-measurement defaults for GPUs"),

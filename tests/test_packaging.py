@@ -38,7 +38,7 @@ def test_the_agent_commands_run_without_the_service_or_the_compilers() -> None:
 
 def test_blocking_works() -> None:
     """The check above can fail: the service's modules do import a blocked package."""
-    proc = _run_blocked("import pipeline.results.api")
+    proc = _run_blocked("import pipeline.service.app")
     assert proc.returncode != 0 and "import of fastapi halted" in proc.stderr
 
 

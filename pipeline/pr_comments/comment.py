@@ -30,7 +30,7 @@ from pipeline.pr_comments.table import (
     summary_line,
     verdict_line,
 )
-from pipeline.results.compare import Comparison, ComparisonRow, counted_status
+from pipeline.store.compare import Comparison, ComparisonRow, counted_status
 
 __all__ = ["MARKER", "CommentSettings", "comment_marker", "render_comment"]
 

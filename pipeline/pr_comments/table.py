@@ -1,6 +1,6 @@
 """The comparison table as people read it in a terminal; the PR comment and the pages reuse the formatters.
 
-Every word and count comes from `pipeline.results.compare` (one status vocabulary, one verdict):
+Every word and count comes from `pipeline.store.compare` (one status vocabulary, one verdict):
 the verdict is `overall_verdict`, the counts `verdict_counts`, a status is shown by `status_label`.
 """
 
@@ -11,14 +11,14 @@ from collections.abc import Iterable, Sequence
 from rich.table import Table
 from rich.text import Text
 
-from pipeline.results.compare import (
+from pipeline.store.compare import (
     Comparison,
     ComparisonRow,
     overall_verdict,
     status_label,
     verdict_counts,
 )
-from pipeline.results.compile_stats import CompileComparison
+from pipeline.store.compile_stats import CompileComparison
 
 STATUS_STYLE = {
     "regressed": "bold red",

@@ -101,8 +101,8 @@ def test_a_webhook_delivery_becomes_a_buildkite_build(buildkite: BuildkiteStandI
 
     from pipeline.config import Settings
     from pipeline.pr_comments.webhook import Decision, process
-    from pipeline.results.db import open_store, session_scope
-    from pipeline.results.models import Run
+    from pipeline.store.db import open_store, session_scope
+    from pipeline.store.models import Run
 
     settings = Settings(home=tmp_path, buildkite=_settings(buildkite.url))
     engine = open_store(f"sqlite:///{tmp_path / 'store.db'}")

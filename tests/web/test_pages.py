@@ -7,8 +7,8 @@ import re
 import requests
 import sqlalchemy as sa
 
-from pipeline.results.db import session_scope
-from pipeline.results.models import Case, ChangePoint, Series, TriageEvent
+from pipeline.store.db import session_scope
+from pipeline.store.models import Case, ChangePoint, Series, TriageEvent
 
 from . import demo_store
 from .conftest import BOOTSTRAP, Service
@@ -177,7 +177,7 @@ def test_sign_in_page_says_how_to_make_the_first_user(service: Service) -> None:
 
 
 def test_page_errors_are_pages_with_the_navigation(service: Service) -> None:
-    from pipeline.results.models import Job, Run
+    from pipeline.store.models import Job, Run
 
     def html_error(path: str, status: int, *said: str) -> None:
         got = requests.get(service.url + path, timeout=30)

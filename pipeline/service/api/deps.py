@@ -1,0 +1,115 @@
+"""Request dependencies: the one session dependency, the settings, and the one guard factory.
+
+`require_scope("agent")` is the only authentication in the service: a route lists it in its
+`dependencies` (or takes its Principal as a parameter). The guard shares the request's session,
+so recording a token's use commits or rolls back with the request's own work.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from fastapi import Depends, HTTPException, Path, Request
+from sqlalchemy.orm import Session
+
+from pipeline.config import Settings
+from pipeline.service import auth
+from pipeline.service.auth import SCOPES, Principal, Scope
+from pipeline.store.db import session_scope
+
+__all__ = ["BodyDep", "Principal", "SessionDep", "SettingsDep", "require_scope"]
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    with session_scope(request.app.state.engine) as session:
+        yield session
+
+
+# scope="function": the transaction commits before the response is sent, so a client that reads
+# right after a write sees it (the default, "request", would commit after the response).
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+RowId = Annotated[int, Path(ge=1, le=2**63 - 1, description="a stored row's id (1 to 2^63 - 1)")]
+"""An integer id in a path: out of a database integer's range it is a 422, not a 500 from the driver."""
+
+
+async def read_bounded_body(request: Request, settings: SettingsDep) -> bytes:
+    """The request body, refused with 413 as soon as more than BENCHFARM_MAX_UPLOAD_BYTES have
+    arrived (the middleware refuses a too large Content-Length before reading anything; this
+    covers chunked bodies, which announce no length)."""
+    limit = settings.max_upload_bytes
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPException(413, f"request body over {limit} bytes (BENCHFARM_MAX_UPLOAD_BYTES)")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+BodyDep = Annotated[bytes, Depends(read_bounded_body)]
+
+WRITES_DISABLED = (
+    "API writes are disabled: set BENCHFARM_API_TOKEN on the service, or create a token with "
+    "`benchfarm token create --name NAME --scope agent`"
+)
+
+
+def bearer_token(request: Request) -> str:
+    """The request's bearer token ('' without one)."""
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return given.strip() if scheme.lower() == "bearer" else ""
+
+
+CSRF_HEADER = "x-csrf-token"
+
+
+def _page_principal(request: Request, session: Session, settings: Settings) -> Principal | None:
+    """The signed-in user of the web UI's session cookie, for a script of its own pages: only with the
+    session's CSRF token in the X-CSRF-Token header (another site's page can send the cookie, never
+    the header's value)."""
+    # imported here: the web package imports this module
+    from pipeline.service.web.session import principal_of
+
+    data = request.scope.get("session") or {}
+    given, expected = request.headers.get(CSRF_HEADER, ""), str(data.get("csrf", ""))
+    if not given or not expected or not hmac.compare_digest(given, expected):
+        return None
+    return principal_of(request, session, settings)
+
+
+def require_scope(scope: Scope) -> Any:
+    """A dependency admitting requests whose bearer token holds `scope` (admin holds them all), or
+    without a bearer token, the web UI's signed-in user sending its session's CSRF token in the
+    X-CSRF-Token header (the ad-hoc run form posts to the API as the CLI does).
+
+    401: no token, or one that is unknown or revoked; 403: a valid token without the scope, or
+    no token configured at all (neither BENCHFARM_API_TOKEN nor a stored one: writes are off).
+    """
+    if scope not in SCOPES:
+        raise ValueError(f"unknown scope {scope!r}; known: {', '.join(SCOPES)}")
+
+    def guard(request: Request, session: SessionDep, settings: SettingsDep) -> Principal:
+        bootstrap = settings.api_token.get_secret_value()
+        principal = auth.authenticate(session, token=bearer_token(request), bootstrap=bootstrap)
+        if principal is None and not bearer_token(request):
+            principal = _page_principal(request, session, settings)
+        if principal is None:
+            if not bootstrap and not auth.has_active_tokens(session):
+                raise HTTPException(403, WRITES_DISABLED)
+            raise HTTPException(401, "missing, unknown or revoked bearer token",
+                                headers={"WWW-Authenticate": "Bearer"})
+        if not principal.allows(scope):
+            held = ", ".join(sorted(principal.scopes))
+            raise HTTPException(403, f"token {principal.name!r} lacks the {scope} scope (it holds: {held})")
+        return principal
+
+    guard.__name__ = f"require_{scope}_scope"
+    return Depends(guard)
