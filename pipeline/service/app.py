@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from pipeline import __version__
 from pipeline.config import Settings
 from pipeline.contracts import ContractError
+from pipeline.service import web
 from pipeline.service.api.routes import (
     agents,
     bisections,
@@ -54,8 +55,6 @@ def freeze_startup_heap() -> None:
 
 
 def create_app(settings: Settings, engine: Engine) -> FastAPI:
-    from pipeline.service import web
-
     # docs_url/redoc_url None: FastAPI's own pages load Swagger UI and ReDoc from a CDN, blank offline;
     # /docs is served below with the vendored Swagger UI (web/static/vendor/swagger-ui).
     app = FastAPI(title="benchfarm", version=__version__, docs_url=None, redoc_url=None,

@@ -1,4 +1,5 @@
-"""Request dependencies: the one session dependency, the settings, and the one guard factory.
+"""Request dependencies: the one session dependency, the settings, who is signed in (`principal_of`:
+the web UI's session cookie, which `web.session` signs), and the one guard factory.
 
 `require_scope("agent")` is the only authentication in the service: a route lists it in its
 `dependencies` (or takes its Principal as a parameter). The guard shares the request's session,
@@ -11,15 +12,17 @@ import hmac
 from collections.abc import Iterator
 from typing import Annotated, Any
 
+import sqlalchemy as sa
 from fastapi import Depends, HTTPException, Path, Request
 from sqlalchemy.orm import Session
 
 from pipeline.config import Settings
-from pipeline.service import auth
+from pipeline.service import auth, users
 from pipeline.service.auth import SCOPES, Principal, Scope
 from pipeline.store.db import session_scope
+from pipeline.store.models import ApiToken
 
-__all__ = ["BodyDep", "Principal", "SessionDep", "SettingsDep", "require_scope"]
+__all__ = ["BodyDep", "Principal", "SessionDep", "SettingsDep", "principal_of", "require_scope"]
 
 
 def get_settings(request: Request) -> Settings:
@@ -71,13 +74,34 @@ def bearer_token(request: Request) -> str:
 CSRF_HEADER = "x-csrf-token"
 
 
+def _bootstrap_hash(settings: SettingsDep) -> str:
+    bootstrap = settings.api_token.get_secret_value()
+    return auth.hash_token(bootstrap) if bootstrap else ""
+
+
+def principal_of(request: Request, session: SessionDep, settings: SettingsDep) -> Principal | None:
+    """The signed-in principal of the request's session, checked against the store now."""
+    data = request.session
+    via = data.get("via")
+    if via == "password":
+        return users.active_principal(session, str(data.get("user", "")))
+    if via == "bootstrap":
+        expected = _bootstrap_hash(settings)
+        if expected and hmac.compare_digest(expected, str(data.get("token_hash", ""))):
+            return Principal(name=auth.BOOTSTRAP_NAME, scopes=frozenset(auth.SCOPES))
+        return None
+    if via == "token":
+        row = session.scalar(sa.select(ApiToken).where(ApiToken.token_hash == str(data.get("token_hash", ""))))
+        if row is None or row.revoked_at is not None:
+            return None
+        return Principal(name=row.name, scopes=frozenset(row.scopes))
+    return None
+
+
 def _page_principal(request: Request, session: Session, settings: Settings) -> Principal | None:
     """The signed-in user of the web UI's session cookie, for a script of its own pages: only with the
     session's CSRF token in the X-CSRF-Token header (another site's page can send the cookie, never
     the header's value)."""
-    # imported here: the web package imports this module
-    from pipeline.service.web.session import principal_of
-
     data = request.scope.get("session") or {}
     given, expected = request.headers.get(CSRF_HEADER, ""), str(data.get("csrf", ""))
     if not given or not expected or not hmac.compare_digest(given, expected):

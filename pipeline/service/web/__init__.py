@@ -18,12 +18,12 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
+from pipeline.service.api.deps import principal_of
 from pipeline.service.web.session import (
     CsrfError,
     SignedSessionMiddleware,
     SignInRequired,
     bearer_principal,
-    principal_of,
 )
 from pipeline.store.db import session_scope
 

@@ -19,9 +19,11 @@ from pipeline.pr_comments.table import (
     row_status,
     summary_line,
 )
+from pipeline.service.api.deps import principal_of
 from pipeline.service.auth import Principal
 from pipeline.service.web.session import csrf_token
 from pipeline.store.compare import status_label
+from pipeline.store.db import session_scope
 from pipeline.store.models import utcnow
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
@@ -97,9 +99,6 @@ def wants_html(request: Request) -> bool:
 def error_page(request: Request, status_code: int, message: str, errors: list[dict[str, str]] | None = None,
                headers: dict[str, str] | None = None) -> HTMLResponse:
     """An error as a page with the navigation: what went wrong, and where to go from there."""
-    from pipeline.service.web.session import principal_of
-    from pipeline.store.db import session_scope
-
     try:
         with session_scope(request.app.state.engine) as session:
             user = principal_of(request, session, request.app.state.settings)

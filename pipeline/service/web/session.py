@@ -26,15 +26,18 @@ import time
 from typing import Annotated, Any
 from urllib.parse import parse_qs, quote
 
-import sqlalchemy as sa
 from fastapi import Depends, Request
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pipeline.service import auth, users
-from pipeline.service.api.deps import SessionDep, SettingsDep, bearer_token
+from pipeline.service.api.deps import (
+    SessionDep,
+    SettingsDep,
+    bearer_token,
+    principal_of,
+)
 from pipeline.service.auth import Principal
-from pipeline.store.models import ApiToken
 
 __all__ = ["COOKIE", "CsrfError", "SignInRequired", "SignedSessionMiddleware", "UserDep", "browse_guard",
            "checked_form", "csrf_token", "current_user", "safe_next", "sign_in", "sign_out"]
@@ -118,30 +121,6 @@ class SignedSessionMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_cookie)
-
-
-def _bootstrap_hash(settings: SettingsDep) -> str:
-    bootstrap = settings.api_token.get_secret_value()
-    return auth.hash_token(bootstrap) if bootstrap else ""
-
-
-def principal_of(request: Request, session: SessionDep, settings: SettingsDep) -> Principal | None:
-    """The signed-in principal of the request's session, checked against the store now."""
-    data = request.session
-    via = data.get("via")
-    if via == "password":
-        return users.active_principal(session, str(data.get("user", "")))
-    if via == "bootstrap":
-        expected = _bootstrap_hash(settings)
-        if expected and hmac.compare_digest(expected, str(data.get("token_hash", ""))):
-            return Principal(name=auth.BOOTSTRAP_NAME, scopes=frozenset(auth.SCOPES))
-        return None
-    if via == "token":
-        row = session.scalar(sa.select(ApiToken).where(ApiToken.token_hash == str(data.get("token_hash", ""))))
-        if row is None or row.revoked_at is not None:
-            return None
-        return Principal(name=row.name, scopes=frozenset(row.scopes))
-    return None
 
 
 def current_user(request: Request, session: SessionDep, settings: SettingsDep) -> Principal | None:
