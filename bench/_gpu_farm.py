@@ -30,9 +30,10 @@ TOKEN = "bf_bench_admin_token"
 Edit = Callable[[Path], None]
 
 
-def build_variants(out: Path, variants: dict[str, Edit], target: str = TARGET) -> dict[str, str]:
-    """Clone this checkout, commit each variant's edit on top of the previous one (in order), build
-    each commit's suite for `target` into out/<variant>; returns variant -> commit sha."""
+def build_variants(out: Path, variants: dict[str, Edit], target: str = TARGET, *, from_first: bool = False) -> dict[str, str]:
+    """Clone this checkout, commit each variant's edit on top of the previous one (in order; with
+    `from_first`, every later variant on top of the first one instead), build each commit's suite for
+    `target` into out/<variant>; returns variant -> commit sha."""
     out = Path(out)
     shutil.rmtree(out, ignore_errors=True)
     repo = out.parent / f".{out.name}-repo"
@@ -41,6 +42,8 @@ def build_variants(out: Path, variants: dict[str, Edit], target: str = TARGET) -
     git = ["git", "-C", str(repo), "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
     shas: dict[str, str] = {}
     for name, edit in variants.items():
+        if from_first and shas:
+            subprocess.run([*git, "checkout", "-q", "--detach", next(iter(shas.values()))], check=True)
         edit(repo)
         subprocess.run([*git, "commit", "-q", "--allow-empty", "-am", f"bench variant {name}"], check=True)
         sha = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
@@ -99,14 +102,14 @@ class GpuFarm:
         return env
 
     def run_job(self, bundle: Path, device_class: str, *, base: Path | None = None, pr: bool = False,
-                name: str = "step", extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+                name: str = "step", extra_env: dict[str, str] | None = None, cases: str | None = None) -> dict[str, Any]:
         """One `benchfarm run-job` process; returns its summary, wall time and phases (s)."""
         env = self._env(name)
         env.update(BENCHFARM_AGENT__SERVER_URL=self.url, BENCHFARM_AGENT__TOKEN=TOKEN, **(extra_env or {}))
         if pr:
             env.update(BUILDKITE_BUILD_ID=f"{name}-{time.time_ns()}", BUILDKITE_PULL_REQUEST="1")
         argv = [sys.executable, "-m", "pipeline.cli", "run-job", "--bundle", str(bundle), "--device-class",
-                device_class, *(["--base-bundle", str(base)] if base else [])]
+                device_class, *(["--base-bundle", str(base)] if base else []), *(["--cases", cases] if cases else [])]
         start = time.perf_counter()
         proc = subprocess.run(argv, env=env, cwd=self.home, capture_output=True, text=True, check=False)
         wall = time.perf_counter() - start

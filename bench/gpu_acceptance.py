@@ -8,14 +8,14 @@ Two steps (the GPU host has no Triton 3.9 and no network):
 
 `build` clones this checkout and commits, in order: `base` (HEAD), `readme` (README only: the
 identical-code head of the A/A runs), `one-tile` (one GEMM shape's tile changed: PR (a)),
-`all-tiles` (every GEMM tile's pipeline depth changed: PR (b)); each built for cuda:sm_90.
+`all-tiles` (every Triton GEMM tile's pipeline depth changed, prefill, decode and small: PR (b)); each built for cuda:sm_90.
 
 `run` starts `benchfarm serve` (SQLite, default settings but the identical-binary shortcut off, so
 that the A/A runs are judged as if the binaries differed) and runs `benchfarm run-job` steps against it:
 1. nightly paired (readme over base, every case timed): the PR latency's case (c), and A/A 1;
-2. A/A 2 and 3: the same again (the check cache now warm);
-3. PR (a) and (b): one-tile and all-tiles over base, as a pull request's step (changed binaries and
+2. PR (a) and (b): one-tile and all-tiles over base, as a pull request's step (changed binaries and
    4 rotating sentinels timed, the rest reported unchanged);
+3. A/A 2 and 3: the nightly's pairing again (the check cache now warm);
 4. unpaired A/A: base alone, then readme alone, compared with an explicit base.
 After each job: GET /api/v1/compare; everything is written to OUT/acceptance.json as it goes (a
 run longer than one device call can be read by the next), and each A/A job's samples to
@@ -47,7 +47,10 @@ VARIANTS = {
     "one-tile": replace_in(GEMM, '"4096x4096x4096": _PREFILL,',
                            '"4096x4096x4096": Tile(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, '
                            'num_stages=4),'),
-    "all-tiles": replace_in(GEMM, "group_m=8, num_warps=8, num_stages=3)", "group_m=8, num_warps=8, num_stages=4)"),
+    # every Triton GEMM tile: the prefill and small tiles one pipeline stage deeper, the decode tile one shallower
+    "all-tiles": lambda repo: [edit(repo) for edit in (
+        replace_in(GEMM, "num_stages=3)", "num_stages=4)"),
+        replace_in(GEMM, "group_m=1, num_warps=4, num_stages=4)", "group_m=1, num_warps=4, num_stages=3)"))],
 }
 
 
@@ -121,12 +124,12 @@ def run(bundles: Path, out: Path) -> None:
 
         if "nightly" in only:
             job("nightly-aa1", "readme", "base")
-        if "aa" in only:
-            job("aa2", "readme", "base")
-            job("aa3", "readme", "base")
         if "pr" in only:
             job("pr-a-one-tile", "one-tile", "base", pr=True)
             job("pr-b-all-tiles", "all-tiles", "base", pr=True)
+        if "aa" in only:
+            job("aa2", "readme", "base")
+            job("aa3", "readme", "base")
         if "unpaired" in only:
             job("unpaired-base", "base", None)
             job("unpaired-readme", "readme", None, compare_with="base")

@@ -390,7 +390,7 @@ def cmd_run_job(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.agents.run_job import run_job
 
     summary = run_job(settings, bundle=Path(args.bundle), device_class=args.device_class,
-                      base_bundle=Path(args.base_bundle) if args.base_bundle else None)
+                      base_bundle=Path(args.base_bundle) if args.base_bundle else None, cases=args.cases)
     out_console.print(f"job {summary['job_id']} of run {summary['run_id']}: {summary['results']} results, "
                       f"{summary['ok']} ok, {summary['not_ok']} not ok", markup=False, highlight=False)
     return 0
@@ -633,6 +633,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bundle", required=True, help="the bundle folder")
     p.add_argument("--device-class", required=True)
     p.add_argument("--base-bundle", help="the base commit's bundle, run interleaved (paired)")
+    p.add_argument("--cases", help="run only the cases whose id matches this glob (default: every case)")
     p.set_defaults(func=cmd_run_job)
 
     p = sub.add_parser("resend", help="deliver a result document an agent kept after the service refused it")

@@ -34,7 +34,7 @@ from pipeline.config import MeasurementSettings, Settings
 from pipeline.contracts import BundleManifest, ResultDocument
 from pipeline.contracts.ids import selects_case
 
-__all__ = ["DeviceAgent", "Work", "map_devices", "run_locally"]
+__all__ = ["DeviceAgent", "JobRefused", "Work", "map_devices", "run_locally", "select_cases"]
 
 ProgressFn = Callable[[str, int, int], None]
 DiscoverFn = Callable[[], list[LocalDevice]]
@@ -98,7 +98,9 @@ def map_devices(devices: Sequence[LocalDevice], mapping: dict[str, str], only: S
     return mapped
 
 
-def _select_cases(manifest: BundleManifest, device: LocalDevice, glob: str | None) -> BundleManifest:
+def select_cases(manifest: BundleManifest, device: LocalDevice, glob: str | None) -> BundleManifest:
+    """The manifest's entries for the device's targets whose case id matches `glob` (every case
+    when None); JobRefused when none does."""
     entries = [e for e in manifest.entries if e.target in device.device_class.targets and selects_case(glob, e.case)]
     if not entries:
         what = f"cases {glob!r}" if glob else "the bundle"
@@ -308,7 +310,7 @@ class DeviceAgent:
             raise BundleRefused(f"bundle refused: {exc}") from None
         self.log.event("bundle_verified", job=job["job_id"], digest=job["bundle_digest"], path=str(bundle_dir))
         return Work(job_id=job["job_id"], run_id=job["run_id"], device=device, bundle_dir=bundle_dir,
-                    manifest=_select_cases(manifest, device, job.get("cases")), base_bundle_dir=base_dir,
+                    manifest=select_cases(manifest, device, job.get("cases")), base_bundle_dir=base_dir,
                     base_manifest=base_manifest, time_unchanged=job.get("kind") != "pr")
 
     def _execute(self, work: Work) -> ResultDocument | None:

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.agents.agent import DeviceAgent, Work, map_devices, run_locally
+from pipeline.agents.agent import DeviceAgent, JobRefused, Work, map_devices, run_locally, select_cases
 from pipeline.agents.agent_log import AgentLog
 from pipeline.agents.devices import discover_local_devices
 from pipeline.agents.upload import resend_command
@@ -64,7 +64,9 @@ def bundle_folder(path: Path) -> Path:
 
 
 def run_job(settings: Settings, *, bundle: Path, device_class: str, base_bundle: Path | None = None,
-            env: Mapping[str, str] | None = None) -> dict[str, Any]:
+            env: Mapping[str, str] | None = None, cases: str | None = None) -> dict[str, Any]:
+    """Run the bundle (paired with `base_bundle` when given) on this host's device of the class and
+    upload the results; `cases` (a glob over case ids) runs only the cases it matches."""
     env = os.environ if env is None else env
     bundle = bundle_folder(bundle)
     base_bundle = bundle_folder(base_bundle) if base_bundle is not None else None
@@ -75,6 +77,10 @@ def run_job(settings: Settings, *, bundle: Path, device_class: str, base_bundle:
     if device is None:
         have = ", ".join(sorted({d.device_class.name for d in devices})) or "none"
         raise RunJobError(f"no device of class {device_class} on this host (it has: {have})")
+    try:
+        timed = select_cases(manifest, device, cases) if cases else manifest
+    except JobRefused as refused:
+        raise RunJobError(str(refused)) from None
     run_id, job_id = job_ids(env, device_class)
     name = env.get("BUILDKITE_AGENT_NAME") or settings.agent.name or f"benchfarm-run-job@{socket.gethostname()}"
     agent = DeviceAgent(settings, name=name, discover=lambda: [device],
@@ -90,7 +96,7 @@ def run_job(settings: Settings, *, bundle: Path, device_class: str, base_bundle:
             "kind": _kind(env), "device_class": device.device_class.model_dump(mode="json"),
             "manifest": manifest.model_dump(mode="json"),
             "base_manifest": base_manifest.model_dump(mode="json") if base_manifest else None})
-        work = Work(job_id=job_id, run_id=run_id, device=device, bundle_dir=bundle, manifest=manifest,
+        work = Work(job_id=job_id, run_id=run_id, device=device, bundle_dir=bundle, manifest=timed,
                     base_bundle_dir=base_bundle, base_manifest=base_manifest, time_unchanged=_kind(env) != "pr")
         document = run_locally(settings.measurement, settings.agent_dir / "checked")(work, agent.log.progress)
         spooled = agent.spool.put(job_id=job_id, agent=name, document=document)

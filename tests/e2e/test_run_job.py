@@ -46,3 +46,32 @@ def test_run_job_uploads_once_across_retries(tmp_path: Path) -> None:
         assert farm.query("SELECT COUNT(*) FROM case_results WHERE job_id = ?", job["id"]) == [(1,)]
     finally:
         farm.stop()
+
+
+def test_run_job_cases_times_only_the_matching_cases(tmp_path: Path) -> None:
+    repo = make_suite_repo(tmp_path, gemm_suite_files([GemmCase("alpha", 32, 32, 32), GemmCase("beta", 32, 64, 32)]),
+                           name="suite-repo")
+    farm = Farm(root=tmp_path, suite=repo / "kernels")
+    farm.service()
+    try:
+        env = base_env(tmp_path / "step")
+        env.update(FAST, BENCHFARM_AGENT__SERVER_URL=farm.url, BENCHFARM_AGENT__TOKEN=TOKEN,
+                   BENCHFARM_AGENT__DEVICE_CLASSES=json.dumps({"cpu-x86_64": DEVICE_CLASS, "cpu-aarch64": DEVICE_CLASS}))
+        cli = [sys.executable, "-m", "pipeline.cli"]
+        built = subprocess.run([*cli, "build", "--suite", str(repo / "kernels"), "--out", str(tmp_path / "out"),
+                                "--targets", "llvm-cpu:x86_64"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                               timeout=120, check=False)
+        assert built.returncode == 0, built.stderr
+        (bundle,) = (tmp_path / "out").iterdir()
+        step = [*cli, "run-job", "--bundle", str(bundle), "--device-class", DEVICE_CLASS]
+        none = subprocess.run([*step, "--cases", "gemm/nothing/*"], env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120, check=False)
+        assert none.returncode != 0 and "select no case" in none.stdout + none.stderr
+        proc = subprocess.run([*step, "--cases", "gemm/beta/*"], env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "1 results, 1 ok" in proc.stdout
+        stored = farm.query("SELECT c.case_id FROM case_results r JOIN cases c ON r.case_id = c.id")
+        assert [row[0].split("/")[1] for row in stored] == ["beta"]
+    finally:
+        farm.stop()
