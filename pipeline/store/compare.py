@@ -36,8 +36,9 @@ digest with its paired base's; unpaired rows the head result's with the base res
 result "skipped" because its binary is the base's (the agent does not time it again) is an
 unchanged row showing the base's median. Other skipped results are left out.
 
-Statuses (`STATUSES`): regressed / improved / similar / unchanged / insufficient data / errored
-(head wrong or error) / no baseline (no base, or the base has no ok result of the case).
+Statuses (`STATUSES`, the one vocabulary, in the order rows and counts are shown everywhere):
+regressed / errored (head wrong or error) / improved / insufficient data / no baseline (no base, or
+the base has no ok result of the case) / similar / unchanged.
 
 Vendor controls: a case whose impl is `vendor` (cuBLAS, cuDNN, SDPA through torch) is the control
 of the suite cases with its family, shape and dtype (its name too, when several match). A
@@ -93,8 +94,9 @@ __all__ = [
 ]
 
 METRIC = "latency"
-STATUSES = ("regressed", "improved", "similar", "unchanged", "insufficient data", "errored", "no baseline")
-"""A row's status."""
+STATUSES = ("regressed", "errored", "improved", "insufficient data", "no baseline", "similar", "unchanged")
+"""A row's status, in the order rows and counts are shown (terminal, PR comment, pages): what needs a
+look first."""
 VERDICTS = ("regressed", "improved", "similar", "insufficient data", "no baseline")
 """The verdict's words, by precedence."""
 STATUS_LABELS = {"unchanged": "unchanged (same binary)"}

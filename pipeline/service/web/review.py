@@ -8,7 +8,6 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from pipeline.dispatch import bisect
-from pipeline.pr_comments.table import STATUS_ORDER
 from pipeline.service.api.deps import RowId, SessionDep, SettingsDep
 from pipeline.service.web import data
 from pipeline.service.web.paging import paginate
@@ -47,7 +46,7 @@ def compare_page(
     context: dict[str, Any] = {"form": form, "repositories": repos, "device_classes": data.device_class_names(session),
                "verdict": None, "error": None, "commits": [], "series_ids": {}, "infos": {}, "tables": [],
                "compiled": None,
-               "statuses": STATUS_ORDER, "rows_per_page": settings.web.page_rows,
+               "statuses": STATUSES, "rows_per_page": settings.web.page_rows,
                "max_pvalue": settings.compare.max_pvalue}
     if repository:
         context["commits"] = queries.list_commits(session, repository=repository, limit=30)

@@ -28,9 +28,9 @@ from sqlalchemy.orm import Session
 
 from pipeline.config import Settings
 from pipeline.dispatch.triggers import Loop
-from pipeline.pr_comments.table import STATUS_ORDER
 from pipeline.service.web.data import store_version
 from pipeline.store.compare import (
+    STATUSES,
     CompareError,
     Comparison,
     ComparisonRow,
@@ -45,7 +45,7 @@ from pipeline.store.db import session_scope
 from pipeline.store.models import Commit, DeviceClassRow, Job, Repository, Run
 
 ROW_ORDERS: dict[str, Callable[[ComparisonRow], Any]] = {
-    "verdict": lambda r: (STATUS_ORDER.index(r.status), r.case_id, r.target),
+    "verdict": lambda r: (STATUSES.index(r.status), r.case_id, r.target),
     "slowdown": lambda r: (r.change is None, -(r.change or 0.0), r.case_id, r.target),
     "speedup": lambda r: (r.change is None, r.change or 0.0, r.case_id, r.target),
     "case": lambda r: (r.case_id, r.target),
