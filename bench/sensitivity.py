@@ -60,6 +60,7 @@ LEVELS = (1, 2, 3, 5, 10)           # nominal slowdowns, %
 SPIN_STEP_S = 4.5e-9                # one dependent IMAD + LOP3 step at ~1.75 GHz (estimate)
 SMS = 132                           # H100 SXM / H200
 REPETITIONS = int(os.environ.get("SENSITIVITY_REPETITIONS", "3"))
+FIRST_REPETITION = int(os.environ.get("SENSITIVITY_FIRST_REPETITION", "1"))   # to go on from a cut-off run
 
 _SPIN_BLOCK = '''
     # sensitivity bench: SPIN dependent integer steps per program (a real slowdown), kept alive by a
@@ -188,7 +189,7 @@ def run(bundles: Path, out: Path) -> None:
     shutil.copytree(bundles, local)
     shas = json.loads((local / "shas.json").read_text())
     plan = json.loads((local / "plan.json").read_text())
-    chosen = "{" + ",".join(plan["kinds"].values()) + "}"
+    chosen = ",".join(plan["kinds"].values())
     device_class = os.environ.get("ACCEPTANCE_DEVICE_CLASS") or cuda_device_class()
     report: dict[str, Any] = {"device_class": device_class, "plan": plan, "shas": shas, "jobs": []}
     farm = GpuFarm(Path("/tmp/bf-sensitivity"), {"BENCHFARM_COMPARE__SAME_BINARY_SHORTCUT": "false"})
@@ -205,7 +206,7 @@ def run(bundles: Path, out: Path) -> None:
         print(f"{label}: {info['wall_s']:.0f} s, {body['verdict']}, flagged {flagged}", flush=True)
 
     try:
-        for rep in range(1, REPETITIONS + 1):
+        for rep in range(FIRST_REPETITION, REPETITIONS + 1):
             if "paired" in modes:
                 for lv in LEVELS:
                     job(f"paired-{lv}-r{rep}", f"level-{lv}", "base", pr=True, cases=None, compare_with=None)

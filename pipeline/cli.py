@@ -97,7 +97,7 @@ def _suite_and_ref(args: argparse.Namespace, ref: str, *, note: bool = True) -> 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.local_pipeline import run_pipeline
     from pipeline.pr_comments.table import compile_table, terminal_table
-    from pipeline.store.db import open_store
+    from pipeline.store.db import open_store, shown_url
 
     suite, ref = _suite_and_ref(args, args.ref)
     engine = open_store(settings.database_url)
@@ -112,7 +112,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         out_console.print(compile_table(outcome.compiled))
     for device_class, error in outcome.failed_jobs.items():
         err_console.print(f"[bold red]job on {device_class} failed:[/] {error}", markup=True, highlight=False)
-    out_console.print(f"run {outcome.run_id} of {outcome.repository}@{outcome.sha[:10]} stored in {settings.database_url}")
+    out_console.print(f"run {outcome.run_id} of {outcome.repository}@{outcome.sha[:10]} stored in {shown_url(settings.database_url)}")
     return 1 if outcome.failed_jobs else 0
 
 
@@ -136,7 +136,7 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
         result_device_classes,
     )
     from pipeline.store.compile_stats import compare_compile
-    from pipeline.store.db import open_store, session_scope
+    from pipeline.store.db import open_store, session_scope, shown_url
 
     base, head = _full_sha(args.base), _full_sha(args.head)
     repository = args.repository or settings.repository or _checkout_repository()
@@ -146,7 +146,7 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
                        or result_device_classes(session, repository=repository, head_sha=head))
             compiled = compare_compile(session, repository, head_sha=head, base_sha=base)
             if not classes and not compiled.compared:
-                raise CliError(f"{head[:10]} has no results in {settings.database_url}: benchmark it first "
+                raise CliError(f"{head[:10]} has no results in {shown_url(settings.database_url)}: benchmark it first "
                                f"(`benchfarm run --ref {args.head}`)")
             comparisons = [compare(session, repository=repository, head_sha=head, device_class=name,
                                    settings=settings.compare, base_sha=base) for name in classes]
@@ -158,7 +158,7 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
                 markdown = (compile_section(compiled, public_url=settings.public_url, repository=repository)
                             or f"**Compile:** {compiled.summary}")
         except CompareError as exc:
-            raise CliError(f"{exc} (in {settings.database_url}, repository {repository})") from None
+            raise CliError(f"{exc} (in {shown_url(settings.database_url)}, repository {repository})") from None
     if args.format == "json":
         document = asdict(combine(repository, head, comparisons))
         document["compile"] = CompileComparisonOut.model_validate(compiled).model_dump(mode="json")
@@ -191,14 +191,45 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     settings = _listen_on(args, settings)
     check_port_free(settings.host, settings.port)   # before the suite: a taken port is the first thing to fix
     suite, ref = _suite_and_ref(args, args.ref, note=not args.no_run)   # --no-run benchmarks nothing now
-    serve_embedded(settings, suite=suite, ref=ref, run_on_start=not args.no_run, access_log=args.verbose)
-    return 0
+    return serve_embedded(settings, suite=suite, ref=ref, run_on_start=not args.no_run, access_log=args.verbose)
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.service.embedded import serve_embedded
 
-    serve_embedded(_listen_on(args, settings), suite=None, ref="HEAD", run_on_start=False, access_log=args.verbose)
+    return serve_embedded(_listen_on(args, settings), suite=None, ref="HEAD", run_on_start=False,
+                          access_log=args.verbose)
+
+
+def cmd_builder(args: argparse.Namespace, settings: Settings) -> int:
+    """The service's builder as a process of its own (a builder host, the compose file's `builder`):
+    builds the bundles triggered runs wait for, from the suite checkout, into BENCHFARM_HOME (which
+    the service must read too), until stopped. Ctrl-C or SIGTERM hands an unfinished build back."""
+    import signal
+
+    from pipeline.build.suite_loader import locate_suite
+    from pipeline.dispatch.triggers import Builder
+    from pipeline.store.db import open_store, shown_url
+
+    suite = args.suite or settings.dispatch.suite_path
+    if not suite:
+        raise CliError("no suite checkout to build from: give --suite PATH (a suite folder in a git checkout the "
+                       "service's webhook fetches into) or set BENCHFARM_DISPATCH__SUITE_PATH")
+    location = locate_suite(Path(suite))
+
+    def terminate(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt("stopped (SIGTERM)")
+
+    signal.signal(signal.SIGTERM, terminate)   # docker stop, systemctl stop: as Ctrl-C
+    engine = open_store(settings.database_url)
+    builder = Builder(settings, engine, suite=location.path)
+    err_console.print(f"benchfarm builder: building triggered runs from {location.path} into {settings.bundles_dir} "
+                      f"(store {shown_url(settings.database_url)}; Ctrl-C stops)", markup=False, highlight=False,
+                      soft_wrap=True)
+    try:
+        builder.run()   # the thread's loop, in this process's main thread
+    finally:
+        engine.dispose()
     return 0
 
 
@@ -240,10 +271,10 @@ def cmd_devices(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.store.db import open_store
+    from pipeline.store.db import open_store, shown_url
 
     open_store(settings.database_url)
-    out_console.print(f"{settings.database_url}: migrated to the newest revision", markup=False)
+    out_console.print(f"{shown_url(settings.database_url)}: migrated to the newest revision", markup=False)
     return 0
 
 
@@ -290,7 +321,7 @@ def cmd_user(args: argparse.Namespace, settings: Settings) -> int:
     import getpass
 
     from pipeline.service import users
-    from pipeline.store.db import open_store, session_scope
+    from pipeline.store.db import open_store, session_scope, shown_url
 
     if args.password_stdin:
         password = sys.stdin.readline().rstrip("\r\n")
@@ -302,7 +333,7 @@ def cmd_user(args: argparse.Namespace, settings: Settings) -> int:
     engine = open_store(settings.database_url)
     with session_scope(engine) as session:
         made = users.create_user(session, name=args.name, password=password, scopes=args.scope or ["user"])
-    err_console.print(f"user {made.name!r} ({', '.join(made.scopes)}) created in {settings.database_url}",
+    err_console.print(f"user {made.name!r} ({', '.join(made.scopes)}) created in {shown_url(settings.database_url)}",
                       markup=False, highlight=False)
     return 0
 
@@ -313,8 +344,10 @@ def cmd_pipeline(args: argparse.Namespace, settings: Settings) -> int:
     commit, base = _full_sha(args.commit), _full_sha(args.base) if args.base else None
     try:
         request = PipelineRequest(
-            commit=commit, base=base, pr=args.pr, device_classes=_split_targets(args.device_classes) or [],
-            targets=_split_targets(args.targets), repository=args.repository or settings.repository or None)
+            commit=commit, base=base, pr=args.pr,
+            device_classes=_split_targets(args.device_classes or settings.buildkite.device_classes) or [],
+            targets=_split_targets(args.targets), repository=args.repository or settings.repository or None,
+            cases=args.cases or settings.buildkite.cases or None, kind=args.kind or settings.buildkite.run_kind or None)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     sys.stdout.write(render_pipeline(build_pipeline(request, settings.buildkite), args.format))
@@ -390,7 +423,8 @@ def cmd_run_job(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.agents.run_job import run_job
 
     summary = run_job(settings, bundle=Path(args.bundle), device_class=args.device_class,
-                      base_bundle=Path(args.base_bundle) if args.base_bundle else None, cases=args.cases)
+                      base_bundle=Path(args.base_bundle) if args.base_bundle else None, cases=args.cases,
+                      kind=args.kind)
     out_console.print(f"job {summary['job_id']} of run {summary['run_id']}: {summary['results']} results, "
                       f"{summary['ok']} ok, {summary['not_ok']} not ok", markup=False, highlight=False)
     return 0
@@ -446,9 +480,15 @@ def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
                        "BENCHFARM_API_TOKEN)")
     result = _service_call(args, settings, lambda: trigger(settings, ref=args.ref, commit=args.commit, device_classes=_split_targets(args.device_class) or [],
                      cases=args.cases, repository=args.repository, server=args.server, token=args.token))
-    source = f"bundle {result['bundle_digest'][:12]}" if result["bundle_digest"] else "a build first"
-    out_console.print(f"run {result['run_id']}: {result['repository']}@{result['commit'][:10]} queued ({source})",
-                      markup=False, highlight=False)
+    if result.get("buildkite_build") is not None:
+        out_console.print(f"Buildkite build {result['buildkite_build']} of {result['repository']}@{result['commit'][:10]}:"
+                          f" {result['buildkite_url']}", markup=False, highlight=False, soft_wrap=True)
+        out_console.print(f"run {result['run_id']} (its device steps make it and these jobs)", markup=False,
+                          highlight=False)
+    else:
+        source = f"bundle {result['bundle_digest'][:12]}" if result["bundle_digest"] else "a build first"
+        out_console.print(f"run {result['run_id']}: {result['repository']}@{result['commit'][:10]} queued ({source})",
+                          markup=False, highlight=False)
     for device_class, job_id in result["jobs"].items():
         out_console.print(f"  job {job_id} on {device_class}", markup=False, highlight=False)
     return 0
@@ -553,6 +593,11 @@ def build_parser() -> argparse.ArgumentParser:
     listen_flags(p)
     p.set_defaults(func=cmd_serve)
 
+    p = sub.add_parser("builder", help="build the bundles of triggered runs, beside a service (dispatch.builder=false)")
+    p.add_argument("--suite", help="suite folder in the git checkout the service fetches into "
+                   "(default BENCHFARM_DISPATCH__SUITE_PATH)")
+    p.set_defaults(func=cmd_builder)
+
     p = sub.add_parser("compare", help="compare two commits' stored results (base, then head) on each device class")
     p.add_argument("base", help="the base commit: a sha, or a ref of the checkout you are in")
     p.add_argument("head", help="the head commit, compared against base")
@@ -607,7 +652,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "of the checkout you are in")
     p.add_argument("--base", help="the base commit, built and run beside it (paired); a sha or a ref like --commit")
     p.add_argument("--pr", type=int, help="pull request number: the report goes on it")
-    p.add_argument("--device-classes", required=True, help="comma-separated device classes; one queue each")
+    p.add_argument("--device-classes", help="comma-separated device classes; one queue each "
+                   "(default BENCHFARM_BUILDKITE__DEVICE_CLASSES, e.g. from the pipeline's environment)")
+    p.add_argument("--cases", help="glob over case ids the device steps run (default BENCHFARM_BUILDKITE__CASES: all)")
+    p.add_argument("--kind", choices=["adhoc", "push", "pr", "nightly"],
+                   help="what the device steps record the run as (default BENCHFARM_BUILDKITE__RUN_KIND, else "
+                   "from the build)")
     p.add_argument("--targets", help="comma-separated targets to build (default: benchfarm build's)")
     p.add_argument("--repository", help="OWNER/NAME (default BENCHFARM_REPOSITORY)")
     p.add_argument("--format", choices=["json", "yaml"], default="json")
@@ -634,6 +684,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device-class", required=True)
     p.add_argument("--base-bundle", help="the base commit's bundle, run interleaved (paired)")
     p.add_argument("--cases", help="run only the cases whose id matches this glob (default: every case)")
+    p.add_argument("--kind", choices=["adhoc", "push", "pr", "nightly"],
+                   help="what the run is recorded as (default: from the Buildkite build)")
     p.set_defaults(func=cmd_run_job)
 
     p = sub.add_parser("resend", help="deliver a result document an agent kept after the service refused it")

@@ -12,6 +12,7 @@ from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -228,6 +229,13 @@ class BuildkiteSettings(BaseModel):
                            "as --suite; empty: benchfarm's default")
     # Builds through Buildkite's REST API: with all three set, a webhook delivery creates a Buildkite build
     # (whose pipeline upload step runs `benchfarm pipeline`) instead of queueing jobs on the built-in dispatcher.
+    # What `benchfarm pipeline` makes steps for when its flags do not say: set in the pipeline's
+    # environment (device_classes), or in a build's by the service (an ad-hoc run's classes, cases, kind).
+    device_classes: str = Field(default="", description="comma-separated device classes the pipeline runs on")
+    cases: str = Field(default="", max_length=400, description="glob over case ids the device steps run; empty: all")
+    run_kind: Literal["", "adhoc", "push", "pr", "nightly"] = Field(
+        default="", description="what the device steps record the run as; empty: from the build (pull request, "
+        "schedule: nightly, else push)")
     api_url: str = Field(default="https://api.buildkite.com", description="Buildkite's REST API root")
     api_token: SecretStr = Field(default=SecretStr(""), description="a Buildkite API access token with write_builds")
     organization: str = Field(default="", description="the organization's slug")
@@ -255,8 +263,24 @@ class AlertSettings(BaseModel):
     webhook_url: SecretStr = Field(default=SecretStr(""), description="a Slack-compatible incoming webhook "
                                    "(JSON {\"text\": ...}); empty: no alerts")
     owners: dict[str, str] = Field(default_factory=dict, description="case-id glob -> who owns those series "
-                                   "(a Slack mention such as <@U123> or a name), named in the alert")
+                                   "(a Slack mention such as <@U123>, a name, or an e-mail address, which is also "
+                                   "mailed), named in the alert")
+    smtp_url: SecretStr = Field(default=SecretStr(""), description="e-mail alerts through this server: "
+                                "smtp://[user:password@]host[:port] (STARTTLS when offered) or smtps://…; empty: none")
+    email_from: str = Field(default="benchfarm@localhost", description="the alerts' sender address")
+    email_to: list[str] = Field(default_factory=list, description="addresses mailed every alert (owners' "
+                                "addresses get their series' alerts too)")
     period_s: float = Field(default=10.0, gt=0, description="how often the service looks for new regressions")
+
+    @model_validator(mode="after")
+    def _smtp_url_is_a_server(self) -> AlertSettings:
+        url = self.smtp_url.get_secret_value()
+        if url:
+            parts = urlsplit(url)
+            if parts.scheme not in ("smtp", "smtps") or not parts.hostname:
+                raise ValueError("smtp_url: give smtp://[user:password@]host[:port] or smtps://… (the password "
+                                 "is hidden here)")
+        return self
 
 
 class BisectSettings(BaseModel):
@@ -346,6 +370,8 @@ class DispatchSettings(BaseModel):
     claim_poll_s: float = Field(default=0.5, gt=0, description="how often a waiting claim looks again")
     agent_offline_s: float = Field(default=90.0, gt=0, description="no heartbeat for this long: agent and devices offline")
     suite_path: str = Field(default="", description="suite folder in a git checkout that triggered runs are built from")
+    builder: bool = Field(default=True, description="the service builds triggered runs in a thread of its own (with "
+                          "suite_path); false where `benchfarm builder` processes do the builds")
     build_targets: list[str] = Field(default_factory=list, description="extra targets every triggered build compiles")
     nightly_at: str = Field(default="", pattern=r"^$|^([01]\d|2[0-3]):[0-5]\d$",
                             description="UTC time (HH:MM) of the nightly run of the whole suite on every device "
@@ -362,6 +388,10 @@ class AgentSettings(BaseModel):
     server_url: str = Field(default="", description="the service's URL; empty: public_url")
     token: SecretStr = Field(default=SecretStr(""), description="an agent-scope token (benchfarm token create --scope agent)")
     name: str = Field(default="", description="the agent's name; empty: benchfarm-agent@<hostname>")
+    gpu_lock_clocks: str = Field(
+        default="", pattern=r"^$|^\d{2,5},\d{2,5}$",
+        description="MIN,MAX (MHz): the SM clocks infra/agent's GPU unit locks while the agent runs (nvidia-smi "
+        "--lock-gpu-clocks, where the driver allows); recorded in a GPU's device info when it runs within them")
     device_classes: dict[str, str] = Field(
         default_factory=dict,
         description="discovered device class -> class to register it as; an empty value leaves the device out")

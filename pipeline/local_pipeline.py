@@ -29,7 +29,7 @@ from pipeline.config import Settings
 from pipeline.contracts import Target
 from pipeline.contracts.ids import selects_case
 from pipeline.store import ingest
-from pipeline.store.compare import Comparison, choose_base, compare
+from pipeline.store.compare import Comparison, choose_base, compare, only_cases
 from pipeline.store.compile_stats import CompileComparison, compare_compile
 from pipeline.store.db import session_scope
 from pipeline.store.models import Job
@@ -190,10 +190,11 @@ def _build_and_run(settings: Settings, engine: Engine, *, location: SuiteLocatio
             outcome.failed_jobs[device.device_class.name] = str(exc)
             continue
         with session_scope(engine) as session:
-            outcome.comparisons.append(
-                compare(session, repository=repo, head_sha=sha, device_class=device.device_class.name,
-                        settings=settings.compare)
-            )
+            comparison = compare(session, repository=repo, head_sha=sha, device_class=device.device_class.name,
+                                 settings=settings.compare)
+        # with --cases, the rows of what this run ran: the commit's other cases (an earlier run's) are
+        # not news, and the run page shows the same cut
+        outcome.comparisons.append(only_cases(comparison, {e.case for e in manifest.entries}) if cases else comparison)
         stage[0] = "waiting for its device"
 
 

@@ -121,7 +121,7 @@ class DeviceAgent:
             self.server, agent.token.get_secret_value(), timeout_s=agent.timeout_s, retries=agent.retries,
             backoff_s=agent.backoff_s, backoff_max_s=agent.backoff_max_s)
         # default: this host's CPU and GPUs, and its phones when `phones.enabled`
-        self._discover = discover or (lambda: discover_local_devices(settings.phones))
+        self._discover = discover or (lambda: discover_local_devices(settings.phones, settings.agent.gpu_lock_clocks))
         self.execute = execute or run_locally(settings.measurement, settings.agent_dir / "checked")
         self.log = log or AgentLog(settings.agent_dir / "agent.log")
         self.spool = Spool(settings.agent_dir / "spool")

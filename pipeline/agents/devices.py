@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 CPU_HAL_DRIVER = "local-sync"  # one thread, no task system: the least noisy on small shared hosts
 PHONE_HAL_DRIVER = "local-sync"   # one thread, pinned by taskset to one cluster
 NVIDIA_SMI_TIMEOUT_S = 10
-_NVIDIA_QUERY = "name,uuid,driver_version,compute_cap"
+_NVIDIA_QUERY = "name,uuid,driver_version,compute_cap,clocks.sm,clocks.max.sm"
 
 __all__ = ["LocalDevice", "Transport", "LOCAL", "AdbTransport", "discover_local_devices", "cpu_device", "nvidia_devices", "parse_nvidia_smi",
            "phone_devices"]
@@ -95,28 +95,46 @@ def cpu_device() -> LocalDevice | None:
     return LocalDevice(device_class=device_class, info=info)
 
 
-def parse_nvidia_smi(text: str, host: str = "") -> list[LocalDevice]:
-    """Devices from `nvidia-smi --query-gpu=name,uuid,driver_version,compute_cap --format=csv,noheader`."""
+def _mhz(field: str) -> float | None:
+    """A clock as nvidia-smi's CSV gives it ("1980 MHz", "1980"; "[N/A]" where unsupported)."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(?: MHz)?", field.strip())
+    return float(match.group(1)) if match else None
+
+
+def parse_nvidia_smi(text: str, host: str = "", lock: str = "") -> list[LocalDevice]:
+    """Devices from `nvidia-smi --query-gpu=name,uuid,driver_version,compute_cap,clocks.sm,clocks.max.sm
+    --format=csv,noheader` (the clocks may be missing). `lock`: "MIN,MAX" MHz the host's unit locks the
+    SM clocks to (agent.gpu_lock_clocks); a GPU whose SM clock is inside that range records it in its
+    device info (`clocks_mhz` sm_lock_min/max, beside sm_max), one outside it is logged as not locked."""
+    low, high = (float(v) for v in lock.split(",")) if lock else (None, None)
     devices = []
     for line in text.splitlines():
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) != 4 or not fields[1]:
+        if len(fields) not in (4, 6) or not fields[1]:
             continue
-        name, uuid, driver, cc = fields
+        name, uuid, driver, cc = fields[:4]
         if not re.fullmatch(r"\d+\.\d+", cc):
             continue
+        now, top = (_mhz(fields[4]), _mhz(fields[5])) if len(fields) == 6 else (None, None)
+        clocks = {"sm_max": top} if top is not None else {}   # the clock of this moment is the samples' business
+        if low is not None and high is not None and now is not None:
+            if low <= now <= high:
+                clocks.update(sm_lock_min=low, sm_lock_max=high)
+            else:
+                log.warning("GPU %s runs its SM at %.0f MHz, outside the lock %s: not locked (the driver refused "
+                            "nvidia-smi --lock-gpu-clocks, or the unit did not run it)", uuid, now, lock)
         sm = cc.replace(".", "")
         device_class = DeviceClass(
             name=slug(name), kind="gpu", targets=[f"cuda:sm_{sm}"], runtime="cuda", description=name,
         )
         devices.append(LocalDevice(device_class, DeviceInfo(
-            device_class=device_class.name, uid=uuid, name=name, driver=driver, host=host,
+            device_class=device_class.name, uid=uuid, name=name, driver=driver, host=host, clocks_mhz=clocks,
         )))
     return devices
 
 
-def nvidia_devices() -> list[LocalDevice]:
-    """NVIDIA GPUs, or nothing where nvidia-smi is absent or fails."""
+def nvidia_devices(lock: str = "") -> list[LocalDevice]:
+    """NVIDIA GPUs, or nothing where nvidia-smi is absent or fails; `lock` as `parse_nvidia_smi`'s."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return []
@@ -131,7 +149,7 @@ def nvidia_devices() -> list[LocalDevice]:
     if proc.returncode != 0:
         log.warning("nvidia-smi exited %d: %s", proc.returncode, proc.stderr.strip()[-500:])
         return []
-    return parse_nvidia_smi(proc.stdout, host=socket.gethostname())
+    return parse_nvidia_smi(proc.stdout, host=socket.gethostname(), lock=lock)
 
 
 def _amd_class(name: str, gfx: str) -> DeviceClass:
@@ -200,11 +218,12 @@ def amd_devices() -> list[LocalDevice]:
     return []
 
 
-def discover_local_devices(phones: PhoneSettings | None = None) -> list[LocalDevice]:
+def discover_local_devices(phones: PhoneSettings | None = None, gpu_lock: str = "") -> list[LocalDevice]:
     """The host's CPU and NVIDIA GPUs; and its phones (one device per CPU cluster) when `phones`
-    is given with `enabled` set (a host without adb, or whose adb fails, simply has none)."""
+    is given with `enabled` set (a host without adb, or whose adb fails, simply has none).
+    `gpu_lock`: agent.gpu_lock_clocks (`parse_nvidia_smi`)."""
     cpu = cpu_device()
-    found = ([cpu] if cpu else []) + nvidia_devices() + amd_devices()
+    found = ([cpu] if cpu else []) + nvidia_devices(gpu_lock) + amd_devices()
     if phones is not None and phones.enabled:
         try:
             found += phone_devices(phones)

@@ -25,11 +25,9 @@ from pipeline.agents.upload import resend_command
 from pipeline.config import Settings
 from pipeline.contracts import CommitInfo
 from pipeline.contracts.bundle_dir import MANIFEST, load_bundle
+from pipeline.contracts.ids import buildkite_job_ids
 
 __all__ = ["RunJobError", "bundle_folder", "job_ids", "run_job"]
-
-_NAMESPACE = uuid.UUID("6b1f0c59-3f0e-4d7e-9a57-62656e636866")
-
 
 class RunJobError(RuntimeError):
     pass
@@ -40,13 +38,17 @@ def job_ids(env: Mapping[str, str], device_class: str) -> tuple[str, str]:
     build = env.get("BUILDKITE_BUILD_ID")
     if not build:
         return str(uuid.uuid4()), str(uuid.uuid4())
-    return (str(uuid.uuid5(_NAMESPACE, f"buildkite/{build}")),
-            str(uuid.uuid5(_NAMESPACE, f"buildkite/{build}/{device_class}")))
+    return buildkite_job_ids(build, device_class)
 
 
 def _kind(env: Mapping[str, str]) -> str:
+    """The run's kind from the Buildkite build: a pull request's, a schedule's (the nightly), a push's."""
     pr = env.get("BUILDKITE_PULL_REQUEST", "false")
-    return "pr" if pr not in ("", "false") else "push" if env.get("BUILDKITE_BUILD_ID") else "adhoc"
+    if pr not in ("", "false"):
+        return "pr"
+    if not env.get("BUILDKITE_BUILD_ID"):
+        return "adhoc"
+    return "nightly" if env.get("BUILDKITE_SOURCE") == "schedule" else "push"
 
 
 def bundle_folder(path: Path) -> Path:
@@ -64,15 +66,18 @@ def bundle_folder(path: Path) -> Path:
 
 
 def run_job(settings: Settings, *, bundle: Path, device_class: str, base_bundle: Path | None = None,
-            env: Mapping[str, str] | None = None, cases: str | None = None) -> dict[str, Any]:
+            env: Mapping[str, str] | None = None, cases: str | None = None, kind: str | None = None) -> dict[str, Any]:
     """Run the bundle (paired with `base_bundle` when given) on this host's device of the class and
-    upload the results; `cases` (a glob over case ids) runs only the cases it matches."""
+    upload the results; `cases` (a glob over case ids) runs only the cases it matches; `kind`: what
+    the run is recorded as (default: from the Buildkite build)."""
     env = os.environ if env is None else env
     bundle = bundle_folder(bundle)
     base_bundle = bundle_folder(base_bundle) if base_bundle is not None else None
     manifest = load_bundle(bundle)
     base_manifest = load_bundle(base_bundle) if base_bundle is not None else None
-    devices = map_devices(discover_local_devices(), settings.agent.device_classes, settings.agent.only_classes)
+    kind = kind or _kind(env)
+    devices = map_devices(discover_local_devices(gpu_lock=settings.agent.gpu_lock_clocks), settings.agent.device_classes,
+                          settings.agent.only_classes)
     device = next((d for d in devices if d.device_class.name == device_class), None)
     if device is None:
         have = ", ".join(sorted({d.device_class.name for d in devices})) or "none"
@@ -93,11 +98,11 @@ def run_job(settings: Settings, *, bundle: Path, device_class: str, base_bundle:
         commit = CommitInfo(sha=manifest.commit, committed_at=manifest.created_at or datetime.now(UTC))
         agent.client.request("PUT", f"runs/{run_id}/jobs/{job_id}", json={
             "agent": name, "repository": manifest.repository, "commit": commit.model_dump(mode="json"),
-            "kind": _kind(env), "device_class": device.device_class.model_dump(mode="json"),
+            "kind": kind, "device_class": device.device_class.model_dump(mode="json"),
             "manifest": manifest.model_dump(mode="json"),
             "base_manifest": base_manifest.model_dump(mode="json") if base_manifest else None})
         work = Work(job_id=job_id, run_id=run_id, device=device, bundle_dir=bundle, manifest=timed,
-                    base_bundle_dir=base_bundle, base_manifest=base_manifest, time_unchanged=_kind(env) != "pr")
+                    base_bundle_dir=base_bundle, base_manifest=base_manifest, time_unchanged=kind != "pr")
         document = run_locally(settings.measurement, settings.agent_dir / "checked")(work, agent.log.progress)
         spooled = agent.spool.put(job_id=job_id, agent=name, document=document)
         if not agent.send(spooled):

@@ -6,6 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipeline.contracts.limits import Count32
 from pipeline.contracts.manifest import Sha
 
 
@@ -15,7 +16,7 @@ class CommitInfo(BaseModel):
     sha: Sha
     parents: list[Sha] = Field(default_factory=list, description="first parent first")
     message: str = ""
-    author: str = ""
+    author: str = Field("", max_length=300)
     committed_at: datetime
-    branch: str | None = None
-    pull_request: int | None = None
+    branch: str | None = Field(None, max_length=300)
+    pull_request: Count32 | None = None

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import uuid
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 SCHEMA_VERSION = 1
 
-_PART = r"[A-Za-z0-9][A-Za-z0-9._+\-x]*"
-CASE_ID_PATTERN = rf"^{_PART}/{_PART}/{_PART}/{_PART}/{_PART}$"
+
+def _part(longest: int) -> str:
+    """A case id part of at most `longest` characters (the store's column for it holds no more)."""
+    return rf"[A-Za-z0-9][A-Za-z0-9._+\-x]{{0,{longest - 1}}}"
+
+
+# family, name, shape, dtype, impl: the longest each may be (pipeline.store.models.Case's columns)
+_PARTS = {"family": 100, "name": 200, "shape": 200, "dtype": 32, "impl": 64}
+CASE_ID_PATTERN = "^" + "/".join(_part(n) for n in _PARTS.values()) + "$"
 TARGET_PATTERN = r"^[a-z][a-z0-9\-]*:[A-Za-z0-9_\-]+$"
 DEVICE_CLASS_PATTERN = r"^[a-z0-9][a-z0-9_\-]*$"
 
@@ -26,11 +34,11 @@ class CaseId(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_version: Literal[1] = 1
-    family: str = Field(pattern=rf"^{_PART}$")
-    name: str = Field(pattern=rf"^{_PART}$")
-    shape: str = Field(pattern=rf"^{_PART}$")
-    dtype: str = Field(pattern=rf"^{_PART}$")
-    impl: str = Field(pattern=rf"^{_PART}$")
+    family: str = Field(pattern=rf"^{_part(_PARTS['family'])}$")
+    name: str = Field(pattern=rf"^{_part(_PARTS['name'])}$")
+    shape: str = Field(pattern=rf"^{_part(_PARTS['shape'])}$")
+    dtype: str = Field(pattern=rf"^{_part(_PARTS['dtype'])}$")
+    impl: str = Field(pattern=rf"^{_part(_PARTS['impl'])}$")
 
     @classmethod
     def parse(cls, text: str) -> CaseId:
@@ -76,7 +84,7 @@ class DeviceClass(BaseModel):
     runtime: Literal["iree", "cuda"] = Field(
         description="how artifacts are executed: IREE runtime (HAL driver below) or the CUDA driver API"
     )
-    hal_driver: str | None = Field(default=None, description="IREE HAL driver, e.g. local-sync, cuda")
+    hal_driver: str | None = Field(default=None, max_length=64, description="IREE HAL driver, e.g. local-sync, cuda")
     description: str = ""
 
     @model_validator(mode="after")
@@ -87,5 +95,17 @@ class DeviceClass(BaseModel):
 
 
 def selects_case(glob: str | None, case_id: str) -> bool:
-    """Whether a job's `cases` glob (fnmatch, case-sensitive; None: all) selects a case id."""
-    return glob is None or fnmatch.fnmatchcase(case_id, glob)
+    """Whether a job's `cases` glob (fnmatch, case-sensitive; several separated by commas, which no
+    case id holds; None: all) selects a case id."""
+    return glob is None or any(fnmatch.fnmatchcase(case_id, g) for g in glob.split(","))
+
+
+BUILDKITE_NAMESPACE = uuid.UUID("6b1f0c59-3f0e-4d7e-9a57-62656e636866")
+
+
+def buildkite_job_ids(build_id: str, device_class: str) -> tuple[str, str]:
+    """(run id, job id) of a Buildkite build's device step: `benchfarm run-job` names its run and job
+    so (a retried step continues the same job), and the service that created the build can say
+    beforehand which run and jobs it will make."""
+    return (str(uuid.uuid5(BUILDKITE_NAMESPACE, f"buildkite/{build_id}")),
+            str(uuid.uuid5(BUILDKITE_NAMESPACE, f"buildkite/{build_id}/{device_class}")))

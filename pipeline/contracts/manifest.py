@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from pipeline.contracts.ids import CaseIdStr, TargetStr
+from pipeline.contracts.limits import Count32, Count64
 
 Sha = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")]
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
@@ -150,13 +151,13 @@ class CompileStats(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    compiler: str
-    compiler_version: str
+    compiler: str = Field(max_length=100)
+    compiler_version: str = Field(max_length=100)
     compile_time_s: float = Field(ge=0, allow_inf_nan=False)
-    binary_bytes: int = Field(ge=0)
-    registers: int | None = Field(default=None, ge=0)
-    spills: int | None = Field(default=None, ge=0)
-    shared_bytes: int | None = Field(default=None, ge=0)
+    binary_bytes: Count64
+    registers: Count32 | None = None
+    spills: Count32 | None = None
+    shared_bytes: Count32 | None = None
     flags: list[str] = Field(default_factory=list)
 
 
@@ -181,15 +182,15 @@ class BundleEntry(BaseModel):
 
     case: CaseIdStr
     target: TargetStr
-    model: str = Field(default="", description="the model the shape comes from")
+    model: str = Field(default="", max_length=200, description="the model the shape comes from")
     status: Literal["built", "failed"]
     error: str | None = None
     artifact: ArtifactRef | None = None
     launch: LaunchSpec | None = None
     tensors: list[TensorSpec] = Field(default_factory=list)
     reference: ReferenceSpec | None = None
-    flops: int = Field(ge=0, description="floating-point operations per call, for the roofline")
-    bytes: int = Field(ge=0, description="minimum bytes moved per call, for the roofline")
+    flops: Count64 = Field(description="floating-point operations per call, for the roofline")
+    bytes: Count64 = Field(description="minimum bytes moved per call, for the roofline")
     compile: CompileStats | None = None
 
     @model_validator(mode="after")
@@ -239,10 +240,10 @@ class BundleManifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     schema_version: Literal[1] = 1
-    repository: str = Field(min_length=1)
+    repository: str = Field(min_length=1, max_length=200)
     commit: Sha
     suite_path: str = Field(description="the suite's folder inside the repository ('.' for its root)")
-    suite_digest: str = Field(min_length=1, description="git tree id of the suite folder at the commit")
+    suite_digest: str = Field(min_length=1, max_length=100, description="git tree id of the suite folder at the commit")
     suite_source: str = Field(default="suite", description="bundle folder holding the suite's sources")
     created_at: datetime
     compilers: dict[str, str]

@@ -1,4 +1,8 @@
-"""Result document: what a device agent measured for one job (DESIGN.md, "Contracts")."""
+"""Result document: what a device agent measured for one job (DESIGN.md, "Contracts").
+
+Text fields the store keeps in bounded columns are bounded here, at the columns' lengths: a longer
+value is refused naming its field on every store (PostgreSQL would refuse it with a driver error,
+SQLite would keep it)."""
 
 from __future__ import annotations
 
@@ -25,10 +29,10 @@ class DeviceInfo(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     device_class: DeviceClassName
-    uid: str = Field(min_length=1, description="stable unique id: GPU UUID, adb serial, host id")
-    name: str = ""
-    driver: str | None = None
-    host: str = ""
+    uid: str = Field(min_length=1, max_length=200, description="stable unique id: GPU UUID, adb serial, host id")
+    name: str = Field("", max_length=200)
+    driver: str | None = Field(None, max_length=200)
+    host: str = Field("", max_length=200)
     clocks_mhz: dict[str, Finite] = Field(default_factory=dict)
     temperature_c: Finite | None = None
 
@@ -36,8 +40,8 @@ class DeviceInfo(BaseModel):
 class AgentInfo(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1)
-    version: str
+    name: str = Field(min_length=1, max_length=200)
+    version: str = Field(max_length=100)
 
 
 class SampleStats(BaseModel):
@@ -152,9 +156,9 @@ class ResultDocument(BaseModel):
     schema_version: Literal[1] = 1
     run_id: str = Field(min_length=1, max_length=64)
     job_id: str = Field(min_length=1, max_length=64)
-    repository: str = Field(min_length=1)
+    repository: str = Field(min_length=1, max_length=200)
     commit: Sha
-    bundle_digest: str | None = None
+    bundle_digest: str | None = Field(None, max_length=64)
     device: DeviceInfo
     agent: AgentInfo
     started_at: datetime

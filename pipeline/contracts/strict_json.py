@@ -5,8 +5,9 @@ by `loads`, so the same input gets the same refusal on every store and route:
 - bytes that are not UTF-8: refused (not a 500 from a decode deep inside);
 - nesting deeper than `MAX_DEPTH` arrays/objects: refused before parsing (the parser recurses; a
   100,000-deep body would exhaust the stack);
-- `NaN`, `Infinity`, `-Infinity` (which Python's json reads though JSON has no such numbers):
-  refused wherever they appear, so every number stored is finite;
+- `NaN`, `Infinity`, `-Infinity` (which Python's json reads though JSON has no such numbers), and
+  numbers past a double's range (`1e999`, which it reads as infinity): refused wherever they
+  appear, so every number stored is finite;
 - NUL characters in strings: refused (PostgreSQL text cannot hold them; SQLite could, and the two
   stores must answer alike).
 """
@@ -14,6 +15,7 @@ by `loads`, so the same input gets the same refusal on every store and route:
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -89,8 +91,12 @@ def loads(body: bytes | str) -> Any:
         constants.append(_NonFinite(name))
         return constants[-1]
 
+    def number(literal: str) -> float | _NonFinite:
+        value = float(literal)   # 1e999 is a JSON number, and Python reads it as inf
+        return value if math.isfinite(value) else constant(f"{literal[:30]} (out of a double's range)")
+
     try:
-        data = json.loads(text, parse_constant=constant, object_pairs_hook=_no_nul)
+        data = json.loads(text, parse_constant=constant, parse_float=number, object_pairs_hook=_no_nul)
     except json.JSONDecodeError as exc:
         raise BodyError(f"not JSON: {exc}") from None
     if constants:

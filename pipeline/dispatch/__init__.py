@@ -138,10 +138,12 @@ def _job(session: Session, job_id: str) -> Job:
 
 def register_agent(
     session: Session, *, name: str, token_name: str, host: str, version: str,
-    devices: Sequence[tuple[DeviceClass, DeviceInfo]], now: datetime | None = None,
+    devices: Sequence[tuple[DeviceClass, DeviceInfo]], now: datetime | None = None, may_redefine_classes: bool = False,
 ) -> Agent:
     """Create or refresh an agent and its devices: listed devices are online and belong to it; its
-    devices not listed are offline. Device classes are upserted from what the agent reports."""
+    devices not listed are offline. Device classes the store lacks are created from what the agent
+    reports; one it has with another definition is changed only when `may_redefine_classes` (an
+    admin's token), else ingest.DeviceClassConflict."""
     now = now or utcnow()
     agent = session.scalar(sa.select(Agent).where(Agent.name == name))
     if agent is None:
@@ -151,7 +153,7 @@ def register_agent(
     agent.state, agent.last_heartbeat = "online", now
     session.flush()
     for device_class, info in devices:
-        ingest.upsert_device_class(session, device_class)
+        ingest.ensure_device_class(session, device_class, may_redefine=may_redefine_classes)
         device = ingest.upsert_device(session, info=info)
         device.agent_id = agent.id
     _set_presence(session, agent, [info.uid for _, info in devices], now)
@@ -362,6 +364,12 @@ def ensure_external_job(
         else:
             dc = session.scalar(sa.select(DeviceClassRow).where(DeviceClassRow.name == device_class.name))
             assert dc is not None
+            if run.commit.sha != commit_sha or run.repository.name != repository:
+                raise DispatchError(f"run_id: run {run_id} is of {run.repository.name} at {run.commit.sha}, not "
+                                    f"{repository} at {commit_sha}")
+            taken = next((j.id for j in run.jobs if j.device_class_id == dc.id), None)
+            if taken is not None:   # a run has one job per device class
+                raise DispatchError(f"job_id: run {run_id} has job {taken} on {device_class.name} already, not {job_id}")
             session.add(Job(id=job_id, run_id=run_id, device_class_id=dc.id, status="queued", attempts=0,
                             created_at=utcnow()))
             session.flush()
@@ -369,6 +377,8 @@ def ensure_external_job(
         assert job is not None
     elif job.run_id != run_id:
         raise DispatchError(f"job_id: job {job_id} belongs to run {job.run_id}, not {run_id}")
+    elif job.device_class.name != device_class.name:
+        raise DispatchError(f"device_class: job {job_id} runs on {job.device_class.name}, not {device_class.name}")
     if job.status == "done":
         return job
     job.bundle_digest, job.base_bundle_digest = bundle_digest, base_bundle_digest

@@ -201,7 +201,9 @@ class Reaper(Loop):
 
 
 class Builder(Loop):
-    """Builds the bundles of triggered runs from the suite checkout, one at a time."""
+    """Builds the bundles of triggered runs from the suite checkout, one at a time: a thread of the
+    service, or the loop of a `benchfarm builder` process (several may share a store: a request is
+    taken by one update that only one of them wins)."""
 
     def __init__(self, settings: Settings, engine: Engine, *, suite: Path) -> None:
         super().__init__("dispatch-builder", 0.5)
@@ -249,6 +251,12 @@ class Builder(Loop):
             with session_scope(self.engine) as session:
                 finish_build(session, build_id=build_id, digest=digests[0],
                              base_digest=digests[1] if base_sha else None)
+        except (KeyboardInterrupt, SystemExit):
+            # this builder stops (Ctrl-C, SIGTERM): the request goes back to wait for the next builder
+            with session_scope(self.engine) as session:
+                session.execute(sa.update(BuildRequest).where(BuildRequest.id == build_id)
+                                .values(status="pending", started_at=None))
+            raise
         except Exception as exc:
             log.exception("build of %s failed", sha[:10])
             with session_scope(self.engine) as session:

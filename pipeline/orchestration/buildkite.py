@@ -53,13 +53,16 @@ class PipelineRequest:
     pr: int | None = None
     targets: Sequence[str] | None = None     # the build's targets; None: benchfarm build's default
     repository: str | None = None            # BENCHFARM_REPOSITORY for every step; None: the agents' settings
+    cases: str | None = None                 # glob over case ids the device steps run; None: all
+    kind: str | None = None                  # what run-job records the run as; None: from the build
 
     def __post_init__(self) -> None:
         for name, sha in (("commit", self.commit), ("base", self.base)):
             if sha is not None and not _SHA.match(sha):
                 raise ValueError(f"{name} {sha!r} is not a commit sha (7 to 64 lowercase hex digits)")
         if not self.device_classes:
-            raise ValueError("at least one device class is needed")
+            raise ValueError("at least one device class is needed (--device-classes, or "
+                             "BENCHFARM_BUILDKITE__DEVICE_CLASSES in the pipeline's environment)")
         for dc in self.device_classes:
             if not re.fullmatch(DEVICE_CLASS_PATTERN, dc):
                 raise ValueError(f"device class {dc!r} does not match {DEVICE_CLASS_PATTERN}")
@@ -98,6 +101,10 @@ def _device_step(request: PipelineRequest, device_class: str, settings: Buildkit
     run_job = f"benchfarm run-job --bundle {bundles}/head --device-class {device_class}"
     if request.base:
         run_job += f" --base-bundle {bundles}/base"
+    if request.cases:
+        run_job += f" --cases {shlex.quote(request.cases)}"
+    if request.kind:
+        run_job += f" --kind {request.kind}"
     return CommandStep(
         key=device_key(device_class), label=f":stopwatch: {device_class}", depends_on=[BUILD_KEY],
         agents={"queue": queue},

@@ -2,7 +2,8 @@
 (`POST /v2/organizations/{org}/pipelines/{pipeline}/builds`, Bearer token with `write_builds`).
 
 Used when Buildkite is configured (`buildkite.api_token`, `organization`, `pipeline`): a GitHub
-delivery then becomes a Buildkite build whose first step uploads `benchfarm pipeline`'s steps.
+delivery, or an ad-hoc run (`POST /api/v1/runs`, `benchfarm trigger`), then becomes a Buildkite build
+whose first step uploads `benchfarm pipeline`'s steps.
 Sent with the project's one HTTP client (`ServiceClient`: retried on connection errors and 5xx); a
 refused token (401/403) or a refused build (4xx) is reported at once with Buildkite's message.
 """
@@ -28,6 +29,7 @@ class BuildkiteError(RuntimeError):
 class CreatedBuild:
     number: int
     web_url: str
+    id: str   # the build's UUID (BUILDKITE_BUILD_ID in its steps)
 
 
 def configured(settings: BuildkiteSettings) -> bool:
@@ -57,4 +59,4 @@ def create_build(settings: BuildkiteSettings, *, commit: str, branch: str, messa
             raise BuildkiteError(f"Buildkite unreachable at {client.url(path)} after {retries + 1} attempts; "
                                  f"last: HTTP {exc.status}: {exc.message}") from None
         raise BuildkiteError(f"Buildkite refused the build (HTTP {exc.status}): {exc.message}") from None
-    return CreatedBuild(number=int(data["number"]), web_url=str(data.get("web_url", "")))
+    return CreatedBuild(number=int(data["number"]), web_url=str(data.get("web_url", "")), id=str(data.get("id", "")))

@@ -36,7 +36,7 @@ from pipeline.service.api.routes import (
     users,
     webhooks,
 )
-from pipeline.service.api.schemas import add_body_schemas
+from pipeline.service.api.schemas import add_body_schemas, document_errors
 from pipeline.service.auth import AuthError
 from pipeline.service.web.render import error_page, wants_html
 from pipeline.store.ingest import IngestError
@@ -72,12 +72,20 @@ def create_app(settings: Settings, engine: Engine) -> FastAPI:
     app.state.engine = engine
 
     @app.middleware("http")
-    async def limit_body(request: Request, call_next):  # type: ignore[no-untyped-def]
+    async def screen_request(request: Request, call_next):  # type: ignore[no-untyped-def]
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > settings.max_upload_bytes):
             # Refused from the header alone: not one byte of the body is read.
             return JSONResponse({"error": f"request body over {settings.max_upload_bytes} bytes "
                                           "(BENCHFARM_MAX_UPLOAD_BYTES)"}, status_code=413)
+        if "\x00" in request.scope["path"] or any("\x00" in k or "\x00" in v
+                                                   for k, v in request.query_params.multi_items()):
+            # PostgreSQL text cannot hold NUL (a 500 from the driver there, an empty answer on SQLite); bodies
+            # are screened by strict_json, the address here: refused alike on both stores
+            message = "the address holds a NUL character (%00): no name, id or parameter has one"
+            if wants_html(request):
+                return error_page(request, 422, message)
+            return JSONResponse({"error": message}, status_code=422)
         return await call_next(request)
 
     @app.exception_handler(ContractError)
@@ -122,7 +130,7 @@ def create_app(settings: Settings, engine: Engine) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = add_body_schemas(default_openapi())
+            app.openapi_schema = document_errors(add_body_schemas(default_openapi()))
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

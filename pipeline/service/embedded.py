@@ -27,7 +27,7 @@ from pipeline.config import Settings
 from pipeline.dispatch import triggers
 from pipeline.service import auth
 from pipeline.service.app import create_app, freeze_startup_heap
-from pipeline.store.db import open_store, session_scope
+from pipeline.store.db import open_store, session_scope, shown_url
 from pipeline.store.models import Agent, ApiToken
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ def start_dispatcher(settings: Settings, engine: Engine) -> list[threading.Threa
     """What the service runs beside the API: leases restarted (agents could not heartbeat while it
     was down), the reaper, the webhook worker, the reporter (`pipeline.pr_comments`), the alerter
     (`pipeline.service.alerts`), the bisector (`pipeline.dispatch.bisect`), and the builder when it has
-    a suite checkout."""
+    a suite checkout and `dispatch.builder` (else `benchfarm builder` processes build)."""
     from pipeline.dispatch.bisect import Bisector
     from pipeline.pr_comments.reporter import Reporter
     from pipeline.pr_comments.webhook import WebhookWorker
@@ -162,7 +162,7 @@ def start_dispatcher(settings: Settings, engine: Engine) -> list[threading.Threa
                                      Reporter(settings, engine), VerdictWarmer(settings, engine),
                                      Alerter(settings, engine), triggers.Nightly(settings, engine),
                                      Bisector(settings, engine)]
-    if settings.dispatch.suite_path:
+    if settings.dispatch.suite_path and settings.dispatch.builder:
         loops.append(triggers.Builder(settings, engine, suite=Path(settings.dispatch.suite_path)))
     for loop in loops:
         loop.start()
@@ -181,9 +181,15 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+INTERRUPTED_EXIT = 130
+"""The exit status of a stop that cancelled work (as `benchfarm run` interrupted), 128 + SIGINT."""
+
+
 def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_start: bool,
-                   access_log: bool = False) -> None:
-    """Serve until interrupted; `access_log`: uvicorn's line per request (off: the terminal stays readable)."""
+                   access_log: bool = False) -> int:
+    """Serve until interrupted; `access_log`: uvicorn's line per request (off: the terminal stays readable).
+    Returns the exit status: 0 for a stop with nothing running, INTERRUPTED_EXIT when the stop
+    cancelled a job the in-process agent was running."""
     check_port_free(settings.host, settings.port)
     if suite is not None and not settings.dispatch.suite_path:
         settings = settings.model_copy(update={"dispatch": settings.dispatch.model_copy(
@@ -192,7 +198,7 @@ def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_s
     app = create_app(settings, engine)
     start_dispatcher(settings, engine)
     agent = start_embedded_agent(settings, engine, suite=suite, ref=ref if run_on_start else None) if suite else None
-    print(f"benchfarm serving {settings.database_url} at {settings.public_url}  (Ctrl-C stops)", flush=True)
+    print(f"benchfarm serving {shown_url(settings.database_url)} at {settings.public_url}  (Ctrl-C stops)", flush=True)
     freeze_startup_heap()
     app.state.stopping = threading.Event()
 
@@ -217,10 +223,12 @@ def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_s
             cancelled = dispatch.set_agent_gone(session, name=EMBEDDED_AGENT, reason=STOPPED_REASON) if agent else []
         for job_id in cancelled:
             print(f"job {job_id} cancelled (it was running when benchfarm up stopped)", flush=True)
+        status = INTERRUPTED_EXIT if cancelled else 0
         if agent is not None and agent.busy():
             # The job's worker thread is inside native code (IREE, CUDA) that cannot be interrupted;
             # a normal interpreter exit would unwind that thread through C++ frames and abort the
             # process ("FATAL: exception not rethrown"). Its job is recorded as cancelled above.
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(0)
+            os._exit(status)
+    return status

@@ -89,7 +89,8 @@ from pipeline.store.models import (
 
 __all__ = [
     "DRIFT_RATIO", "STATUSES", "STATUS_LABELS", "VERDICTS", "BaseChoice", "CompareError", "Comparison", "ComparisonRow",
-    "PRVerdict", "choose_base", "combine", "compare", "compare_all", "counted_status", "find_base", "overall_verdict", "paired_changes",
+    "PRVerdict", "choose_base", "combine", "compare", "compare_all", "counted_status", "find_base", "only_cases", "overall_verdict",
+    "paired_changes",
     "result_device_classes", "results_version", "status_label", "verdict_counts",
 ]
 
@@ -435,6 +436,15 @@ def overall_verdict(rows: Iterable[ComparisonRow]) -> str:
     """One word for a set of rows (module doc): the first of VERDICTS that a row counts as."""
     statuses = {counted_status(r) for r in rows}
     return next((v for v in VERDICTS if v in statuses), "no baseline")
+
+
+def only_cases(comparison: Comparison, case_ids: set[str]) -> Comparison:
+    """The comparison narrowed to `case_ids` (what one run ran: `--cases`, or a run of part of a
+    commit), its counts and verdict those of the rows kept."""
+    rows = [r for r in comparison.rows if r.case_id in case_ids]
+    counts = Counter(r.status for r in rows)
+    return replace(comparison, rows=rows, counts={s: counts.get(s, 0) for s in STATUSES}, verdict=overall_verdict(rows),
+                   errored=counts.get("errored", 0), drift=sum(r.drift for r in rows), paired=any(r.paired for r in rows))
 
 
 def verdict_counts(rows: Iterable[ComparisonRow]) -> dict[str, int]:

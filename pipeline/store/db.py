@@ -33,6 +33,11 @@ def normalize_url(url: str | URL) -> URL:
     return parsed
 
 
+def shown_url(url: str | URL) -> str:
+    """The database URL as logs and terminals may show it: the password masked."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     try:
@@ -58,7 +63,7 @@ def make_engine(url: str | URL, **kwargs: Any) -> Engine:
     if backend == "postgresql":
         kwargs.setdefault("pool_pre_ping", True)
         return create_engine(parsed, **kwargs)
-    raise ValueError(f"unsupported database URL {parsed.render_as_string(hide_password=True)}: use sqlite:// or postgresql://")
+    raise ValueError(f"unsupported database URL {shown_url(parsed)}: use sqlite:// or postgresql://")
 
 
 def alembic_config(engine: Engine | None = None) -> Config:

@@ -35,6 +35,7 @@ from pipeline.store.analysis import analyze_after_ingest, learn_paired_noise
 from pipeline.store.models import (
     JOB_STATUSES,
     RUN_KINDS,
+    Agent,
     Bundle,
     Case,
     CaseResultRow,
@@ -384,21 +385,48 @@ def _check_document(session: Session, document: ResultDocument) -> tuple[Job, Ru
         more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
         raise IngestError(f"results.{i}.case: unknown case {case}{more}; ingest the bundle manifest that builds it first")
     targets = set(job.device_class.targets)
-    for i, r in enumerate(document.results):   # skipped rows (entries of other targets in the bundle) hold no timing
-        if r.target not in targets and r.status != "skipped":
+    foreign = [(i, r) for i, r in enumerate(document.results) if r.target not in targets]
+    # skipped rows may be entries of the bundle's other targets (an agent reports every entry; they hold no
+    # timing): those a bundle built, the job's own (or, without one, one of the run's commit: local runs)
+    skipped_foreign = any(r.status == "skipped" for _, r in foreign)
+    built = _built(session, job, run) if job.bundle_digest is not None or skipped_foreign else set()
+    for i, r in foreign:
+        if r.status != "skipped" or (r.case, r.target) not in built:
             raise IngestError(f"results.{i}.target: {r.target} is not a target of device class {job.device_class.name} "
-                              f"({', '.join(sorted(targets))})")
+                              f"({', '.join(sorted(targets))})" + (" and no bundle of the job built it"
+                                                                    if r.status == "skipped" else ""))
     if job.bundle_digest is not None:   # only what the job's bundle built (imports and local runs have none)
-        built = set(session.execute(
-            sa.select(Case.case_id, CompileStat.target).join(CompileStat, CompileStat.case_id == Case.id)
-            .join(Bundle, CompileStat.bundle_id == Bundle.id).where(Bundle.digest == job.bundle_digest)).all())
         if built:
             outside = [(i, r) for i, r in enumerate(document.results) if (r.case, r.target) not in built]
             if outside:
                 i, r = outside[0]
                 raise IngestError(f"results.{i}: {r.case} on {r.target} is not in the job's bundle "
                                   f"{job.bundle_digest[:12]}")
+    _check_device(session, document.device.uid, job)
     return job, run, case_ids
+
+
+def _built(session: Session, job: Job, run: Run) -> set[tuple[str, str]]:
+    """(case id, target) of what the job's bundle built; without one, what the bundles of the run's commit built."""
+    where = Bundle.digest == job.bundle_digest if job.bundle_digest is not None else Bundle.commit_id == run.commit_id
+    return set(session.execute(  # type: ignore[arg-type]
+        sa.select(Case.case_id, CompileStat.target).join(CompileStat, CompileStat.case_id == Case.id)
+        .join(Bundle, CompileStat.bundle_id == Bundle.id).where(where)).all())
+
+
+def _check_device(session: Session, uid: str, job: Job) -> None:
+    """A device of another class is named only by the agent it is registered to (which re-maps its
+    devices between classes), or when no agent holds it (local runs): another agent's GPU is never
+    written into a job of some other class."""
+    found = session.execute(sa.select(Device.device_class_id, Agent.name, DeviceClassRow.name)
+                            .join(DeviceClassRow, Device.device_class_id == DeviceClassRow.id)
+                            .join(Agent, Device.agent_id == Agent.id).where(Device.uid == uid)).first()
+    if found is None:
+        return
+    class_id, owner, class_name = found
+    if class_id != job.device_class_id and owner != (job.lease_owner or job.agent):
+        raise IngestError(f"device.uid: device {uid} is agent {owner}'s, of device class {class_name}, not "
+                          f"{job.device_class.name}")
 
 
 def _latency_series(session: Session, case_pks: set[int], device_class_id: int) -> dict[int, int]:

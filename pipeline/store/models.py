@@ -411,6 +411,8 @@ class ChangePoint(Base):
     """Why the analysis retracted it (empty while it stands)."""
     alerted_at: Mapped[datetime | None]
     """When a confirmed regression was announced (`pipeline.service.alerts`); None: not (yet)."""
+    emailed_at: Mapped[datetime | None]
+    """When it was e-mailed (the alerts' SMTP channel); None: not (yet)."""
 
 
 class TriageEvent(Base):

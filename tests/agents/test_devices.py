@@ -41,6 +41,21 @@ def test_parse_nvidia_smi() -> None:
     assert devices[0].info.driver == "560.35.03" and devices[0].info.host == "gpu-host"
 
 
+def test_a_locked_gpu_records_its_lock(caplog: pytest.LogCaptureFixture) -> None:
+    """agent.gpu_lock_clocks is what the GPU unit asked nvidia-smi for; a GPU running inside that range
+    records it in its device info, one outside it (the driver refused) is logged and records none."""
+    text = ("NVIDIA H100 80GB HBM3, GPU-1111-aaaa, 560.35.03, 9.0, 1755 MHz, 1980 MHz\n"
+            "NVIDIA H100 80GB HBM3, GPU-2222-bbbb, 560.35.03, 9.0, 345 MHz, 1980 MHz\n"
+            "NVIDIA H100 80GB HBM3, GPU-3333-cccc, 560.35.03, 9.0, [N/A], [N/A]\n")
+    locked, unlocked, unknown = parse_nvidia_smi(text, lock="1755,1755")
+    assert locked.info.clocks_mhz == {"sm_max": 1980.0, "sm_lock_min": 1755.0, "sm_lock_max": 1755.0}
+    assert unlocked.info.clocks_mhz == {"sm_max": 1980.0}
+    assert unknown.info.clocks_mhz == {}
+    assert "GPU-2222-bbbb runs its SM at 345 MHz, outside the lock 1755,1755: not locked" in caplog.text
+    assert "GPU-1111" not in caplog.text
+    assert parse_nvidia_smi(text)[0].info.clocks_mhz == {"sm_max": 1980.0}   # no lock asked for: none recorded
+
+
 def _fake_smi(folder: Path, body: str) -> None:
     script = folder / "nvidia-smi"
     script.write_text("#!/bin/sh\n" + body + "\n")

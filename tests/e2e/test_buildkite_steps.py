@@ -1,5 +1,5 @@
-"""The generated Buildkite pipeline, run locally: `benchfarm pipeline` for a pull request, then
-each step's commands in dependency order, in a fresh checkout at BUILDKITE_COMMIT, with the
+"""The generated Buildkite pipeline, run locally: the pipeline's static step (infra/buildkite/
+pipeline.yml) uploads `benchfarm pipeline`'s steps for a pull request, then each step's commands in dependency order, in a fresh checkout at BUILDKITE_COMMIT, with the
 environment variables a Buildkite agent sets for the job; artifacts go through a local folder
 (`tests/helpers/buildkite_agent_shim.py`, a `buildkite-agent` on PATH that copies files). The
 device step uploads to a real `benchfarm serve`; the report step posts on the GitHub stand-in the
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.e2e.test_pr_webhook import (
     CASES,
@@ -33,6 +34,8 @@ from tests.helpers.github_webhooks import HostedRepo
 from tests.helpers.suite_repo import GemmCase, case_id, gemm_suite_files, git
 
 pytestmark = pytest.mark.e2e
+
+STATIC_STEP = Path(__file__).resolve().parents[2] / "infra" / "buildkite" / "pipeline.yml"
 
 
 def _ordered(document: dict[str, Any]) -> list[dict[str, Any]]:
@@ -61,13 +64,24 @@ def test_pipeline_steps_run_in_order_and_post_the_comment(tmp_path: Path) -> Non
     buildkite_agent_shim.install(bin_dir)
     (bin_dir / "benchfarm").write_text(f"#!/bin/sh\nexec {sys.executable} -m pipeline.cli \"$@\"\n")
     (bin_dir / "benchfarm").chmod(0o755)
-    cli_env = {**base_env(tmp_path / "pipeline-home"), "BENCHFARM_BUILDKITE__SUITE_DIR": "kernels"}
-    generated = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "pipeline", "--commit", head, "--base", base, "--pr", "7",
-         "--device-classes", DEVICE_CLASS, "--repository", REPO], env=cli_env, cwd=tmp_path, capture_output=True,
-        text=True, timeout=60, check=False)
-    assert generated.returncode == 0, generated.stderr
-    document = json.loads(generated.stdout)
+    # the pipeline's static step (infra/buildkite/pipeline.yml) as an agent of the builder queue runs
+    # it: in a checkout at the head, with the pipeline's environment; it uploads the generated steps
+    static = yaml.safe_load(STATIC_STEP.read_text())["steps"][0]
+    checkout = tmp_path / "jobs" / "upload"
+    git(tmp_path, "clone", "-q", str(hosted.bare), str(checkout))
+    git(checkout, "checkout", "-q", head)
+    pipeline_env = {"BENCHFARM_BUILDKITE__DEVICE_CLASSES": DEVICE_CLASS, "BENCHFARM_BUILDKITE__SUITE_DIR": "kernels",
+                    "BENCHFARM_REPOSITORY": REPO}
+    env = {**base_env(tmp_path / "pipeline-home"), **pipeline_env, **_agent_env(static | {"key": "upload"}, head, 7,
+                                                                              "upload"),
+           "BUILDKITE_SHIM_ARTIFACTS": str(tmp_path / "artifacts"), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    uploaded = subprocess.run(["bash", "-e", "-c", static["command"].replace("$$", "$")], cwd=checkout, env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+    assert uploaded.returncode == 0, uploaded.stderr
+    document = yaml.safe_load((tmp_path / "artifacts" / buildkite_agent_shim.UPLOADED).read_text())
+    assert document["env"]["BENCHFARM_REPOSITORY"] == REPO
+    (build,) = [s for s in document["steps"] if s["key"] == "build"]
+    assert build["commands"][1].startswith(f"benchfarm build --commit {base} ")   # the merge base, paired
 
     with github_standin() as standin:
         standin.add_token(GITHUB_TOKEN, "benchfarm-bot")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.contracts.ids import buildkite_job_ids
 from tests.helpers.farm import DEVICE_CLASS, FAST, TOKEN, Farm, base_env
 from tests.helpers.suite_repo import GemmCase, gemm_suite_files, make_suite_repo
 
@@ -44,6 +45,24 @@ def test_run_job_uploads_once_across_retries(tmp_path: Path) -> None:
         # the retry found the job done: no second attempt, its upload only duplicates
         assert job["status"] == "done" and job["attempts"] == 1 and job["device_class"] == DEVICE_CLASS
         assert farm.query("SELECT COUNT(*) FROM case_results WHERE job_id = ?", job["id"]) == [(1,)]
+        assert farm.query("SELECT kind FROM runs") == [("push",)]   # a Buildkite build of no pull request
+
+        # an ad-hoc build (what the service asks Buildkite for on `benchfarm trigger`): the run and job
+        # are the ones the service named when it created the build, recorded as ad-hoc
+        env.update(BUILDKITE_BUILD_ID="build-43", BUILDKITE_JOB_ID="job-2", BUILDKITE_RETRY_COUNT="0")
+        proc = subprocess.run([*cli, "run-job", "--bundle", str(bundle), "--device-class", DEVICE_CLASS, "--kind",
+                               "adhoc"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        run_id, job_id = buildkite_job_ids("build-43", DEVICE_CLASS)
+        assert " ".join(proc.stdout.split()).startswith(f"job {job_id} of run {run_id}:"), proc.stdout
+        assert farm.query("SELECT kind FROM runs WHERE id = ?", run_id) == [("adhoc",)]
+        # a build of the pipeline's schedule (the nightly on Buildkite) is recorded as one
+        env.update(BUILDKITE_BUILD_ID="build-44", BUILDKITE_SOURCE="schedule")
+        proc = subprocess.run([*cli, "run-job", "--bundle", str(bundle), "--device-class", DEVICE_CLASS], env=env,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        nightly, _ = buildkite_job_ids("build-44", DEVICE_CLASS)
+        assert farm.query("SELECT kind FROM runs WHERE id = ?", nightly) == [("nightly",)]
     finally:
         farm.stop()
 

@@ -30,8 +30,9 @@ def test_up_serves_a_benchmark_of_head(tmp_path: Path) -> None:
     log_path = tmp_path / "up.log"
     with log_path.open("w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "up", "--suite", str(repo / "kernels"),
-                                 "--port", str(port)], cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+                                 "--host", "127.0.0.2", "--port", str(port)], cwd=tmp_path, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.2:{port}"   # --host: not the default 127.0.0.1
     try:
         deadline = time.monotonic() + 300
         runs: list[dict] = []

@@ -76,3 +76,11 @@ def test_run_names_uncommitted_edits_and_worktree_runs_them(tmp_path: Path) -> N
     assert {r["case_id"]: r["status"] for r in comparison["rows"]}[case_id(added)] == "no baseline"
     markdown = benchfarm(home, "compare", "HEAD", wt, "--format", "markdown", cwd=repo).stdout
     assert "| " in markdown and head[:7] in markdown, markdown
+
+    # the edit committed and run whole, then `--cases` again on that commit: the table shows the case
+    # this run ran, not the commit's other case from the earlier run
+    git(repo, "commit", "-qam", "gemm: add a case")
+    assert benchfarm(home, "run", cwd=repo).returncode == 0
+    again = benchfarm(home, "run", "--cases", "gemm/added/*", cwd=repo)
+    assert again.returncode == 0, again.stderr
+    assert case_id(added) in again.stdout and case_id(kept) not in again.stdout, again.stdout

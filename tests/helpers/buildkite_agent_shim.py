@@ -1,9 +1,10 @@
-"""A stand-in for `buildkite-agent artifact upload|download`, for running a generated pipeline's
-steps locally in tests: NOT Buildkite's agent. It copies files to and from a local folder that
-plays Buildkite's artifact store, `$BUILDKITE_SHIM_ARTIFACTS/<step key>/<path>`.
+"""A stand-in for `buildkite-agent artifact upload|download` and `pipeline upload`, for running a
+pipeline's steps locally in tests: NOT Buildkite's agent. It copies files to and from a local folder
+that plays Buildkite's artifact store, `$BUILDKITE_SHIM_ARTIFACTS/<step key>/<path>`.
 
     buildkite-agent artifact upload "PATTERN"                    (the step is $BUILDKITE_STEP_KEY)
     buildkite-agent artifact download "PATTERN" DEST --step KEY
+    buildkite-agent pipeline upload                              (stdin -> $BUILDKITE_SHIM_ARTIFACTS/uploaded.yml)
 
 PATTERN is a glob relative to the working directory (`**` crosses folders), as Buildkite's is.
 `install(bin_dir)` writes it as an executable `buildkite-agent` to put on PATH.
@@ -15,6 +16,9 @@ import os
 import shutil
 import sys
 from pathlib import Path
+
+
+UPLOADED = "uploaded.yml"
 
 
 def _store() -> Path:
@@ -43,7 +47,20 @@ def download(pattern: str, dest: str, step_key: str) -> int:
     return 0 if files else 1
 
 
+def pipeline_upload() -> int:
+    text = sys.stdin.read()
+    if not text.strip():
+        print("buildkite-agent shim: pipeline upload: no pipeline on stdin", file=sys.stderr)
+        return 1
+    (_store() / UPLOADED).parent.mkdir(parents=True, exist_ok=True)
+    (_store() / UPLOADED).write_text(text)
+    print("pipeline uploaded")
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv == ["pipeline", "upload"]:
+        return pipeline_upload()
     if argv[:2] == ["artifact", "upload"] and len(argv) == 3:
         return upload(argv[2])
     if argv[:2] == ["artifact", "download"] and len(argv) == 6 and argv[4] == "--step":

@@ -1,5 +1,5 @@
-"""A farm on loopback made of real processes: `benchfarm serve` and `benchfarm agent` subprocesses
-sharing a suite checkout, with short leases and heartbeats, for the dispatcher's fault tests."""
+"""A farm on loopback made of real processes: `benchfarm serve`, `benchfarm agent` (and `benchfarm
+builder`) subprocesses sharing a suite checkout, with short leases and heartbeats, for the dispatcher's fault tests."""
 
 from __future__ import annotations
 
@@ -118,6 +118,17 @@ class Farm:
                     prefix=self._prefix("service")).start()
         self.procs.append(proc)
         wait_for(lambda: self._up(proc), 60, "the service to answer")
+        return proc
+
+    def builder(self) -> Proc:
+        """`benchfarm builder` beside a service started with BENCHFARM_DISPATCH__BUILDER=false: the same
+        store and home (the service serves the bundles it writes), as the compose file runs them."""
+        env = base_env(self.root / "service")
+        env.update(BENCHFARM_BUILD_WORKERS="2")
+        if self.database_url:
+            env["BENCHFARM_DATABASE_URL"] = self.database_url
+        proc = Proc("builder", ["builder", "--suite", str(self.suite)], env, self.root / "builder.log", self.root).start()
+        self.procs.append(proc)
         return proc
 
     def _up(self, proc: Proc) -> bool:

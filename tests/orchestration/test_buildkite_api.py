@@ -5,21 +5,45 @@ meta_data (objects of strings), pull_request_* fields; answers 201 with number a
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import uuid
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from pydantic import SecretStr
 
-from pipeline.config import BuildkiteSettings
+from pipeline.config import (
+    BuildkiteSettings,
+    DispatchSettings,
+    GitHubSettings,
+    Settings,
+)
+from pipeline.contracts.ids import buildkite_job_ids
 from pipeline.orchestration.buildkite_api import (
     BuildkiteError,
     configured,
     create_build,
 )
+from tests.helpers.farm import wait_for
+from tests.helpers.github_webhooks import (
+    SECRET,
+    HostedRepo,
+    deliver,
+    pull_request_payload,
+    push_payload,
+)
 from tests.helpers.json_standin import JsonStandIn
+from tests.helpers.live_server import live_server
+from tests.helpers.suite_repo import GemmCase, gemm_suite_files, git, make_suite_repo
 
 TOKEN = "bkua_test_token"
+ADMIN = "admin-token-for-the-deliveries-list"
 DOCUMENTED = {"commit", "branch", "message", "env", "meta_data", "author", "clean_checkout", "ignore_pipeline_branch_filters",
               "pull_request_base_branch", "pull_request_id", "pull_request_repository"}
 
@@ -30,10 +54,12 @@ class BuildkiteStandIn:
     def __init__(self) -> None:
         self.builds: list[dict[str, Any]] = []
         self.fail_next = 0
+        self.requests = 0
         self.peer = JsonStandIn(self._answer)
         self.url = self.peer.url
 
     def _answer(self, path: str, headers: Mapping[str, str], data: Any) -> tuple[int, dict[str, Any]]:
+        self.requests += 1
         if self.fail_next:
             self.fail_next -= 1
             return 502, {"message": "Bad gateway"}
@@ -49,8 +75,9 @@ class BuildkiteStandIn:
             return 422, {"message": f"Validation failed: {', '.join(problems)}"}
         self.builds.append(data)
         number = len(self.builds)
-        return 201, {"number": number, "web_url": f"https://buildkite.com/acme/kernels/builds/{number}",
-                     "state": "scheduled", "commit": data["commit"]}
+        return 201, {"id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"build/{number}")), "number": number,
+                     "web_url": f"https://buildkite.com/acme/kernels/builds/{number}", "state": "scheduled",
+                     "commit": data["commit"]}
 
 
 @pytest.fixture
@@ -117,3 +144,103 @@ def test_a_webhook_delivery_becomes_a_buildkite_build(buildkite: BuildkiteStandI
     (sent,) = buildkite.builds
     assert (sent["commit"], sent["branch"], sent["pull_request_id"]) == ("d" * 40, "faster-gemm", 7)
     assert sent["meta_data"] == {"benchfarm-kind": "pull_request", "benchfarm-base": "e" * 40}
+
+
+@contextmanager
+def _service(settings: Settings) -> Iterator[str]:
+    """The service's app and its webhook worker thread (as `benchfarm serve` runs them) on a fresh store."""
+    from pipeline.pr_comments.webhook import WebhookWorker
+    from pipeline.service.app import create_app
+    from pipeline.store.db import open_store
+
+    engine = open_store(settings.database_url)
+    worker = WebhookWorker(settings, engine)
+    worker.start()
+    try:
+        with live_server(create_app(settings, engine)) as url:
+            yield url
+    finally:
+        worker.stop()
+        worker.join(timeout=10)
+        engine.dispose()
+
+
+def _processed(url: str) -> dict[str, Any]:
+    """The newest delivery once the worker has processed it, as the admin API reports it."""
+    def done() -> dict[str, Any] | None:
+        listed = requests.get(f"{url}/api/v1/webhooks/github/deliveries", headers={"Authorization": f"Bearer {ADMIN}"},
+                              timeout=10)
+        assert listed.status_code == 200, listed.text
+        newest = listed.json()[0]
+        return newest if newest["state"] != "pending" else None
+
+    return wait_for(done, 30, "the delivery to be processed")
+
+
+def test_signed_deliveries_to_the_service_become_buildkite_builds(buildkite: BuildkiteStandIn, tmp_path: Path) -> None:
+    """End to end: GitHub's signed deliveries over HTTP to the running service; its webhook worker
+    creates the Buildkite builds (a 502 retried), and a refused token is reported on the delivery."""
+    hosted = HostedRepo("acme/kernels", bare=tmp_path / "acme-kernels.git", work=tmp_path / "work")   # never cloned
+    head, base = "d" * 40, "e" * 40
+    github = GitHubSettings(webhook_secret=SecretStr(SECRET))
+    settings = Settings(home=tmp_path / "home", api_token=SecretStr(ADMIN), github=github,
+                        buildkite=_settings(buildkite.url))
+    buildkite.fail_next = 1   # Buildkite answers 502 once: retried
+    with _service(settings) as url:
+        answer = deliver(url, "pull_request", pull_request_payload(hosted, 7, action="opened", head_sha=head,
+                                                                  head_ref="faster-gemm", base_sha=base))
+        assert answer.status_code == 202, answer.text
+        delivery = _processed(url)
+        assert delivery["state"] == "done" and delivery["run_id"] is None, delivery   # nothing queued locally
+        assert delivery["outcome"] == "Buildkite build 1 of dddddddddd: https://buildkite.com/acme/kernels/builds/1"
+        assert deliver(url, "push", push_payload(hosted, before=base, after=head)).status_code == 202
+        assert _processed(url)["outcome"].startswith("Buildkite build 2 of dddddddddd")
+    assert buildkite.requests == 3   # the 502, then the two builds
+    pull, push = buildkite.builds
+    assert (pull["commit"], pull["branch"], pull["pull_request_id"], pull["pull_request_base_branch"]) == (
+        head, "faster-gemm", 7, "main")
+    assert pull["meta_data"] == {"benchfarm-kind": "pull_request", "benchfarm-base": base}
+    assert (push["commit"], push["branch"], push["meta_data"]["benchfarm-kind"]) == (head, "main", "push")
+    assert "pull_request_id" not in push
+
+    refused = settings.model_copy(update={"home": tmp_path / "home-2",
+                                          "buildkite": _settings(buildkite.url, token="bkua_revoked")})
+    with _service(refused) as url:
+        assert deliver(url, "push", push_payload(hosted, before=base, after=head)).status_code == 202
+        delivery = _processed(url)
+    assert delivery["state"] == "failed", delivery
+    assert delivery["outcome"].startswith("Buildkite refused the API token (HTTP 401") and "write_builds" in delivery[
+        "outcome"], delivery
+    assert len(buildkite.builds) == 2
+
+
+def test_benchfarm_trigger_creates_a_buildkite_build_of_the_run(buildkite: BuildkiteStandIn, tmp_path: Path) -> None:
+    """With Buildkite configured, an ad-hoc run (`benchfarm trigger` -> POST /api/v1/runs) is a Buildkite
+    build whose environment names its classes, cases and kind; the run and job ids answered are those
+    its run-job steps use (so the run page and the ad-hoc form find them); nothing is queued here."""
+    repo = make_suite_repo(tmp_path, gemm_suite_files([GemmCase("alpha")]), name="kernels-repo")
+    sha = git(repo, "rev-parse", "HEAD")
+    settings = Settings(home=tmp_path / "home", api_token=SecretStr(ADMIN), buildkite=_settings(buildkite.url),
+                        dispatch=DispatchSettings(suite_path=str(repo / "kernels")))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
+    with _service(settings) as url:
+        done = subprocess.run([sys.executable, "-m", "pipeline.cli", "trigger", "--ref", "HEAD", "--device-class",
+                               "nvidia-h100-sxm,cpu-x86_64", "--cases", "gemm/*", "--server", url, "--token", ADMIN],
+                              env={**env, "BENCHFARM_HOME": str(tmp_path / "cli")}, capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        assert requests.get(f"{url}/api/v1/runs", timeout=10).json() == []   # the built-in dispatcher has nothing
+        bad = requests.post(f"{url}/api/v1/runs", json={"ref": "HEAD", "device_classes": ["No Such Class"]},
+                            headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
+        assert bad.status_code == 422 and "device_classes" in bad.text, bad.text
+    (sent,) = buildkite.builds
+    assert (sent["commit"], sent["branch"], sent["meta_data"]) == (sha, "main", {"benchfarm-kind": "adhoc"})
+    assert sent["env"] == {"BENCHFARM_REPOSITORY": "kernels-repo", "BENCHFARM_BUILDKITE__RUN_KIND": "adhoc",
+                           "BENCHFARM_BUILDKITE__DEVICE_CLASSES": "nvidia-h100-sxm,cpu-x86_64",
+                           "BENCHFARM_BUILDKITE__CASES": "gemm/*"}
+    build_id = str(uuid.uuid5(uuid.NAMESPACE_URL, "build/1"))
+    (run_id, h100_job), (_, cpu_job) = (buildkite_job_ids(build_id, dc) for dc in ("nvidia-h100-sxm", "cpu-x86_64"))
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"Buildkite build 1 of kernels-repo@{sha[:10]}: https://buildkite.com/acme/kernels/builds/1"
+    assert lines[1].startswith(f"run {run_id} ") and f"job {h100_job} on nvidia-h100-sxm" in done.stdout
+    assert f"job {cpu_job} on cpu-x86_64" in done.stdout

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -21,11 +23,12 @@ from . import factories as f
 POSTGRES_ADMIN_URL = os.environ.get("BENCHFARM_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The URL of an empty database (nothing created in it yet)."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path_factory.mktemp('store')}/nested/benchfarm.db"
+@contextmanager
+def fresh_database(store: str, folder: Path) -> Iterator[str]:
+    """The URL of an empty database of `store` (sqlite: a file under `folder`; postgresql: a new
+    database on the server, dropped afterwards)."""
+    if store == "sqlite":
+        yield f"sqlite:///{folder}/nested/benchfarm.db"
         return
     if os.environ.get("BENCHFARM_TEST_NO_POSTGRES") == "1":
         pytest.skip("BENCHFARM_TEST_NO_POSTGRES=1")
@@ -41,6 +44,13 @@ def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
             yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
         finally:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of an empty database (nothing created in it yet)."""
+    with fresh_database(request.param, tmp_path_factory.mktemp("store")) as url:
+        yield url
 
 
 @pytest.fixture
@@ -59,6 +69,11 @@ def engine(database_url: str) -> Iterator[Engine]:
 
 @pytest.fixture
 def seeded(engine: Engine) -> Engine:
+    """`seed`'s store."""
+    return seed(engine)
+
+
+def seed(engine: Engine) -> Engine:
     """A store knowing the repository, a first-parent chain c0 <- c1 <- c2 <- c3, the device
     classes cpu-x86-64 and other-cpu, and a manifest at c0 registering GEMM and CONV."""
     from pipeline.store import ingest

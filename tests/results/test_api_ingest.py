@@ -384,3 +384,21 @@ def test_an_agent_cannot_redefine_a_device_class_through_run_job(service: Servic
     assert post(service.url, "/api/v1/results", doc.model_dump_json(), service.tokens["agent"]).status_code == 200
     admin = _put(service, "/api/v1/runs/bk-run-2/jobs/bk-job-2", _external_job_body(redefined), service.tokens["admin"])
     assert admin.status_code == 200, admin.text
+
+
+def test_an_agent_cannot_redefine_a_device_class_by_registering(service: Service) -> None:
+    """POST /agents reports the agent's device classes: a new one is created, an existing one with
+    another definition is refused (409, nothing written) unless the token is an admin's."""
+    same = json.loads(f.device_class().model_dump_json())
+    redefined = same | {"kind": "gpu", "targets": ["cuda:sm_90"], "runtime": "cuda", "hal_driver": None}
+
+    def register(device_class: dict[str, Any], token: str) -> requests.Response:
+        return requests.post(f"{service.url}/api/v1/agents", timeout=10, headers={"authorization": f"Bearer {token}"},
+                             json={"name": "agent-9", "devices": [{"device_class": device_class, "info": {
+                                 "device_class": device_class["name"], "uid": "cpu-9"}}]})
+
+    before = snapshot(service.engine)
+    assert_refused(register(redefined, service.tokens["agent"]), 409, "only an admin token may redefine it")
+    assert snapshot(service.engine) == before
+    assert register(same, service.tokens["agent"]).status_code == 200
+    assert register(redefined, service.tokens["admin"]).status_code == 200

@@ -169,6 +169,21 @@ def test_the_step_limit_stops_a_bisection_with_the_range_left_open(seeded: Engin
     assert done.result["open"] == [{"after": f.sha(label(8)), "upto": f.sha(label(16))}]
 
 
+def test_the_device_time_limit_stops_a_bisection_after_the_job_that_spends_it(seeded: Engine,
+                                                                             settings: Settings) -> None:
+    cp_id = confirmed(seeded, lambda i: 3.0 if i >= 11 else 1.0)
+    # any job's device time (claimed to completed: the stand-in's ingest takes milliseconds) passes it
+    limited = settings.model_copy(update={"bisect": settings.bisect.model_copy(update={"max_device_s": 1e-6})})
+    with session_scope(seeded) as s:
+        bisection_id = bisect.request_bisection(s, limited, change_point_id=cp_id, who="ada").id
+    stand_in = farm(seeded, lambda i: 3.0 if i >= 11 else 1.0)
+    done = drive(seeded, limited, stand_in, bisection_id)
+    assert done.outcome == "limit reached" and stand_in.jobs == len(done.steps) == 1, done.summary
+    assert done.device_s == pytest.approx(done.steps[0].device_s) and done.device_s >= 1e-6
+    assert done.result["open"] == [{"after": f.sha(label(1)), "upto": f.sha(label(16))}]
+    assert "stopped at its limit" in done.summary and "[1 job]" in done.summary
+
+
 def test_requests_refused_and_retraction_cancels(seeded: Engine, settings: Settings) -> None:
     cp_id = confirmed(seeded, lambda i: 3.0 if i >= 11 else 1.0)
     with session_scope(seeded) as s:

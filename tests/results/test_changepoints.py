@@ -247,4 +247,4 @@ def test_fault_7_a_slow_drift_is_not_cut_into_steps_without_a_minimum_magnitude(
     for seed in range(20):
         drift = 100 * (1 + 0.02 * np.arange(200) / 200)
         total += len(detect(drift * np.exp(np.random.default_rng(seed).normal(0, 0.005, 200)), min_magnitude=0.0))
-    assert total <= 5
+    assert total <= 2   # issue 13's bound, 0.05 false points per 100 commits: 2 in these 4,000

@@ -43,6 +43,9 @@ def history(seeded: Engine) -> Engine:
             f.ok(BROKEN, f.series_samples(1e-3))])
         f.run_and_upload(s, 2, [f.ok(f.GEMM, f.series_samples(5e-3))], device_class="other-cpu")
         f.run_and_upload(s, "side", [f.ok(f.GEMM, f.series_samples(9e-3))])
+        # the head's bundle also built CONV for vulkan:valhall, which the cpu job reports skipped
+        ingest.ingest_manifest(s, manifest=f.manifest(f.sha("head"), [f.built_entry(f.CONV, target="vulkan:valhall")]),
+                               path="/bundles/head")
         f.run_and_upload(s, "head", [
             f.ok(f.GEMM, f.series_samples(1.2e-3)),                  # +20%, separated: regressed
             f.ok(f.CONV, f.series_samples(1.001e-3, spread=0.02)),   # +0.1%, overlapping: similar

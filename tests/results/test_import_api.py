@@ -141,6 +141,23 @@ def test_an_existing_job_takes_the_import(service: Service, google_benchmark_jso
     assert (response.json()["run_id"], response.json()["job_id"]) == (run_id, job_id)
 
 
+def test_an_import_naming_another_agents_job_is_refused(service: Service, google_benchmark_json: dict[str, Any]) -> None:
+    """Object level (issue 18): mapping.job_id names a job leased to agent-1 (agent-token); another
+    agent token's import into it is 403 and changes nothing, agent-1's own is stored."""
+    from .test_api_ingest import new_job
+
+    run_id, job_id = new_job(service.engine, 1)   # running, leased to agent-1
+    with session_scope(service.engine) as s:
+        other = auth.create_token(s, name="other-agent-token", scopes=["agent"])
+    body = json.dumps({"mapping": mapping(*GB_RULES, job_id=job_id), "data": google_benchmark_json})
+    before = snapshot(service.engine)
+    assert_refused(post(service.url, "/api/v1/import/google-benchmark", body, other), 403,
+                   "is leased to agent 'agent-1'")
+    assert snapshot(service.engine) == before
+    mine = post(service.url, "/api/v1/import/google-benchmark", body, service.tokens["agent"])
+    assert mine.status_code == 200 and mine.json()["stored"] == 1, mine.text
+
+
 def _gb(real_time: Any, **context: Any) -> dict[str, Any]:
     entry = {"name": "BM_matmul/process_time/real_time", "run_name": "BM_matmul/process_time/real_time",
              "run_type": "iteration", "repetitions": 2, "iterations": 10, "time_unit": "ms"}

@@ -283,3 +283,36 @@ def add_bisection(engine: Engine, demo: Demo, settings: Settings, *, unmeasured:
                        level=level)
     drive(engine, settings, farm, bisection_id)
     return DemoBisection(cp_id, bisection_id, series_id, main_sha(step), main_sha(middle))
+
+
+CONTROL = "gemm/gemm-main/1024x1024x1024/bf16/vendor"
+"""A flat series of the demo (the vendor control of the first GEMM shape)."""
+
+
+def extend_history(engine: Engine, demo: Demo, factors: list[float], *, case: str = CONTROL) -> list[str]:
+    """Push commits after the demo's newest default-branch commit (one push run each, on the last
+    device class, `case` only, at its level times each factor), analysed as they arrive like any
+    upload; their shas. Called again, it goes on after the commits it added."""
+    dc = demo.device_classes[-1]
+    dc_index = sorted(demo.device_classes).index(dc)
+    start = demo.commits
+    shas = [main_sha(start + k) for k in range(len(factors))]
+    rng = random.Random(start)
+    with session_scope(engine) as s:
+        ingest.record_commits(s, repository=REPO, commits=[
+            CommitInfo(sha=sha, parents=[main_sha(start + k - 1)], message=f"kernels: change {start + k}",
+                       author="dev <dev@example.com>", committed_at=T0 + timedelta(hours=start + k), branch="main")
+            for k, sha in enumerate(shas)])
+    for sha, factor in zip(shas, factors, strict=True):
+        level = _level(case, 0) * (1 + 0.4 * dc_index) * factor
+        values = [level * (1 + rng.gauss(0, 0.003)) for _ in range(12)]
+        with session_scope(engine) as s:
+            run = ingest.create_run(s, repository=REPO, commit_sha=sha, kind="push", device_classes=[dc])
+            (job,) = run.jobs
+            document = f.result_document(run_id=run.id, job_id=job.id, commit_sha=sha, repository=REPO,
+                                         results=[CaseResult(case=case, target=f.TARGET, status="ok", samples=values,
+                                                             stats=summarize(values))], device_class=dc)
+            ingest.ingest_result(s, document=document, analysis=AnalysisSettings())
+            ingest.set_job_status(s, job_id=job.id, status="done")
+    demo.commits += len(factors)
+    return shas

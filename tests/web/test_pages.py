@@ -8,7 +8,7 @@ import requests
 import sqlalchemy as sa
 
 from pipeline.store.db import session_scope
-from pipeline.store.models import Case, ChangePoint, Series, TriageEvent
+from pipeline.store.models import Case, ChangePoint, Commit, Series, TriageEvent
 
 from . import demo_store
 from .conftest import BOOTSTRAP, Service
@@ -93,6 +93,80 @@ def test_compare_page_pull_request_and_two_commits(service: Service) -> None:
 def test_roofline_places_each_case(service: Service) -> None:
     page = requests.get(f"{service.url}/roofline", params={"device_class": "nvidia-h100-sxm"}, timeout=30).text
     assert page.count('<circle class="case"') == len(service.demo.cases) == 15 and "best measured case" in page
+
+
+def _section(html: str, cp_id: int) -> str:
+    """The regressions page's section of one change point ('' when it is not listed)."""
+    found = re.search(rf'<section class="regression[^"]*" id="cp-{cp_id}".*?</section>', html, re.S)
+    return found.group(0) if found else ""
+
+
+def _series_row(html: str, cp_id: int) -> str:
+    """The series page's change-point table row of one change point ('' when it is not listed)."""
+    found = re.search(rf'<tr class="lifecycle-[a-z]+" id="cp-{cp_id}">.*?</tr>', html, re.S)
+    return found.group(0) if found else ""
+
+
+def test_change_point_lifecycle_on_the_dashboard_series_and_regressions_pages(service: Service) -> None:
+    """Issue 13: a slow newest commit shows at once as suspected (dashboard tile, regressions page,
+    series page); refuted by the next commit it is retracted, not deleted: listed under its lifecycle
+    with the reason and its triage history kept; a slowdown that stays is suspected, then confirmed."""
+    from pipeline.store import triage
+
+    demo = service.demo
+    before = _counts(requests.get(service.url + "/", timeout=30).text)
+    assert before["suspected"] == 0
+
+    def point(sha: str) -> tuple[int, int, str, str]:
+        with session_scope(service.engine) as s:
+            row = s.execute(sa.select(ChangePoint.id, ChangePoint.series_id, ChangePoint.lifecycle, ChangePoint.state)
+                            .join(Commit, ChangePoint.after_commit_id == Commit.id).join(Series).join(Case)
+                            .where(Commit.sha == sha, Case.case_id == demo_store.CONTROL)).one()
+        return row.id, row.series_id, row.lifecycle, row.state
+
+    (slow,) = demo_store.extend_history(service.engine, demo, [1.5])   # one slow run of a flat series
+    cp_id, series_id, lifecycle, _ = point(slow)
+    assert lifecycle == "suspected"
+    dashboard = requests.get(service.url + "/", timeout=30).text
+    assert _counts(dashboard)["suspected"] == 1 and _counts(dashboard)["regressed"] == before["regressed"]
+    assert f'class="tile suspected" href="/series/{series_id}"' in dashboard
+    section = _section(requests.get(f"{service.url}/regressions", timeout=30).text, cp_id)
+    assert 'data-lifecycle="suspected"' in section and "+50" in section and "Suspected: the newest commits" in section
+    row = _series_row(requests.get(f"{service.url}/series/{series_id}", timeout=30).text, cp_id)
+    assert '<span class="lifecycle suspected">suspected</span>' in row
+    with session_scope(service.engine) as s:   # someone triages it while it is suspected
+        triage.triage(s, change_point_id=cp_id, state="assigned", who="ada", assignee="bob", note="looking")
+
+    demo_store.extend_history(service.engine, demo, [1.0])   # the next commit is back at the level
+    assert point(slow)[2:] == ("retracted", "assigned")   # recorded, not deleted; the triage state kept
+    dashboard = requests.get(service.url + "/", timeout=30).text
+    assert _counts(dashboard)["suspected"] == 0 and f'class="tile suspected" href="/series/{series_id}"' not in dashboard
+    assert not _section(requests.get(f"{service.url}/regressions", timeout=30).text, cp_id)   # not open
+    retracted = requests.get(f"{service.url}/regressions", params={"lifecycle": "retracted"}, timeout=30).text
+    section = _section(retracted, cp_id)
+    assert 'data-lifecycle="retracted"' in section and '<span class="lifecycle retracted">retracted</span>' in section
+    reason = re.search(r'<p class="small reason">Retracted [0-9-]+ [0-9:]+: (.*?)</p>', section, re.S)
+    assert reason and "is an outlier" in reason.group(1) and "+50" in reason.group(1), section
+    history = re.findall(r"<li>(.*?)</li>", section, re.S)   # the analysis' and ada's events, oldest first
+    assert len(history) == 3, history
+    assert "benchfarm analysis" in history[0] and "suspected: regression of +50" in history[0]
+    assert "ada" in history[1] and "<b>assigned</b>" in history[1] and "assigned to bob" in history[1]
+    assert "benchfarm analysis" in history[2] and "retracted: its commit" in history[2]
+    assert "Bisect" not in section   # nothing to bisect in a retracted point
+    row = _series_row(requests.get(f"{service.url}/series/{series_id}", timeout=30).text, cp_id)
+    assert '<span class="lifecycle retracted">retracted</span>' in row and 'class="small muted reason">its commit' in row
+
+    stays = demo_store.extend_history(service.engine, demo, [1.3, 1.3])   # a slowdown that stays: suspected ...
+    new_id, _, lifecycle, _ = point(stays[0])
+    assert lifecycle == "suspected" and _counts(requests.get(service.url + "/", timeout=30).text)["suspected"] == 1
+    demo_store.extend_history(service.engine, demo, [1.3])   # ... confirmed on its third commit
+    assert point(stays[0])[2] == "confirmed"
+    dashboard = _counts(requests.get(service.url + "/", timeout=30).text)
+    assert dashboard["suspected"] == 0 and dashboard["regressed"] == before["regressed"] + 1
+    section = _section(requests.get(f"{service.url}/regressions", timeout=30).text, new_id)
+    assert 'data-lifecycle="confirmed"' in section and "+30" in section and "Suspected:" not in section
+    assert '<span class="lifecycle confirmed">confirmed</span>' in _series_row(
+        requests.get(f"{service.url}/series/{series_id}", timeout=30).text, new_id)
 
 
 def test_triage_needs_a_signed_in_user_and_the_csrf_token(service: Service) -> None:

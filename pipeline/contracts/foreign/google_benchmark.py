@@ -78,7 +78,7 @@ def parse(data: Any) -> Parsed:
             problems.add(f"{path}.run_type", f"unknown run_type {run_type!r}; expected iteration or aggregate")
             continue
         unit = entry.get("time_unit", "ns")
-        if unit not in UNIT_SECONDS:
+        if not isinstance(unit, str) or unit not in UNIT_SECONDS:
             problems.add(f"{path}.time_unit", f"unknown time unit {unit!r}; expected one of {', '.join(UNIT_SECONDS)}")
             continue
         seconds = as_time(entry.get("real_time"), unit, f"{path}.real_time", problems)

@@ -50,18 +50,49 @@ KEPT_TAGS = {
 }
 
 
-def _summary_value(summary: dict[str, Any]) -> Any:
-    for value in summary.get("data") or []:
-        if isinstance(value, dict) and value.get("name") == "value":
+def _optional_object(container: dict[str, Any], key: str, path: str, problems: Problems) -> dict[str, Any]:
+    """`container[key]` when it is an object; {} when absent; a problem (and {}) when it is anything else."""
+    value = container.get(key)
+    if value is None:
+        return {}
+    return as_object(value, path, problems) or {}
+
+
+def _summary_data(summary: dict[str, Any], path: str, problems: Problems) -> list[dict[str, Any]]:
+    """A summary's `data`: a list of {name, type, value} objects (a problem when it is not a list)."""
+    data = summary.get("data")
+    if data is None:
+        return []
+    return [d for d in as_list(data, f"{path}.data", problems) or [] if isinstance(d, dict)]
+
+
+def _summary_value(summary: dict[str, Any], path: str, problems: Problems) -> Any:
+    for value in _summary_data(summary, path, problems):
+        if value.get("name") == "value":
             return value.get("value")
     return None
+
+
+def _devices(data: dict[str, Any], problems: Problems) -> dict[int, str]:
+    """Device id -> name, from `devices` (a list of objects whose id is an integer)."""
+    devices: dict[int, str] = {}
+    raw = data.get("devices")
+    for i, device in enumerate(as_list(raw, "devices", problems) or [] if raw is not None else []):
+        if not isinstance(device, dict):
+            problems.add(f"devices.{i}", f"must be a JSON object, got {type(device).__name__}")
+        elif isinstance(device.get("id"), bool) or not isinstance(device.get("id"), int):
+            problems.add(f"devices.{i}.id", f"must be an integer, got {device.get('id')!r}"[:200])
+        else:
+            devices[device["id"]] = str(device.get("name", ""))
+    return devices
 
 
 def _sample_times(summary: dict[str, Any], files: Mapping[str, bytes], path: str, problems: Problems
                   ) -> list[float] | None:
     """The per-sample times of a `SAMPLE_TIMES_TAG` summary from its side file; None when the file
     was not uploaded."""
-    fields = {d.get("name"): d.get("value") for d in summary.get("data") or [] if isinstance(d, dict)}
+    fields = {d.get("name"): d.get("value") for d in _summary_data(summary, path, problems)
+              if isinstance(d.get("name"), str)}
     name, size = fields.get("filename"), fields.get("size")
     if not isinstance(name, str) or name not in files:
         return None
@@ -87,8 +118,11 @@ def parse(data: Any, files: Mapping[str, bytes] | None = None) -> Parsed:
     problems = Problems(DOCUMENT)
     if not isinstance(data, dict):
         raise ContractError(DOCUMENT, [("data", f"must be a JSON object, got {type(data).__name__}")])
-    version = ((data.get("meta") or {}).get("version") or {}).get("json") or {}
-    major = version.get("major", JSON_MAJOR) if isinstance(version, dict) else None
+    meta = _optional_object(data, "meta", "meta", problems)
+    versions = _optional_object(meta, "version", "meta.version", problems)
+    version = _optional_object(versions, "json", "meta.version.json", problems)
+    problems.raise_if_any()
+    major = version.get("major", JSON_MAJOR)
     if major != JSON_MAJOR:
         problems.add("meta.version.json.major", f"unknown schema version {major!r}; this server reads NVBench JSON {JSON_MAJOR}.x")
         problems.raise_if_any()
@@ -96,7 +130,7 @@ def parse(data: Any, files: Mapping[str, bytes] | None = None) -> Parsed:
         problems.add("benchmarks", "missing; not an NVBench JSON file")
         problems.raise_if_any()
 
-    devices = {d.get("id"): str(d.get("name", "")) for d in data.get("devices") or [] if isinstance(d, dict)}
+    devices = _devices(data, problems)
     benchmarks: list[Benchmark] = []
     for b, raw_bench in enumerate(as_list(data["benchmarks"], "benchmarks", problems) or []):
         bench = as_object(raw_bench, f"benchmarks.{b}", problems)
@@ -122,11 +156,12 @@ def parse(data: Any, files: Mapping[str, bytes] | None = None) -> Parsed:
                 problems.add(f"{path}.summaries", f"{name}: no {TIME_TAG} summary (was the state measured cold on a GPU?)")
                 continue
             k, summary = summaries[TIME_TAG]
-            seconds = as_time(_summary_value(summary), "s", f"{path}.summaries.{k}.data.value", problems,
-                              numeric_strings=True)
+            seconds = as_time(_summary_value(summary, f"{path}.summaries.{k}", problems), "s",
+                              f"{path}.summaries.{k}.data.value", problems, numeric_strings=True)
             if seconds is None:
                 continue
-            environment = {key: str(_summary_value(summaries[tag][1])) for tag, key in KEPT_TAGS.items() if tag in summaries}
+            environment = {key: str(_summary_value(summaries[tag][1], f"{path}.summaries.{summaries[tag][0]}", problems))
+                           for tag, key in KEPT_TAGS.items() if tag in summaries}
             environment["nvbench.sample"] = TIME_TAG
             samples = [seconds]
             if SAMPLE_TIMES_TAG in summaries:
@@ -134,17 +169,21 @@ def parse(data: Any, files: Mapping[str, bytes] | None = None) -> Parsed:
                 times = _sample_times(bin_summary, files, f"{path}.summaries.{k_bin}", problems)
                 if times is not None:
                     samples, environment["nvbench.sample"] = times, SAMPLE_TIMES_TAG
-            if state.get("device") in devices:
-                environment["nvbench.device"] = devices[state["device"]]
+            device = state.get("device")
+            if device is not None and (isinstance(device, bool) or not isinstance(device, int)):
+                problems.add(f"{path}.device", f"must be a device id (an integer), got {device!r}"[:200])
+                continue
+            if device in devices:
+                environment["nvbench.device"] = devices[device]
             benchmarks.append(Benchmark(name=name, field=path, samples=samples, environment=environment))
     problems.raise_if_any()
-    nvbench_version = ((data.get("meta") or {}).get("version") or {}).get("nvbench") or {}
+    nvbench_version = _optional_object(versions, "nvbench", "meta.version.nvbench", problems)
+    problems.raise_if_any()
     run_environment: dict[str, str] = {}
-    if isinstance(nvbench_version, dict):
-        # The Python package's NVBench says "0.1.0" in `string`; its release is in `git_version`
-        # (cuda-bench 0.3.0: "python-0.3.0").
-        for field, key in (("string", "nvbench.version"), ("git_version", "nvbench.git_version")):
-            if nvbench_version.get(field):
-                run_environment[key] = str(nvbench_version[field])
+    # The Python package's NVBench says "0.1.0" in `string`; its release is in `git_version`
+    # (cuda-bench 0.3.0: "python-0.3.0").
+    for field, key in (("string", "nvbench.version"), ("git_version", "nvbench.git_version")):
+        if nvbench_version.get(field):
+            run_environment[key] = str(nvbench_version[field])[:200]
     return Parsed(tool=NAME, benchmarks=benchmarks, device_name=next(iter(devices.values()), ""),
                   environment=run_environment)

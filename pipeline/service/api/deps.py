@@ -13,16 +13,18 @@ from collections.abc import Iterator
 from typing import Annotated, Any
 
 import sqlalchemy as sa
-from fastapi import Depends, HTTPException, Path, Request
+from fastapi import Depends, HTTPException, Path, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from pipeline.config import Settings
+from pipeline.contracts.limits import INT32_MAX
 from pipeline.service import auth, users
 from pipeline.service.auth import SCOPES, Principal, Scope
 from pipeline.store.db import session_scope
 from pipeline.store.models import ApiToken
 
-__all__ = ["BodyDep", "Principal", "SessionDep", "SettingsDep", "principal_of", "require_scope"]
+__all__ = ["MAX_ROW_ID", "BodyDep", "Principal", "RowId", "SessionDep", "SettingsDep", "principal_of", "require_scope"]
 
 
 def get_settings(request: Request) -> Settings:
@@ -39,7 +41,10 @@ def get_session(request: Request) -> Iterator[Session]:
 # right after a write sees it (the default, "request", would commit after the response).
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-RowId = Annotated[int, Path(ge=1, le=2**63 - 1, description="a stored row's id (1 to 2^63 - 1)")]
+MAX_ROW_ID = INT32_MAX
+"""The largest id a row named in a request can have: the id columns are PostgreSQL `integer` (SQLite's
+take 64 bits; the bound is the smaller, so that both stores answer alike)."""
+RowId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description=f"a stored row's id (1 to {MAX_ROW_ID})")]
 """An integer id in a path: out of a database integer's range it is a 422, not a 500 from the driver."""
 
 
@@ -72,6 +77,11 @@ def bearer_token(request: Request) -> str:
 
 
 CSRF_HEADER = "x-csrf-token"
+
+BEARER = HTTPBearer(auto_error=False, scheme_name="token", description=(
+    "a benchfarm token (`benchfarm token create`); each operation's security lists the scope it needs: "
+    "agent, user or admin (admin holds them all)"))
+"""Declares the bearer scheme in the OpenAPI document (the guard reads the header itself)."""
 
 
 def _bootstrap_hash(settings: SettingsDep) -> str:
@@ -120,7 +130,8 @@ def require_scope(scope: Scope) -> Any:
     if scope not in SCOPES:
         raise ValueError(f"unknown scope {scope!r}; known: {', '.join(SCOPES)}")
 
-    def guard(request: Request, session: SessionDep, settings: SettingsDep) -> Principal:
+    def guard(request: Request, session: SessionDep, settings: SettingsDep,
+              _: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]) -> Principal:
         bootstrap = settings.api_token.get_secret_value()
         principal = auth.authenticate(session, token=bearer_token(request), bootstrap=bootstrap)
         if principal is None and not bearer_token(request):
@@ -136,4 +147,5 @@ def require_scope(scope: Scope) -> Any:
         return principal
 
     guard.__name__ = f"require_{scope}_scope"
-    return Depends(guard)
+    # Security: the operation's OpenAPI security then names the scheme and this scope
+    return Security(guard, scopes=[scope])

@@ -31,6 +31,10 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     422: {"model": ErrorBody, "description": "a document that does not validate or the store cannot take; "
                                             "nothing was written"},
 }
+CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorBody, "description": "the job is not the caller's to write now (ended, or leased to another "
+                                            "agent), or a device class only an admin may redefine"},
+}
 
 
 class UploadSummary(BaseModel):
@@ -91,6 +95,37 @@ def add_body_schemas(openapi: dict[str, Any]) -> dict[str, Any]:
     components = openapi.setdefault("components", {}).setdefault("schemas", {})
     for name, schema in _BODY_DEFS.items():
         components.setdefault(name, schema)
+    return openapi
+
+
+def document_errors(openapi: dict[str, Any]) -> dict[str, Any]:
+    """Every operation's error answers, from what it takes, each an `ErrorBody`: 401 and 403 where
+    its security names a scope, 404 where its path names something, 413 and 422 where it takes a
+    body, 422 where it takes parameters (FastAPI documents those 422s with its own validation
+    model; the service's handler answers an ErrorBody, so that is what the document says)."""
+    error_schema = {"$ref": "#/components/schemas/ErrorBody"}
+    components = openapi.setdefault("components", {}).setdefault("schemas", {})
+    body = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
+    for name, schema in {**body.pop("$defs", {}), "ErrorBody": body}.items():
+        components.setdefault(name, schema)
+    for operations in openapi.get("paths", {}).values():
+        for operation in operations.values():
+            parameters = operation.get("parameters", [])
+            wanted: dict[int, str] = {}
+            if operation.get("security"):
+                wanted |= {401: ERROR_RESPONSES[401]["description"], 403: ERROR_RESPONSES[403]["description"]}
+            if any(p.get("in") == "path" for p in parameters):
+                wanted[404] = "nothing of that name or id"
+            if "requestBody" in operation:
+                wanted |= {413: ERROR_RESPONSES[413]["description"], 422: ERROR_RESPONSES[422]["description"]}
+            if parameters:
+                wanted.setdefault(422, "a parameter that does not validate")
+            responses = operation.setdefault("responses", {})
+            for code, description in wanted.items():
+                responses.setdefault(str(code), {"description": description})
+            for code, response in responses.items():
+                if code.startswith("4"):
+                    response["content"] = {"application/json": {"schema": error_schema}}
     return openapi
 
 

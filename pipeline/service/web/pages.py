@@ -3,8 +3,6 @@ compile series."""
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
@@ -21,7 +19,7 @@ from pipeline.service.web.session import UserDep, browse_guard
 from pipeline.service.web.verdicts import cached_comparison
 from pipeline.store import compile_stats, queries
 from pipeline.store.bisect_views import latest_by_change_point, one_commit_ranges
-from pipeline.store.compare import STATUSES, Comparison, overall_verdict
+from pipeline.store.compare import only_cases
 from pipeline.store.models import Run
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(browse_guard)])
@@ -102,14 +100,6 @@ def series_page(series_id: RowId, request: Request, session: SessionDep, user: U
         "chart": chart, "control": control, "baseline": queries.series_baseline(session, series_id),
         "compile_series": compile_stats.compile_targets(session, summary.case_id,
                                                         data.device_class_targets(session, summary.device_class))})
-
-
-def only_cases(comparison: Comparison, case_ids: set[str]) -> Comparison:
-    """The comparison narrowed to `case_ids`, its counts and verdict those of the rows kept."""
-    rows = [r for r in comparison.rows if r.case_id in case_ids]
-    counts = Counter(r.status for r in rows)
-    return replace(comparison, rows=rows, counts={s: counts.get(s, 0) for s in STATUSES}, verdict=overall_verdict(rows),
-                   errored=counts.get("errored", 0), drift=sum(r.drift for r in rows), paired=any(r.paired for r in rows))
 
 
 def data_first_line(info: data.CommitInfo | None) -> str:

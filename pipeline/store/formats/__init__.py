@@ -153,17 +153,22 @@ def _job(session: Session, format: str, data: Any, mapping: FormatMapping) -> tu
 
 
 def import_results(session: Session, *, format: str, data: Any, mapping: FormatMapping,
-                   files: dict[str, bytes] | None = None) -> ImportOutcome:
+                   files: dict[str, bytes] | None = None,
+                   admit: Callable[[Job, ResultDocument], None] | None = None) -> ImportOutcome:
     """Parse a foreign file, map it, and ingest it as one job's result document (idempotent).
 
     Nothing is written before the file has been parsed and mapped; a refusal afterwards (an
     unknown case, say) raises inside the caller's transaction, which then writes nothing.
+    `admit`: called with the job `mapping.job_id` names and the document before it is stored,
+    to refuse it (the caller's object-level rules: whose job, in which state).
     """
     parsed = parse(format, data, files)
     placeholder = "0" * 8
     to_document(parsed, mapping, run_id=placeholder, job_id=placeholder)  # refuse a bad file before any write
     job, made = _job(session, format, data, mapping)
     document, cases = to_document(parsed, mapping, run_id=job.run_id, job_id=job.id)
+    if admit is not None and mapping.job_id is not None:
+        admit(job, document)
     summary = ingest.ingest_result(session, document=document)
     if made:
         ingest.set_job_status(session, job_id=job.id, status="done", agent=document.agent.name)

@@ -9,15 +9,18 @@ from typing import Annotated
 import sqlalchemy as sa
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.orm import Session
 
 from pipeline import dispatch
 from pipeline.contracts import DeviceClass, DeviceInfo
 from pipeline.service.api.deps import Principal, SessionDep, SettingsDep, require_scope
 from pipeline.service.api.routes._dispatch_errors import dispatch_errors
-from pipeline.service.api.schemas import ERROR_RESPONSES
-from pipeline.store.models import Agent, Device, DeviceClassRow
+from pipeline.service.api.schemas import CONFLICT, ERROR_RESPONSES
+from pipeline.service.api.strict_route import StrictJsonRoute
+from pipeline.store import ingest
+from pipeline.store.models import Agent, Device, DeviceClassRow, Job
 
-router = APIRouter(tags=["agents"], responses=ERROR_RESPONSES)
+router = APIRouter(route_class=StrictJsonRoute, tags=["agents"], responses=ERROR_RESPONSES)
 AgentPrincipal = Annotated[Principal, require_scope("agent")]
 
 
@@ -30,8 +33,8 @@ class AgentDevice(BaseModel):
 class AgentRegistration(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:\-]*$")
-    host: str = ""
-    version: str = ""
+    host: str = Field("", max_length=200)
+    version: str = Field("", max_length=100)
     devices: list[AgentDevice] = Field(default_factory=list)
 
 
@@ -77,12 +80,27 @@ def check_agent_token(session: SessionDep, name: str, principal: Principal) -> N
         raise HTTPException(403, f"agent {name!r} registered with token {token_name!r}, not {principal.name!r}")
 
 
-@router.post("/agents", response_model=Registered, summary="Register an agent and its devices (agent scope)")
+def check_job_holder(session: Session, job: Job, principal: Principal) -> None:
+    """A job leased to (or run by) an agent is written only with the token that agent registered
+    with, or an admin token: 403 otherwise. A job no agent holds passes."""
+    holder = job.lease_owner or job.agent
+    if holder is None or principal.allows("admin"):
+        return
+    token = session.scalar(sa.select(Agent.token_name).where(Agent.name == holder))
+    if token != principal.name:
+        raise HTTPException(403, f"job {job.id} is leased to agent {holder!r}, whose token is not {principal.name!r}")
+
+
+@router.post("/agents", response_model=Registered, responses=CONFLICT, summary="Register an agent and its devices (agent scope)")
 def register(body: AgentRegistration, session: SessionDep, settings: SettingsDep, principal: AgentPrincipal) -> Registered:
     check_agent_token(session, body.name, principal)
     with dispatch_errors():
-        dispatch.register_agent(session, name=body.name, token_name=principal.name, host=body.host, version=body.version,
-                                devices=[(d.device_class, d.info) for d in body.devices])
+        try:
+            dispatch.register_agent(session, name=body.name, token_name=principal.name, host=body.host,
+                                    version=body.version, devices=[(d.device_class, d.info) for d in body.devices],
+                                    may_redefine_classes=principal.allows("admin"))
+        except ingest.DeviceClassConflict as exc:
+            raise HTTPException(409, str(exc)) from None
     return Registered(name=body.name, lease_s=settings.dispatch.lease_s, claim_wait_s=settings.dispatch.claim_wait_s)
 
 
@@ -110,4 +128,4 @@ def list_agents(session: SessionDep) -> list[AgentOut]:
             for a in session.scalars(sa.select(Agent).order_by(Agent.name))]
 
 
-__all__ = ["AgentPrincipal", "check_agent_token", "router"]
+__all__ = ["AgentPrincipal", "check_agent_token", "check_job_holder", "router"]

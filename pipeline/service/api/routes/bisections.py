@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.dispatch import bisect
 from pipeline.service.api.deps import (
+    MAX_ROW_ID,
     Principal,
     RowId,
     SessionDep,
@@ -16,17 +17,18 @@ from pipeline.service.api.deps import (
     require_scope,
 )
 from pipeline.service.api.schemas import ERROR_RESPONSES, ErrorBody
+from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store.bisect_views import BisectionView, get_bisection, list_bisections
 from pipeline.store.models import BISECTION_STATES
 
-router = APIRouter(tags=["bisections"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["bisections"])
 UserDep = Annotated[Principal, require_scope("user")]
 
 
 class BisectRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    change_point_id: int | None = Field(default=None, ge=1, le=2**63 - 1, description="the change point to bisect")
-    series_id: int | None = Field(default=None, ge=1, le=2**63 - 1,
+    change_point_id: int | None = Field(default=None, ge=1, le=MAX_ROW_ID, description="the change point to bisect")
+    series_id: int | None = Field(default=None, ge=1, le=MAX_ROW_ID,
                                   description="or a series: its newest confirmed (else suspected) change point")
 
 
@@ -58,7 +60,7 @@ def request_bisection(body: BisectRequest, session: SessionDep, settings: Settin
 
 
 @router.get("/bisections", response_model=list[BisectionView], summary="Bisections, newest first, with their steps")
-def bisections(session: SessionDep, change_point_id: int | None = Query(None, ge=1, le=2**63 - 1),
+def bisections(session: SessionDep, change_point_id: int | None = Query(None, ge=1, le=MAX_ROW_ID),
                state: str | None = Query(None, description=f"one of {', '.join(BISECTION_STATES)}"),
                limit: int = Query(50, ge=1, le=500)) -> list[BisectionView]:
     if state is not None and state not in BISECTION_STATES:

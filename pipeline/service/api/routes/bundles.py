@@ -14,8 +14,9 @@ from pydantic import BaseModel
 from pipeline import dispatch
 from pipeline.service.api.deps import SessionDep, require_scope
 from pipeline.service.api.schemas import ERROR_RESPONSES
+from pipeline.service.api.strict_route import StrictJsonRoute
 
-router = APIRouter(tags=["bundles"], dependencies=[require_scope("agent")], responses=ERROR_RESPONSES)
+router = APIRouter(route_class=StrictJsonRoute, tags=["bundles"], dependencies=[require_scope("agent")], responses=ERROR_RESPONSES)
 _HASH_CHUNK = 1 << 20
 
 

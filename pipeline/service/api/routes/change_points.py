@@ -15,10 +15,11 @@ from pipeline.service.api.schemas import (
     TriageEventOut,
     TriageIn,
 )
+from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store import queries, triage
 from pipeline.store.bisect_views import latest_by_change_point
 
-router = APIRouter(tags=["change points"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["change points"])
 UserDep = Annotated[Principal, require_scope("user")]
 
 

@@ -9,11 +9,12 @@ from fastapi import APIRouter, HTTPException, Query
 
 from pipeline.service.api.deps import SessionDep
 from pipeline.service.api.schemas import CommitDetailOut, CommitOut, ErrorBody, RunOut
+from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store import queries
 from pipeline.store.history import default_branch_chain
 from pipeline.store.models import Repository
 
-router = APIRouter(tags=["commits"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["commits"])
 
 
 @router.get("/commits", response_model=list[CommitOut], summary="List recorded commits, newest first")

@@ -6,10 +6,11 @@ from fastapi import APIRouter, HTTPException
 
 from pipeline.service.api.deps import SessionDep, SettingsDep
 from pipeline.service.api.schemas import CompileComparisonOut, ErrorBody, PRVerdictOut
+from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store.compare import CompareError, combine, compare, compare_all
 from pipeline.store.compile_stats import compare_compile
 
-router = APIRouter(tags=["compare"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["compare"])
 
 
 @router.get(

@@ -13,9 +13,10 @@ from pipeline.service.api.schemas import (
     CompileStepOut,
     ErrorBody,
 )
+from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store import compile_stats
 
-router = APIRouter(tags=["compile statistics"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["compile statistics"])
 
 
 @router.get("/compile-series", response_model=list[CompileSeriesOut],

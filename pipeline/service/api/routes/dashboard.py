@@ -6,9 +6,10 @@ from fastapi import APIRouter
 
 from pipeline.service.api.deps import SessionDep
 from pipeline.service.api.schemas import DashboardOut
+from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store import queries
 
-router = APIRouter(tags=["dashboard"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["dashboard"])
 
 
 @router.get(

@@ -9,8 +9,10 @@ from sqlalchemy import text
 from pipeline import __version__
 from pipeline.service import auth
 from pipeline.service.api.deps import SessionDep, SettingsDep, bearer_token
+from pipeline.service.api.schemas import ERROR_RESPONSES
+from pipeline.service.api.strict_route import StrictJsonRoute
 
-router = APIRouter(tags=["health"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["health"])
 
 
 @router.get("/health")
@@ -19,7 +21,8 @@ def health(session: SessionDep) -> dict[str, str]:
     return {"status": "ok", "version": __version__, "database": session.get_bind().dialect.name}
 
 
-@router.get("/whoami", summary="The bearer token's name and scopes (any valid token)")
+@router.get("/whoami", summary="The bearer token's name and scopes (any valid token)",
+            responses={401: ERROR_RESPONSES[401]})
 def whoami(request: Request, session: SessionDep, settings: SettingsDep) -> dict[str, object]:
     principal = auth.authenticate(session, token=bearer_token(request), bootstrap=settings.api_token.get_secret_value())
     if principal is None:

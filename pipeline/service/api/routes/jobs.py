@@ -1,30 +1,38 @@
 """Jobs of the built-in dispatcher: claim (long poll, agent scope), complete or fail (the lease
-holder), list and read (anyone); and ad-hoc runs: POST /runs (user scope) queues a commit's jobs."""
+holder), list and read (anyone); and ad-hoc runs: POST /runs (user scope) queues a commit's jobs, or
+with Buildkite configured creates a Buildkite build that runs them."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from datetime import UTC, datetime
 from typing import Annotated
 
 import sqlalchemy as sa
-from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline import dispatch
 from pipeline.contracts import BundleManifest, CommitInfo, DeviceClass
-from pipeline.contracts.ids import DEVICE_CLASS_PATTERN
+from pipeline.contracts.ids import DEVICE_CLASS_PATTERN, buildkite_job_ids
 from pipeline.dispatch import triggers
+from pipeline.orchestration import buildkite_api
 from pipeline.service.api.deps import Principal, SessionDep, SettingsDep, require_scope
 from pipeline.service.api.routes._dispatch_errors import dispatch_errors
-from pipeline.service.api.routes.agents import AgentPrincipal, check_agent_token
-from pipeline.service.api.schemas import ERROR_RESPONSES
+from pipeline.service.api.routes.agents import (
+    AgentPrincipal,
+    check_agent_token,
+    check_job_holder,
+)
+from pipeline.service.api.schemas import CONFLICT, ERROR_RESPONSES
+from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store.db import session_scope
-from pipeline.store.models import JOB_STATUSES, Agent
+from pipeline.store.models import JOB_STATUSES, Agent, Job, Repository
 
-router = APIRouter(tags=["jobs"], responses=ERROR_RESPONSES)
+router = APIRouter(route_class=StrictJsonRoute, tags=["jobs"], responses=ERROR_RESPONSES)
 UserPrincipal = Annotated[Principal, require_scope("user")]
 
 
@@ -68,6 +76,9 @@ class TriggerOut(BaseModel):
     commit: str
     jobs: dict[str, str] = Field(description="device class -> job id")
     bundle_digest: str | None = Field(description="the bundle reused; None: the service builds one first")
+    buildkite_build: int | None = Field(default=None, description="with Buildkite configured: the build made for "
+                                        "the run (its device steps make the run and jobs named here)")
+    buildkite_url: str | None = None
 
 
 @router.post("/jobs/claim", response_model=ClaimedJob, responses={204: {"description": "no job came in the wait"}},
@@ -99,7 +110,7 @@ async def claim(body: ClaimRequest, request: Request, session: SessionDep, setti
         await asyncio.sleep(min(settings.dispatch.claim_poll_s, max(0.0, deadline - time.monotonic())))
 
 
-@router.post("/jobs/{job_id}/complete", response_model=JobOut,
+@router.post("/jobs/{job_id}/complete", response_model=JobOut, responses=CONFLICT,
              summary="The lease holder finished the job and its results were uploaded (agent scope)")
 def complete(job_id: str, body: JobOutcome, session: SessionDep, principal: AgentPrincipal) -> JobOut:
     check_agent_token(session, body.agent, principal)
@@ -108,7 +119,7 @@ def complete(job_id: str, body: JobOutcome, session: SessionDep, principal: Agen
     return _job_out(session, job_id)
 
 
-@router.post("/jobs/{job_id}/fail", response_model=JobOut,
+@router.post("/jobs/{job_id}/fail", response_model=JobOut, responses=CONFLICT,
              summary="The lease holder could not run the job; the reason is kept (agent scope)")
 def fail(job_id: str, body: JobOutcome, session: SessionDep, principal: AgentPrincipal) -> JobOut:
     check_agent_token(session, body.agent, principal)
@@ -142,6 +153,8 @@ def get_job(job_id: str, session: SessionDep) -> JobOut:
 @router.post("/runs", response_model=TriggerOut, status_code=201,
              summary="Ad-hoc run: a commit (or a ref of the service's checkout) on device classes (user scope)")
 def trigger(body: TriggerRequest, session: SessionDep, settings: SettingsDep, principal: UserPrincipal) -> TriggerOut:
+    if buildkite_api.configured(settings.buildkite):
+        return _trigger_on_buildkite(body, session, settings, principal)
     with dispatch_errors():
         repository, sha = triggers.resolve_commit_for_trigger(session, settings, repository=body.repository,
                                                               ref=body.ref, commit=body.commit)
@@ -153,10 +166,38 @@ def trigger(body: TriggerRequest, session: SessionDep, settings: SettingsDep, pr
                       bundle_digest=result.bundle_digest)
 
 
+def _trigger_on_buildkite(body: TriggerRequest, session: SessionDep, settings: SettingsDep,
+                          principal: Principal) -> TriggerOut:
+    """The ad-hoc run as a Buildkite build: its environment tells the pipeline step the classes, the
+    cases and the kind; the run and job ids are those its run-job steps will use."""
+    bad = [dc for dc in body.device_classes if not re.fullmatch(DEVICE_CLASS_PATTERN, dc)]
+    if bad:
+        raise HTTPException(422, f"device_classes: {bad[0]!r} is not a device class name")
+    with dispatch_errors():
+        repository, sha = triggers.resolve_commit_for_trigger(session, settings, repository=body.repository,
+                                                              ref=body.ref, commit=body.commit)
+    default_branch = session.scalar(sa.select(Repository.default_branch).where(Repository.name == repository))
+    branch = body.ref if body.ref and body.ref != "HEAD" else default_branch or "main"
+    env = {"BENCHFARM_REPOSITORY": repository, "BENCHFARM_BUILDKITE__DEVICE_CLASSES": ",".join(body.device_classes),
+           "BENCHFARM_BUILDKITE__RUN_KIND": "adhoc"}
+    if body.cases:
+        env["BENCHFARM_BUILDKITE__CASES"] = body.cases
+    try:
+        build = buildkite_api.create_build(
+            settings.buildkite, commit=sha, branch=branch, env=env, meta_data={"benchfarm-kind": "adhoc"},
+            message=f"benchfarm: ad-hoc run of {repository}@{sha[:10]} by {principal.name}")
+    except buildkite_api.BuildkiteError as exc:
+        raise HTTPException(502, str(exc)) from None
+    ids = {dc: buildkite_job_ids(build.id, dc) for dc in body.device_classes}
+    return TriggerOut(run_id=next(iter(ids.values()))[0], repository=repository, commit=sha,
+                      jobs={dc: job for dc, (_, job) in ids.items()}, bundle_digest=None,
+                      buildkite_build=build.number, buildkite_url=build.web_url)
+
+
 class ExternalJob(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    agent: str = Field(min_length=1)
-    repository: str = Field(min_length=1)
+    agent: str = Field(min_length=1, max_length=200)
+    repository: str = Field(min_length=1, max_length=200)
     commit: CommitInfo = Field(description="recorded when the store does not know it")
     kind: str = Field(default="push", description="run kind: pr, push, nightly, adhoc")
     device_class: DeviceClass
@@ -164,13 +205,22 @@ class ExternalJob(BaseModel):
     base_manifest: BundleManifest | None = None
 
 
-@router.put("/runs/{run_id}/jobs/{job_id}", response_model=JobOut,
+ExternalId = Annotated[str, Path(min_length=1, max_length=64, description="the caller's id (at most 64 characters)")]
+
+
+@router.put("/runs/{run_id}/jobs/{job_id}", response_model=JobOut, responses=CONFLICT,
             summary="Start (or restart) a job run outside the queue under a caller-chosen id (agent scope)",
             description="For orchestrators such as Buildkite: `benchfarm run-job` names the run after the build and "
                         "the job after the build and device class, so a retried step continues the same job.")
-def external_job(run_id: str, job_id: str, body: ExternalJob, session: SessionDep, principal: AgentPrincipal) -> JobOut:
+def external_job(run_id: ExternalId, job_id: ExternalId, body: ExternalJob, session: SessionDep,
+                 principal: AgentPrincipal) -> JobOut:
     from pipeline.store import ingest
 
+    # the agent named is this token's (or new), and a job that exists is not another token's agent's
+    check_agent_token(session, body.agent, principal)
+    existing = session.get(Job, job_id)
+    if existing is not None:
+        check_job_holder(session, existing, principal)
     with dispatch_errors():
         try:
             commits = [body.commit]

@@ -6,9 +6,10 @@ from fastapi import APIRouter, Query
 
 from pipeline.service.api.deps import SessionDep
 from pipeline.service.api.schemas import ChangePointOut, Lifecycle, TriageState
+from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store import queries
 
-router = APIRouter(tags=["regressions"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["regressions"])
 
 
 @router.get(

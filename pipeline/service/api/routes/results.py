@@ -27,17 +27,31 @@ from pipeline.service.api.deps import (
     SettingsDep,
     require_scope,
 )
+from pipeline.service.api.routes.agents import check_job_holder
 from pipeline.service.api.schemas import (
+    CONFLICT,
     ERROR_RESPONSES,
     BatchSummary,
     UploadSummary,
     json_body,
 )
+from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store import ingest
-from pipeline.store.models import Agent, Case, CaseResultRow, Job
+from pipeline.store.models import Case, CaseResultRow, Job
 
-router = APIRouter(tags=["results"], responses=ERROR_RESPONSES)
+router = APIRouter(route_class=StrictJsonRoute, tags=["results"], responses={**ERROR_RESPONSES, **CONFLICT})
 AgentWriter = Annotated[Principal, require_scope("agent")]
+
+
+def refuse_new_results(session: Session, job: Job, document: ResultDocument) -> None:
+    """409 when `document` holds a case result `job` has not stored: for a job that takes only
+    identical re-sends (all duplicates, nothing written)."""
+    stored = set(session.execute(sa.select(Case.case_id, CaseResultRow.target).join(Case, CaseResultRow.case_id == Case.id)
+                                 .where(CaseResultRow.job_id == job.id)).all())
+    new = {(r.case, r.target) for r in document.results} - stored
+    if new:
+        raise HTTPException(409, f"job {job.id} is {job.status}: it takes no new results "
+                                 f"({len(new)} case results not stored yet)")
 
 
 def _ingest_as(session: Session, document: ResultDocument, settings: SettingsDep,
@@ -46,23 +60,13 @@ def _ingest_as(session: Session, document: ResultDocument, settings: SettingsDep
     job = session.get(Job, document.job_id)
     if job is None:   # ingest names the unknown job
         return ingest.ingest_result(session, document=document, analysis=settings.analysis)
+    check_job_holder(session, job, principal)
     holder = job.lease_owner or job.agent
-    if holder is not None and not principal.allows("admin"):
-        token = session.scalar(sa.select(Agent.token_name).where(Agent.name == holder))
-        if token != principal.name:
-            raise HTTPException(403, f"job {job.id} is leased to agent {holder!r}, whose token is not "
-                                     f"{principal.name!r}")
     # running: its agent's results; failed: its agent's kept results (`benchfarm resend` after a refused
     # upload, which then completes it); an admin may also repair any job
-    if job.status in ("running", "failed") and holder is not None or principal.allows("admin"):
-        return ingest.ingest_result(session, document=document, analysis=settings.analysis)
-    stored = set(session.execute(sa.select(Case.case_id, CaseResultRow.target).join(Case, CaseResultRow.case_id == Case.id)
-                                 .where(CaseResultRow.job_id == job.id)).all())
-    new = {(r.case, r.target) for r in document.results} - stored
-    if new:
-        raise HTTPException(409, f"job {job.id} is {job.status}: it takes no new results "
-                                 f"({len(new)} case results not stored yet)")
-    return ingest.ingest_result(session, document=document, analysis=settings.analysis)   # all duplicates
+    if not (job.status in ("running", "failed") and holder is not None or principal.allows("admin")):
+        refuse_new_results(session, job, document)   # a queued or done job: an identical re-send only
+    return ingest.ingest_result(session, document=document, analysis=settings.analysis)
 
 
 def _summary(job_id: str, summary: ingest.IngestSummary) -> UploadSummary:

@@ -8,10 +8,11 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query
 
 from pipeline.service.api.deps import SessionDep, SettingsDep
+from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store import queries
 from pipeline.store.compare import Comparison, compare
 
-router = APIRouter(tags=["runs"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["runs"])
 
 
 def run_comparisons(session: SessionDep, settings: SettingsDep, detail: queries.RunDetail) -> list[Comparison]:

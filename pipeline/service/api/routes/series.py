@@ -18,10 +18,11 @@ from pipeline.service.api.schemas import (
     SeriesSettingsIn,
     SeriesSettingsOut,
 )
+from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store import analysis, queries
 from pipeline.store.models import Series
 
-router = APIRouter(tags=["series"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["series"])
 
 
 @router.get("/series", summary="List series with their latest median")

@@ -14,8 +14,9 @@ from pipeline.service.api.schemas import (
     TokenCreated,
     TokenOut,
 )
+from pipeline.service.api.strict_route import StrictJsonRoute
 
-router = APIRouter(tags=["tokens"], dependencies=[require_scope("admin")], responses=ERROR_RESPONSES)
+router = APIRouter(route_class=StrictJsonRoute, tags=["tokens"], dependencies=[require_scope("admin")], responses=ERROR_RESPONSES)
 
 
 @router.get("/tokens", response_model=list[TokenOut], summary="List tokens (never the tokens themselves)")

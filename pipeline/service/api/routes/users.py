@@ -11,8 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipeline.service import users
 from pipeline.service.api.deps import SessionDep, require_scope
 from pipeline.service.api.schemas import ERROR_RESPONSES
+from pipeline.service.api.strict_route import StrictJsonRoute
 
-router = APIRouter(tags=["users"], dependencies=[require_scope("admin")], responses=ERROR_RESPONSES)
+router = APIRouter(route_class=StrictJsonRoute, prefix="/api/v1", tags=["users"], dependencies=[require_scope("admin")], responses=ERROR_RESPONSES)
 
 
 class UserCreate(BaseModel):

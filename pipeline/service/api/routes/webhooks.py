@@ -18,9 +18,10 @@ from sqlalchemy.exc import IntegrityError
 from pipeline.contracts import strict_json
 from pipeline.pr_comments.webhook import decide, verify_signature
 from pipeline.service.api.deps import BodyDep, SessionDep, SettingsDep, require_scope
+from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store.models import WebhookDelivery, utcnow
 
-router = APIRouter(tags=["webhooks"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["webhooks"])
 
 SIGNATURE_HEADER = "X-Hub-Signature-256"
 
