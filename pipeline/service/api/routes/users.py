@@ -13,7 +13,8 @@ from pipeline.service.api.deps import SessionDep, require_scope
 from pipeline.service.api.schemas import ERROR_RESPONSES
 from pipeline.service.api.strict_route import StrictJsonRoute
 
-router = APIRouter(route_class=StrictJsonRoute, prefix="/api/v1", tags=["users"], dependencies=[require_scope("admin")], responses=ERROR_RESPONSES)
+router = APIRouter(route_class=StrictJsonRoute, tags=["users"], dependencies=[require_scope("admin")],
+                   responses=ERROR_RESPONSES)
 
 
 class UserCreate(BaseModel):
