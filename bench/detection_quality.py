@@ -37,7 +37,7 @@ store holds after commit t + d: a suspected or confirmed point counts if a confi
 t is stored later (issue 13: "suspected counts if it is then confirmed").
 
 Detectors, the same settings for every series:
-- batch:    pipeline.results.changepoints.detect with the store's defaults (AnalysisSettings:
+- batch:    pipeline.analysis.changepoints.detect with the store's defaults (AnalysisSettings:
             window 50, max p 0.001, min magnitude 0.02, min_size 3);
 - online:   the store: bench/_online_store.py feeds each noise level's series one commit at a
             time through ingest.ingest_result into a SQLite store (push runs, default analysis)
@@ -46,7 +46,7 @@ Detectors, the same settings for every series:
 - otava:    otava.analysis.compute_change_points(series, window_len=50, max_pvalue=0.001,
             min_magnitude=0.0), Otava's own library entry point (its CLI defaults), and
   otava_mm: the same with min_magnitude=0.02 (the store's minimum magnitude);
-- dana:     pipeline.results.changepoints.dana_running_average (range 5 %, required 2).
+- dana:     pipeline.analysis.changepoints.dana_running_average (range 5 %, required 2).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ import numpy as np
 from _online_store import Timeline, online_timelines
 
 from pipeline.config import AnalysisSettings
-from pipeline.results.changepoints import dana_running_average, detect
+from pipeline.analysis.changepoints import dana_running_average, detect
 
 LENGTH = 200
 NOISE_LEVELS = (0.005, 0.01, 0.02, 0.05)

@@ -170,8 +170,8 @@ class Store:
 
     def __init__(self, path: Path, base, head, device) -> None:  # type: ignore[no-untyped-def]
         from pipeline.contracts.commits import CommitInfo
-        from pipeline.results import ingest
-        from pipeline.results.db import open_store, session_scope
+        from pipeline.store import ingest
+        from pipeline.store.db import open_store, session_scope
 
         self.engine, self.ingest, self.scope, self.device = open_store(f"sqlite:///{path}"), ingest, session_scope, device
         self.repo = base.repository
@@ -199,7 +199,7 @@ class Store:
 
     def compare(self, head_sha: str, base_sha: str | None = None):  # type: ignore[no-untyped-def]
         from pipeline.config import CompareSettings
-        from pipeline.results.compare import compare
+        from pipeline.store.compare import compare
 
         with self.scope(self.engine) as session:
             return compare(session, repository=self.repo, head_sha=head_sha, device_class=self.device.device_class.name,

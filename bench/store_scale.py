@@ -56,6 +56,7 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pipeline.analysis.stats import summarize
 from pipeline.config import AnalysisSettings
 from pipeline.contracts import (
     BundleEntry,
@@ -72,12 +73,11 @@ from pipeline.contracts import (
 )
 from pipeline.contracts.manifest import ArtifactRef, ReferenceSpec
 from pipeline.contracts.result import AgentInfo
-from pipeline.results import analysis, ingest, queries
-from pipeline.results.api import freeze_startup_heap
-from pipeline.results.api.routes.results import parse_batch
-from pipeline.results.db import make_engine, open_store, session_scope
-from pipeline.results.models import ChangePoint, Commit, Job, Measurement, Run, Series
-from pipeline.results.stats import summarize
+from pipeline.service.api.routes.results import parse_batch
+from pipeline.service.app import freeze_startup_heap
+from pipeline.store import analysis, ingest, queries
+from pipeline.store.db import make_engine, open_store, session_scope
+from pipeline.store.models import ChangePoint, Commit, Job, Measurement, Run, Series
 
 REPO = "scale/kernels"
 TARGET = "llvm-cpu:x86_64"

@@ -41,9 +41,9 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.config import Settings
-from pipeline.results.api import create_app, freeze_startup_heap
-from pipeline.results.db import make_engine, open_store, session_scope
-from pipeline.results.models import (
+from pipeline.service.app import create_app, freeze_startup_heap
+from pipeline.store.db import make_engine, open_store, session_scope
+from pipeline.store.models import (
     Case,
     ChangePoint,
     Commit,

@@ -97,7 +97,7 @@ def _suite_and_ref(args: argparse.Namespace, ref: str, *, note: bool = True) -> 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.local_pipeline import run_pipeline
     from pipeline.pr_comments.table import compile_table, terminal_table
-    from pipeline.results.db import open_store, shown_url
+    from pipeline.store.db import open_store, shown_url
 
     suite, ref = _suite_and_ref(args, args.ref)
     engine = open_store(settings.database_url)
@@ -128,15 +128,15 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
 
     from pipeline.pr_comments.report import compile_section, report_for_commit
     from pipeline.pr_comments.table import compile_table, terminal_table
-    from pipeline.results.api.schemas import CompileComparisonOut
-    from pipeline.results.compare import (
+    from pipeline.service.api.schemas import CompileComparisonOut
+    from pipeline.store.compare import (
         CompareError,
         combine,
         compare,
         result_device_classes,
     )
-    from pipeline.results.compile_stats import compare_compile
-    from pipeline.results.db import open_store, session_scope, shown_url
+    from pipeline.store.compile_stats import compare_compile
+    from pipeline.store.db import open_store, session_scope, shown_url
 
     base, head = _full_sha(args.base), _full_sha(args.head)
     repository = args.repository or settings.repository or _checkout_repository()
@@ -186,7 +186,7 @@ def _checkout_repository() -> str:
 
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.embedded import check_port_free, serve_embedded
+    from pipeline.service.embedded import check_port_free, serve_embedded
 
     settings = _listen_on(args, settings)
     check_port_free(settings.host, settings.port)   # before the suite: a taken port is the first thing to fix
@@ -195,7 +195,7 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.embedded import serve_embedded
+    from pipeline.service.embedded import serve_embedded
 
     return serve_embedded(_listen_on(args, settings), suite=None, ref="HEAD", run_on_start=False,
                           access_log=args.verbose)
@@ -208,8 +208,8 @@ def cmd_builder(args: argparse.Namespace, settings: Settings) -> int:
     import signal
 
     from pipeline.build.suite_loader import locate_suite
-    from pipeline.results.db import open_store, shown_url
-    from pipeline.results.triggers import Builder
+    from pipeline.dispatch.triggers import Builder
+    from pipeline.store.db import open_store, shown_url
 
     suite = args.suite or settings.dispatch.suite_path
     if not suite:
@@ -271,7 +271,7 @@ def cmd_devices(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.results.db import open_store, shown_url
+    from pipeline.store.db import open_store, shown_url
 
     open_store(settings.database_url)
     out_console.print(f"{shown_url(settings.database_url)}: migrated to the newest revision", markup=False)
@@ -294,8 +294,8 @@ def cmd_schemas(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.results import auth
-    from pipeline.results.db import open_store, session_scope
+    from pipeline.service import auth
+    from pipeline.store.db import open_store, session_scope
 
     engine = open_store(settings.database_url)
     with session_scope(engine) as session:
@@ -320,8 +320,8 @@ def cmd_user(args: argparse.Namespace, settings: Settings) -> int:
     """A password user of the web UI, made straight in the store (the first one needs no API token)."""
     import getpass
 
-    from pipeline.results import users
-    from pipeline.results.db import open_store, session_scope, shown_url
+    from pipeline.service import users
+    from pipeline.store.db import open_store, session_scope, shown_url
 
     if args.password_stdin:
         password = sys.stdin.readline().rstrip("\r\n")
@@ -370,7 +370,7 @@ def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     repository = args.repository or settings.repository
     if not repository:
         raise CliError("which repository? pass --repository OWNER/NAME or set BENCHFARM_REPOSITORY")
-    from pipeline.results.db import open_store, session_scope
+    from pipeline.store.db import open_store, session_scope
 
     with session_scope(open_store(settings.database_url)) as session:
         report = report_for_commit(session, settings=settings, repository=repository, sha=args.commit, pr=args.pr,

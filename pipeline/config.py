@@ -148,7 +148,7 @@ class CompareSettings(BaseModel):
         default=3.0, ge=0,
         description="a case's threshold is max(the minimum change, noise_factor x its measured noise on the device "
         "class): 3 standard deviations of a change between identical code pass 0.27 % of the time (normal noise), "
-        "and absorb the uncertainty of a noise learned from a few runs (pipeline.results.stats.threshold)")
+        "and absorb the uncertainty of a noise learned from a few runs (pipeline.analysis.stats.threshold)")
     same_binary_shortcut: bool = Field(
         default=True,
         description="a case whose head and base binaries are identical is 'unchanged (same binary)', never regressed "
@@ -243,7 +243,7 @@ class BuildkiteSettings(BaseModel):
 
 
 class AnalysisSettings(BaseModel):
-    """Change-point detection on default-branch histories (`pipeline.results.changepoints`)."""
+    """Change-point detection on default-branch histories (`pipeline.analysis.changepoints`)."""
 
     model_config = SettingsConfigDict(extra="forbid")
 
@@ -256,7 +256,7 @@ class AnalysisSettings(BaseModel):
 
 
 class AlertSettings(BaseModel):
-    """Where a confirmed history regression is announced (`pipeline.results.alerts`), once per change point."""
+    """Where a confirmed history regression is announced (`pipeline.service.alerts`), once per change point."""
 
     model_config = SettingsConfigDict(extra="forbid")
 
@@ -284,7 +284,7 @@ class AlertSettings(BaseModel):
 
 
 class BisectSettings(BaseModel):
-    """Bisection of a confirmed change point's commit range to its culprit (`pipeline.results.bisect`)."""
+    """Bisection of a confirmed change point's commit range to its culprit (`pipeline.dispatch.bisect`)."""
 
     model_config = SettingsConfigDict(extra="forbid")
 
@@ -337,7 +337,7 @@ class PhoneSettings(BaseModel):
 
 
 class WebSettings(BaseModel):
-    """The history web UI (`pipeline.results.web`): who may browse, signed sessions, roofline ceilings, page sizes."""
+    """The history web UI (`pipeline.service.web`): who may browse, signed sessions, roofline ceilings, page sizes."""
 
     model_config = SettingsConfigDict(extra="forbid")
 

@@ -28,11 +28,11 @@ from pipeline.build.suite_loader import (
 from pipeline.config import Settings
 from pipeline.contracts import Target
 from pipeline.contracts.ids import selects_case
-from pipeline.results import ingest
-from pipeline.results.compare import Comparison, choose_base, compare, only_cases
-from pipeline.results.compile_stats import CompileComparison, compare_compile
-from pipeline.results.db import session_scope
-from pipeline.results.models import Job
+from pipeline.store import ingest
+from pipeline.store.compare import Comparison, choose_base, compare, only_cases
+from pipeline.store.compile_stats import CompileComparison, compare_compile
+from pipeline.store.db import session_scope
+from pipeline.store.models import Job
 
 log = logging.getLogger(__name__)
 

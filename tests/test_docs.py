@@ -19,6 +19,24 @@ def _subcommands() -> set[str]:
     return set(sub.choices)  # type: ignore[attr-defined]
 
 
+def test_the_architecture_table_names_every_package_folder_and_only_those() -> None:
+    """One row per top-level folder of pipeline/ (issue 15), and every place a row names exists."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    start = lines.index("| part | where | what it does |") + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("| "):
+            break
+        rows.append(line)
+    wheres = [row.split("|")[2].strip() for row in rows]
+    named = sorted(w.strip("`") for w in wheres if w.startswith("`pipeline/") and w.endswith("/`"))
+    folders = sorted(f"pipeline/{p.name}/" for p in (ROOT / "pipeline").iterdir() if (p / "__init__.py").is_file())
+    assert named == folders, (named, folders)
+    for where in wheres:
+        path = where.strip("`")
+        assert list(ROOT.glob(path)) if "*" in path else (ROOT / path).exists(), where
+
+
 def test_readme_names_only_real_commands() -> None:
     named = set(re.findall(r"`benchfarm ([a-z][a-z-]*)", (ROOT / "README.md").read_text()))
     assert named and named <= _subcommands(), named - _subcommands()
@@ -26,7 +44,7 @@ def test_readme_names_only_real_commands() -> None:
 
 @pytest.mark.parametrize(("path", "stale"), [
     ("README.md", "later issues"),
-    ("pipeline/results/auth.py", "come later"),
+    ("pipeline/service/auth.py", "come later"),
     ("pipeline/local_pipeline.py", "`benchfarm up` calls it"),
     ("pipeline/agents/runners/iree_runner.py", "with `measure.sample`"),
     ("pipeline/config.py", "NVBench's cold-measurement defaults for GPUs"),

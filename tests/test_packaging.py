@@ -3,16 +3,21 @@ no web service, and the agent's code never imports them."""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
+import shutil
 import subprocess
 import sys
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICE_AND_COMPILERS = ("triton", "iree-base-compiler", "fastapi", "sqlalchemy", "psycopg", "psycopg-binary",
-                         "alembic", "uvicorn", "scipy", "jinja2", "pygithub")
+                         "alembic", "uvicorn", "scipy", "jinja2", "pygithub", "starlette", "buildkite-sdk")
+UNREACHABLE = ("Could not fetch URL", "NewConnectionError", "Temporary failure in name resolution")
 BLOCKED_MODULES = ("triton", "iree.compiler", "fastapi", "sqlalchemy", "psycopg", "alembic", "uvicorn", "scipy",
                    "jinja2", "github", "starlette")
 
@@ -38,22 +43,110 @@ def test_the_agent_commands_run_without_the_service_or_the_compilers() -> None:
 
 def test_blocking_works() -> None:
     """The check above can fail: the service's modules do import a blocked package."""
-    proc = _run_blocked("import pipeline.results.api")
+    proc = _run_blocked("import pipeline.service.app")
     assert proc.returncode != 0 and "import of fastapi halted" in proc.stderr
 
 
 def test_the_agent_extra_resolves_for_an_aarch64_board_without_service_or_compilers(tmp_path: Path) -> None:
     """pip's resolution of `.[agent]` for a 64-bit ARM single-board computer (CPython 3.11; glibc
-    2.28 or newer, which IREE's aarch64 runtime wheel needs: Raspberry Pi OS bookworm has 2.36)."""
+    2.28 or newer, which IREE's aarch64 runtime wheel needs: Raspberry Pi OS bookworm has 2.36).
+    manylinux2014 alone (glibc 2.17) cannot resolve: iree-base-runtime 3.13.0 ships its aarch64
+    wheel tagged manylinux_2_27/2_28 only, so both tags are offered, as pip does on such a board."""
     report = tmp_path / "report.json"
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--only-binary=:all:",
          "--platform", "manylinux_2_28_aarch64", "--platform", "manylinux2014_aarch64", "--python-version", "3.11",
          "--target", str(tmp_path / "x"), "--report", str(report), ".[agent]"],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0 and ("Could not fetch URL" in proc.stderr or "NewConnectionError" in proc.stderr):
+    if proc.returncode != 0 and any(text in proc.stderr for text in UNREACHABLE):
         pytest.skip(f"the package index is unreachable: {proc.stderr[-300:]}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     names = {item["metadata"]["name"].lower() for item in json.loads(report.read_text())["install"]}
     assert "iree-base-runtime" in names and "benchfarm" in names, names
     assert not names & set(SERVICE_AND_COMPILERS), sorted(names & set(SERVICE_AND_COMPILERS))
+
+
+@pytest.fixture(scope="module")
+def agent_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A virtual environment with only `benchfarm[agent]` installed, from a copy of the source (a
+    wheel built and installed, not an editable install: the package's own files, as an agent host
+    gets them). Its packages come from pip's cache or the configured index."""
+    tmp = tmp_path_factory.mktemp("agent-only")
+    source = tmp / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "pipeline", source / "pipeline", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
+    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", f"{source}[agent]"],
+                          capture_output=True, text=True, timeout=1200)
+    if proc.returncode != 0 and any(text in proc.stderr for text in UNREACHABLE):
+        pytest.skip(f"the package index is unreachable: {proc.stderr[-300:]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return venv
+
+
+def test_benchfarm_agent_runs_in_a_venv_with_only_the_agent_extra(agent_venv: Path) -> None:
+    python, benchfarm = agent_venv / "bin" / "python", agent_venv / "bin" / "benchfarm"
+    listed = subprocess.run([str(python), "-m", "pip", "list", "--format", "json"], capture_output=True, text=True,
+                            check=True, timeout=120)
+    names = {item["name"].lower() for item in json.loads(listed.stdout)}
+    assert "iree-base-runtime" in names and "benchfarm" in names, names
+    assert not names & set(SERVICE_AND_COMPILERS), sorted(names & set(SERVICE_AND_COMPILERS))
+    for command in ("agent", "run-job"):
+        proc = subprocess.run([str(benchfarm), command, "--help"], cwd=agent_venv, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert f"usage: benchfarm {command}" in proc.stdout, proc.stdout
+    # The installed package, not this checkout: the service's modules are there but cannot load.
+    proc = subprocess.run([str(python), "-c", "import pipeline, pipeline.agents.agent\nprint(pipeline.__file__)\n"
+                           "import pipeline.service.app"], cwd=agent_venv, capture_output=True, text=True, timeout=120)
+    assert str(agent_venv) in proc.stdout, proc.stdout
+    assert proc.returncode != 0 and "No module named 'fastapi'" in proc.stderr, proc.stderr[-2000:]
+
+
+# Each role's extra against what its packages import (at module level or inside functions): the
+# distributions that provide those modules in this environment must be in the extra's resolution.
+ROLE_PACKAGES = {
+    "builder": ("build",),
+    "service": ("analysis", "store", "dispatch", "service", "pr_comments", "orchestration"),
+}
+ROLE_LEAVES_OUT = {"builder": ("fastapi", "sqlalchemy", "psycopg", "uvicorn", "scipy"),
+                   "service": ("triton", "iree-base-compiler")}
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _imported_distributions(packages: tuple[str, ...]) -> set[str]:
+    providers = packages_distributions()
+    found = set()
+    for package in packages:
+        for path in (ROOT / "pipeline" / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+                for name in names:
+                    top = name.split(".")[0]
+                    if top != "pipeline" and top not in sys.stdlib_module_names and top != "__future__":
+                        assert top in providers, f"{path}: {top} is provided by no installed distribution"
+                        found.update(_normal(d) for d in providers[top])
+    return found
+
+
+@pytest.mark.parametrize("role", sorted(ROLE_PACKAGES))
+def test_each_role_extra_brings_what_its_packages_import_and_not_the_others(role: str, tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed", "--only-binary=:all:",
+         "--target", str(tmp_path / "x"), "--report", str(report), f".[{role}]"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0 and any(text in proc.stderr for text in UNREACHABLE):
+        pytest.skip(f"the package index is unreachable: {proc.stderr[-300:]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    resolved = {_normal(item["metadata"]["name"]) for item in json.loads(report.read_text())["install"]}
+    needed = _imported_distributions(ROLE_PACKAGES[role])
+    assert needed and needed <= resolved, sorted(needed - resolved)
+    assert not resolved & set(ROLE_LEAVES_OUT[role]), sorted(resolved & set(ROLE_LEAVES_OUT[role]))

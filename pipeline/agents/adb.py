@@ -1,12 +1,11 @@
-"""The real `adb` client, typed: devices, connect, shell, push, pull; and phone discovery.
+"""The real `adb` client, typed: devices, connect, shell, push, pull; a phone's properties and CPU clusters.
 
 Every call is one `adb` subprocess (Debian package `adb`, or the platform-tools one). Errors that
 name the device's state become their own exceptions (offline, unauthorized, gone), so the agent can
 tell a phone that needs a person (unlock, accept the RSA key) from one that was unplugged.
 
-Discovery (`phone_devices`): `adb devices -l`, then one `getprop` per phone (ro.product.model,
-ro.soc.model or ro.board.platform, ro.product.cpu.abi) -> one device class per CPU cluster the
-settings name for that model (`PhoneSettings.clusters`), e.g. `pixel-8-pro-cpu-big`, whose
+Discovery (`pipeline.agents.devices.phone_devices`) reads the phones through this client: `adb
+devices -l`, one `getprop` per phone, the CPU clusters (`cpu_clusters`); a phone's
 `LocalDevice.transport` is `AdbTransport(serial, cpu_mask, ...)`: plain data, so whatever schedules
 jobs never needs to know the device is a phone.
 """
@@ -17,18 +16,12 @@ import logging
 import os
 import re
 import shutil
-import socket
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pipeline.config import PhoneSettings
-from pipeline.contracts import DeviceClass, DeviceInfo
-
-if TYPE_CHECKING:
-    from pipeline.agents.devices import LocalDevice
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +35,12 @@ __all__ = [
     "DeviceOffline",
     "DeviceUnauthorized",
     "ShellResult",
+    "cpu_clusters",
     "hex_mask",
     "parse_devices",
     "parse_getprop",
-    "phone_devices",
 ]
 
-PHONE_HAL_DRIVER = "local-sync"   # one thread, pinned by taskset to one cluster
 CPUFREQ = "/sys/devices/system/cpu/cpufreq"
 _STATE_ERRORS = (
     (re.compile(r"unauthorized"), "DeviceUnauthorized"),
@@ -235,7 +227,7 @@ class Adb:
         self.run(["pull", remote, str(local)], serial=serial)
 
 
-def _clusters(adb: Adb, serial: str, model: str, settings: PhoneSettings) -> dict[str, str]:
+def cpu_clusters(adb: Adb, serial: str, model: str, settings: PhoneSettings) -> dict[str, str]:
     """{cluster: mask}: the settings' mapping for the model, or the fastest cpufreq policy as `big`."""
     if model in settings.clusters:
         return dict(settings.clusters[model])
@@ -250,44 +242,3 @@ def _clusters(adb: Adb, serial: str, model: str, settings: PhoneSettings) -> dic
         log.warning("phone %s (%s): no cpufreq policies readable; its class runs unpinned on all CPUs", serial, model)
         return {"all": ""}
     return {"big": hex_mask(best[1])}
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-
-
-def phone_devices(settings: PhoneSettings, adb: Adb | None = None) -> list[LocalDevice]:
-    """LocalDevices for the phones `adb devices -l` lists as ready, one per CPU cluster; phones in
-    another state (offline, unauthorized) and ABIs the targets do not run are logged and left out."""
-    from pipeline.agents.devices import LocalDevice  # devices imports this module
-
-    adb = adb or Adb.from_settings(settings)
-    found: list[LocalDevice] = []
-    for entry in adb.devices():
-        if entry.state != "device":
-            log.warning("phone %s is %s; not benchmarked until it is ready", entry.serial, entry.state)
-            continue
-        try:
-            props = parse_getprop(adb.shell(entry.serial, "getprop").stdout)
-        except AdbError as exc:
-            log.warning("phone %s: getprop failed: %s", entry.serial, exc)
-            continue
-        model = props.get("ro.product.model") or entry.details.get("model", entry.serial)
-        soc = props.get("ro.soc.model") or props.get("ro.board.platform") or "unknown SoC"
-        abi = props.get("ro.product.cpu.abi", "")
-        if abi not in settings.abis:
-            log.warning("phone %s (%s): ABI %r, the phone targets run on %s", entry.serial, model, abi, settings.abis)
-            continue
-        release, sdk = props.get("ro.build.version.release", "?"), props.get("ro.build.version.sdk", "?")
-        for cluster, mask in _clusters(adb, entry.serial, model, settings).items():
-            device_class = DeviceClass(
-                name=f"{_slug(model)}-cpu-{_slug(cluster)}", kind="phone", targets=list(settings.targets),
-                runtime="iree", hal_driver=PHONE_HAL_DRIVER,
-                description=f"{model} ({soc}, {abi}), {cluster} cores (taskset {mask or 'none'}), IREE {PHONE_HAL_DRIVER}",
-            )
-            info = DeviceInfo(
-                device_class=device_class.name, uid=props.get("ro.serialno") or entry.serial,
-                name=f"{model} ({soc})", driver=f"android {release} (sdk {sdk})", host=socket.gethostname(),
-            )
-            found.append(LocalDevice(device_class, info, transport=AdbTransport(entry.serial, mask, settings)))
-    return found

@@ -15,17 +15,19 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.agents.adb import AdbTransport, phone_devices
+from pipeline.agents.adb import Adb, AdbError, AdbTransport, cpu_clusters, parse_getprop
 from pipeline.config import PhoneSettings
 from pipeline.contracts import DeviceClass, DeviceInfo
 
 log = logging.getLogger(__name__)
 
 CPU_HAL_DRIVER = "local-sync"  # one thread, no task system: the least noisy on small shared hosts
+PHONE_HAL_DRIVER = "local-sync"   # one thread, pinned by taskset to one cluster
 NVIDIA_SMI_TIMEOUT_S = 10
 _NVIDIA_QUERY = "name,uuid,driver_version,compute_cap,clocks.sm,clocks.max.sm"
 
-__all__ = ["LocalDevice", "Transport", "LOCAL", "AdbTransport", "discover_local_devices", "cpu_device", "nvidia_devices", "parse_nvidia_smi"]
+__all__ = ["LocalDevice", "Transport", "LOCAL", "AdbTransport", "discover_local_devices", "cpu_device", "nvidia_devices", "parse_nvidia_smi",
+           "phone_devices"]
 
 
 LOCAL = "local"
@@ -223,10 +225,43 @@ def discover_local_devices(phones: PhoneSettings | None = None, gpu_lock: str = 
     cpu = cpu_device()
     found = ([cpu] if cpu else []) + nvidia_devices(gpu_lock) + amd_devices()
     if phones is not None and phones.enabled:
-        from pipeline.agents.adb import AdbError
-
         try:
             found += phone_devices(phones)
         except AdbError as exc:
             log.warning("phone discovery failed: %s", exc)
+    return found
+
+
+def phone_devices(settings: PhoneSettings, adb: Adb | None = None) -> list[LocalDevice]:
+    """LocalDevices for the phones `adb devices -l` lists as ready, one per CPU cluster; phones in
+    another state (offline, unauthorized) and ABIs the targets do not run are logged and left out."""
+    adb = adb or Adb.from_settings(settings)
+    found: list[LocalDevice] = []
+    for entry in adb.devices():
+        if entry.state != "device":
+            log.warning("phone %s is %s; not benchmarked until it is ready", entry.serial, entry.state)
+            continue
+        try:
+            props = parse_getprop(adb.shell(entry.serial, "getprop").stdout)
+        except AdbError as exc:
+            log.warning("phone %s: getprop failed: %s", entry.serial, exc)
+            continue
+        model = props.get("ro.product.model") or entry.details.get("model", entry.serial)
+        soc = props.get("ro.soc.model") or props.get("ro.board.platform") or "unknown SoC"
+        abi = props.get("ro.product.cpu.abi", "")
+        if abi not in settings.abis:
+            log.warning("phone %s (%s): ABI %r, the phone targets run on %s", entry.serial, model, abi, settings.abis)
+            continue
+        release, sdk = props.get("ro.build.version.release", "?"), props.get("ro.build.version.sdk", "?")
+        for cluster, mask in cpu_clusters(adb, entry.serial, model, settings).items():
+            device_class = DeviceClass(
+                name=f"{slug(model)}-cpu-{slug(cluster)}", kind="phone", targets=list(settings.targets),
+                runtime="iree", hal_driver=PHONE_HAL_DRIVER,
+                description=f"{model} ({soc}, {abi}), {cluster} cores (taskset {mask or 'none'}), IREE {PHONE_HAL_DRIVER}",
+            )
+            info = DeviceInfo(
+                device_class=device_class.name, uid=props.get("ro.serialno") or entry.serial,
+                name=f"{model} ({soc})", driver=f"android {release} (sdk {sdk})", host=socket.gethostname(),
+            )
+            found.append(LocalDevice(device_class, info, transport=AdbTransport(entry.serial, mask, settings)))
     return found

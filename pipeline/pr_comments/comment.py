@@ -22,7 +22,6 @@ import jinja2
 
 from pipeline.pr_comments.markdown import Md, md_escape, md_link, md_url, truncate_lines
 from pipeline.pr_comments.table import (
-    STATUS_ORDER,
     format_pvalue,
     format_seconds,
     row_change,
@@ -30,7 +29,7 @@ from pipeline.pr_comments.table import (
     summary_line,
     verdict_line,
 )
-from pipeline.results.compare import Comparison, ComparisonRow, counted_status
+from pipeline.store.compare import STATUSES, Comparison, ComparisonRow, counted_status
 
 __all__ = ["MARKER", "CommentSettings", "comment_marker", "render_comment"]
 
@@ -100,7 +99,7 @@ def _sections(comparisons: Sequence[Comparison], settings: CommentSettings, seri
         elif title == "Improved":  # the best first
             chosen.sort(key=lambda p: ((p[0].change or 0.0), p[0].case_id, p[1].device_class))
         else:
-            chosen.sort(key=lambda p: (STATUS_ORDER.index(p[0].status), p[0].case_id, p[1].device_class))
+            chosen.sort(key=lambda p: (STATUSES.index(p[0].status), p[0].case_id, p[1].device_class))
         shown = chosen[:limit]
         out.append(_Section(title, folded, len(chosen),
                             [_row_view(r, c, settings, series_ids) for r, c in shown], len(chosen) - len(shown)))

@@ -23,10 +23,10 @@ from pipeline.pr_comments.comment import (
 )
 from pipeline.pr_comments.markdown import md_escape, md_link, md_url, truncate_lines
 from pipeline.pr_comments.table import verdict_line
-from pipeline.results import compile_stats
-from pipeline.results.compare import METRIC, Comparison, combine, compare
-from pipeline.results.compile_stats import CompileComparison
-from pipeline.results.models import (
+from pipeline.store import compile_stats
+from pipeline.store.compare import METRIC, Comparison, combine, compare
+from pipeline.store.compile_stats import CompileComparison
+from pipeline.store.models import (
     Case,
     Commit,
     DeviceClassRow,

@@ -12,11 +12,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from pipeline.config import Settings
+from pipeline.dispatch.triggers import Loop
 from pipeline.pr_comments.outbox import deliver, flush
 from pipeline.pr_comments.report import Report, report_for_commit
-from pipeline.results.db import session_scope
-from pipeline.results.models import DeviceClassRow, Job, Run, RunReport, utcnow
-from pipeline.results.triggers import Loop
+from pipeline.store.db import session_scope
+from pipeline.store.models import DeviceClassRow, Job, Run, RunReport, utcnow
 
 __all__ = ["FLUSH_EVERY_S", "Reporter", "report_of_run"]
 

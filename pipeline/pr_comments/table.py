@@ -1,6 +1,6 @@
 """The comparison table as people read it in a terminal; the PR comment and the pages reuse the formatters.
 
-Every word and count comes from `pipeline.results.compare` (one status vocabulary, one verdict):
+Every word and count comes from `pipeline.store.compare` (one status vocabulary, one verdict):
 the verdict is `overall_verdict`, the counts `verdict_counts`, a status is shown by `status_label`.
 """
 
@@ -11,14 +11,15 @@ from collections.abc import Iterable, Sequence
 from rich.table import Table
 from rich.text import Text
 
-from pipeline.results.compare import (
+from pipeline.store.compare import (
+    STATUSES,
     Comparison,
     ComparisonRow,
     overall_verdict,
     status_label,
     verdict_counts,
 )
-from pipeline.results.compile_stats import CompileComparison
+from pipeline.store.compile_stats import CompileComparison
 
 STATUS_STYLE = {
     "regressed": "bold red",
@@ -29,8 +30,6 @@ STATUS_STYLE = {
     "errored": "bold magenta",
     "no baseline": "cyan",
 }
-STATUS_ORDER = ["regressed", "errored", "improved", "insufficient data", "no baseline", "similar", "unchanged"]
-"""The order rows and counts are shown in: what needs a look first."""
 
 
 def format_seconds(value: float | None) -> str:
@@ -74,7 +73,7 @@ def counts_text(rows: Iterable[ComparisonRow]) -> str:
     on (`verdict_counts`), then the controls apart."""
     rows = list(rows)
     counts = verdict_counts(rows)
-    parts = [f"{counts[s]} {status_label(s)}" for s in STATUS_ORDER if counts.get(s)]
+    parts = [f"{counts[s]} {status_label(s)}" for s in STATUSES if counts.get(s)]
     if counts.get("drift"):
         parts.append(f"{counts['drift']} device drift")
     text = ", ".join(parts) or "no cases"
@@ -99,7 +98,7 @@ def terminal_table(comparison: Comparison) -> Table:
     for column in ("base", "now", "change [95% CI]", "p"):
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
-    rows = sorted(comparison.rows, key=lambda r: (STATUS_ORDER.index(r.status), r.case_id))
+    rows = sorted(comparison.rows, key=lambda r: (STATUSES.index(r.status), r.case_id))
     for row in rows:
         table.add_row(
             Text(row.case_id),  # Text(): a case name is never read as console markup

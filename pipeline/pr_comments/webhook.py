@@ -1,6 +1,6 @@
 """GitHub webhooks: which deliveries run benchmarks, and running them through the built-in dispatcher.
 
-Receiving (`pipeline.results.api.routes.webhooks`) is quick and does no git work: the signature
+Receiving (`pipeline.service.api.routes.webhooks`) is quick and does no git work: the signature
 is checked (`verify_signature`), the delivery is looked up by its X-GitHub-Delivery id (a
 redelivery is answered and not processed again), `decide` says what the event asks for, and the
 delivery is stored, pending or ignored. `WebhookWorker`, a service thread, then processes pending
@@ -38,10 +38,11 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from pipeline.config import GitHubSettings, Settings
-from pipeline.results import ingest, triggers
-from pipeline.results.compare import choose_base
-from pipeline.results.db import session_scope
-from pipeline.results.models import (
+from pipeline.dispatch import triggers
+from pipeline.store import ingest
+from pipeline.store.compare import choose_base
+from pipeline.store.db import session_scope
+from pipeline.store.models import (
     Device,
     DeviceClassRow,
     RunReport,

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.agents.adb import Adb, AdbError, AdbTransport, DeviceGone, phone_devices
-from pipeline.agents.devices import LocalDevice, discover_local_devices
+from pipeline.agents.adb import Adb, AdbError, AdbTransport, DeviceGone
+from pipeline.agents.devices import LocalDevice, discover_local_devices, phone_devices
 from pipeline.agents.local import run_bundle
 from pipeline.build.bundle import build_bundle
 from pipeline.build.suite_loader import locate_suite, resolve_commit

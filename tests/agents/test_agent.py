@@ -24,9 +24,10 @@ from pipeline.agents.devices import LocalDevice
 from pipeline.config import Settings, load_settings
 from pipeline.contracts import CaseResult, DeviceClass, DeviceInfo, ResultDocument
 from pipeline.contracts.result import AgentInfo
-from pipeline.results import ingest, triggers
-from pipeline.results.api import create_app
-from pipeline.results.db import open_store, session_scope
+from pipeline.dispatch import triggers
+from pipeline.service.app import create_app
+from pipeline.store import ingest
+from pipeline.store.db import open_store, session_scope
 from tests.helpers.live_server import live_server
 from tests.results import factories as f
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Settings
-from pipeline.results import auth
-from pipeline.results.api import create_app
-from pipeline.results.db import open_store, session_scope
+from pipeline.service import auth
+from pipeline.service.app import create_app
+from pipeline.store.db import open_store, session_scope
 from tests.helpers.live_server import free_port, live_server
 
 

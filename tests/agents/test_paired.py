@@ -14,9 +14,9 @@ from pipeline.build.bundle import build_bundle
 from pipeline.build.suite_loader import commit_history, locate_suite, resolve_commit
 from pipeline.config import CompareSettings, MeasurementSettings
 from pipeline.contracts import BundleManifest, ResultDocument, parse_result
-from pipeline.results import ingest
-from pipeline.results.compare import compare
-from pipeline.results.db import open_store, session_scope
+from pipeline.store import ingest
+from pipeline.store.compare import compare
+from pipeline.store.db import open_store, session_scope
 from tests.helpers.suite_repo import GemmCase, case_id, commit_all, gemm_suite_files, make_suite_repo, write_files
 
 # ~1 ms a call on one core; "slow" makes beta several times slower

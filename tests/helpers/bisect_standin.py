@@ -13,11 +13,13 @@ from collections.abc import Callable, Collection
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
+from pipeline import dispatch
 from pipeline.config import Settings
 from pipeline.contracts import DeviceClass, DeviceInfo
-from pipeline.results import bisect, dispatch, ingest, triggers
-from pipeline.results.db import session_scope
-from pipeline.results.models import Bisection, BuildRequest, Run
+from pipeline.dispatch import bisect, triggers
+from pipeline.store import ingest
+from pipeline.store.db import session_scope
+from pipeline.store.models import Bisection, BuildRequest, Run
 from tests.results import factories as f
 
 LEVEL = 1e-3

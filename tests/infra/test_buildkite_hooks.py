@@ -14,9 +14,9 @@ import pytest
 
 from pipeline.agents.devices import cpu_device
 from pipeline.config import Settings
-from pipeline.results import auth
-from pipeline.results.api import create_app
-from pipeline.results.db import open_store, session_scope
+from pipeline.service import auth
+from pipeline.service.app import create_app
+from pipeline.store.db import open_store, session_scope
 from tests.helpers.live_server import live_server
 
 HOOK = Path(__file__).resolve().parents[2] / "infra" / "buildkite" / "hooks" / "pre-command"

@@ -18,7 +18,12 @@ import pytest
 import requests
 from pydantic import SecretStr
 
-from pipeline.config import BuildkiteSettings, DispatchSettings, GitHubSettings, Settings
+from pipeline.config import (
+    BuildkiteSettings,
+    DispatchSettings,
+    GitHubSettings,
+    Settings,
+)
 from pipeline.contracts.ids import buildkite_job_ids
 from pipeline.orchestration.buildkite_api import (
     BuildkiteError,
@@ -26,7 +31,13 @@ from pipeline.orchestration.buildkite_api import (
     create_build,
 )
 from tests.helpers.farm import wait_for
-from tests.helpers.github_webhooks import SECRET, HostedRepo, deliver, pull_request_payload, push_payload
+from tests.helpers.github_webhooks import (
+    SECRET,
+    HostedRepo,
+    deliver,
+    pull_request_payload,
+    push_payload,
+)
 from tests.helpers.json_standin import JsonStandIn
 from tests.helpers.live_server import live_server
 from tests.helpers.suite_repo import GemmCase, gemm_suite_files, git, make_suite_repo
@@ -117,8 +128,8 @@ def test_a_webhook_delivery_becomes_a_buildkite_build(buildkite: BuildkiteStandI
 
     from pipeline.config import Settings
     from pipeline.pr_comments.webhook import Decision, process
-    from pipeline.results.db import open_store, session_scope
-    from pipeline.results.models import Run
+    from pipeline.store.db import open_store, session_scope
+    from pipeline.store.models import Run
 
     settings = Settings(home=tmp_path, buildkite=_settings(buildkite.url))
     engine = open_store(f"sqlite:///{tmp_path / 'store.db'}")
@@ -139,8 +150,8 @@ def test_a_webhook_delivery_becomes_a_buildkite_build(buildkite: BuildkiteStandI
 def _service(settings: Settings) -> Iterator[str]:
     """The service's app and its webhook worker thread (as `benchfarm serve` runs them) on a fresh store."""
     from pipeline.pr_comments.webhook import WebhookWorker
-    from pipeline.results.api import create_app
-    from pipeline.results.db import open_store
+    from pipeline.service.app import create_app
+    from pipeline.store.db import open_store
 
     engine = open_store(settings.database_url)
     worker = WebhookWorker(settings, engine)

@@ -1,11 +1,11 @@
-"""Comparisons built by hand, in the shape pipeline.results.compare returns."""
+"""Comparisons built by hand, in the shape pipeline.store.compare returns."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
 
-from pipeline.results.compare import STATUSES, Comparison, ComparisonRow
+from pipeline.store.compare import STATUSES, Comparison, ComparisonRow
 
 HEAD = "a" * 40
 BASE = "b" * 40

@@ -6,9 +6,9 @@ from sqlalchemy import Engine
 
 from pipeline.config import load_settings
 from pipeline.pr_comments.report import report_for_commit
-from pipeline.results import ingest
-from pipeline.results.compare import compare
-from pipeline.results.db import session_scope
+from pipeline.store import ingest
+from pipeline.store.compare import compare
+from pipeline.store.db import session_scope
 from tests.results import factories as f
 from tests.results.conftest import database_url, engine, seeded  # noqa: F401  (the store fixtures, both stores)
 

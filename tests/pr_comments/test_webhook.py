@@ -13,13 +13,13 @@ import sqlalchemy as sa
 from pydantic import SecretStr
 from sqlalchemy.engine import Engine
 
+from pipeline import dispatch
 from pipeline.config import DispatchSettings, GitHubSettings, Settings
 from pipeline.contracts import DeviceClass, DeviceInfo
 from pipeline.pr_comments.webhook import WebhookWorker, decide, sign, verify_signature
-from pipeline.results import dispatch
-from pipeline.results.api import create_app
-from pipeline.results.db import open_store, session_scope
-from pipeline.results.models import (
+from pipeline.service.app import create_app
+from pipeline.store.db import open_store, session_scope
+from pipeline.store.models import (
     BuildRequest,
     Commit,
     Job,

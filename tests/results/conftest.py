@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from pipeline.results.db import make_engine, open_store, session_scope
+from pipeline.store.db import make_engine, open_store, session_scope
 
 from . import factories as f
 
@@ -76,7 +76,7 @@ def seeded(engine: Engine) -> Engine:
 def seed(engine: Engine) -> Engine:
     """A store knowing the repository, a first-parent chain c0 <- c1 <- c2 <- c3, the device
     classes cpu-x86-64 and other-cpu, and a manifest at c0 registering GEMM and CONV."""
-    from pipeline.results import ingest
+    from pipeline.store import ingest
 
     with session_scope(engine) as s:
         ingest.upsert_repository(s, name=f.REPO, url="https://example.com/bench/kernels")

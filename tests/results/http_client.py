@@ -7,7 +7,7 @@ from typing import Any
 import requests
 from sqlalchemy import Engine
 
-from pipeline.results.db import session_scope
+from pipeline.store.db import session_scope
 
 from . import factories as f
 

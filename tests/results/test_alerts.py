@@ -13,9 +13,9 @@ from pydantic import SecretStr
 from sqlalchemy import Engine
 
 from pipeline.config import AlertSettings, Settings
-from pipeline.results.alerts import Alerter, mail_recipients, owners_of
-from pipeline.results.db import session_scope
-from pipeline.results.models import ChangePoint
+from pipeline.service.alerts import Alerter, mail_recipients, owners_of
+from pipeline.store.db import session_scope
+from pipeline.store.models import ChangePoint
 from tests.helpers.json_standin import JsonStandIn
 from tests.helpers.smtp_standin import SmtpStandIn
 

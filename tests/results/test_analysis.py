@@ -12,11 +12,12 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from pipeline.analysis import changepoints
 from pipeline.config import AnalysisSettings
-from pipeline.results import analysis, changepoints, ingest, queries, triage
-from pipeline.results.db import session_scope
-from pipeline.results.history import default_branch_chain
-from pipeline.results.models import Case, ChangePoint, Repository, Series, TriageEvent
+from pipeline.store import analysis, ingest, queries, triage
+from pipeline.store.db import session_scope
+from pipeline.store.history import default_branch_chain
+from pipeline.store.models import Case, ChangePoint, Repository, Series, TriageEvent
 
 from . import factories as f
 
@@ -186,8 +187,8 @@ def test_dashboard_groups_by_family_and_device_class(stepped: Engine) -> None:
 # --- noise learned from history (the verdict's threshold) ---------------------------------------
 
 def test_run_to_run_noise_is_learned_from_the_default_branch(stepped: Engine) -> None:
-    from pipeline.results.models import Measurement
-    from pipeline.results.stats import run_to_run_noise
+    from pipeline.analysis.stats import run_to_run_noise
+    from pipeline.store.models import Measurement
 
     with session_scope(stepped) as s:
         series = s.get(Series, _series_id(s))
@@ -200,7 +201,7 @@ def test_run_to_run_noise_is_learned_from_the_default_branch(stepped: Engine) ->
 
 def test_paired_noise_is_learned_from_aa_calibrations(seeded: Engine) -> None:
     from pipeline.config import CompareSettings
-    from pipeline.results.compare import compare
+    from pipeline.store.compare import compare
 
     base = [1e-3 * (1 + 0.01 * (i % 5)) for i in range(15)]
     offsets = [0.01, -0.01, 0.02, -0.02, 0.005, -0.005]

@@ -12,9 +12,9 @@ import requests
 from sqlalchemy import Engine
 
 from pipeline.config import Settings
-from pipeline.results import ingest
-from pipeline.results.api import create_app
-from pipeline.results.db import session_scope
+from pipeline.service.app import create_app
+from pipeline.store import ingest
+from pipeline.store.db import session_scope
 from tests.helpers.live_server import live_server
 
 from . import factories as f

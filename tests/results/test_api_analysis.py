@@ -12,9 +12,9 @@ import requests
 from sqlalchemy import Engine
 
 from pipeline.config import Settings
-from pipeline.results import auth
-from pipeline.results.api import create_app
-from pipeline.results.db import session_scope
+from pipeline.service import auth
+from pipeline.service.app import create_app
+from pipeline.store.db import session_scope
 from tests.helpers.live_server import live_server
 
 from . import factories as f
@@ -108,7 +108,7 @@ def test_series_settings_need_the_user_scope(service: tuple[str, Engine, dict[st
 def test_compare_over_http_with_and_without_a_device_class(service: tuple[str, Engine, dict[str, str]]) -> None:
     url, engine, _ = service
     with session_scope(engine) as s:
-        from pipeline.results import ingest
+        from pipeline.store import ingest
 
         ingest.record_commits(s, repository=f.REPO, commits=[f.commit("pr", main(59), minutes=300, branch="feature")])
         f.upload(s, "pr", [f.ok(f.GEMM, f.series_samples(2e-3))], kind="pr")

@@ -14,10 +14,12 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from pipeline.config import Settings
-from pipeline.results import auth, dispatch, ingest
-from pipeline.results.models import Agent, Job
-from pipeline.results.api import create_app
-from pipeline.results.db import session_scope
+from pipeline import dispatch
+from pipeline.service import auth
+from pipeline.store import ingest
+from pipeline.store.models import Agent, Job
+from pipeline.service.app import create_app
+from pipeline.store.db import session_scope
 from tests.helpers.live_server import live_server
 
 from . import factories as f

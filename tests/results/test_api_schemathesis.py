@@ -41,9 +41,9 @@ from schemathesis.specs.openapi.checks import (
 from sqlalchemy import Engine, create_engine
 
 from pipeline.config import DispatchSettings, GitHubSettings, Settings
-from pipeline.results import auth
-from pipeline.results.api import create_app
-from pipeline.results.db import open_store, session_scope
+from pipeline.service import auth
+from pipeline.service.app import create_app
+from pipeline.store.db import open_store, session_scope
 from tests.helpers.live_server import live_server
 from tests.web import demo_store
 

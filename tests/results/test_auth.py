@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.orm import Session
 
-from pipeline.results import auth
+from pipeline.service import auth
 
 from . import factories as f
 

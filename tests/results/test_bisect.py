@@ -16,10 +16,12 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from pipeline.config import Settings
-from pipeline.results import auth, bisect, ingest
-from pipeline.results.api import create_app
-from pipeline.results.db import session_scope
-from pipeline.results.models import (
+from pipeline.dispatch import bisect
+from pipeline.service import auth
+from pipeline.service.app import create_app
+from pipeline.store import ingest
+from pipeline.store.db import session_scope
+from pipeline.store.models import (
     Bisection,
     ChangePoint,
     Commit,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pipeline.results.bisect_search import BASE, Level, Plan, combine, differs, plan, verdict
+from pipeline.analysis.bisect_search import BASE, Level, Plan, combine, differs, plan, verdict
 
 
 def run_search(n: int, level_at: Callable[..., float | None], *, half_width: float = 0.005,

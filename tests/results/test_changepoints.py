@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.results.changepoints import (
+from pipeline.analysis.changepoints import (
     ChangePoint,
     analyse,
     classify,

@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import Engine
 
 from pipeline.config import CompareSettings
-from pipeline.results import ingest
-from pipeline.results.compare import (
+from pipeline.store import ingest
+from pipeline.store.compare import (
     CompareError,
     choose_base,
     compare,
@@ -17,7 +17,7 @@ from pipeline.results.compare import (
     find_base,
     overall_verdict,
 )
-from pipeline.results.db import session_scope
+from pipeline.store.db import session_scope
 
 from . import factories as f
 

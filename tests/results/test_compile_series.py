@@ -23,9 +23,9 @@ from pipeline.build.suite_loader import commit_history, locate_suite, resolve_co
 from pipeline.config import Settings
 from pipeline.contracts.ids import DeviceClass
 from pipeline.contracts.manifest import BundleManifest
-from pipeline.results import compile_stats, ingest
-from pipeline.results.api import create_app
-from pipeline.results.db import session_scope
+from pipeline.store import compile_stats, ingest
+from pipeline.service.app import create_app
+from pipeline.store.db import session_scope
 from tests.helpers.live_server import live_server
 from tests.helpers.suite_repo import GemmCase, case_id, commit_all, gemm_suite_files, make_suite_repo, write_files
 from tests.helpers.triton_suite import TritonCase, triton_case_id, triton_suite_files
@@ -118,7 +118,7 @@ def test_benchfarm_compare_lists_compile_changes_apart_from_the_verdict(
         built: tuple[Path, list[tuple[Path, BundleManifest]]], tmp_path: Path) -> None:
     """`benchfarm compare BASE HEAD --format json` of two built-only commits: no latency rows
     (nothing ran), the compile change listed, the verdict untouched by it."""
-    from pipeline.results.db import open_store
+    from pipeline.store.db import open_store
 
     repo, bundles = built
     (_, first), (_, second) = bundles
@@ -285,7 +285,7 @@ def test_compile_changes_sit_beside_a_similar_latency_verdict_and_leave_the_chec
 
 
 def report_series_id(session: Session, case: str) -> int:
-    from pipeline.results.models import Case, Series
+    from pipeline.store.models import Case, Series
 
     return session.scalar(sa.select(Series.id).join(Case, Series.case_id == Case.id)
                           .where(Case.case_id == case, Series.metric == "latency"))

@@ -13,8 +13,8 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
-from pipeline.results.db import MIGRATIONS_DIR, alembic_config, make_engine, migrate, normalize_url, session_scope
-from pipeline.results.models import ALL_TABLES, Base, Repository
+from pipeline.store.db import MIGRATIONS_DIR, alembic_config, make_engine, migrate, normalize_url, session_scope
+from pipeline.store.models import ALL_TABLES, Base, Repository
 
 EXPECTED_TABLES = {
     "repositories", "commits", "commit_parents", "device_classes", "devices", "cases", "series", "bundles",
@@ -67,7 +67,7 @@ def test_session_scope_commits_or_rolls_back(engine: Engine) -> None:
 
 
 def test_foreign_keys_are_enforced(engine: Engine) -> None:
-    from pipeline.results.models import Commit, utcnow
+    from pipeline.store.models import Commit, utcnow
 
     with pytest.raises(sa.exc.IntegrityError), session_scope(engine) as s:
         s.add(Commit(repository_id=12345, sha="a" * 40, committed_at=utcnow()))
@@ -76,7 +76,7 @@ def test_foreign_keys_are_enforced(engine: Engine) -> None:
 def test_datetimes_come_back_aware_utc(engine: Engine) -> None:
     from datetime import UTC, datetime, timedelta, timezone
 
-    from pipeline.results.models import Commit
+    from pipeline.store.models import Commit
 
     paris = timezone(timedelta(hours=1))
     with session_scope(engine) as s:

@@ -10,10 +10,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
+from pipeline import dispatch
 from pipeline.contracts import DeviceInfo
-from pipeline.results import dispatch, ingest
-from pipeline.results.db import session_scope
-from pipeline.results.models import Device, Job, utcnow
+from pipeline.store import ingest
+from pipeline.store.db import session_scope
+from pipeline.store.models import Device, Job, utcnow
 
 from . import factories as f
 

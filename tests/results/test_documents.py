@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import Engine
 
 from pipeline.contracts import ContractError, parse_manifest, parse_result
-from pipeline.results import ingest
-from pipeline.results.db import session_scope
+from pipeline.store import ingest
+from pipeline.store.db import session_scope
 
 from . import factories as f
 

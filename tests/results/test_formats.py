@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from pipeline.contracts import ContractError
-from pipeline.results import formats
-from pipeline.results.formats import CaseRule, FormatMapping
+from pipeline.store import formats
+from pipeline.store.formats import CaseRule, FormatMapping
 
 from . import factories as f
 

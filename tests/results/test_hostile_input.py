@@ -21,12 +21,14 @@ import pytest
 import requests
 from sqlalchemy import Engine
 
+from pipeline import dispatch
 from pipeline.config import GitHubSettings, Settings
 from pipeline.contracts import DeviceClass, DeviceInfo
-from pipeline.results import auth, dispatch, ingest
-from pipeline.results.api import create_app
-from pipeline.results.db import open_store, session_scope
-from pipeline.results.models import Job
+from pipeline.service import auth
+from pipeline.service.app import create_app
+from pipeline.store import ingest
+from pipeline.store.db import open_store, session_scope
+from pipeline.store.models import Job
 from tests.helpers.github_webhooks import sign
 from tests.helpers.live_server import live_server
 

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from pipeline.results import auth, ingest
-from pipeline.results.db import session_scope
-from pipeline.results.models import Run
+from pipeline.service import auth
+from pipeline.store import ingest
+from pipeline.store.db import session_scope
+from pipeline.store.models import Run
 
 from . import factories as f
 from .http_client import post, snapshot
@@ -239,7 +240,7 @@ def test_two_nvbench_runs_with_sample_times_compare_with_a_verdict(service: Serv
     import numpy as np
 
     from pipeline.config import CompareSettings
-    from pipeline.results.compare import compare
+    from pipeline.store.compare import compare
 
     rng = np.random.default_rng(3)
     rules = (NV_RULES[0],)

@@ -7,10 +7,10 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from pipeline.contracts.arrays import from_blob
-from pipeline.results import ingest
-from pipeline.results.db import session_scope
-from pipeline.results.ingest import IngestError
-from pipeline.results.models import (
+from pipeline.store import ingest
+from pipeline.store.db import session_scope
+from pipeline.store.ingest import IngestError
+from pipeline.store.models import (
     Bundle,
     Case,
     CaseResultRow,

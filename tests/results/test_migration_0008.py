@@ -8,7 +8,7 @@ from alembic import command
 from sqlalchemy import Engine
 
 from pipeline.contracts.arrays import from_blob
-from pipeline.results.db import alembic_config, migrate
+from pipeline.store.db import alembic_config, migrate
 
 from . import factories as f
 

@@ -10,10 +10,10 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from pipeline.config import DispatchSettings, Settings
-from pipeline.results import ingest
-from pipeline.results.db import session_scope
-from pipeline.results.models import DeviceClassRow, Job, Run
-from pipeline.results.triggers import Nightly
+from pipeline.dispatch.triggers import Nightly
+from pipeline.store import ingest
+from pipeline.store.db import session_scope
+from pipeline.store.models import DeviceClassRow, Job, Run
 
 from . import factories as f
 from .test_analysis import main, record_main

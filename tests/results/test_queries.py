@@ -7,9 +7,9 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine
 
-from pipeline.results import ingest
-from pipeline.results.db import session_scope
-from pipeline.results.queries import (
+from pipeline.store import ingest
+from pipeline.store.db import session_scope
+from pipeline.store.queries import (
     get_run,
     get_series,
     list_runs,

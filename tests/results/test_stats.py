@@ -9,7 +9,7 @@ import pytest
 from scipy.stats import kstest, mannwhitneyu, norm, ttest_ind, wilcoxon
 from scipy.stats import t as student_t
 
-from pipeline.results.stats import (
+from pipeline.analysis.stats import (
     DEFAULT_BLOCKS,
     NOISE_FACTOR,
     paired_estimates,
@@ -274,7 +274,7 @@ def test_robust_sd_known_answers_and_outliers() -> None:
 
 
 def test_run_to_run_noise_prefers_pairs_of_one_binary() -> None:
-    from pipeline.results.stats import paired_noise, run_to_run_noise
+    from pipeline.analysis.stats import paired_noise, run_to_run_noise
 
     # 6 binaries run twice (a rerun moves +-0.2 %), each followed by another binary run once (+5 to 10 %):
     # 6 steps within one binary, 11 across binaries

@@ -7,9 +7,9 @@ import itertools
 import pytest
 from sqlalchemy import Engine
 
-from pipeline.results import queries, triage
-from pipeline.results.db import session_scope
-from pipeline.results.triage import TriageError
+from pipeline.store import queries, triage
+from pipeline.store.db import session_scope
+from pipeline.store.triage import TriageError
 
 from .test_analysis import stepped  # noqa: F401  (fixture)
 

@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import Engine
 
 from pipeline.config import Settings
-from pipeline.results import auth
-from pipeline.results.api import create_app
-from pipeline.results.db import session_scope
+from pipeline.service import auth
+from pipeline.service.app import create_app
+from pipeline.store.db import session_scope
 from tests.helpers.live_server import live_server
 from tests.results.conftest import blank_engine, database_url, engine  # noqa: F401  (fixtures)
 

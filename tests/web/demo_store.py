@@ -24,9 +24,9 @@ from sqlalchemy.orm import Session
 
 from pipeline.config import AnalysisSettings, Settings
 from pipeline.contracts import BundleEntry, CaseResult, CommitInfo, DeviceClass
-from pipeline.results import analysis, ingest
-from pipeline.results.db import session_scope
-from pipeline.results.stats import summarize
+from pipeline.store import analysis, ingest
+from pipeline.store.db import session_scope
+from pipeline.analysis.stats import summarize
 from tests.results import factories as f
 
 REPO = "example/kernels"
@@ -169,7 +169,7 @@ def add_evil_case(engine: Engine, device_class_name: str) -> None:
     """A case id holding HTML, written straight into the store (the contract would refuse it):
     the pages must show it as text."""
 
-    from pipeline.results.models import Case, DeviceClassRow, Series
+    from pipeline.store.models import Case, DeviceClassRow, Series
 
     with session_scope(engine) as s:
         case = Case(case_id=EVIL_CASE, family="gemm", name='<img src=x onerror="window.__xss=3">', shape="1x1x1",
@@ -196,8 +196,9 @@ def add_farm(engine: Engine, demo: Demo) -> DemoFarm:
     running an ad-hoc job of the newest commit; `cpu-box` offline; a run waiting for its build; a
     failed job whose error holds HTML (shown as text)."""
     from pipeline.contracts import DeviceInfo
-    from pipeline.results import dispatch, triggers
-    from pipeline.results.models import Agent
+    from pipeline import dispatch
+    from pipeline.dispatch import triggers
+    from pipeline.store.models import Agent
 
     gpu, cpu = demo.device_classes[0], demo.device_classes[-1]
     farm = DemoFarm(agents=["gpu-box-1", "cpu-box"])
@@ -233,13 +234,13 @@ def add_farm(engine: Engine, demo: Demo) -> DemoFarm:
 
 
 def _build_id(session: Session, run_id: str) -> int:
-    from pipeline.results.models import BuildRequest
+    from pipeline.store.models import BuildRequest
 
     return int(session.scalar(sa.select(BuildRequest.id).where(BuildRequest.run_id == run_id)))
 
 
 def _bundle_digest(session: Session) -> str:
-    from pipeline.results.models import Bundle
+    from pipeline.store.models import Bundle
 
     return str(session.scalar(sa.select(Bundle.digest).limit(1)))
 
@@ -257,8 +258,8 @@ def add_bisection(engine: Engine, demo: Demo, settings: Settings, *, unmeasured:
     """Bisect the first regressed case's change point on the first device class (built with
     `unmeasured` commits, so that its range spans them) against the stand-in builder and agent:
     the step is at 60 % of the history, the middle commit of the range cannot be built."""
-    from pipeline.results import bisect
-    from pipeline.results.models import Case, ChangePoint, Commit, DeviceClassRow, Series
+    from pipeline.dispatch import bisect
+    from pipeline.store.models import Case, ChangePoint, Commit, DeviceClassRow, Series
     from tests.helpers.bisect_standin import StandInFarm, drive
 
     step = int(demo.commits * 0.6)

@@ -25,8 +25,8 @@ import pytest
 import requests
 
 from pipeline.config import Settings
-from pipeline.results.api import create_app
-from pipeline.results.db import open_store
+from pipeline.service.app import create_app
+from pipeline.store.db import open_store
 from tests.helpers.farm import FAST
 from tests.helpers.live_server import free_port, live_server
 from tests.helpers.suite_repo import (
@@ -251,8 +251,8 @@ def compile_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
     pytest.importorskip("triton", reason="the builder's Triton is not installed")
     from pipeline.build.bundle import build_bundle
     from pipeline.build.suite_loader import commit_history, locate_suite, resolve_commit
-    from pipeline.results import ingest
-    from pipeline.results.db import session_scope
+    from pipeline.store import ingest
+    from pipeline.store.db import session_scope
 
     home = tmp_path_factory.mktemp("web-e2e-compile")
     targets = ["cuda:sm_90", "hip:gfx1250"]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import requests
 
-from pipeline.results import users
-from pipeline.results.db import open_store, session_scope
+from pipeline.service import users
+from pipeline.store.db import open_store, session_scope
 
 from . import demo_store
 from .conftest import Service

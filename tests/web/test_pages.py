@@ -7,8 +7,8 @@ import re
 import requests
 import sqlalchemy as sa
 
-from pipeline.results.db import session_scope
-from pipeline.results.models import Case, ChangePoint, Commit, Series, TriageEvent
+from pipeline.store.db import session_scope
+from pipeline.store.models import Case, ChangePoint, Commit, Series, TriageEvent
 
 from . import demo_store
 from .conftest import BOOTSTRAP, Service
@@ -111,7 +111,7 @@ def test_change_point_lifecycle_on_the_dashboard_series_and_regressions_pages(se
     """Issue 13: a slow newest commit shows at once as suspected (dashboard tile, regressions page,
     series page); refuted by the next commit it is retracted, not deleted: listed under its lifecycle
     with the reason and its triage history kept; a slowdown that stays is suspected, then confirmed."""
-    from pipeline.results import triage
+    from pipeline.store import triage
 
     demo = service.demo
     before = _counts(requests.get(service.url + "/", timeout=30).text)
@@ -251,7 +251,7 @@ def test_sign_in_page_says_how_to_make_the_first_user(service: Service) -> None:
 
 
 def test_page_errors_are_pages_with_the_navigation(service: Service) -> None:
-    from pipeline.results.models import Job, Run
+    from pipeline.store.models import Job, Run
 
     def html_error(path: str, status: int, *said: str) -> None:
         got = requests.get(service.url + path, timeout=30)

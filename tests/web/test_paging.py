@@ -10,10 +10,10 @@ import pytest
 import requests
 import sqlalchemy as sa
 
-from pipeline.results.db import session_scope
-from pipeline.results.models import Case, Commit, DeviceClassRow, Measurement, Run, Series
-from pipeline.results.web import data
-from pipeline.results.web.paging import paginate
+from pipeline.store.db import session_scope
+from pipeline.store.models import Case, Commit, DeviceClassRow, Measurement, Run, Series
+from pipeline.service.web import data
+from pipeline.service.web.paging import paginate
 
 from . import demo_store
 from .conftest import Service

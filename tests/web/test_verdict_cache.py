@@ -8,15 +8,15 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from pipeline.config import Settings
-from pipeline.results import ingest
-from pipeline.results.compare import Comparison
-from pipeline.results.db import session_scope
-from pipeline.results.web.verdicts import (
+from pipeline.service.web.verdicts import (
     VerdictWarmer,
     cached_comparison,
     cached_verdict,
     kept_comparison,
 )
+from pipeline.store import ingest
+from pipeline.store.compare import Comparison
+from pipeline.store.db import session_scope
 from tests.results import factories as f
 from tests.results.conftest import blank_engine, database_url, engine, seeded  # noqa: F401  (fixtures)
 

@@ -1,1 +1,0 @@
-"""The results store: models, migrations, ingestion, comparison, and the service."""

@@ -1,0 +1,47 @@
+"""The comparison of a head commit with its base: the pull-request verdict."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException
+
+from pipeline.service.api.deps import SessionDep, SettingsDep
+from pipeline.service.api.schemas import CompileComparisonOut, ErrorBody, PRVerdictOut
+from pipeline.service.api.strict_route import StrictJsonRoute
+from pipeline.store.compare import CompareError, combine, compare, compare_all
+from pipeline.store.compile_stats import compare_compile
+
+router = APIRouter(route_class=StrictJsonRoute, tags=["compare"])
+
+
+@router.get(
+    "/compare", response_model=PRVerdictOut, summary="Compare a head commit with its base: per case and overall verdict",
+    description="Base: `base` when given; else the base the head's job ran paired with; else the newest "
+                "first-parent ancestor of the merge base (`merge_base`, or the first default-branch commit on the "
+                "head's first-parent chain) with results on the device class. The unit of replication is the "
+                "timing round: paired results are judged by a t-test over the rounds' median log ratios, others "
+                "by Welch's t-test over both sides' log round medians; each change comes with its 95 % interval "
+                "(ci_low, ci_high) and counts only when significant and at least the case's threshold. Identical "
+                "binaries are `unchanged`. Without `device_class`, every device class the head has results on. "
+                "`compile`: the compile statistics that differ from the base's (binary size, registers, spills, "
+                "shared bytes), a section of its own: it never changes the verdict.",
+    responses={404: {"model": ErrorBody}},
+)
+def compare_commits(
+    session: SessionDep, settings: SettingsDep, repository: str, head: str, device_class: str | None = None,
+    base: str | None = None, merge_base: str | None = None,
+) -> PRVerdictOut:
+    try:
+        if device_class is None:
+            result = compare_all(session, repository=repository, head_sha=head, settings=settings.compare,
+                                 base_sha=base, merge_base=merge_base)
+        else:
+            one = compare(session, repository=repository, head_sha=head, device_class=device_class,
+                          settings=settings.compare, base_sha=base, merge_base=merge_base)
+            result = combine(repository, head, [one])
+    except CompareError as exc:
+        raise HTTPException(404, str(exc)) from None
+    compiled = compare_compile(session, repository, head_sha=head, base_sha=base,
+                               latency_bases=(c.base_sha for c in result.comparisons),
+                               walk=settings.compare.ancestor_walk)
+    return PRVerdictOut.model_validate(result).model_copy(
+        update={"compile": CompileComparisonOut.model_validate(compiled)})

@@ -1,0 +1,72 @@
+"""GitHub webhooks: POST /webhooks/github receives deliveries (signed with the configured secret);
+GET /webhooks/github/deliveries lists what came of them (admin scope).
+
+A delivery is answered at once: 401 when its X-Hub-Signature-256 does not verify (nothing is
+stored), 200 "duplicate" for a delivery id already received, 202 "accepted" when it runs something
+(the service's webhook worker fetches, records and queues it), 200 "ignored" otherwise
+(`pipeline.pr_comments.webhook` says which events and actions run)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import IntegrityError
+
+from pipeline.contracts import strict_json
+from pipeline.pr_comments.webhook import decide, verify_signature
+from pipeline.service.api.deps import BodyDep, SessionDep, SettingsDep, require_scope
+from pipeline.service.api.strict_route import StrictJsonRoute
+from pipeline.store.models import WebhookDelivery, utcnow
+
+router = APIRouter(route_class=StrictJsonRoute, tags=["webhooks"])
+
+SIGNATURE_HEADER = "X-Hub-Signature-256"
+
+
+@router.post("/webhooks/github", summary="Receive a GitHub webhook delivery (signed with the webhook secret)",
+             responses={401: {"description": "signature missing or wrong, or no secret configured"}})
+def github_webhook(request: Request, body: BodyDep, session: SessionDep, settings: SettingsDep) -> JSONResponse:
+    secret = settings.github.webhook_secret.get_secret_value()
+    if not secret:
+        raise HTTPException(401, "no webhook secret configured on the service (BENCHFARM_GITHUB__WEBHOOK_SECRET)")
+    if not verify_signature(secret, body, request.headers.get(SIGNATURE_HEADER)):
+        raise HTTPException(401, f"{SIGNATURE_HEADER} missing or wrong")
+    delivery_id = request.headers.get("X-GitHub-Delivery", "").strip()
+    event = request.headers.get("X-GitHub-Event", "").strip()
+    if not delivery_id or not event or len(delivery_id) > 100 or len(event) > 50:
+        raise HTTPException(400, "X-GitHub-Delivery and X-GitHub-Event headers are required")
+    try:
+        payload = strict_json.loads(body)
+    except strict_json.BodyError as exc:
+        raise HTTPException(400, f"the body is not acceptable JSON: {exc.field}: {exc} (set the webhook's content type to "
+                                 "application/json)") from None
+    if not isinstance(payload, dict):
+        raise HTTPException(400, "the body is not a JSON object")
+    if session.get(WebhookDelivery, delivery_id) is not None:
+        return JSONResponse({"status": "duplicate", "delivery": delivery_id})
+    decision = decide(event, payload, settings.github)
+    action = payload.get("action") if isinstance(payload.get("action"), str) else None
+    ignored = decision.kind == "ignore"
+    session.add(WebhookDelivery(
+        id=delivery_id, event=event, action=(action or "")[:50] or None, payload={} if ignored else payload,
+        state="ignored" if ignored else "pending", outcome=decision.reason if ignored else None,
+        received_at=utcnow(), processed_at=utcnow() if ignored else None))
+    try:
+        session.flush()
+    except IntegrityError:   # the same delivery, received twice at once: the other request took it
+        session.rollback()
+        return JSONResponse({"status": "duplicate", "delivery": delivery_id})
+    if ignored:
+        return JSONResponse({"status": "ignored", "delivery": delivery_id, "reason": decision.reason})
+    return JSONResponse({"status": "accepted", "delivery": delivery_id, "reason": decision.reason}, status_code=202)
+
+
+@router.get("/webhooks/github/deliveries", dependencies=[require_scope("admin")],
+            summary="Received deliveries, newest first, with what came of them")
+def list_deliveries(session: SessionDep, limit: int = Query(50, ge=1, le=1000)) -> list[dict[str, Any]]:
+    rows = session.scalars(sa.select(WebhookDelivery).order_by(WebhookDelivery.received_at.desc()).limit(limit))
+    return [{"id": d.id, "event": d.event, "action": d.action, "state": d.state, "outcome": d.outcome,
+             "run_id": d.run_id, "received_at": d.received_at, "processed_at": d.processed_at} for d in rows]

@@ -1,0 +1,234 @@
+"""The service process: the API, the dispatcher's reaper and builder threads; and the embedded
+one-machine mode (`benchfarm up`), which adds an in-process agent talking HTTP to its own service
+on loopback and (unless told not to) queues a run of the suite's `ref` on this machine's devices."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+import sqlalchemy as sa
+import uvicorn
+from pydantic import SecretStr
+from sqlalchemy.engine import Engine
+
+from pipeline import dispatch
+from pipeline.agents.agent import DeviceAgent
+from pipeline.config import Settings
+from pipeline.dispatch import triggers
+from pipeline.service import auth
+from pipeline.service.app import create_app, freeze_startup_heap
+from pipeline.store.db import open_store, session_scope, shown_url
+from pipeline.store.models import Agent, ApiToken
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_AGENT = "embedded"
+_EMBEDDED_TOKEN_PREFIX = "embedded-agent-"
+STOPPED_REASON = "cancelled: benchfarm up stopped while the job ran"
+
+
+class PortTakenError(RuntimeError):
+    pass
+
+
+def check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise PortTakenError(
+                f"cannot listen on {host}:{port} ({exc.strerror}); set BENCHFARM_PORT or BENCHFARM_HOST"
+            ) from None
+
+
+def _loopback_url(settings: Settings) -> str:
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "", "localhost") else settings.host
+    return f"http://{host}:{settings.port}"
+
+
+def _internal_token(engine: Engine) -> tuple[str, str]:
+    """An agent-scope token for the in-process agent, deleted again when the service stops
+    (stale ones from a process that died are removed first). The in-process agent of an earlier
+    process is stored under the same name with its deleted token: it is handed to the new token
+    (else the new agent is refused with 403) and shown offline until the new agent registers."""
+    name = f"{_EMBEDDED_TOKEN_PREFIX}{secrets.token_hex(4)}"
+    with session_scope(engine) as session:
+        session.execute(sa.delete(ApiToken).where(ApiToken.name.startswith(_EMBEDDED_TOKEN_PREFIX)))
+        token = auth.create_token(session, name=name, scopes=["agent"])
+        dispatch.set_agent_gone(session, name=EMBEDDED_AGENT, token_name=name, reason=STOPPED_REASON)
+    return name, token
+
+
+def start_embedded_agent(settings: Settings, engine: Engine, *, suite: Path, ref: str | None) -> DeviceAgent:
+    """In a background thread: once the service answers, start the in-process agent (same code as
+    `benchfarm agent`, over HTTP on loopback) and queue a run of `ref` on its device classes (none
+    when `ref` is None: the agent waits for runs triggered from the web UI or `benchfarm trigger`).
+    Returns the agent (its `stop` event ends it)."""
+    from pipeline.agents.agent_log import AgentLog
+
+    token_name, token = _internal_token(engine)
+    url = _loopback_url(settings)
+    agent_settings = settings.model_copy(update={"agent": settings.agent.model_copy(
+        update={"server_url": url, "token": SecretStr(token)})})
+    agent = DeviceAgent(agent_settings, name=EMBEDDED_AGENT,
+                        log=AgentLog(settings.agent_dir / "agent.log", terminal=False, stream=_LogStream()))
+
+    def work() -> None:
+        try:
+            threading.Thread(target=agent.run, name="embedded-agent", daemon=True).start()
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                with session_scope(engine) as session:   # registered by this process (not the last one's row)
+                    if session.scalar(sa.select(Agent.id).where(Agent.name == EMBEDDED_AGENT, Agent.state == "online",
+                                                                Agent.token_name == token_name)) is not None:
+                        break
+                time.sleep(0.2)
+            if ref is None:
+                return
+            classes = sorted({d.device_class.name for d in agent.devices.values()})
+            if not classes:
+                log.error("embedded agent: no local device to run %s on", ref)
+                return
+            with session_scope(engine) as session:
+                repository, sha = triggers.resolve_commit_for_trigger(session, settings, repository=None, ref=ref,
+                                                                      commit=None)
+                result = triggers.queue_run(session, repository=repository, commit_sha=sha, device_classes=classes,
+                                            cases=None, max_attempts=settings.dispatch.max_attempts,
+                                            extra_targets=settings.dispatch.build_targets, kind="local")
+            print(f"run {result.run_id[:8]} of {repository}@{sha[:10]} queued on {', '.join(classes)}", flush=True)
+            _announce_when_ended(engine, agent, result.run_id, f"{settings.public_url}/runs/{result.run_id}")
+        except Exception:
+            log.exception("embedded run of %s failed", ref)
+
+    threading.Thread(target=work, name="embedded-trigger", daemon=True).start()
+    return agent
+
+
+def _announce_when_ended(engine: Engine, agent: DeviceAgent, run_id: str, url: str) -> None:
+    """Wait for the run to end, then print where its results are (or why it failed)."""
+    from pipeline.store.models import Run
+
+    while not agent.stop.wait(1.0):
+        with session_scope(engine) as session:
+            run = session.get(Run, run_id)
+            status, error = (run.status, run.error) if run is not None else ("failed", "the run is gone")
+        if status == "done":
+            print(f"results ready at {url}", flush=True)
+            return
+        if status == "failed":
+            print(f"run {run_id[:8]} failed: {error}; see {url}", flush=True)
+            return
+
+
+class _LogStream(io.TextIOBase):
+    """The in-process agent's JSON lines, into the service's log at INFO."""
+
+    def write(self, text: str) -> int:
+        if text.strip():
+            logging.getLogger("pipeline.agents.agent").info("%s", text.strip())
+        return len(text)
+
+    def isatty(self) -> bool:
+        return False
+
+
+def start_dispatcher(settings: Settings, engine: Engine) -> list[threading.Thread]:
+    """What the service runs beside the API: leases restarted (agents could not heartbeat while it
+    was down), the reaper, the webhook worker, the reporter (`pipeline.pr_comments`), the alerter
+    (`pipeline.service.alerts`), the bisector (`pipeline.dispatch.bisect`), and the builder when it has
+    a suite checkout and `dispatch.builder` (else `benchfarm builder` processes build)."""
+    from pipeline.dispatch.bisect import Bisector
+    from pipeline.pr_comments.reporter import Reporter
+    from pipeline.pr_comments.webhook import WebhookWorker
+    from pipeline.service.alerts import Alerter
+    from pipeline.service.web.verdicts import VerdictWarmer
+
+    with session_scope(engine) as session:
+        extended = dispatch.extend_leases(session, lease_s=settings.dispatch.lease_s)
+    if extended:
+        log.info("%d running jobs get a fresh lease after the restart", extended)
+    loops: list[threading.Thread] = [triggers.Reaper(settings, engine), WebhookWorker(settings, engine),
+                                     Reporter(settings, engine), VerdictWarmer(settings, engine),
+                                     Alerter(settings, engine), triggers.Nightly(settings, engine),
+                                     Bisector(settings, engine)]
+    if settings.dispatch.suite_path and settings.dispatch.builder:
+        loops.append(triggers.Builder(settings, engine, suite=Path(settings.dispatch.suite_path)))
+    for loop in loops:
+        loop.start()
+    return loops
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, calling `on_exit` as soon as it is told to stop (Ctrl-C, SIGTERM)."""
+
+    def __init__(self, config: uvicorn.Config, *, on_exit: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._on_exit()
+        super().handle_exit(sig, frame)
+
+
+INTERRUPTED_EXIT = 130
+"""The exit status of a stop that cancelled work (as `benchfarm run` interrupted), 128 + SIGINT."""
+
+
+def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_start: bool,
+                   access_log: bool = False) -> int:
+    """Serve until interrupted; `access_log`: uvicorn's line per request (off: the terminal stays readable).
+    Returns the exit status: 0 for a stop with nothing running, INTERRUPTED_EXIT when the stop
+    cancelled a job the in-process agent was running."""
+    check_port_free(settings.host, settings.port)
+    if suite is not None and not settings.dispatch.suite_path:
+        settings = settings.model_copy(update={"dispatch": settings.dispatch.model_copy(
+            update={"suite_path": str(Path(suite).resolve())})})
+    engine = open_store(settings.database_url)
+    app = create_app(settings, engine)
+    start_dispatcher(settings, engine)
+    agent = start_embedded_agent(settings, engine, suite=suite, ref=ref if run_on_start else None) if suite else None
+    print(f"benchfarm serving {shown_url(settings.database_url)} at {settings.public_url}  (Ctrl-C stops)", flush=True)
+    freeze_startup_heap()
+    app.state.stopping = threading.Event()
+
+    def stopping() -> None:
+        app.state.stopping.set()   # waiting claims answer 204 now, so the graceful shutdown has none to cancel
+        if agent is not None:
+            agent.stop.set()
+
+    try:
+        # graceful shutdown waits for open requests (2 s at most, then cancels them with a traceback each)
+        config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
+                                timeout_graceful_shutdown=2, access_log=access_log)
+        try:
+            _Server(config, on_exit=stopping).run()
+        except KeyboardInterrupt:   # uvicorn raises the captured Ctrl-C again once it has stopped: the way out
+            pass
+    finally:
+        if agent is not None:
+            agent.stop.set()
+        with session_scope(engine) as session:
+            session.execute(sa.delete(ApiToken).where(ApiToken.name.startswith(_EMBEDDED_TOKEN_PREFIX)))
+            cancelled = dispatch.set_agent_gone(session, name=EMBEDDED_AGENT, reason=STOPPED_REASON) if agent else []
+        for job_id in cancelled:
+            print(f"job {job_id} cancelled (it was running when benchfarm up stopped)", flush=True)
+        status = INTERRUPTED_EXIT if cancelled else 0
+        if agent is not None and agent.busy():
+            # The job's worker thread is inside native code (IREE, CUDA) that cannot be interrupted;
+            # a normal interpreter exit would unwind that thread through C++ frames and abort the
+            # process ("FATAL: exception not rethrown"). Its job is recorded as cancelled above.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+    return status

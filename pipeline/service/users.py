@@ -1,0 +1,117 @@
+"""Password users of the web UI: created by an admin, checked at sign-in, disabled by name.
+
+Passwords are hashed with scrypt (`hashlib.scrypt`, n=2**14, r=8, p=1: about 16 MiB and some tens
+of milliseconds per check, RFC 7914's interactive parameters) and a 16-byte random salt; the
+stored form is `scrypt$n$r$p$salt$hash`, so the parameters can be raised later without breaking
+old hashes. A check against an unknown name still hashes once, so a response's timing does not
+tell which names exist. Like `auth`, nothing here commits: the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from pipeline.service.auth import NAME_PATTERN, AuthError, Principal
+from pipeline.store.models import User, utcnow
+
+__all__ = ["MIN_PASSWORD", "UserInfo", "check_password", "create_user", "disable_user", "hash_password",
+           "list_users", "verify_password"]
+
+SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
+MIN_PASSWORD = 8
+USER_SCOPES = ("user", "admin")
+_DUMMY_HASH = ""
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    name: str
+    scopes: list[str]
+    created_at: datetime
+    last_login_at: datetime | None
+    disabled_at: datetime | None
+
+
+def hash_password(password: str, *, n: int = SCRYPT_N, r: int = SCRYPT_R, p: int = SCRYPT_P) -> str:
+    salt = secrets.token_bytes(16)
+    digest = hashlib.scrypt(password.encode(), salt=salt, n=n, r=r, p=p, maxmem=128 * n * r * 2, dklen=32)
+    return f"scrypt${n}${r}${p}${salt.hex()}${digest.hex()}"
+
+
+def verify_password(password: str, stored: str) -> bool:
+    """True when `password` hashes to `stored` (constant-time comparison)."""
+    try:
+        scheme, n, r, p, salt, digest = stored.split("$")
+        if scheme != "scrypt":
+            return False
+        given = hashlib.scrypt(password.encode(), salt=bytes.fromhex(salt), n=int(n), r=int(r), p=int(p),
+                               maxmem=128 * int(n) * int(r) * 2, dklen=len(digest) // 2)
+    except ValueError:
+        return False
+    return hmac.compare_digest(given.hex(), digest)
+
+
+def create_user(session: Session, *, name: str, password: str, scopes: Sequence[str] = ("user",)) -> UserInfo:
+    if not NAME_PATTERN.match(name):
+        raise AuthError(f"name: {name!r} must be 1-100 letters, digits, '.', '_', '@' or '-', starting with a letter or digit")
+    if len(password) < MIN_PASSWORD:
+        raise AuthError(f"password: at least {MIN_PASSWORD} characters")
+    wanted = list(dict.fromkeys(scopes))
+    if not wanted or any(s not in USER_SCOPES for s in wanted):
+        raise AuthError(f"scopes: a user holds {' and/or '.join(USER_SCOPES)}")
+    if session.scalar(sa.select(User.id).where(User.name == name)) is not None:
+        raise AuthError(f"name: a user called {name!r} exists; choose another")
+    row = User(name=name, password_hash=hash_password(password), scopes=[s for s in USER_SCOPES if s in wanted],
+               created_at=utcnow())
+    session.add(row)
+    session.flush()
+    return _info(row)
+
+
+def check_password(session: Session, *, name: str, password: str) -> Principal | None:
+    """The user's principal when the name and password match an enabled user; records the sign-in."""
+    global _DUMMY_HASH
+    row = session.scalar(sa.select(User).where(User.name == name))
+    if row is None or row.disabled_at is not None:
+        _DUMMY_HASH = _DUMMY_HASH or hash_password("not a password")
+        verify_password(password, _DUMMY_HASH)  # the same work as a real check
+        return None
+    if not verify_password(password, row.password_hash):
+        return None
+    row.last_login_at = utcnow()
+    session.flush()
+    return Principal(name=row.name, scopes=frozenset(row.scopes))
+
+
+def active_principal(session: Session, name: str) -> Principal | None:
+    """The enabled user called `name` (a signed-in session is checked against this on each request)."""
+    row = session.scalar(sa.select(User).where(User.name == name))
+    if row is None or row.disabled_at is not None:
+        return None
+    return Principal(name=row.name, scopes=frozenset(row.scopes))
+
+
+def disable_user(session: Session, *, name: str) -> UserInfo:
+    row = session.scalar(sa.select(User).where(User.name == name))
+    if row is None:
+        raise AuthError(f"name: no user called {name!r}")
+    if row.disabled_at is None:
+        row.disabled_at = utcnow()
+        session.flush()
+    return _info(row)
+
+
+def list_users(session: Session) -> list[UserInfo]:
+    return [_info(row) for row in session.scalars(sa.select(User).order_by(User.created_at, User.id))]
+
+
+def _info(row: User) -> UserInfo:
+    return UserInfo(row.name, list(row.scopes), row.created_at, row.last_login_at, row.disabled_at)

@@ -1,0 +1,74 @@
+"""The history web UI, served by the service's own app: Jinja2 pages (autoescaped), uPlot vendored
+under /static (no CDN), signed-cookie sessions and CSRF-checked forms.
+
+`mount(app)` is all the service calls. Pages: / (dashboard), /series/{id}, /compare, /regressions,
+/roofline, /runs/{id}, /devices, /jobs, /jobs/{id}, /runs/new (the ad-hoc run form), /login. With
+`web.public` false, pages and the JSON API's reads need a signed-in user or a bearer token with the
+user scope (health and the API's schema stay open).
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from urllib.parse import quote
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+
+from pipeline.service.api.deps import principal_of
+from pipeline.service.web.session import (
+    CsrfError,
+    SignedSessionMiddleware,
+    SignInRequired,
+    bearer_principal,
+)
+from pipeline.store.db import session_scope
+
+__all__ = ["mount"]
+
+STATIC = Path(__file__).parent / "static"
+OPEN_API_PATHS = ("/api/v1/health",)
+
+
+def mount(app: FastAPI) -> None:
+    from pipeline.service.web import account, farm, pages, review
+
+    settings = app.state.settings
+    web = settings.web
+
+    if not web.public:
+        async def private_reads(request: Request, call_next: RequestResponseEndpoint) -> Response:
+            if request.url.path.startswith("/api/") and request.method in ("GET", "HEAD") \
+                    and request.url.path not in OPEN_API_PATHS:
+                with session_scope(app.state.engine) as session:
+                    who = bearer_principal(request, session, settings) or principal_of(request, session, settings)
+                if who is None or not who.allows("user"):
+                    return JSONResponse({"error": "this benchfarm is private: a bearer token with the user scope "
+                                                  "(or a signed-in session) is needed to read"}, status_code=401,
+                                        headers={"WWW-Authenticate": "Bearer"})
+            return await call_next(request)
+
+        app.add_middleware(BaseHTTPMiddleware, dispatch=private_reads)
+
+    key = web.secret_key.get_secret_value().encode() or secrets.token_bytes(32)
+    app.add_middleware(SignedSessionMiddleware, secret_key=key, max_age_s=int(web.session_hours * 3600),
+                       https_only=settings.public_url.startswith("https://"))
+
+    @app.exception_handler(SignInRequired)
+    async def sign_in_required(request: Request, exc: SignInRequired) -> RedirectResponse:
+        target = f"/login?next={quote(exc.next_path, safe='/')}&reason={quote(exc.reason)}"
+        return RedirectResponse(target, status_code=303)
+
+    @app.exception_handler(CsrfError)
+    async def csrf_error(request: Request, exc: CsrfError) -> HTMLResponse:
+        from markupsafe import escape
+
+        return HTMLResponse(f"<!doctype html><title>refused</title><p>{escape(str(exc))}</p>"
+                            '<p><a href="/">benchfarm</a></p>', status_code=403)
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    for module in (account, farm, pages, review):  # farm's /runs/new before /runs/{run_id}
+        app.include_router(module.router)

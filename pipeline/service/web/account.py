@@ -1,0 +1,44 @@
+"""Sign-in (a password, or an API token holding the user scope) and sign-out."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from pipeline.service.api.deps import SessionDep, SettingsDep
+from pipeline.service.web.render import page
+from pipeline.service.web.session import (
+    UserDep,
+    checked_form,
+    safe_next,
+    sign_in,
+    sign_out,
+)
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_page(request: Request, user: UserDep, next: str = "/", reason: str = "") -> HTMLResponse:
+    return page(request, "login.html", user, {"next": safe_next(next), "reason": reason, "error": None})
+
+
+@router.post("/login")
+async def login(request: Request, session: SessionDep, settings: SettingsDep, user: UserDep) -> Response:
+    form = await checked_form(request)
+    back = safe_next(form.get("next", "/"))
+    principal = sign_in(request, session, settings, name=form.get("name", "").strip(),
+                        password=form.get("password", ""), token=form.get("token", "").strip())
+    if principal is None:
+        return page(request, "login.html", user, {
+            "next": back, "reason": "", "error": "wrong name or password, or a token that is unknown, revoked or "
+                                                 "without the user scope"}, status_code=401)
+    request.session["flash"] = {"kind": "ok", "text": f"signed in as {principal.name}"}
+    return RedirectResponse(back, status_code=303)
+
+
+@router.post("/logout")
+async def logout(request: Request) -> RedirectResponse:
+    await checked_form(request)
+    sign_out(request)
+    return RedirectResponse("/", status_code=303)

@@ -1,0 +1,114 @@
+"""The roofline as a server-side SVG (log-log: FLOP/byte against FLOP/s), with a tooltip per case.
+
+The history graph is drawn in the browser by uPlot (static/series.js); the roofline has a few
+dozen points and two straight lines, so it needs no script at all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from markupsafe import Markup, escape
+
+from pipeline.service.web.data import RooflinePoint
+from pipeline.service.web.render import format_rate
+
+# PAD_L holds the y axis' labels, "100 TFLOP/s" at 11 px (about 70 px wide) right-aligned 4 px off the axis
+WIDTH, HEIGHT, PAD_L, PAD_R, PAD_T, PAD_B = 760, 420, 96, 20, 20, 44
+
+
+def roofline_svg(points: Sequence[RooflinePoint], peak_flops: float | None, peak_bytes: float | None) -> Markup:
+    placed = [p for p in points if p.intensity]
+    if not placed or not peak_flops or not peak_bytes:
+        return Markup("<p>No case with both FLOPs and bytes measured here.</p>")
+    ridge = peak_flops / peak_bytes
+    xs = [p.intensity or 1.0 for p in placed] + [ridge]
+    ys = [p.flop_rate for p in placed] + [peak_flops]
+    x_lo, x_hi = math.floor(math.log10(min(xs))) - 0.2, math.ceil(math.log10(max(xs))) + 0.2
+    y_lo, y_hi = math.floor(math.log10(max(min(ys), peak_flops * 1e-6))) - 0.2, math.log10(peak_flops) + 0.3
+
+    def x(v: float) -> float:
+        return PAD_L + (math.log10(v) - x_lo) / (x_hi - x_lo) * (WIDTH - PAD_L - PAD_R)
+
+    def y(v: float) -> float:
+        return HEIGHT - PAD_B - (math.log10(max(v, 1e-300)) - y_lo) / (y_hi - y_lo) * (HEIGHT - PAD_T - PAD_B)
+
+    parts = [f'<svg class="roofline" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="roofline">']
+    for decade in range(math.ceil(x_lo), math.floor(x_hi) + 1):
+        parts.append(f'<line class="grid" x1="{x(10**decade):.1f}" x2="{x(10**decade):.1f}" y1="{PAD_T}" '
+                     f'y2="{HEIGHT - PAD_B}"/><text x="{x(10**decade):.1f}" y="{HEIGHT - PAD_B + 14}" '
+                     f'text-anchor="middle">{escape(f"{10.0**decade:g}")}</text>')
+    for decade in range(math.ceil(y_lo), math.floor(y_hi) + 1):
+        parts.append(f'<line class="grid" x1="{PAD_L}" x2="{WIDTH - PAD_R}" y1="{y(10**decade):.1f}" '
+                     f'y2="{y(10**decade):.1f}"/><text x="{PAD_L - 4}" y="{y(10**decade) + 4:.1f}" '
+                     f'text-anchor="end">{escape(format_rate(10.0**decade, "FLOP/s"))}</text>')
+    lo, hi = 10**x_lo, 10**x_hi
+    roof = [(lo, lo * peak_bytes), (ridge, peak_flops), (hi, peak_flops)]
+    path = " ".join(f"{x(a):.1f},{y(b):.1f}" for a, b in roof)
+    parts.append(f'<polyline class="roof" points="{path}"/>')
+    parts.append(f'<text x="{WIDTH - PAD_R - 4}" y="{y(peak_flops) - 6:.1f}" text-anchor="end">'
+                 f'{escape(format_rate(peak_flops, "FLOP/s"))}</text>')
+    parts.append(f'<text x="{x(lo) + 6:.1f}" y="{y(lo * peak_bytes) - 6:.1f}">'
+                 f'{escape(format_rate(peak_bytes, "B/s"))}</text>')
+    for p in placed:
+        intensity = p.intensity or 1.0
+        share = p.share_of_roof(peak_flops, peak_bytes) or 0.0
+        tip = (f"{p.case_id}: {format_rate(p.flop_rate, 'FLOP/s')}, {format_rate(p.byte_rate, 'B/s')}, "
+               f"{intensity:.3g} FLOP/B, {share:.0%} of the roof")
+        parts.append(f'<a href="/series/{p.series_id}"><circle class="case" cx="{x(intensity):.1f}" '
+                     f'cy="{y(p.flop_rate):.1f}" r="5"><title>{escape(tip)}</title></circle></a>')
+    parts.append(f'<text x="{(WIDTH + PAD_L) / 2:.0f}" y="{HEIGHT - 8}" text-anchor="middle">'
+                 "arithmetic intensity (FLOP/byte)</text>")
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+STEP_W, STEP_H, STEP_PAD_L, STEP_PAD_B = 760, 140, 96, 24
+
+
+def step_svg(values: Sequence[float | None], labels: Sequence[str], metric: str, unit: str,
+             steps: Sequence[int] = ()) -> Markup:
+    """One compile metric along the commits as a step line (a value holds until the next commit
+    changes it); a commit without the figure leaves a gap. Each point's tooltip: commit and value.
+    `steps`: indices of the commits where the figure changed (`compile_stats.compile_steps`),
+    marked by a vertical line."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return Markup(f'<p class="muted small">{escape(metric)}: not reported by the compiler.</p>')
+    lo, hi = min(known), max(known)
+    span = (hi - lo) or max(abs(hi), 1.0) * 0.1
+    lo, hi = lo - span * 0.1, hi + span * 0.1
+    step = (STEP_W - STEP_PAD_L - 20) / max(len(values) - 1, 1)
+
+    def x(i: int) -> float:
+        return STEP_PAD_L + i * step
+
+    def y(v: float) -> float:
+        return 8 + (hi - v) / (hi - lo) * (STEP_H - 8 - STEP_PAD_B)
+
+    parts = [f'<svg class="compile-chart" viewBox="0 0 {STEP_W} {STEP_H}" role="img" aria-label="{escape(metric)}">',
+             f'<text x="{STEP_PAD_L - 6}" y="{y(max(known)) + 4:.1f}" text-anchor="end">{escape(f"{max(known):g}")}</text>',
+             f'<text x="{STEP_PAD_L - 6}" y="{y(min(known)) + 4:.1f}" text-anchor="end">{escape(f"{min(known):g}")}</text>',
+             f'<text x="{STEP_PAD_L}" y="{STEP_H - 6}">{escape(metric)} ({escape(unit)})</text>']
+    for i in steps:
+        parts.append(f'<line class="step" x1="{x(i):.1f}" x2="{x(i):.1f}" y1="4" y2="{STEP_H - STEP_PAD_B}">'
+                     f'<title>{escape(metric)} changed at {escape(labels[i])}</title></line>')
+    path: list[str] = []
+    previous: float | None = None
+    for i, v in enumerate(values):
+        if v is None:
+            if len(path) > 1:
+                parts.append(f'<polyline class="line" points="{" ".join(path)}"/>')
+            path, previous = [], None
+            continue
+        if previous is not None:
+            path.append(f"{x(i):.1f},{y(previous):.1f}")
+        path.append(f"{x(i):.1f},{y(v):.1f}")
+        previous = v
+        parts.append(f'<circle class="point" cx="{x(i):.1f}" cy="{y(v):.1f}" r="3">'
+                     f'<title>{escape(labels[i])}: {escape(f"{v:g}")} {escape(unit)}</title></circle>')
+    if len(path) > 1:
+        parts.append(f'<polyline class="line" points="{" ".join(path)}"/>')
+    parts.append("</svg>")
+    return Markup("".join(parts))

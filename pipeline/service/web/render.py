@@ -1,0 +1,119 @@
+"""The templates (Jinja2, autoescaped) and the filters every page shares."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlparse
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
+
+from pipeline.pr_comments.table import (
+    format_change,
+    format_pvalue,
+    format_seconds,
+    row_change,
+    row_status,
+    summary_line,
+)
+from pipeline.service.api.deps import principal_of
+from pipeline.service.auth import Principal
+from pipeline.service.web.session import csrf_token
+from pipeline.store.compare import status_label
+from pipeline.store.db import session_scope
+from pipeline.store.models import utcnow
+
+templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
+
+
+def commit_url(repository_url: str | None, sha: str) -> str | None:
+    """The commit's page on its host, for an http(s) repository URL only (never javascript: and the like)."""
+    if not repository_url:
+        return None
+    parsed = urlparse(repository_url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        return None
+    return f"{repository_url.rstrip('/').removesuffix('.git')}/commit/{sha}"
+
+
+def format_rate(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def query(path: str, /, **params: Any) -> str:
+    """`path` with the non-empty params as its query string."""
+    kept = {k: v for k, v in params.items() if v not in (None, "")}
+    return path + ("?" + urlencode(kept) if kept else "")
+
+
+def first_line(text: str | None, limit: int = 80) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def ago(when: datetime | None, now: datetime | None = None) -> str:
+    """How long ago, coarsely: "12 s ago", "5 min ago", "3 h ago", "2 d ago"."""
+    if when is None:
+        return ""
+    seconds = max(0.0, ((now or utcnow()) - when).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return f"{seconds:.0f} s ago"
+
+
+def duration(start: datetime | None, end: datetime | None) -> str:
+    """The time between two moments ("1.4 s", "3 min 5 s"); empty when either is missing."""
+    if start is None or end is None:
+        return ""
+    seconds = max(0.0, (end - start).total_seconds())
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes < 120 else f"{minutes / 60:.1f} h"
+
+
+templates.env.filters.update(seconds=format_seconds, change=format_change, pvalue=format_pvalue, rate=format_rate,
+                             row_change=row_change, row_status=row_status, status_label=status_label,
+                             first_line=first_line, slug=lambda s: str(s).replace(" ", "-"), ago=ago)
+templates.env.globals.update(summary_line=summary_line, commit_url=commit_url, query=query, duration=duration)
+
+
+ERROR_TITLES = {400: "bad request", 401: "sign-in needed", 403: "refused", 404: "not found", 405: "not allowed",
+                409: "conflict", 422: "bad request", 500: "server error"}
+
+
+def wants_html(request: Request) -> bool:
+    """A page's request (not the JSON API's, nor the API docs'): its errors are HTML pages."""
+    return not request.url.path.startswith(("/api/", "/openapi.json", "/docs", "/redoc"))
+
+
+def error_page(request: Request, status_code: int, message: str, errors: list[dict[str, str]] | None = None,
+               headers: dict[str, str] | None = None) -> HTMLResponse:
+    """An error as a page with the navigation: what went wrong, and where to go from there."""
+    try:
+        with session_scope(request.app.state.engine) as session:
+            user = principal_of(request, session, request.app.state.settings)
+    except Exception:  # noqa: BLE001 - an error page must render even when the store does not answer
+        user = None
+    response = page(request, "error.html", user, {
+        "status_code": status_code, "title": ERROR_TITLES.get(status_code, "error"), "message": message,
+        "errors": errors or []}, status_code=status_code)
+    response.headers.update(headers or {})
+    return response
+
+
+def page(request: Request, name: str, user: Principal | None, context: dict[str, Any],
+         status_code: int = 200) -> HTMLResponse:
+    flash = request.session.pop("flash", None)
+    return templates.TemplateResponse(request, name, {
+        **context, "user": user, "csrf": csrf_token(request), "flash": flash,
+        "private": not request.app.state.settings.web.public}, status_code=status_code)

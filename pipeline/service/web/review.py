@@ -1,0 +1,161 @@
+"""Reviewing pages: compare two commits (the PR comment's verdict table) and triage regressions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from pipeline.dispatch import bisect
+from pipeline.service.api.deps import RowId, SessionDep, SettingsDep
+from pipeline.service.web import data
+from pipeline.service.web.paging import paginate
+from pipeline.service.web.render import page
+from pipeline.service.web.session import (
+    UserDep,
+    browse_guard,
+    checked_form,
+    require_signed_in,
+    safe_next,
+)
+from pipeline.service.web.verdicts import ROW_ORDERS, cached_verdict
+from pipeline.store import compile_stats, queries, triage
+from pipeline.store.bisect_views import latest_by_change_point, one_commit_ranges
+from pipeline.store.compare import STATUSES, CompareError
+from pipeline.store.models import LIFECYCLE, TRIAGE_STATES
+
+router = APIRouter(include_in_schema=False, dependencies=[Depends(browse_guard)])
+
+
+@router.get("/compare", response_class=HTMLResponse)
+def compare_page(
+    request: Request, session: SessionDep, settings: SettingsDep, user: UserDep, repository: str = "",
+    head: str = "", base: str = "", device_class: str = "", pr: str = "", merge_base: str = "",
+    status: str = "", q: str = "", order: str = "verdict", page_number: int = Query(1, alias="page"),
+) -> HTMLResponse:
+    """Any two commits, or a pull request and its base, on one or every device class: the verdict
+    table of each, filtered by status or text, in pages of `web.page_rows` rows; then the compile
+    statistics that changed (beside the verdict, never part of it)."""
+    repos = data.repositories(session)
+    repository = repository or (repos[0] if len(repos) == 1 else "")
+    order = order if order in ROW_ORDERS else "verdict"
+    status = status if status in STATUSES else ""
+    form = {"repository": repository, "head": head, "base": base, "device_class": device_class, "pr": pr,
+            "merge_base": merge_base, "status": status, "q": q, "order": order}
+    context: dict[str, Any] = {"form": form, "repositories": repos, "device_classes": data.device_class_names(session),
+               "verdict": None, "error": None, "commits": [], "series_ids": {}, "infos": {}, "tables": [],
+               "compiled": None,
+               "statuses": STATUSES, "rows_per_page": settings.web.page_rows,
+               "max_pvalue": settings.compare.max_pvalue}
+    if repository:
+        context["commits"] = queries.list_commits(session, repository=repository, limit=30)
+    head_sha, error = _head(session, repository, head, pr)
+    base_sha, base_error = _ref(session, repository, base) if base else (None, None)
+    error = error or base_error
+    if head_sha and not error:
+        try:
+            verdict = cached_verdict(session, settings, repository, head_sha, base_sha, device_class or None,
+                                      merge_base or None)
+        except CompareError as exc:
+            error = str(exc)
+        else:
+            text = q.strip().lower()
+            tables = []
+            for comparison in verdict.comparisons:
+                rows = [r for r in comparison.rows
+                        if (not status or r.status == status) and (not text or text in r.case_id.lower())]
+                if order != "verdict":  # the cached rows are in verdict order already
+                    rows.sort(key=ROW_ORDERS[order])
+                tables.append((comparison, paginate(rows, page_number, settings.web.page_rows)))
+            context["verdict"] = verdict
+            context["tables"] = tables
+            context["pages"] = max((t.pages for _, t in tables), default=1)
+            context["page_number"] = min(max(1, page_number), context["pages"])
+            context["series_ids"] = data.latency_series_ids(
+                session, [c.device_class for c in verdict.comparisons],
+                case_ids={r.case_id for _, t in tables for r in t.items})
+            context["compiled"] = compiled = compile_stats.compare_compile(
+                session, repository, head_sha=head_sha, base_sha=base_sha,
+                latency_bases=(c.base_sha for c in verdict.comparisons), walk=settings.compare.ancestor_walk)
+            context["infos"] = data.commit_infos(
+                session, [head_sha] + [c.base_sha for c in verdict.comparisons if c.base_sha]
+                + ([compiled.base_sha] if compiled.base_sha else []))
+    context["error"] = error
+    return page(request, "compare.html", user, context, status_code=404 if error and (head or pr) else 200)
+
+
+def _ref(session: SessionDep, repository: str, ref: str) -> tuple[str | None, str | None]:
+    found = data.resolve_commit(session, repository, ref)
+    if len(found) == 1:
+        return found[0], None
+    if not found:
+        return None, f"no recorded commit {ref!r} in {repository or 'any repository'}"
+    return None, f"{ref!r} names several commits: give more of the sha"
+
+
+def _head(session: SessionDep, repository: str, head: str, pr: str) -> tuple[str | None, str | None]:
+    if not repository or not (head or pr):
+        return None, None
+    if head:
+        return _ref(session, repository, head)
+    if not pr.strip().lstrip("#").isdigit():
+        return None, f"pull request {pr!r} is not a number"
+    sha = data.pull_request_head(session, repository, int(pr.strip().lstrip("#")))
+    return (sha, None) if sha else (None, f"no recorded commit of pull request #{pr.strip().lstrip('#')}")
+
+
+@router.get("/regressions", response_class=HTMLResponse)
+def regressions_page(request: Request, session: SessionDep, user: UserDep, device_class: str = "",
+                     family: str = "", state: str = "", lifecycle: str = "") -> HTMLResponse:
+    """Open regressions (or all in one triage state and/or lifecycle: suspected, confirmed,
+    retracted) with their triage history, their bisection and actions."""
+    found = queries.list_regressions(session, device_class=device_class or None, family=family or None,
+                                     state=state if state in TRIAGE_STATES else None,
+                                     lifecycle=lifecycle if lifecycle in LIFECYCLE else None, limit=500)
+    histories = data.triage_histories(session, [r.id for r in found])
+    bisections = latest_by_change_point(session, [r.id for r in found])
+    return page(request, "regressions.html", user, {
+        "regressions": found, "histories": histories, "bisections": bisections, "transitions": triage.TRANSITIONS,
+        "one_commit": one_commit_ranges(session, [r.id for r in found]),
+        "states": TRIAGE_STATES, "lifecycles": LIFECYCLE, "device_classes": data.device_class_names(session),
+        "filters": {"device_class": device_class, "family": family, "state": state, "lifecycle": lifecycle},
+        "infos": data.commit_infos(session, [r.after_sha for r in found])})
+
+
+@router.post("/change-points/{change_point_id}/triage")
+async def triage_form(change_point_id: RowId, request: Request, session: SessionDep, user: UserDep) -> RedirectResponse:
+    """The triage form of the regressions and series pages (signed-in users, CSRF-checked)."""
+    principal = require_signed_in(request, user, "triage")
+    form = await checked_form(request)
+    back = safe_next(form.get("next", "/regressions"))
+    try:
+        triage.triage(session, change_point_id=change_point_id, state=form.get("state", ""), who=principal.name,
+                      bug_link=form.get("bug_link") or None, assignee=form.get("assignee") or None,
+                      note=form.get("note", ""))
+    except LookupError:
+        raise HTTPException(404, f"no change point {change_point_id}") from None
+    except triage.TriageError as exc:
+        request.session["flash"] = {"kind": "error", "text": f"change point {change_point_id}: {exc}"}
+    else:
+        request.session["flash"] = {"kind": "ok", "text": f"change point {change_point_id} is now {form['state']}"}
+    return RedirectResponse(back, status_code=303)
+
+
+@router.post("/change-points/{change_point_id}/bisect")
+async def bisect_form(change_point_id: RowId, request: Request, session: SessionDep, settings: SettingsDep,
+                      user: UserDep) -> RedirectResponse:
+    """The Bisect button of the regressions and series pages (signed-in users, CSRF-checked)."""
+    principal = require_signed_in(request, user, "bisect")
+    form = await checked_form(request)
+    back = safe_next(form.get("next", "/regressions"))
+    try:
+        made = bisect.request_bisection(session, settings, change_point_id=change_point_id, who=principal.name)
+    except bisect.BisectNotFound:
+        raise HTTPException(404, f"no change point {change_point_id}") from None
+    except bisect.BisectError as exc:
+        request.session["flash"] = {"kind": "error", "text": str(exc).removeprefix("change_point_id: ")}
+    else:
+        request.session["flash"] = {"kind": "ok", "text": f"bisection {made.id} of change point {change_point_id} "
+                                                          "queued: its steps appear here as they run"}
+    return RedirectResponse(back, status_code=303)

@@ -1,0 +1,197 @@
+"""Comparisons as the pages show them: computed once, kept while what they read is unchanged, ordered.
+
+A comparison of a large farm's commit (20,000 cases x device classes) takes a second or two to
+compute (its samples read, its tests run); the compare and run pages ask for the same ones
+again and again (paging, filters, reloads while a run fills in). Each device class's comparison is
+kept on its own (a run page and a compare page share them), and served while the store has not
+changed at all (`data.store_version`, three primary-key maxima) or, when it has, while its
+fingerprint has not: the head's newest result on the class, the base the ancestor walk finds and
+the base's newest result there. On a farm where results arrive every few seconds for other
+commits, a pull request's comparison stays kept; a result of its head or base, or a nearer
+ancestor getting results, makes it computed again. `VerdictWarmer` computes the comparison of
+each job that ends, so that even the first view of a run's or a pull request's comparison is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from pipeline.config import Settings
+from pipeline.dispatch.triggers import Loop
+from pipeline.service.web.data import store_version
+from pipeline.store.compare import (
+    STATUSES,
+    CompareError,
+    Comparison,
+    ComparisonRow,
+    PRVerdict,
+    choose_base,
+    combine,
+    compare,
+    result_device_classes,
+    results_version,
+)
+from pipeline.store.db import session_scope
+from pipeline.store.models import Commit, DeviceClassRow, Job, Repository, Run
+
+ROW_ORDERS: dict[str, Callable[[ComparisonRow], Any]] = {
+    "verdict": lambda r: (STATUSES.index(r.status), r.case_id, r.target),
+    "slowdown": lambda r: (r.change is None, -(r.change or 0.0), r.case_id, r.target),
+    "speedup": lambda r: (r.change is None, r.change or 0.0, r.case_id, r.target),
+    "case": lambda r: (r.case_id, r.target),
+}
+"""The server-side orders of a verdict table (a page's column headers sort the rows it shows)."""
+
+log = logging.getLogger("benchfarm.web.verdicts")
+
+CACHE_SIZE = 128
+"""Comparisons kept (one device class each; ~0.5 MB for 2,000 rows)."""
+CACHE_TTL_S = 3600.0
+"""A kept comparison is recomputed after this long at most: the fingerprint sees new results; the
+limit bounds what it cannot see (a row changed or deleted in place)."""
+
+
+@dataclass
+class _Kept:
+    made_at: float
+    store: tuple[int | None, ...]
+    """`data.store_version` when last found valid"""
+    fingerprint: tuple[object, ...] | None
+    """None: results it may have read came in while it was computed; valid for that store version only"""
+    comparison: Comparison
+
+
+_kept: OrderedDict[tuple[object, ...], _Kept] = OrderedDict()
+_kept_lock = threading.Lock()
+
+
+def cached_verdict(session: Session, settings: Settings, repository: str, head: str, base: str | None,
+                   device_class: str | None, merge_base: str | None) -> PRVerdict:
+    """`compare_all` (device_class None: every class the head has results on) or `compare` on one
+    device class, rows in verdict order, each class's comparison kept while what it read is
+    unchanged (module doc). Raises CompareError."""
+    classes = [device_class] if device_class else result_device_classes(session, repository=repository,
+                                                                         head_sha=head)
+    version = store_version(session)
+    return combine(repository, head, [_cached(session, settings, repository, head, base, dc, merge_base, version)
+                                      for dc in classes])
+
+
+def _key(session: Session, settings: Settings, repository: str, head: str, base: str | None, device_class: str,
+         merge_base: str | None) -> tuple[object, ...]:
+    return (str(session.get_bind().engine.url), settings.compare.model_dump_json(), repository, head, base,
+            device_class, merge_base)
+
+
+def kept_comparison(session: Session, settings: Settings, repository: str, head: str, base: str | None,
+                    device_class: str, merge_base: str | None) -> Comparison | None:
+    """The comparison kept for these inputs, whether or not still valid; None: none is kept."""
+    with _kept_lock:
+        kept = _kept.get(_key(session, settings, repository, head, base, device_class, merge_base))
+    return kept.comparison if kept else None
+
+
+def cached_comparison(session: Session, settings: Settings, repository: str, head: str, base: str | None,
+                      device_class: str, merge_base: str | None) -> Comparison:
+    """`compare` on one device class, rows in verdict order, kept (module doc). Raises CompareError."""
+    return _cached(session, settings, repository, head, base, device_class, merge_base, store_version(session))
+
+
+def _cached(session: Session, settings: Settings, repository: str, head: str, base: str | None, device_class: str,
+            merge_base: str | None, version: tuple[int | None, ...]) -> Comparison:
+    key = _key(session, settings, repository, head, base, device_class, merge_base)
+    now = time.monotonic()
+    with _kept_lock:
+        kept = _kept.get(key)
+    if kept is not None and now - kept.made_at < CACHE_TTL_S and (
+            kept.store == version or kept.fingerprint is not None
+            and kept.fingerprint == _fingerprint(session, settings, kept.comparison, merge_base)):
+        kept.store = version
+        with _kept_lock:
+            if key in _kept:
+                _kept.move_to_end(key)
+        return kept.comparison
+
+    head_before = results_version(session, repository=repository, sha=head, device_class=device_class)
+    base_before = base or choose_base(session, repository=repository, sha=head, device_class=device_class,
+                                      walk=settings.compare.ancestor_walk, merge_base=merge_base).sha
+    base_results_before = results_version(session, repository=repository, sha=base_before,
+                                          device_class=device_class) if base_before else None
+    comparison = compare(session, repository=repository, head_sha=head, device_class=device_class,
+                         settings=settings.compare, base_sha=base, merge_base=merge_base)
+    comparison.rows.sort(key=ROW_ORDERS["verdict"])
+    fingerprint: tuple[object, ...] | None = _fingerprint(session, settings, comparison, merge_base)
+    # The fingerprint is read after the comparison: it describes what the comparison read only if
+    # the head's and the base's results (and the walk's base) did not move meanwhile.
+    walked = comparison.base_source not in ("explicit", "paired")
+    before = (head_before, *([base_before] if walked else []), base_results_before)
+    consistent = comparison.base_sha == base_before and fingerprint == before
+    if not consistent and store_version(session) != version:
+        fingerprint = None
+    with _kept_lock:
+        _kept[key] = _Kept(now, version, fingerprint, comparison)
+        _kept.move_to_end(key)
+        while len(_kept) > CACHE_SIZE:
+            _kept.popitem(last=False)
+    return comparison
+
+
+def _fingerprint(session: Session, settings: Settings, comparison: Comparison,
+                 merge_base: str | None) -> tuple[object, ...]:
+    """What the comparison read, as values that change when it would come out different: the head's
+    newest result on the class, the base the ancestor walk finds (an explicit or paired base cannot
+    move while the head's results stay the same) and the base's newest result there."""
+    repository, dc = comparison.repository, comparison.device_class
+    parts: list[object] = [results_version(session, repository=repository, sha=comparison.head_sha, device_class=dc)]
+    if comparison.base_source not in ("explicit", "paired"):
+        parts.append(choose_base(session, repository=repository, sha=comparison.head_sha, device_class=dc,
+                                 walk=settings.compare.ancestor_walk, merge_base=merge_base).sha)
+    parts.append(results_version(session, repository=repository, sha=comparison.base_sha, device_class=dc)
+                 if comparison.base_sha else None)
+    return tuple(parts)
+
+
+class VerdictWarmer(Loop):
+    """Computes the kept comparison of each job that ends (its commit on its device class against
+    the base the pages find), so the first view of a run or a pull request is served kept."""
+
+    def __init__(self, settings: Settings, engine: Engine, period_s: float = 2.0) -> None:
+        super().__init__("verdict-warmer", period_s)
+        self.settings, self.engine = settings, engine
+        with session_scope(engine) as session:  # jobs that ended before the service started: not warmed
+            self._since = session.scalar(sa.select(sa.func.max(Job.finished_at)))
+            self._warmed: set[str] = set(session.scalars(sa.select(Job.id).where(Job.finished_at == self._since))
+                                         if self._since is not None else [])
+
+    def step(self) -> bool:
+        with session_scope(self.engine) as session:
+            query = (sa.select(Job.id, Job.finished_at, Repository.name, Commit.sha, DeviceClassRow.name)
+                     .join(Run, Job.run_id == Run.id).join(Commit, Run.commit_id == Commit.id)
+                     .join(Repository, Commit.repository_id == Repository.id)
+                     .join(DeviceClassRow, Job.device_class_id == DeviceClassRow.id)
+                     .where(Job.status == "done", Job.finished_at.is_not(None)))
+            if self._since is not None:
+                query = query.where(Job.finished_at >= self._since)
+            ended = [e for e in session.execute(query.order_by(Job.finished_at, Job.id).limit(50))
+                     if e.id not in self._warmed]
+        for job_id, finished_at, repository, sha, device_class in ended:
+            try:
+                with session_scope(self.engine) as session:
+                    cached_comparison(session, self.settings, repository, sha, None, device_class, None)
+            except CompareError as exc:
+                log.info("job %s: no comparison to keep (%s)", job_id, exc)
+            if self._since is None or finished_at > self._since:
+                self._warmed = set()
+                self._since = finished_at
+            self._warmed.add(job_id)
+        return bool(ended)

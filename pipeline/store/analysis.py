@@ -1,0 +1,376 @@
+"""History analysis: change points in each series' default-branch history, stored for triage.
+
+A series' history is one value per commit of the repository's default-branch history
+(`history.default_branch_chain`: the first-parent chain of the default-branch head) that has a
+measurement in the series, oldest first; the value is the median of the commit's newest
+measurement (a rerun replaces the earlier one, as everywhere in the store).
+
+After each upload the touched series' whole history goes through `changepoints.analyse`, a pure
+function of it, and the stored change points are brought in line with what it reports:
+
+- a reported point that is not stored yet is inserted, `lifecycle` suspected or confirmed, state
+  "needs triage", with a first triage event by `ANALYSIS_WHO`;
+- a stored point that is reported again is updated (levels, p-value, lifecycle: suspected ->
+  confirmed); a young point that moved by less than `min_size` commits in the same direction is
+  the same point and moves with it;
+- a stored point that is no longer reported is retracted, not deleted: `lifecycle` retracted,
+  `retracted_at`, and the `reason` (the later commits' level against the level before it, or its
+  commit's run being an outlier); its triage state and history stay. Reported again later, it
+  stands again.
+
+Each lifecycle change is a triage event by `ANALYSIS_WHO` that keeps the triage state and says
+what changed, so the point's history tells both stories. Hence online equals batch: after any
+commit, the store's confirmed change points are exactly `changepoints.detect` of the history so
+far, whether it was fed one commit at a time (`analyze_after_ingest`) or analysed at once
+(`reanalyze_all`). The cost is one `analyse` of each touched series' history per upload, linear
+in the history's length (about 15 ms for 1,000 commits).
+
+Concurrent ingests of one series are safe: the row's uniqueness on (series, after commit) and an
+insert that ignores conflicts make the second writer skip it; lifecycle updates are idempotent.
+
+Direction: the series' `lower_is_better` when set, else the metric's (`pipeline.contracts.METRICS`);
+a change point is a regression or an improvement accordingly (`changepoints.classify`). Minimum
+magnitude: the series' `min_magnitude` when set, else `AnalysisSettings.min_magnitude`.
+
+"intended" rebases the series (Dana: it moves the base): change points at or before a series'
+newest intended change point no longer count as open (dashboard, regressions list), since the
+level they led to has been accepted, and `baseline` reports the intended change point's new level
+as the series' reference. Detection itself needs no rebase: each change point is tested against
+its neighbouring levels, so the level after an intended change is what later changes are
+measured against. PR verdicts compare with the base commit's own samples, which already show
+whatever level was current there.
+
+Noise (the verdict's threshold is max(floor, k x noise), `stats.threshold`), kept on the series:
+- `Series.noise_unpaired`, each time a series is analysed: `stats.run_to_run_noise` over its
+  last `NOISE_HISTORY` default-branch commits (their medians, and the binaries they timed: pairs
+  of runs of one binary are preferred). No sample is read.
+- `Series.noise_paired`, by `learn_paired_noise` after every ingest that stored A/A calibrations
+  (paired results whose base timed the same binary, `binary_digest == paired_binary_digest`), of
+  any run kind: `stats.paired_noise` of the paired changes of the series' last `NOISE_HISTORY`
+  calibrations. Only those series, only those results' samples are read: an ingest without
+  calibrations costs one query.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from pipeline.analysis import changepoints, stats
+from pipeline.config import AnalysisSettings
+from pipeline.contracts import METRICS, ResultDocument
+from pipeline.store.compare import paired_changes
+from pipeline.store.history import (
+    FALLBACK_RUN_KINDS,
+    ChainCommit,
+    default_branch_chain,
+)
+from pipeline.store.models import (
+    CaseResultRow,
+    ChangePoint,
+    Commit,
+    Job,
+    Measurement,
+    Repository,
+    Run,
+    Series,
+    TriageEvent,
+    utcnow,
+)
+
+__all__ = [
+    "ANALYSIS_WHO",
+    "AnalysisSummary",
+    "analyze_after_ingest",
+    "analyze_series",
+    "learn_paired_noise",
+    "reanalyze_all",
+    "series_direction",
+]
+
+log = logging.getLogger(__name__)
+
+ANALYSIS_WHO = "benchfarm analysis"
+"""Who the first triage event ("needs triage") of a detected change point names."""
+ANALYZED_RUN_KINDS = FALLBACK_RUN_KINDS
+"""Runs whose upload triggers analysis, besides any run of a commit recorded on the default branch."""
+NOISE_HISTORY = 30
+"""Newest default-branch commits (unpaired) or A/A calibrations (paired) a series' noise is learned from."""
+
+
+@dataclass(frozen=True)
+class AnalysisSummary:
+    series: int
+    """series analysed"""
+    new_change_points: int
+    """change points stored for the first time (suspected or confirmed)"""
+    confirmed: int = 0
+    """stored change points that became confirmed (new ones included)"""
+    retracted: int = 0
+    """stored change points retracted"""
+
+
+@dataclass(frozen=True)
+class _Point:
+    commit: ChainCommit
+    value: float
+    digest: str | None = None
+    """the binary the measurement timed (None: not reported)"""
+
+
+@dataclass
+class _Tally:
+    added: int = 0
+    confirmed: int = 0
+    retracted: int = 0
+
+
+def series_direction(series: Series) -> bool:
+    """lower_is_better for the series: its own setting, else its metric's."""
+    if series.lower_is_better is not None:
+        return series.lower_is_better
+    return METRICS[series.metric].lower_is_better
+
+
+def _histories(session: Session, chain: Sequence[ChainCommit], series_ids: Iterable[int] | None) -> dict[int, list[_Point]]:
+    """series id -> its history on `chain` (module doc), oldest first. One query."""
+    position = {c.id: i for i, c in enumerate(chain)}
+    if not position:
+        return {}
+    query = (sa.select(Measurement.series_id, Measurement.commit_id, Measurement.median, CaseResultRow.binary_digest)
+             .join(CaseResultRow, Measurement.case_result_id == CaseResultRow.id).order_by(Measurement.id))
+    if series_ids is not None:
+        ids = list(series_ids)
+        if not ids:
+            return {}
+        query = query.where(Measurement.series_id.in_(ids))
+    newest: dict[int, dict[int, tuple[float, str | None]]] = defaultdict(dict)
+    for series_id, commit_id, median, digest in session.execute(query):
+        if commit_id in position:
+            newest[series_id][commit_id] = (median, digest)  # ordered by id: the last one wins
+    return {
+        series_id: [_Point(chain[position[c]], v, d)
+                    for c, (v, d) in sorted(values.items(), key=lambda kv: position[kv[0]])]
+        for series_id, values in newest.items()
+    }
+
+
+def _stored_change_points(session: Session, series_ids: Sequence[int]) -> dict[int, list[ChangePoint]]:
+    """series id -> its stored change points: one query per 1,000 series (not one per series)."""
+    out: dict[int, list[ChangePoint]] = defaultdict(list)
+    for i in range(0, len(series_ids), 1000):
+        chunk = list(series_ids[i:i + 1000])
+        for cp in session.scalars(sa.select(ChangePoint).where(ChangePoint.series_id.in_(chunk))
+                                  .order_by(ChangePoint.id)):
+            out[cp.series_id].append(cp)
+    return out
+
+
+def _note(cp: changepoints.ChangePoint, direction: str, lifecycle: str) -> str:
+    what = "suspected" if lifecycle == "suspected" else "confirmed"
+    return f"{what}: {direction} of {cp.magnitude:+.1%} (p={cp.pvalue:.2g})"
+
+
+def _retraction_reason(values: Sequence[float], index: int, row: ChangePoint, analysed: changepoints.Analysis,
+                       window: int) -> str:
+    """Why the history no longer supports a stored change point (module doc)."""
+    if index in analysed.outliers:
+        return (f"its commit's run ({values[index]:.4g}) is an outlier: the commits around it stay at the level "
+                f"before ({row.before_level:.4g}); it was reported as {row.magnitude:+.1%}")
+    kept = [v for i, v in enumerate(values[index:index + window], start=index) if i not in analysed.outliers]
+    later = sum(kept) / len(kept) if kept else row.after_level
+    change = later / row.before_level - 1.0 if row.before_level else 0.0
+    return (f"not supported by the {len(values) - index} commits from it: they average {later:.4g}, "
+            f"{change:+.1%} from the level before ({row.before_level:.4g}); it was reported as {row.magnitude:+.1%} "
+            f"(p={row.pvalue:.2g})")
+
+
+def _event(session: Session, row: ChangePoint, now: datetime, note: str) -> None:
+    """A lifecycle event: the triage state kept, the note says what the analysis changed."""
+    session.add(TriageEvent(change_point_id=row.id, state=row.state, who=ANALYSIS_WHO, at=now, note=note))
+
+
+def _analyze(session: Session, series: Series, points: list[_Point], settings: AnalysisSettings, *,
+             stored: Sequence[ChangePoint], tally: _Tally) -> None:
+    """Analyse one series' whole history and bring its stored change points in line (module doc).
+    `stored`: the series' change points already stored."""
+    now = utcnow()
+    series.history_points = len(points)
+    series.analyzed_at = now
+    recent = points[-NOISE_HISTORY:]
+    series.noise_unpaired = stats.run_to_run_noise([p.value for p in recent], [p.digest for p in recent])
+    index_of = {p.commit.id: i for i, p in enumerate(points)}
+    values = [p.value for p in points]
+    min_magnitude = series.min_magnitude if series.min_magnitude is not None else settings.min_magnitude
+    if len(points) < 2 * settings.min_size:
+        analysed = changepoints.Analysis([], None)
+    else:
+        analysed = changepoints.analyse(values, window=settings.window, max_pvalue=settings.max_pvalue,
+                                        min_magnitude=min_magnitude, min_size=settings.min_size)
+    found = [(cp, "confirmed") for cp in analysed.confirmed]
+    if analysed.suspected is not None:
+        found.append((analysed.suspected, "suspected"))
+    lower_is_better = series_direction(series)
+    here = [row for row in stored if row.after_commit_id in index_of]  # a rewritten history's others stay
+    at_commit = {row.after_commit_id: row for row in stored}
+    matched: set[int] = set()
+    for cp, lifecycle in found:
+        direction = changepoints.classify(cp, lower_is_better)
+        before, after = points[cp.last_before].commit, points[cp.index].commit
+        row = at_commit.get(after.id)
+        if row is None or row.id in matched:
+            row = next((r for r in here if r.id not in matched and r.lifecycle != "retracted"
+                        and r.direction == direction and abs(index_of[r.after_commit_id] - cp.index) < settings.min_size),
+                       None)
+        fields = {"before_commit_id": before.id, "history_index": cp.index, "before_level": cp.before_mean,
+                  "after_level": cp.after_mean, "magnitude": cp.magnitude, "pvalue": cp.pvalue}
+        if row is None:
+            row_id = _insert_change_point(session, {
+                "series_id": series.id, "after_commit_id": after.id, "committed_at": after.committed_at,
+                "direction": direction, "state": "needs triage", "detected_at": now, "lifecycle": lifecycle,
+                "confirmed_at": now if lifecycle == "confirmed" else None, "reason": "", **fields})
+            if row_id is None:  # another transaction stored it first
+                continue
+            session.add(TriageEvent(change_point_id=row_id, state="needs triage", who=ANALYSIS_WHO, at=now,
+                                    note=_note(cp, direction, lifecycle)))
+            matched.add(row_id)
+            tally.added += 1
+            tally.confirmed += lifecycle == "confirmed"
+            continue
+        matched.add(row.id)
+        notes = []
+        if row.after_commit_id != after.id and after.id not in at_commit:
+            notes.append(f"moved to commit {after.sha[:10]}")
+            del at_commit[row.after_commit_id]
+            row.after_commit_id, row.committed_at = after.id, after.committed_at
+            at_commit[after.id] = row
+        if row.lifecycle != lifecycle:
+            notes.append(("stands again, " if row.lifecycle == "retracted" else "") + _note(cp, direction, lifecycle))
+            if lifecycle == "confirmed":
+                row.confirmed_at = now
+                tally.confirmed += 1
+            row.lifecycle, row.retracted_at, row.reason = lifecycle, None, ""
+        for name, value in fields.items():
+            setattr(row, name, value)
+        if notes:
+            _event(session, row, now, "; ".join(notes))
+    for row in here:
+        if row.id in matched or row.lifecycle == "retracted":
+            continue
+        row.reason = _retraction_reason(values, index_of[row.after_commit_id], row, analysed, settings.window)
+        row.lifecycle, row.retracted_at = "retracted", now
+        _event(session, row, now, f"retracted: {row.reason}")
+        tally.retracted += 1
+
+
+def _insert_change_point(session: Session, row: dict[str, object]) -> int | None:
+    """INSERT ... ON CONFLICT (series, after commit) DO NOTHING RETURNING id: None when it existed."""
+    if session.get_bind().dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    statement = (insert(ChangePoint.__table__).values(**row)
+                 .on_conflict_do_nothing(index_elements=["series_id", "after_commit_id"])
+                 .returning(ChangePoint.__table__.c.id))
+    return session.scalar(statement)
+
+
+def _series_repositories(session: Session, series_ids: Iterable[int] | None) -> list[int]:
+    """Repositories with measurements in these series (all series: every repository with a commit)."""
+    if series_ids is None:
+        return list(session.scalars(sa.select(Repository.id).order_by(Repository.id)))
+    return list(session.scalars(
+        sa.select(Commit.repository_id).distinct().join(Measurement, Measurement.commit_id == Commit.id)
+        .where(Measurement.series_id.in_(list(series_ids)))))
+
+
+def _run(session: Session, series_ids: list[int] | None, settings: AnalysisSettings, *,
+         repository_ids: list[int] | None = None) -> AnalysisSummary:
+    repositories = repository_ids if repository_ids is not None else _series_repositories(session, series_ids)
+    analysed: set[int] = set()
+    tally = _Tally()
+    for repository_id in repositories:
+        chain = default_branch_chain(session, repository_id)
+        histories = _histories(session, chain, series_ids)
+        wanted = series_ids if series_ids is not None else list(histories)
+        rows = {s.id: s for i in range(0, len(wanted), 1000)
+                for s in session.scalars(sa.select(Series).where(Series.id.in_(list(wanted[i:i + 1000]))))}
+        stored = _stored_change_points(session, sorted(rows))
+        for series_id in sorted(rows):
+            _analyze(session, rows[series_id], histories.get(series_id, []), settings,
+                     stored=stored.get(series_id, []), tally=tally)
+            analysed.add(series_id)
+    session.flush()  # the series' history_points / analyzed_at: one batched UPDATE, not one per series
+    return AnalysisSummary(series=len(analysed), new_change_points=tally.added, confirmed=tally.confirmed,
+                           retracted=tally.retracted)
+
+
+def analyze_series(session: Session, series_id: int, settings: AnalysisSettings) -> AnalysisSummary:
+    """Analyse one series (module doc) on the default branch of every repository it has
+    measurements of, and bring its stored change points in line. Idempotent."""
+    return _run(session, [series_id], settings)
+
+
+def analyze_after_ingest(session: Session, document: ResultDocument, settings: AnalysisSettings) -> AnalysisSummary:
+    """The ingest path's hook: analyse the series this document's ok results touched, when its run
+    is a push, nightly or local run or its commit is recorded on the default branch; nothing
+    otherwise (a pull request's commits are not default-branch history).
+
+    Cost: the default-branch chain (one query over the repository's commits), the touched series'
+    measurements and stored change points (one query each), and `changepoints.analyse` of each
+    touched series' history. Idempotent: a document uploaded again changes nothing."""
+    job = session.get(Job, document.job_id)
+    if job is None:
+        return AnalysisSummary(0, 0)
+    run: Run = job.run
+    commit = run.commit
+    if run.kind not in ANALYZED_RUN_KINDS and commit.branch != run.repository.default_branch:
+        return AnalysisSummary(0, 0)
+    series_ids = list(session.scalars(
+        sa.select(Measurement.series_id).distinct().join(Series, Measurement.series_id == Series.id)
+        .where(Measurement.commit_id == commit.id, Series.device_class_id == job.device_class_id)))
+    if not series_ids:
+        return AnalysisSummary(0, 0)
+    return _run(session, series_ids, settings, repository_ids=[run.repository_id])
+
+
+def reanalyze_all(session: Session, settings: AnalysisSettings) -> AnalysisSummary:
+    """Analyse every series' whole history as after an upload (the same function: module doc):
+    new change points stored, stored ones confirmed or retracted, their triage kept. Loads each
+    repository's chain once and all measurements' medians in one query."""
+    summary = _run(session, None, settings)
+    log.info("re-analysed %d series: %d new change points, %d confirmed, %d retracted", summary.series,
+             summary.new_change_points, summary.confirmed, summary.retracted)
+    return summary
+
+
+def learn_paired_noise(session: Session, job_id: str) -> int:
+    """Update `Series.noise_paired` (module doc) of the series in which this job stored A/A
+    calibrations; returns how many series. Idempotent."""
+    calibration = sa.and_(CaseResultRow.binary_digest.is_not(None),
+                          CaseResultRow.binary_digest == CaseResultRow.paired_binary_digest)
+    series_ids = list(session.scalars(
+        sa.select(Measurement.series_id).distinct().join(CaseResultRow, Measurement.case_result_id == CaseResultRow.id)
+        .where(CaseResultRow.job_id == job_id, calibration)))
+    if not series_ids:
+        return 0
+    found: dict[int, list[tuple[int, int, list[int] | None]]] = defaultdict(list)
+    for series_id, result_id, measurement_id, rounds in session.execute(
+        sa.select(Measurement.series_id, CaseResultRow.id, Measurement.id, Measurement.round_sizes)
+        .join(CaseResultRow, Measurement.case_result_id == CaseResultRow.id)
+        .where(Measurement.series_id.in_(series_ids), calibration).order_by(Measurement.id.desc())
+    ):
+        if len(found[series_id]) < NOISE_HISTORY:
+            found[series_id].append((result_id, measurement_id, rounds))
+    changes = paired_changes(session, [r for results in found.values() for r in results])
+    for series in session.scalars(sa.select(Series).where(Series.id.in_(series_ids))):
+        values = [c for r, _, _ in found[series.id] if (c := changes[r]) is not None]
+        series.noise_paired = stats.paired_noise(values)
+    session.flush()
+    return len(series_ids)

@@ -1,0 +1,615 @@
+"""Compare a commit with its base: the pull-request verdict (DESIGN.md, "Analysis": PR verdict).
+
+Base (`choose_base`), on one device class:
+- given by the caller (`base_sha`): that commit;
+- else, when the head's results on that device class were timed paired with a base
+  (`CaseResult.paired_base`): that commit, which the job chose when it was planned;
+- else the newest first-parent ancestor of the merge base, the merge base itself included, that
+  has latency results on the device class, searching at most `CompareSettings.ancestor_walk`
+  commits. The merge base is the caller's (a webhook knows the pull request's base sha), or else
+  the first commit of the default-branch history (`history.default_branch_chain`) met walking the
+  head's first parents. A head that is itself on the default branch (a push) is compared with its
+  first-parent ancestors; so is one whose walk meets no default-branch commit (nothing recorded as
+  the default branch, or a branch that forked long ago): its own first-parent ancestors.
+
+Per case and target, the newest result of each commit is used, with all its samples, judged on
+its timing rounds (`stats`: the round, not the sample, is the unit of replication):
+- paired (the head's result carries the base's samples of the same job): `stats.paired_verdicts`,
+  a t-test over the rounds' median log ratios;
+- unpaired: `stats.verdicts`, Welch's t-test over each side's log round medians.
+A change counts when it is significant (p <= max_pvalue) and at least the case's threshold:
+`stats.threshold(floor, noise, noise_factor)`, the floor being `paired_min_change` (2 %: paired
+ratios are far less noisy than unpaired medians) or `min_change`, the noise the series' learned
+one on that device class (`Series.noise_paired`: the sd of a paired A/A change; for unpaired
+rows the sd of a change between two runs, sqrt(2) x `Series.noise_unpaired`, which is one run's).
+Unpaired rows also carry the run level of variation in their test (`stats.unpaired_estimates`'
+`run_noise`): one run's rounds cannot show how much two runs of one binary differ; a series with no
+learned run-to-run noise yet is assumed to have `CompareSettings.default_run_noise`.
+Every row carries its change's 95 % interval (ci_low, ci_high); base and head medians are those
+of the very samples the change was computed from.
+
+Identical code is not a change (`CompareSettings.same_binary_shortcut`): when the head's and the
+base's binary digests (`BundleEntry.binary_digest`: artifact, launch, inputs) are equal, the row
+is "unchanged" (shown "unchanged (same binary)"), with its change and interval when it was timed
+(a free A/A calibration) but never regressed or improved. Paired rows compare the result's own
+digest with its paired base's; unpaired rows the head result's with the base result's. A head
+result "skipped" because its binary is the base's (the agent does not time it again) is an
+unchanged row showing the base's median. Other skipped results are left out.
+
+Statuses (`STATUSES`, the one vocabulary, in the order rows and counts are shown everywhere):
+regressed / errored (head wrong or error) / improved / insufficient data / no baseline (no base, or
+the base has no ok result of the case) / similar / unchanged.
+
+Vendor controls: a case whose impl is `vendor` (cuBLAS, cuDNN, SDPA through torch) is the control
+of the suite cases with its family, shape and dtype (its name too, when several match). A
+regressed or improved case whose control moved the same way, significantly (p <= max_pvalue), by
+at least `DRIFT_RATIO` of the case's change is marked `drift` (probable device drift, not a code
+change): the PR cannot have changed the vendor library, so the device did.
+
+The verdict (`overall_verdict`, the only one: terminal, API, pages, PR comment and check use it)
+counts each row as `counted_status` says: controls do not count, drift-marked and unchanged rows
+count as similar. Regressed if any regressed, else improved if any improved, else similar if any
+similar, else insufficient data if any, else no baseline. Errored rows are counted apart
+(`errored`), never hidden in the verdict's word.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from pipeline.analysis.stats import (
+    Verdict,
+    paired_estimates,
+    paired_verdicts,
+    threshold,
+    verdicts,
+)
+from pipeline.config import CompareSettings
+from pipeline.contracts import METRICS
+from pipeline.store.history import default_branch_chain
+from pipeline.store.models import (
+    Case,
+    CaseResultRow,
+    Commit,
+    CommitParent,
+    DeviceClassRow,
+    Job,
+    Measurement,
+    Repository,
+    Run,
+    Series,
+)
+
+__all__ = [
+    "DRIFT_RATIO", "STATUSES", "STATUS_LABELS", "VERDICTS", "BaseChoice", "CompareError", "Comparison", "ComparisonRow",
+    "PRVerdict", "choose_base", "combine", "compare", "compare_all", "counted_status", "find_base", "only_cases", "overall_verdict",
+    "paired_changes",
+    "result_device_classes", "results_version", "status_label", "verdict_counts",
+]
+
+METRIC = "latency"
+STATUSES = ("regressed", "errored", "improved", "insufficient data", "no baseline", "similar", "unchanged")
+"""A row's status, in the order rows and counts are shown (terminal, PR comment, pages): what needs a
+look first."""
+VERDICTS = ("regressed", "improved", "similar", "insufficient data", "no baseline")
+"""The verdict's words, by precedence."""
+STATUS_LABELS = {"unchanged": "unchanged (same binary)"}
+"""How a status is shown where it needs saying why (the others are shown as they are)."""
+SAME_BINARY_SKIP = "not timed: same binary"
+"""How the agent's reason for a result it did not time because its binary is the base's begins."""
+CONTROL_IMPL = "vendor"
+DRIFT_RATIO = 0.5
+"""A control that moved at least this fraction of a case's change, same sign, significantly: drift."""
+
+
+class CompareError(LookupError):
+    """The repository, commit or device class asked for is not in the store."""
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    case_id: str
+    target: str
+    model: str
+    base_median: float | None
+    head_median: float | None
+    change: float | None
+    pvalue: float | None
+    status: str
+    ci_low: float | None = None
+    ci_high: float | None = None
+    """the change's 95 % interval (round-level); None where it was not tested"""
+    threshold: float | None = None
+    """the smallest |change| counted for this case (floor, or noise_factor x its measured noise)"""
+    paired: bool = False
+    """True: base and head were timed interleaved in one job and the paired test decided."""
+    same_binary: bool = False
+    """Head and base timed identical binaries (equal digests): "unchanged" under the shortcut."""
+    is_control: bool = False
+    """A vendor implementation, run as the control of the suite cases of its family, shape and dtype."""
+    control_case: str | None = None
+    control_change: float | None = None
+    control_pvalue: float | None = None
+    drift: bool = False
+    """Probable device drift: the control moved as much (module doc); not counted in the verdict."""
+
+
+@dataclass
+class Comparison:
+    repository: str
+    head_sha: str
+    base_sha: str | None
+    device_class: str
+    rows: list[ComparisonRow] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    merge_base: str | None = None
+    base_source: str = "none"
+    """explicit | paired | merge base | first parent | none"""
+    verdict: str = "no baseline"
+    errored: int = 0
+    drift: int = 0
+    paired: bool = False
+    """True when at least one row was decided by the paired test."""
+
+
+@dataclass
+class PRVerdict:
+    """Every device class the head has results on, and one verdict over them all."""
+
+    repository: str
+    head_sha: str
+    comparisons: list[Comparison]
+    verdict: str
+    errored: int
+    counts: dict[str, int]
+
+
+@dataclass(frozen=True)
+class BaseChoice:
+    sha: str | None
+    merge_base: str | None
+    source: str
+
+
+def _commit(session: Session, repository: str, sha: str) -> Commit:
+    commit = session.scalar(
+        sa.select(Commit).join(Repository, Commit.repository_id == Repository.id)
+        .where(Repository.name == repository, Commit.sha == sha))
+    if commit is None:
+        raise CompareError(f"commit {sha} of {repository} is not recorded")
+    return commit
+
+
+def _device_class_id(session: Session, name: str) -> int:
+    dc_id = session.scalar(sa.select(DeviceClassRow.id).where(DeviceClassRow.name == name))
+    if dc_id is None:
+        raise CompareError(f"unknown device class {name!r}")
+    return dc_id
+
+
+def _has_measurement(session: Session, commit_id: int, device_class_id: int) -> bool:
+    # The commit's jobs on the class first (a few rows), then one of their results with a latency
+    # measurement: neither the commit's measurements on every class (20,000 on a large farm) nor a
+    # single join, which PostgreSQL's planner, betting on LIMIT 1, ran as a scan of every result.
+    jobs = session.scalars(sa.select(Job.id).join(Run, Job.run_id == Run.id)
+                           .where(Run.commit_id == commit_id, Job.device_class_id == device_class_id)).all()
+    return bool(jobs) and session.scalar(
+        sa.select(sa.literal(True)).select_from(CaseResultRow)
+        .join(Measurement, Measurement.case_result_id == CaseResultRow.id)
+        .join(Series, Measurement.series_id == Series.id)
+        .where(CaseResultRow.job_id.in_(jobs), Series.metric == METRIC).limit(1)) is not None
+
+
+def _first_parent(session: Session, commit: Commit) -> Commit | None:
+    parent_sha = session.scalar(
+        sa.select(CommitParent.parent_sha).where(CommitParent.commit_id == commit.id, CommitParent.position == 0))
+    if parent_sha is None:
+        return None
+    return session.scalar(sa.select(Commit).where(Commit.repository_id == commit.repository_id, Commit.sha == parent_sha))
+
+
+def _merge_base(session: Session, head: Commit, walk: int) -> Commit | None:
+    """The first default-branch commit on head's first-parent chain (head excluded), within `walk`
+    steps; None when head is on the default branch or no such commit is met."""
+    on_default = {c.id for c in default_branch_chain(session, head.repository_id)}
+    if not on_default or head.id in on_default:
+        return None
+    commit: Commit | None = head
+    for _ in range(walk):
+        commit = _first_parent(session, commit) if commit is not None else None
+        if commit is None:
+            return None
+        if commit.id in on_default:
+            return commit
+    return None
+
+
+def _walk_for_results(session: Session, start: Commit | None, device_class_id: int, walk: int) -> Commit | None:
+    commit = start
+    for _ in range(walk):
+        if commit is None:
+            return None
+        if _has_measurement(session, commit.id, device_class_id):
+            return commit
+        commit = _first_parent(session, commit)
+    return None
+
+
+def choose_base(
+    session: Session, *, repository: str, sha: str, device_class: str, walk: int, merge_base: str | None = None,
+) -> BaseChoice:
+    """The base of `sha` on `device_class` by the merge-base walk (module doc; no pairing, no
+    explicit base). Raises CompareError when `sha`, `merge_base` or the device class is unknown."""
+    dc_id = _device_class_id(session, device_class)
+    head = _commit(session, repository, sha)
+    if merge_base is not None:
+        start: Commit | None = _commit(session, repository, merge_base)
+        source = "merge base"
+    else:
+        start = _merge_base(session, head, walk)
+        source = "merge base"
+        if start is None:
+            start, source = _first_parent(session, head), "first parent"
+    found = _walk_for_results(session, start, dc_id, walk)
+    return BaseChoice(found.sha if found else None, start.sha if start is not None and source == "merge base" else None,
+                      source if found else "none")
+
+
+def find_base(
+    session: Session, *, repository: str, sha: str, device_class: str, walk: int, merge_base: str | None = None,
+) -> str | None:
+    """The sha of `choose_base`'s base, or None."""
+    return choose_base(session, repository=repository, sha=sha, device_class=device_class, walk=walk,
+                       merge_base=merge_base).sha
+
+
+def results_version(session: Session, *, repository: str, sha: str, device_class: str | None = None) -> int | None:
+    """The id of the newest case result stored for the commit (on that device class, or any): it
+    grows whenever the commit gets a result, so a comparison made from the same versions of its
+    head and base (and the same base choice) is still right. None: no results."""
+    query = (sa.select(sa.func.max(CaseResultRow.id)).join(Job, CaseResultRow.job_id == Job.id)
+             .join(Run, Job.run_id == Run.id).join(Commit, Run.commit_id == Commit.id)
+             .join(Repository, Commit.repository_id == Repository.id)
+             .where(Repository.name == repository, Commit.sha == sha))
+    if device_class is not None:
+        query = query.join(DeviceClassRow, Job.device_class_id == DeviceClassRow.id).where(
+            DeviceClassRow.name == device_class)
+    return session.scalar(query)
+
+
+@dataclass(frozen=True)
+class _Latest:
+    result_id: int
+    status: str
+    reason: str | None
+    measurement_id: int | None
+    median: float | None
+    paired_base_commit_id: int | None
+    round_sizes: list[int] | None
+    binary_digest: str | None
+    paired_binary_digest: str | None
+    noise_paired: float | None
+    noise_unpaired: float | None
+
+
+def _latest_results(session: Session, commit_id: int, device_class_id: int) -> dict[tuple[int, str], _Latest]:
+    """(cases.id, target) -> the newest case result of that commit on that device class, with its
+    latency measurement (and its series' learned noise) when it is ok. Newest = the highest id."""
+    rows = session.execute(
+        sa.select(CaseResultRow.case_id, CaseResultRow.target, CaseResultRow.id, CaseResultRow.status,
+                  CaseResultRow.reason, Measurement.id, Measurement.median, CaseResultRow.paired_base_commit_id,
+                  Measurement.round_sizes, CaseResultRow.binary_digest, CaseResultRow.paired_binary_digest,
+                  Series.noise_paired, Series.noise_unpaired)
+        .join(Job, CaseResultRow.job_id == Job.id)
+        .join(Run, Job.run_id == Run.id)
+        .outerjoin(Measurement, Measurement.case_result_id == CaseResultRow.id)
+        .outerjoin(Series, Measurement.series_id == Series.id)
+        .where(Run.commit_id == commit_id, Job.device_class_id == device_class_id)
+        .order_by(CaseResultRow.id)
+    ).all()
+    latest: dict[tuple[int, str], _Latest] = {}
+    for case_pk, target, *fields in rows:
+        latest[(case_pk, target)] = _Latest(*fields)
+    return latest
+
+
+def _samples(session: Session, measurement_ids: list[int], *, commit_ids: list[int] | None = None,
+             device_class_id: int | None = None) -> dict[int, list[float]]:
+    """The samples of those measurements (of those commits on that device class, when given), in order.
+
+    Selected through their commits and device class, then kept by id: a comparison wants nearly
+    every measurement of two commits, and an IN list of thousands of ids costs more to send and
+    plan than the few unwanted rows (older results of the same commits) cost to skip. Without
+    commits (a few measurements of many commits: calibrations), by id.
+    """
+    from pipeline.contracts.arrays import from_blob  # the store's sample codec
+
+    out: dict[int, list[float]] = {m: [] for m in measurement_ids}
+    if not measurement_ids:
+        return out
+    query = sa.select(Measurement.id, Measurement.samples)
+    if commit_ids is None:
+        query = query.where(Measurement.id.in_(measurement_ids))
+    else:
+        query = (query.join(Series, Measurement.series_id == Series.id)
+                 .where(Measurement.commit_id.in_(commit_ids), Series.device_class_id == device_class_id,
+                        Series.metric == METRIC))
+    for m_id, blob in session.connection().execute(query):  # Core rows: no ORM bookkeeping
+        if m_id in out:
+            out[m_id] = from_blob(blob)
+    return out
+
+
+def _paired_samples(session: Session, result_ids: list[int]) -> dict[int, list[float]]:
+    from pipeline.contracts.arrays import from_blob  # the store's sample codec
+
+    out: dict[int, list[float]] = {r: [] for r in result_ids}
+    if not result_ids:
+        return out
+    for r_id, blob in session.connection().execute(
+        sa.select(CaseResultRow.id, CaseResultRow.paired_samples).where(CaseResultRow.id.in_(result_ids))
+    ):
+        out[r_id] = from_blob(blob)
+    return out
+
+
+def paired_changes(session: Session, results: Sequence[tuple[int, int, list[int] | None]]) -> dict[int, float | None]:
+    """result id -> the paired change of that stored result (`stats.paired_estimates`), for
+    (case result id, its measurement id, its round sizes); None where it has no paired samples."""
+    samples = _samples(session, [m for _, m, _ in results])
+    paired = _paired_samples(session, [r for r, _, _ in results])
+    usable = [(r, m, rounds) for r, m, rounds in results if paired[r] and len(paired[r]) == len(samples[m])]
+    estimates = paired_estimates([(paired[r], samples[m], rounds) for r, m, rounds in usable])
+    out: dict[int, float | None] = dict.fromkeys((r for r, _, _ in results), None)
+    out.update({r: e.change for (r, _, _), e in zip(usable, estimates, strict=True)})
+    return out
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+class _CaseParts(NamedTuple):
+    family: str
+    name: str
+    shape: str
+    dtype: str
+    impl: str
+
+
+def _mark_controls(rows: list[ComparisonRow], max_pvalue: float) -> list[ComparisonRow]:
+    """Attach each suite case's vendor control and mark probable device drift (module doc)."""
+    # The stored ids were validated when they arrived: splitting is enough (pydantic parsing of
+    # 20,000 ids would be a tenth of a large comparison's time).
+    parsed = {r.case_id: _CaseParts(*r.case_id.split("/", 4)) for r in rows}
+    controls: dict[tuple[str, str, str, str], list[ComparisonRow]] = {}
+    for r in rows:
+        c = parsed[r.case_id]
+        if c.impl == CONTROL_IMPL:
+            controls.setdefault((c.family, c.shape, c.dtype, r.target), []).append(r)
+    out = []
+    for r in rows:
+        c = parsed[r.case_id]
+        if c.impl == CONTROL_IMPL:
+            out.append(replace(r, is_control=True))
+            continue
+        candidates = controls.get((c.family, c.shape, c.dtype, r.target), [])
+        if not candidates:
+            out.append(r)
+            continue
+        control = next((k for k in candidates if parsed[k.case_id].name == c.name), candidates[0])
+        drift = (
+            r.status in ("regressed", "improved") and r.change is not None and control.change is not None
+            and control.pvalue is not None and control.pvalue <= max_pvalue
+            and control.change * r.change > 0 and abs(control.change) >= DRIFT_RATIO * abs(r.change)
+        )
+        out.append(replace(r, control_case=control.case_id, control_change=control.change,
+                           control_pvalue=control.pvalue, drift=drift))
+    return out
+
+
+def status_label(status: str) -> str:
+    """A status as shown to people: "unchanged (same binary)", the others as they are."""
+    return STATUS_LABELS.get(status, status)
+
+
+def counted_status(row: ComparisonRow) -> str | None:
+    """What a row counts as in the verdict (module doc): None for a control (it judges the device,
+    not the code); similar for a row marked drift or unchanged; else its status."""
+    if row.is_control:
+        return None
+    if row.drift or row.status == "unchanged":
+        return "similar"
+    return row.status
+
+
+def overall_verdict(rows: Iterable[ComparisonRow]) -> str:
+    """One word for a set of rows (module doc): the first of VERDICTS that a row counts as."""
+    statuses = {counted_status(r) for r in rows}
+    return next((v for v in VERDICTS if v in statuses), "no baseline")
+
+
+def only_cases(comparison: Comparison, case_ids: set[str]) -> Comparison:
+    """The comparison narrowed to `case_ids` (what one run ran: `--cases`, or a run of part of a
+    commit), its counts and verdict those of the rows kept."""
+    rows = [r for r in comparison.rows if r.case_id in case_ids]
+    counts = Counter(r.status for r in rows)
+    return replace(comparison, rows=rows, counts={s: counts.get(s, 0) for s in STATUSES}, verdict=overall_verdict(rows),
+                   errored=counts.get("errored", 0), drift=sum(r.drift for r in rows), paired=any(r.paired for r in rows))
+
+
+def verdict_counts(rows: Iterable[ComparisonRow]) -> dict[str, int]:
+    """How many rows of each status the verdict stands on, controls left out, drift-marked rows
+    counted as "drift" (not as their regressed or improved), in STATUSES order then "drift";
+    statuses with no row left out."""
+    counts = Counter("drift" if r.drift else r.status for r in rows if not r.is_control)
+    return {s: counts[s] for s in (*STATUSES, "drift") if counts[s]}
+
+
+def compare(
+    session: Session,
+    *,
+    repository: str,
+    head_sha: str,
+    device_class: str,
+    settings: CompareSettings,
+    base_sha: str | None = None,
+    merge_base: str | None = None,
+) -> Comparison:
+    """Compare head with its base (module doc) on one device class.
+
+    One row per (case, target) that head has a result for, skipped cases left out (except those
+    not timed because their binary is the base's: unchanged), sorted by case and target. Raises
+    CompareError for an unknown repository, commit or device class.
+    """
+    dc_id = _device_class_id(session, device_class)
+    head = _commit(session, repository, head_sha)
+    latest = _latest_results(session, head.id, dc_id)
+    head_results = {k: v for k, v in latest.items() if v.status != "skipped"}
+    skipped = {k: v for k, v in latest.items() if v.status == "skipped"}
+
+    if base_sha is not None:
+        choice = BaseChoice(base_sha, merge_base, "explicit")
+    else:
+        paired_bases = Counter(v.paired_base_commit_id for v in head_results.values() if v.paired_base_commit_id)
+        if paired_bases:
+            paired_sha = session.scalar(sa.select(Commit.sha).where(Commit.id == paired_bases.most_common(1)[0][0]))
+            choice = BaseChoice(paired_sha, merge_base, "paired")
+        else:
+            choice = choose_base(session, repository=repository, sha=head_sha, device_class=device_class,
+                                 walk=settings.ancestor_walk, merge_base=merge_base)
+    base = _commit(session, repository, choice.sha) if choice.sha is not None else None
+
+    base_results = {
+        k: v for k, v in (_latest_results(session, base.id, dc_id) if base else {}).items()
+        if v.measurement_id is not None
+    }
+    cases = {
+        pk: (text, model) for pk, text, model in session.execute(
+            sa.select(Case.id, Case.case_id, Case.model).where(Case.id.in_(
+                sa.select(CaseResultRow.case_id).join(Job, CaseResultRow.job_id == Job.id)
+                .join(Run, Job.run_id == Run.id).where(Run.commit_id == head.id, Job.device_class_id == dc_id)))
+        )
+    } if latest else {}
+    paired_keys = {k for k, v in head_results.items()
+                   if base is not None and v.paired_base_commit_id == base.id and v.measurement_id is not None}
+    wanted: list[int | None] = [v.measurement_id for k, v in head_results.items()
+                                if v.measurement_id is not None and (k in base_results or k in paired_keys)]
+    wanted += [base_results[k].measurement_id for k, v in head_results.items()
+               if v.measurement_id is not None and k in base_results and k not in paired_keys]
+    samples = _samples(session, [m for m in wanted if m is not None],
+                       commit_ids=[head.id] + ([base.id] if base else []), device_class_id=dc_id)
+    paired = _paired_samples(session, [head_results[k].result_id for k in paired_keys])
+    options: dict[str, Any] = {"lower_is_better": METRICS[METRIC].lower_is_better, "max_pvalue": settings.max_pvalue,
+                               "min_samples": settings.min_samples, "min_rounds": settings.min_rounds}
+    shortcut = settings.same_binary_shortcut
+
+    def same(digest: str | None, other: str | None) -> bool:
+        return digest is not None and digest == other
+
+    rows: list[ComparisonRow] = []
+    to_pair: list[tuple[int, str]] = []
+    to_test: list[tuple[int, str]] = []
+    for key, h in head_results.items():
+        case_text, model = cases[key[0]]
+        b = base_results.get(key)
+        if h.status in ("wrong", "error"):
+            rows.append(ComparisonRow(case_text, key[1], model, b.median if b else None, None, None, None, "errored"))
+        elif key in paired_keys:
+            to_pair.append(key)
+        elif b is None or h.measurement_id is None:
+            rows.append(ComparisonRow(case_text, key[1], model, None, h.median, None, None, "no baseline"))
+        else:
+            to_test.append(key)
+    for key, h in skipped.items():  # not timed: only the agent's "same binary as the base" makes a row
+        b = base_results.get(key)
+        if shortcut and b is not None and same(h.binary_digest, b.binary_digest):
+            rows.append(ComparisonRow(cases[key[0]][0], key[1], cases[key[0]][1], b.median, None, None, None,
+                                      "unchanged", same_binary=True))
+
+    # The tests run batched: thousands of cases on a page cost milliseconds, not seconds.
+    pairs = [(paired[head_results[k].result_id], samples[head_results[k].measurement_id],  # type: ignore[index]
+              head_results[k].round_sizes) for k in to_pair]
+    limits = [threshold(settings.paired_min_change, head_results[k].noise_paired, settings.noise_factor)
+              for k in to_pair]
+    for key, (base_samples, head_samples, _), v in zip(
+            to_pair, pairs, paired_verdicts(pairs, min_change=limits, **options), strict=True):
+        h = head_results[key]
+        rows.append(_timed_row(cases[key[0]], key[1], _median(base_samples), _median(head_samples), v,
+                               same(h.binary_digest, h.paired_binary_digest), shortcut, paired=True))
+    sides = [((samples[base_results[k].measurement_id], base_results[k].round_sizes),  # type: ignore[index]
+              (samples[head_results[k].measurement_id], head_results[k].round_sizes)) for k in to_test]  # type: ignore[index]
+    # one run's level noise (Series.noise_unpaired, or the assumed default of a fresh series) enters the
+    # test as each side's run-level variance, and the threshold as a change between two runs: sqrt(2) x it
+    run_noise = [n if (n := head_results[k].noise_unpaired) is not None else settings.default_run_noise
+                 for k in to_test]
+    limits = [threshold(settings.min_change, n * SQRT2 if n else None, settings.noise_factor) for n in run_noise]
+    for key, ((base_samples, _), (head_samples, _)), v in zip(
+            to_test, sides, verdicts(sides, min_change=limits, run_noise=[n or None for n in run_noise], **options),
+            strict=True):
+        rows.append(_timed_row(cases[key[0]], key[1], _median(base_samples), _median(head_samples), v,
+                               same(head_results[key].binary_digest, base_results[key].binary_digest), shortcut))
+    rows = _mark_controls(rows, settings.max_pvalue)
+    rows.sort(key=lambda r: (r.case_id, r.target))
+    counts = Counter(r.status for r in rows)
+    return Comparison(
+        repository=repository, head_sha=head_sha, base_sha=choice.sha, device_class=device_class, rows=rows,
+        counts={s: counts.get(s, 0) for s in STATUSES}, merge_base=choice.merge_base, base_source=choice.source,
+        verdict=overall_verdict(rows), errored=counts.get("errored", 0), drift=sum(r.drift for r in rows),
+        paired=any(r.paired for r in rows),
+    )
+
+
+SQRT2 = math.sqrt(2)
+
+
+def _timed_row(case: tuple[str, str], target: str, base_median: float, head_median: float, v: Verdict,
+               same_binary: bool, shortcut: bool, *, paired: bool = False) -> ComparisonRow:
+    """A row of a timed comparison; identical binaries under the shortcut: unchanged, whatever the timing."""
+    status = "unchanged" if same_binary and shortcut else v.status
+    return ComparisonRow(case[0], target, case[1], base_median, head_median, v.change, v.pvalue, status,
+                         ci_low=v.ci_low, ci_high=v.ci_high, threshold=v.threshold, paired=paired,
+                         same_binary=same_binary)
+
+
+def result_device_classes(session: Session, *, repository: str, head_sha: str) -> list[str]:
+    """Names of the device classes the commit has case results on, sorted. Raises CompareError for
+    an unknown commit."""
+    head = _commit(session, repository, head_sha)
+    return list(session.scalars(
+        sa.select(DeviceClassRow.name).distinct().join(Job, Job.device_class_id == DeviceClassRow.id)
+        .join(Run, Job.run_id == Run.id).join(CaseResultRow, CaseResultRow.job_id == Job.id)
+        .where(Run.commit_id == head.id).order_by(DeviceClassRow.name)))
+
+
+def combine(repository: str, head_sha: str, comparisons: list[Comparison]) -> PRVerdict:
+    """One verdict over the comparisons of a head on several device classes."""
+    rows = [r for c in comparisons for r in c.rows]
+    counts = Counter(r.status for r in rows)
+    return PRVerdict(repository=repository, head_sha=head_sha, comparisons=comparisons, verdict=overall_verdict(rows),
+                     errored=counts.get("errored", 0), counts={s: counts.get(s, 0) for s in STATUSES})
+
+
+def compare_all(
+    session: Session,
+    *,
+    repository: str,
+    head_sha: str,
+    settings: CompareSettings,
+    base_sha: str | None = None,
+    merge_base: str | None = None,
+) -> PRVerdict:
+    """`compare` on every device class the head has results on (by name), and the verdict over all rows."""
+    names = result_device_classes(session, repository=repository, head_sha=head_sha)
+    return combine(repository, head_sha, [
+        compare(session, repository=repository, head_sha=head_sha, device_class=name, settings=settings,
+                base_sha=base_sha, merge_base=merge_base) for name in names])

@@ -1,0 +1,272 @@
+"""Compile statistics as series: what the compiler reported for a case on a target, commit by commit.
+
+A compile series is (case, target), one value per metric: compile time, binary size, registers,
+spills, shared/LDS bytes (`METRIC_COLUMNS`). It is keyed with the target, not a device class: a
+build-only target (gfx1250, which no agent runs) has a history like any other, and `cuda:sm_90`
+and `rocm:gfx942` of one case are two series. The values come from the bundles' manifests
+(`ingest.ingest_manifest` stores them in `compile_stats`); the newest bundle of a commit wins.
+
+Comparisons: the deterministic figures (binary size, registers, spills, shared bytes) change or
+they do not: any difference is a change, no statistics needed. Compile time is a timing of the
+builder, noisy and machine-dependent: it has a history but is not compared. A compile change is
+reported beside the latency verdict and never decides it: more registers are a reason to look,
+not a regression by themselves (the latency rows say whether it cost anything).
+
+Change points: a deterministic figure has no noise to see through, so its change points are its
+steps, every commit of the history whose figure differs from the previous built commit's
+(`compile_steps`). They are computed when read, not stored or triaged like latency change points
+(`changepoints`): there is nothing to confirm or retract, and a step is not a regression.
+
+Base of a comparison (`compare_compile`): the one given; else the latency verdict's base (what the
+PR comment and the compare page compare with); else the newest first-parent ancestor of the head
+whose bundle compiled anything, so a build-only commit (no latency results) has a base too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from pipeline.store.history import default_branch_chain
+from pipeline.store.models import Bundle, Case, Commit, CommitParent, CompileStat, Repository
+
+__all__ = ["COMPARED_METRICS", "METRIC_COLUMNS", "CompileChange", "CompileComparison", "CompilePoint",
+           "CompileSeries", "CompileStep", "compare_compile", "compile_changes", "compile_history", "compile_steps",
+           "compile_targets", "list_compile_series"]
+
+METRIC_COLUMNS: dict[str, str] = {
+    "compile_time": "compile_time_s",
+    "binary_size": "binary_bytes",
+    "registers": "registers",
+    "spills": "spills",
+    "shared_bytes": "shared_bytes",
+}
+"""Metric name (`pipeline.contracts.METRICS`) -> its column of `compile_stats`."""
+COMPARED_METRICS = ("binary_size", "registers", "spills", "shared_bytes")
+"""The deterministic metrics: compared between commits (compile time is not: module doc)."""
+
+
+@dataclass(frozen=True)
+class CompileSeries:
+    case_id: str
+    target: str
+    commits: int
+    latest: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CompilePoint:
+    sha: str
+    committed_at: datetime
+    status: str
+    values: dict[str, float | None]
+
+
+@dataclass(frozen=True)
+class CompileChange:
+    case_id: str
+    target: str
+    metric: str
+    base: float | None
+    head: float | None
+
+    @property
+    def change(self) -> float | None:
+        """Relative change (head / base - 1); None when either side is missing or base is 0."""
+        if self.base is None or self.head is None or self.base == 0:
+            return None
+        return self.head / self.base - 1.0
+
+
+@dataclass(frozen=True)
+class CompileStep:
+    """A compared figure that changed along the history: `before` at `before_sha`, `after` from
+    `after_sha` (the next built commit of the history) on."""
+
+    metric: str
+    before_sha: str
+    after_sha: str
+    after_index: int
+    before: float | None
+    after: float | None
+
+    @property
+    def change(self) -> float | None:
+        """Relative change (after / before - 1); None when either side is missing or before is 0."""
+        if self.before is None or self.after is None or self.before == 0:
+            return None
+        return self.after / self.before - 1.0
+
+
+@dataclass(frozen=True)
+class CompileComparison:
+    """The compile figures of a head commit against a base (module doc: how the base is chosen)."""
+
+    head_sha: str
+    base_sha: str | None
+    base_source: str
+    """given | latency base | first-parent ancestor | none"""
+    compared: int
+    """(case, target) pairs built at both commits"""
+    changes: list[CompileChange] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        """One line: "2 cases changed binary size, registers (on 2 targets)", or why nothing is listed."""
+        if self.base_sha is None:
+            return "no base with compile statistics"
+        if not self.changes:
+            return f"{self.compared} case{'s' if self.compared != 1 else ''} compiled at both commits, none changed"
+        cases = len({c.case_id for c in self.changes})
+        targets = len({c.target for c in self.changes})
+        metrics = ", ".join(sorted({c.metric.replace("_", " ") for c in self.changes}))
+        return (f"{cases} case{'s' if cases != 1 else ''} changed {metrics}"
+                + (f" (on {targets} targets)" if targets > 1 else ""))
+
+
+def _newest_per_commit(session: Session, repository: str, *, case_id: str | None = None, target: str | None = None,
+                       commit_ids: Sequence[int] | None = None) -> list[sa.Row]:
+    """The compile_stats rows of the newest bundle of each commit, joined with case and commit."""
+    ranked = (
+        sa.select(CompileStat, Case.case_id.label("case_text"), Commit.id.label("commit_pk"), Commit.sha,
+                  Commit.committed_at,
+                  sa.func.row_number().over(
+                      partition_by=(Bundle.commit_id, CompileStat.case_id, CompileStat.target),
+                      order_by=(Bundle.created_at.desc(), Bundle.id.desc())).label("rank"))
+        .join(Bundle, CompileStat.bundle_id == Bundle.id)
+        .join(Commit, Bundle.commit_id == Commit.id)
+        .join(Repository, Commit.repository_id == Repository.id)
+        .join(Case, CompileStat.case_id == Case.id)
+        .where(Repository.name == repository)
+    )
+    if case_id is not None:
+        ranked = ranked.where(Case.case_id == case_id)
+    if target is not None:
+        ranked = ranked.where(CompileStat.target == target)
+    if commit_ids is not None:
+        ranked = ranked.where(Commit.id.in_(list(commit_ids)))
+    sub = ranked.subquery()
+    return list(session.execute(sa.select(sub).where(sub.c.rank == 1)).all())
+
+
+def _values(row: sa.Row) -> dict[str, float | None]:
+    return {metric: getattr(row, column) for metric, column in METRIC_COLUMNS.items()}
+
+
+def list_compile_series(session: Session, repository: str) -> list[CompileSeries]:
+    """Every (case, target) the repository's bundles compiled, with its newest values, sorted."""
+    rows = _newest_per_commit(session, repository)
+    by_key: dict[tuple[str, str], list[sa.Row]] = {}
+    for row in rows:
+        by_key.setdefault((row.case_text, row.target), []).append(row)
+    out = []
+    for (case_text, target), points in sorted(by_key.items()):
+        newest = max(points, key=lambda r: (r.committed_at, r.commit_pk))
+        out.append(CompileSeries(case_text, target, len(points), _values(newest)))
+    return out
+
+
+def compile_history(session: Session, repository: str, case_id: str, target: str) -> list[CompilePoint]:
+    """The series' values along the default-branch history (`history.default_branch_chain`), oldest
+    first; when the repository has no default-branch history yet, every commit by commit time."""
+    rows = _newest_per_commit(session, repository, case_id=case_id, target=target)
+    repo_id = session.scalar(sa.select(Repository.id).where(Repository.name == repository))
+    chain = default_branch_chain(session, repo_id) if repo_id is not None else []
+    by_commit = {row.commit_pk: row for row in rows}
+    ordered = ([by_commit[c.id] for c in chain if c.id in by_commit] if chain
+               else sorted(rows, key=lambda r: (r.committed_at, r.commit_pk)))
+    return [CompilePoint(r.sha, r.committed_at, r.status, _values(r)) for r in ordered]
+
+
+def compile_steps(history: Sequence[CompilePoint]) -> list[CompileStep]:
+    """The change points of a compile series (module doc): each compared metric's value at each
+    built commit of `history` (oldest first) that differs from the previous built commit's, in
+    history order. A failed build is skipped: the step is measured across it."""
+    steps = []
+    previous: CompilePoint | None = None
+    for index, point in enumerate(history):
+        if point.status != "built":
+            continue
+        if previous is not None:
+            steps.extend(CompileStep(metric, previous.sha, point.sha, index, previous.values[metric],
+                                     point.values[metric])
+                         for metric in COMPARED_METRICS if previous.values[metric] != point.values[metric])
+        previous = point
+    return steps
+
+
+def compile_changes(session: Session, repository: str, *, head_sha: str, base_sha: str) -> list[CompileChange]:
+    """Each compared metric (`COMPARED_METRICS`) of each (case, target) compiled at both commits
+    whose value differs between them, sorted by case, target and metric."""
+    return _changes(session, repository, head_sha=head_sha, base_sha=base_sha)[0]
+
+
+def _changes(session: Session, repository: str, *, head_sha: str, base_sha: str) -> tuple[list[CompileChange], int]:
+    """compile_changes, and how many (case, target) pairs were built at both commits."""
+    commits = dict(session.execute(
+        sa.select(Commit.sha, Commit.id).join(Repository, Commit.repository_id == Repository.id)
+        .where(Repository.name == repository, Commit.sha.in_([head_sha, base_sha]))).all())
+    if head_sha not in commits or base_sha not in commits:
+        return [], 0
+    rows = _newest_per_commit(session, repository, commit_ids=[commits[head_sha], commits[base_sha]])
+    head = {(r.case_text, r.target): r for r in rows if r.commit_pk == commits[head_sha] and r.status == "built"}
+    base = {(r.case_text, r.target): r for r in rows if r.commit_pk == commits[base_sha] and r.status == "built"}
+    changes = []
+    for key in sorted(head.keys() & base.keys()):
+        for metric in COMPARED_METRICS:
+            column = METRIC_COLUMNS[metric]
+            b, h = getattr(base[key], column), getattr(head[key], column)
+            if b != h:
+                changes.append(CompileChange(key[0], key[1], metric, b, h))
+    return changes, len(head.keys() & base.keys())
+
+
+def _ancestor_with_bundle(session: Session, repository: str, head_sha: str, walk: int) -> str | None:
+    """The newest first-parent ancestor of `head_sha` (itself excluded), within `walk` commits,
+    that has a bundle with compile statistics."""
+    repo_id = session.scalar(sa.select(Repository.id).where(Repository.name == repository))
+    sha = head_sha
+    for _ in range(walk):
+        sha = session.scalar(sa.select(CommitParent.parent_sha).join(Commit, CommitParent.commit_id == Commit.id)
+                             .where(Commit.repository_id == repo_id, Commit.sha == sha, CommitParent.position == 0))
+        if sha is None:
+            return None
+        if session.scalar(sa.select(sa.literal(True)).select_from(CompileStat)
+                          .join(Bundle, CompileStat.bundle_id == Bundle.id).join(Commit, Bundle.commit_id == Commit.id)
+                          .where(Commit.repository_id == repo_id, Commit.sha == sha).limit(1)):
+            return sha
+    return None
+
+
+def compare_compile(session: Session, repository: str, *, head_sha: str, base_sha: str | None = None,
+                    latency_bases: Iterable[str | None] = (), walk: int = 50) -> CompileComparison:
+    """The head's compile figures against the base (module doc: given, else the first of the
+    latency comparisons' bases, else the newest first-parent ancestor with a bundle within `walk`
+    commits)."""
+    latency_base = next((b for b in latency_bases if b), None)
+    if base_sha is not None:
+        base, source = base_sha, "given"
+    elif latency_base is not None:
+        base, source = latency_base, "latency base"
+    else:
+        found = _ancestor_with_bundle(session, repository, head_sha, walk)
+        base, source = found, "first-parent ancestor" if found else "none"
+    if base is None:
+        return CompileComparison(head_sha, None, "none", 0)
+    changes, compared = _changes(session, repository, head_sha=head_sha, base_sha=base)
+    return CompileComparison(head_sha, base, source, compared, changes)
+
+
+def compile_targets(session: Session, case_id: str, targets: Sequence[str]) -> list[tuple[str, str]]:
+    """(repository, target) of every compile series of `case_id` on one of `targets`: where a
+    latency series' page links to the compile series of its case on its device class's targets."""
+    rows = session.execute(
+        sa.select(Repository.name, CompileStat.target).distinct()
+        .join(Case, CompileStat.case_id == Case.id).join(Bundle, CompileStat.bundle_id == Bundle.id)
+        .join(Repository, Bundle.repository_id == Repository.id)
+        .where(Case.case_id == case_id, CompileStat.target.in_(list(targets))))
+    return sorted((r.name, r.target) for r in rows)

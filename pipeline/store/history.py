@@ -1,0 +1,81 @@
+"""Which commits make up a repository's default-branch history, from what the store holds.
+
+The store records commits with their parents (in git order) and, when the recorder knew it, the
+branch they were pushed to. The default-branch history is the first-parent chain of the
+default-branch head, oldest first:
+
+- head: the newest recorded commit (commit time, then storage order) whose `branch` is the
+  repository's `default_branch`. A repository none of whose commits names a branch (commits
+  recorded from a local checkout by `benchfarm run`) falls back to the newest commit that a
+  push, nightly or local run measured: the line of history someone benchmarks on their machine;
+- chain: from the head along first parents, as long as the parent is recorded. A merge commit's
+  second parent (the merged branch's own commits) is not on the chain: the chain is what
+  `git log --first-parent` shows, one commit per merged pull request.
+
+A default-branch commit that is not on the chain (a force-push left it behind) is not part of the
+history. Cost: one query over the repository's commits and first parents, then a walk in Python:
+O(commits of the repository), independent of the number of measurements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from pipeline.store.models import Commit, CommitParent, Repository, Run
+
+__all__ = ["FALLBACK_RUN_KINDS", "ChainCommit", "default_branch_chain", "default_branch_head"]
+
+FALLBACK_RUN_KINDS = ("push", "nightly", "local")
+"""Runs whose newest commit is the head when no recorded commit names the default branch."""
+
+
+@dataclass(frozen=True)
+class ChainCommit:
+    id: int
+    sha: str
+    committed_at: datetime
+
+
+def default_branch_head(session: Session, repository_id: int) -> int | None:
+    """The id of the default-branch head (module doc), or None when the repository has none."""
+    default_branch = sa.select(Repository.default_branch).where(Repository.id == repository_id).scalar_subquery()
+    head = session.scalar(
+        sa.select(Commit.id).where(Commit.repository_id == repository_id, Commit.branch == default_branch)
+        .order_by(Commit.committed_at.desc(), Commit.id.desc()).limit(1))
+    if head is not None:
+        return head
+    named = session.scalar(sa.select(Commit.id).where(Commit.repository_id == repository_id,
+                                                      Commit.branch.is_not(None)).limit(1))
+    if named is not None:  # branches are recorded, just not the default one: no default-branch history yet
+        return None
+    return session.scalar(
+        sa.select(Commit.id).join(Run, Run.commit_id == Commit.id)
+        .where(Commit.repository_id == repository_id, Run.kind.in_(FALLBACK_RUN_KINDS))
+        .order_by(Commit.committed_at.desc(), Commit.id.desc()).limit(1))
+
+
+def default_branch_chain(session: Session, repository_id: int) -> list[ChainCommit]:
+    """The default-branch history of the repository, oldest commit first (module doc)."""
+    head = default_branch_head(session, repository_id)
+    if head is None:
+        return []
+    rows = session.execute(
+        sa.select(Commit.id, Commit.sha, Commit.committed_at, CommitParent.parent_sha)
+        .outerjoin(CommitParent, sa.and_(CommitParent.commit_id == Commit.id, CommitParent.position == 0))
+        .where(Commit.repository_id == repository_id)
+    ).all()
+    by_id = {r.id: r for r in rows}
+    by_sha = {r.sha: r for r in rows}
+    chain: list[ChainCommit] = []
+    seen: set[int] = set()
+    row = by_id.get(head)
+    while row is not None and row.id not in seen:
+        seen.add(row.id)
+        chain.append(ChainCommit(row.id, row.sha, row.committed_at))
+        row = by_sha.get(row.parent_sha) if row.parent_sha else None
+    chain.reverse()
+    return chain
