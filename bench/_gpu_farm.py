@@ -56,6 +56,14 @@ def build_variants(out: Path, variants: dict[str, Edit], target: str = TARGET, *
     return shas
 
 
+def edits(*steps: Edit) -> Edit:
+    """One variant's edit made of several, applied in order."""
+    def edit(repo: Path) -> None:
+        for step in steps:
+            step(repo)
+    return edit
+
+
 def replace_in(path: str, old: str, new: str) -> Edit:
     def edit(repo: Path) -> None:
         file = repo / path

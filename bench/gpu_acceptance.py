@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _gpu_farm import GpuFarm, build_variants, cuda_device_class, replace_in  # noqa: E402
+from _gpu_farm import GpuFarm, build_variants, cuda_device_class, edits, replace_in  # noqa: E402
 from _two_step import two_step_main  # noqa: E402
 
 GEMM = "kernels/gemm/triton_cases.py"
@@ -48,9 +48,9 @@ VARIANTS = {
                            '"4096x4096x4096": Tile(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, '
                            'num_stages=4),'),
     # every Triton GEMM tile: the prefill and small tiles one pipeline stage deeper, the decode tile one shallower
-    "all-tiles": lambda repo: [edit(repo) for edit in (
+    "all-tiles": edits(
         replace_in(GEMM, "num_stages=3)", "num_stages=4)"),
-        replace_in(GEMM, "group_m=1, num_warps=4, num_stages=4)", "group_m=1, num_warps=4, num_stages=3)"))],
+        replace_in(GEMM, "group_m=1, num_warps=4, num_stages=4)", "group_m=1, num_warps=4, num_stages=3)")),
 }
 
 

@@ -132,18 +132,22 @@ def spins(base_manifest: dict[str, Any], level: float) -> dict[str, int]:
 
 
 def _level_edit(out: Path, level: float):
+    """Each chosen case's kernel module copied to `<module>_slow.py` with its function slowed (two
+    kinds may share a module and function: the GEMMs), and the cases files' hooks with SPIN."""
     def edit(repo: Path) -> None:
         manifest = json.loads(next((out / "base").glob("*/manifest.json")).read_text())
         chosen = spins(manifest, level)
-        folders: dict[str, dict[str, int]] = {}
+        slowed: dict[tuple[str, str], dict[str, str]] = {}   # (folder, module) -> function -> pointer
+        per_folder: dict[str, dict[str, int]] = {}
         for folder, module, function, ptr, case, _ in KINDS.values():
-            slow = repo / "kernels" / folder / f"{module}_slow.py"
-            text = slow.read_text() if slow.exists() else (repo / "kernels" / folder / f"{module}.py").read_text()
-            if f"def {function}(" in text and "SPIN: tl.constexpr" not in text[text.index(f"def {function}("):].split("\n):")[0]:
+            slowed.setdefault((folder, module), {})[function] = ptr
+            per_folder.setdefault(folder, {})[case] = chosen[case]
+        for (folder, module), functions in slowed.items():
+            text = (repo / "kernels" / folder / f"{module}.py").read_text()
+            for function, ptr in functions.items():
                 text = slowed_kernel(text, function, ptr)
-            slow.write_text(text)
-            folders.setdefault(folder, {})[case] = chosen[case]
-        for folder, cases in folders.items():
+            (repo / "kernels" / folder / f"{module}_slow.py").write_text(text)
+        for folder, cases in per_folder.items():
             path = repo / "kernels" / folder / "triton_cases.py"
             path.write_text(path.read_text() + _CASES_HOOK.format(spins=cases))
         subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)   # the new kernel copies

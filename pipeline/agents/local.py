@@ -345,12 +345,13 @@ def _prepare_bases(
     for done, (index, entry) in enumerate(wanted, start=1):
         head = checked[index]
         shared = head.workspace if entry.tensors == head.entry.tensors else None
-        if _same_binary(head.entry, entry):
+        same = _same_binary(head.entry, entry)
+        if same:
             verified: Correctness | None = head.correctness
         else:
             verified = check_cache.get(entry, device_class) if check_cache is not None else None
         checks["reused" if verified is not None else "run"] += 1
-        if shared is not None and verified is head.correctness and _is_vendor(entry):
+        if same and shared is not None and _is_vendor(entry):
             # A vendor control runs this host's library, not the bundle: base and head are one call on
             # the same buffers. Graphs captured apart carried fixed offsets of their own (paired A/A on an
             # H100: 7 controls at -2 to -5 %), so the base replays the head's graphs (and shares its clock
