@@ -120,6 +120,9 @@ def sign_in(driver: Any, url: str, next_path: str) -> None:
     driver.find_element(By.NAME, "password").send_keys("correct horse")
     driver.find_element(By.CSS_SELECTOR, "#login button[type=submit]").click()
     wait(driver).until(signed_in_at(next_path))
+    # the URL changes when the redirect's page starts loading; elements found before it has loaded
+    # can belong to a document that is then replaced (CI: "Node ... does not belong to the document")
+    wait(driver).until(lambda d: d.execute_script("return document.readyState") == "complete")
 
 
 def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo_store.Demo], browser: Any) -> None:
@@ -474,7 +477,7 @@ def test_a_bisection_s_steps_and_culprit_on_the_regressions_and_series_pages(
     other = next(s for s in browser.find_elements(By.CSS_SELECTOR, "section.regression")
                  if s.get_attribute("id") != f"cp-{found.change_point_id}" and s.find_elements(By.CSS_SELECTOR, "form.bisect"))
     other_id = other.get_attribute("id")   # the same case on the other device class: its range spans six commits too
-    other.find_element(By.CSS_SELECTOR, "form.bisect button").click()
+    wait(browser).until(ec.element_to_be_clickable((By.CSS_SELECTOR, f"#{other_id} form.bisect button"))).click()
     wait(browser).until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".flash"), "queued"))
     asked = browser.find_element(By.ID, other_id)
     assert asked.find_element(By.CSS_SELECTOR, ".bisection").get_attribute("data-state") == "queued"
