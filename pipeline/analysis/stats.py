@@ -8,16 +8,22 @@ identical binaries. Everything here first reduces a round to one number, then te
 
 Assumptions shared by everything here:
 - the rounds of one result are independent repetitions of the same measurement, and their
-  round-level values (a median of a round, in logs) are close to normal: a t-test on 3 to 50 of
-  them is then exact enough, and it is robust to the mild skew that remains after a median and
-  a log;
+  round-level values (a round's interquartile mean, in logs) are close to normal: a t-test on 3
+  to 50 of them is then exact enough, and it is robust to the mild skew that remains after a
+  trimmed mean and a log;
 - results that do not say how their samples were grouped into rounds (imports, older agents) are
   split into `DEFAULT_BLOCKS` consecutive blocks of (nearly) equal size, taken as rounds: serial
   correlation decays within a block, so blocks are nearly independent where samples are not;
 - samples are positive and finite (the result contract enforces it);
 - changes are relative and computed in logs (a ratio, symmetric: +10 % and -9.1 % are one step);
-- the median is the location estimate within a round: latency distributions are skewed to the
-  right (a few slow repetitions from interrupts or clock changes).
+- the interquartile mean (the mean of a round's middle half) is the location estimate within a
+  round: latency distributions are skewed to the right (a few slow repetitions from interrupts or
+  clock changes), which a quarter trimmed on either side ignores as a median would; but a median is
+  a step function of the timer's ticks. On microsecond-scale cases the GPU timer's resolution
+  (32 ns ticks: 0.15 % of 20 us) makes most pairs' ratios exactly equal, a round's median log ratio
+  exactly 0 and, when every round says 0, p = 1: an H100 A/A of the suite had 21 of 82 vendor
+  controls at p = 1 and p-values far from uniform (KS p 1e-6); the middle half's mean averages the
+  ties away (KS p 0.09 and 0.50 on the same samples; BENCHMARKS.md, issue 11).
 
 What a round-level test cannot see is an offset fixed for the whole of a job (the placement of
 the job's buffers, a paired slot that is always slower): it makes every round of the job differ
@@ -119,22 +125,30 @@ def _flat(groups: Sequence[Sequence[float]]) -> np.ndarray:
     return np.fromiter(chain.from_iterable(groups), dtype=float, count=sum(map(len, groups)))
 
 
-def _segment_medians(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Median of each consecutive segment of `values` (segment i has sizes[i] >= 1 values): the
-    segments of one size as the rows of one matrix, one np.median each, so 20,000 results of 5
-    rounds cost milliseconds (rounds come in a few sizes)."""
+def _trimmed_count(size: int) -> int:
+    """Values left out at each end of a round of `size` for its interquartile mean: a quarter
+    (rounded down); rounds of 3 keep only their middle value (the median, as a quarter of 3 is 0)."""
+    return size // 4 if size >= 4 else (size - 1) // 2
+
+
+def _segment_centres(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Interquartile mean of each consecutive segment of `values` (segment i has sizes[i] >= 1
+    values): the segments of one size as the rows of one matrix, one sort each, so 20,000 results
+    of 5 rounds cost milliseconds (rounds come in a few sizes)."""
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(int)
     out = np.empty(len(sizes))
     for size in np.unique(sizes):
         which = np.flatnonzero(sizes == size)
-        out[which] = np.median(values[starts[which][:, None] + np.arange(size)], axis=1)
+        rows = np.sort(values[starts[which][:, None] + np.arange(size)], axis=1)
+        cut = _trimmed_count(int(size))
+        out[which] = rows[:, cut:int(size) - cut].mean(axis=1)
     return out
 
 
 def _round_values(items: Sequence[tuple[Sequence[float], Rounds]], blocks: int,
                   transform: Literal["log", "none"]) -> tuple[np.ndarray, np.ndarray]:
-    """Round-level values of each item (its samples cut into its rounds, each round's median, in
-    logs when asked) flat, and the number of rounds of each item."""
+    """Round-level values of each item (its samples cut into its rounds, each round's interquartile
+    mean, in logs when asked) flat, and the number of rounds of each item."""
     sizes = [_blocks(len(samples), blocks) if rounds is None
              else rounds if sum(rounds) == len(samples) and min(rounds, default=1) >= 1
              else round_sizes(len(samples), rounds)  # raises
@@ -142,9 +156,10 @@ def _round_values(items: Sequence[tuple[Sequence[float], Rounds]], blocks: int,
     counts = np.fromiter(map(len, sizes), dtype=int, count=len(sizes))
     if not counts.sum():
         return np.empty(0), counts
-    medians = _segment_medians(_flat([samples for samples, _ in items]),
-                               np.fromiter(chain.from_iterable(sizes), dtype=int, count=int(counts.sum())))
-    return (np.log(medians) if transform == "log" else medians), counts
+    values = _flat([samples for samples, _ in items])
+    # the centre of the logs, not the log of a centre: a mean of ratios is not symmetric in them
+    return _segment_centres(np.log(values) if transform == "log" else values,
+                            np.fromiter(chain.from_iterable(sizes), dtype=int, count=int(counts.sum()))), counts
 
 
 def _mean_var(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -192,8 +207,8 @@ the rounds given (None: `DEFAULT_BLOCKS` blocks)."""
 
 def paired_estimates(items: Sequence[PairedSamples], *, confidence: float = CONFIDENCE,
                      blocks: int = DEFAULT_BLOCKS) -> list[Estimate]:
-    """The change of each paired result from its rounds: per round r, l_r = the median over the
-    round's pairs of log(head_i / base_i); change = exp(mean l_r) - 1; interval
+    """The change of each paired result from its rounds: per round r, l_r = the interquartile mean
+    over the round's pairs of log(head_i / base_i); change = exp(mean l_r) - 1; interval
     exp(mean +- t(0.975, R - 1) sd / sqrt(R)) - 1; p from the one-sample t-test of the l_r.
 
     Valid when the rounds are independent (each its own placement and order: the agents rotate
@@ -220,8 +235,8 @@ Side = tuple[Sequence[float], Rounds]
 
 def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, run_noise: float | Sequence[float | None] | None = None,
                        confidence: float = CONFIDENCE, blocks: int = DEFAULT_BLOCKS) -> list[Estimate]:
-    """The change between two separately timed results (base, head): per side, the log of each
-    round's median; change = exp(mean_h - mean_b) - 1; a t-test of the difference and its interval.
+    """The change between two separately timed results (base, head): per side, each round's
+    interquartile mean of the log samples; change = exp(mean_h - mean_b) - 1; a t-test of the difference and its interval.
 
     Two levels of variation (Kalibera and Jones): rounds within a run, and runs. The rounds of one
     side show only the first; an offset the whole run shares (its load, placement, a warm or cool
