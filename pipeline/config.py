@@ -1,7 +1,8 @@
 """The one settings object: environment variables `BENCHFARM_*`, an optional TOML file, defaults.
 
 Precedence: environment, then the file named by `BENCHFARM_CONFIG` (or `./benchfarm.toml` when it
-exists), then the embedded defaults (SQLite under `./.benchfarm/`, service on 127.0.0.1:8080).
+exists), then the embedded defaults (SQLite under `./.benchfarm/`, service on 127.0.0.1:8080). The
+file is found and read by `load_settings` (pydantic-settings' TOML source), each time it is called.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    TomlConfigSettingsSource,
 )
 
 ENV_PREFIX = "BENCHFARM_"
@@ -408,20 +409,9 @@ class AgentSettings(BaseModel):
                     "(keep it well below the service's max_upload_bytes)")
 
 
-_FILE_VALUES: ContextVar[dict[str, Any]] = ContextVar("benchfarm_file_values", default={})
-"""The config file's values while `load_settings` builds a Settings (a source cannot take arguments)."""
-
-
-class _FileSource(PydanticBaseSettingsSource):
-    """The TOML file's values, below the environment: pydantic-settings merges sources deeply, so
-    `BENCHFARM_MEASUREMENT__MIN_SAMPLES` replaces `min_samples` of the file's `[measurement]` and
-    keeps its other keys."""
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return _FILE_VALUES.get().get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(_FILE_VALUES.get())
+_CONFIG_FILE: ContextVar[Path | None] = ContextVar("benchfarm_config_file", default=None)
+"""The config file `load_settings` found, while it builds a Settings (a source cannot take arguments);
+a Settings made directly, as tests do, reads no file."""
 
 
 class Settings(BaseSettings):
@@ -459,8 +449,10 @@ class Settings(BaseSettings):
         env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Precedence, first wins: explicit arguments, the environment, the config file, defaults."""
-        return init_settings, env_settings, _FileSource(settings_cls)
+        """Precedence, first wins: explicit arguments, the environment, the config file, defaults.
+        pydantic-settings merges the sources' values deeply, so `BENCHFARM_MEASUREMENT__MIN_SAMPLES`
+        replaces `min_samples` of the file's `[measurement]` and keeps its other keys."""
+        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=_CONFIG_FILE.get())
 
     @field_validator("database_url")
     @classmethod
@@ -520,12 +512,6 @@ def _describe(error: Any, source: str) -> str:
 def load_settings(**overrides: Any) -> Settings:
     """Read settings once at start; a wrong value raises SettingsError naming it."""
     path = _config_file()
-    file_values: dict[str, Any] = {}
-    if path is not None:
-        try:
-            file_values = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise SettingsError(f"config file {path} is not valid TOML: {exc}") from None
     unknown_env = sorted(
         k for k in os.environ
         if k.startswith(ENV_PREFIX) and k != f"{ENV_PREFIX}CONFIG"
@@ -534,15 +520,17 @@ def load_settings(**overrides: Any) -> Settings:
     if unknown_env:
         raise SettingsError(f"unknown setting {unknown_env[0]}; known: " + ", ".join(
             ENV_PREFIX + name.upper() for name in Settings.model_fields))
-    token = _FILE_VALUES.set(file_values)
+    token = _CONFIG_FILE.set(path)
     try:
-        return Settings(**overrides)
+        return Settings(**overrides)   # the file is read here, by the TOML source
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"config file {path} is not valid TOML: {exc}") from None
     except ValidationError as exc:
         source = str(path) if path else "the config file"
         lines = [_describe(e, source) for e in exc.errors(include_url=False)]
         raise SettingsError("wrong setting: " + "; ".join(lines)) from None
     finally:
-        _FILE_VALUES.reset(token)
+        _CONFIG_FILE.reset(token)
 
 
 @lru_cache(maxsize=1)

@@ -107,3 +107,19 @@ def test_compare_of_a_commit_without_results_says_so(repo: Path) -> None:
     done = benchfarm(repo, "compare", "HEAD", "HEAD")
     assert done.returncode == 1, done.stderr
     assert "benchfarm run" in done.stderr or "not" in done.stderr, done.stderr
+
+
+def test_a_bad_config_file_stops_every_command_with_one_line_naming_it(tmp_path: Path) -> None:
+    def said(done: subprocess.CompletedProcess[str]) -> str:
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        return " ".join(done.stderr.split())   # as one line: the console wraps at its width
+
+    assert said(benchfarm(tmp_path, "jobs", BENCHFARM_CONFIG="conf.toml")) == \
+        "benchfarm: BENCHFARM_CONFIG names conf.toml, which is not a file"
+    (tmp_path / "conf.toml").write_text("[measurement]\nmin_samples = [\n")
+    assert said(benchfarm(tmp_path, "jobs", BENCHFARM_CONFIG="conf.toml")).startswith(
+        "benchfarm: config file conf.toml is not valid TOML: ")
+    (tmp_path / "benchfarm.toml").write_text("[measurement]\nmin_sampels = 7\n")
+    assert said(benchfarm(tmp_path, "jobs")) == (
+        "benchfarm: wrong setting: measurement.min_sampels (env BENCHFARM_MEASUREMENT__MIN_SAMPELS, or in "
+        "benchfarm.toml): Extra inputs are not permitted")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from pipeline.config import SettingsError, load_settings
+from pipeline.config import Settings, SettingsError, WebSettings, load_settings
 
 
 @pytest.fixture(autouse=True)
@@ -58,15 +59,50 @@ def test_bad_config_file_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     bad = tmp_path / "conf.toml"
     bad.write_text("port = [\n")
     monkeypatch.setenv("BENCHFARM_CONFIG", str(bad))
-    with pytest.raises(SettingsError, match="conf.toml"):
+    with pytest.raises(SettingsError, match=f"config file {re.escape(str(bad))} is not valid TOML: Invalid value"):
+        load_settings()
+    bad.write_bytes(b"host = '\xff'\n")
+    with pytest.raises(SettingsError, match="conf.toml is not valid TOML"):
         load_settings()
     monkeypatch.setenv("BENCHFARM_CONFIG", str(tmp_path / "absent.toml"))
-    with pytest.raises(SettingsError, match="absent.toml"):
+    with pytest.raises(SettingsError, match=r"BENCHFARM_CONFIG names .*absent\.toml, which is not a file"):
         load_settings()
     bad.write_text("colour = 'blue'\n")
     monkeypatch.setenv("BENCHFARM_CONFIG", str(bad))
-    with pytest.raises(SettingsError, match="colour"):
+    with pytest.raises(SettingsError, match=r"colour \(env BENCHFARM_COLOUR, or in .*conf\.toml\): Extra inputs"):
         load_settings()
+    bad.write_text("[measurement]\nmin_samples = 9\ncolour = 'blue'\n")
+    with pytest.raises(SettingsError, match=r"measurement\.colour \(env BENCHFARM_MEASUREMENT__COLOUR, or in "
+                                            r".*conf\.toml\): Extra inputs"):
+        load_settings()
+
+
+def test_the_file_is_read_by_each_load(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Found and read when settings are loaded, not when the module is imported; a Settings made
+    directly (as tests do) reads none."""
+    named = tmp_path / "elsewhere" / "farm.toml"
+    named.parent.mkdir()
+    named.write_text("port = 9300\n")
+    (tmp_path / "benchfarm.toml").write_text("port = 9301\n")
+    assert load_settings().port == 9301                    # ./benchfarm.toml by default
+    monkeypatch.setenv("BENCHFARM_CONFIG", str(named))
+    assert load_settings().port == 9300                    # the one named instead
+    named.write_text("port = 9302\n")
+    assert load_settings().port == 9302                    # read again
+    assert Settings().port == 8080
+
+
+def test_file_tables_merge_with_nested_environment_and_overrides(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    """Sources merge key by key at every depth, each key from the first source that has it."""
+    (tmp_path / "benchfarm.toml").write_text(
+        "[compare]\nmin_change = 0.1\nmax_pvalue = 0.05\n[web]\npublic = false\nsession_hours = 2.0\n")
+    monkeypatch.setenv("BENCHFARM_COMPARE__MAX_PVALUE", "0.02")
+    monkeypatch.setenv("BENCHFARM_WEB__SESSION_HOURS", "3")
+    settings = load_settings(web={"public": True})
+    assert (settings.compare.min_change, settings.compare.max_pvalue) == (0.1, 0.02)   # file, environment
+    assert (settings.web.public, settings.web.session_hours) == (True, 3.0)       # override, environment
+    assert settings.web.page_rows == WebSettings().page_rows                      # default
 
 
 def test_nested_environment_beats_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

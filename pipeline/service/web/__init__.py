@@ -9,7 +9,6 @@ user scope (health and the API's schema stay open).
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 from urllib.parse import quote
 
@@ -21,9 +20,9 @@ from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoin
 from pipeline.service.api.deps import principal_of
 from pipeline.service.web.session import (
     CsrfError,
-    SignedSessionMiddleware,
     SignInRequired,
     bearer_principal,
+    install_sessions,
 )
 from pipeline.store.db import session_scope
 
@@ -53,9 +52,7 @@ def mount(app: FastAPI) -> None:
 
         app.add_middleware(BaseHTTPMiddleware, dispatch=private_reads)
 
-    key = web.secret_key.get_secret_value().encode() or secrets.token_bytes(32)
-    app.add_middleware(SignedSessionMiddleware, secret_key=key, max_age_s=int(web.session_hours * 3600),
-                       https_only=settings.public_url.startswith("https://"))
+    install_sessions(app, settings)  # added last: outermost, so private_reads sees the session
 
     @app.exception_handler(SignInRequired)
     async def sign_in_required(request: Request, exc: SignInRequired) -> RedirectResponse:

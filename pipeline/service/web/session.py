@@ -1,9 +1,14 @@
 """Who is browsing: signed session cookies, sign-in by password or token, CSRF, the browse guard.
 
-The session is a small JSON object in a cookie signed with HMAC-SHA256 (`WebSettings.secret_key`,
-or a random key per process) and stamped with its issue time; a cookie that is tampered with,
-signed by another key or older than `WebSettings.session_hours` is an empty session. It holds
-who signed in and how, never a password or a token:
+The session is Starlette's `SessionMiddleware` (`install_sessions`): a small JSON object in the cookie
+`benchfarm_session`, signed and timestamped by itsdangerous (`TimestampSigner`: HMAC-SHA1 over a key
+derived from `WebSettings.secret_key`, or from a random key per process). A cookie that is tampered
+with, signed by another key or older than `WebSettings.session_hours` is an empty session. The
+cookie is re-signed (its clock restarted) only when the session changes, not on every response:
+`session_hours` counts from the sign-in or the session's last change (a flash message set or
+shown), never sliding with mere browsing. It is HttpOnly and SameSite=Lax, and Secure
+when `public_url` is https. Nothing bounds its size (browsers drop cookies over 4 kB): it holds
+a few short strings, who signed in and how, never a password or a token:
 - `via: "password"`: `user` names a row of `users`, looked up again on every request, so a
   disabled user is signed out at once;
 - `via: "token"`: `token_hash` is the sha256 of the API token used, looked up again on every
@@ -12,24 +17,21 @@ who signed in and how, never a password or a token:
 A principal needs the `user` scope (or `admin`) to sign in: agent tokens cannot.
 
 CSRF: a random token per session (`csrf`), put in every form by the templates and compared in
-constant time on every form post (`checked_form`); the cookie is SameSite=Lax and HttpOnly too.
+constant time on every form post (`checked_form`); SameSite=Lax keeps the cookie off other
+sites' posts too.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import hmac
-import json
 import secrets
-import time
-from typing import Annotated, Any
+from typing import Annotated
 from urllib.parse import parse_qs, quote
 
-from fastapi import Depends, Request
-from starlette.datastructures import MutableHeaders
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from fastapi import Depends, FastAPI, Request
+from starlette.middleware.sessions import SessionMiddleware
 
+from pipeline.config import Settings
 from pipeline.service import auth, users
 from pipeline.service.api.deps import (
     SessionDep,
@@ -39,8 +41,8 @@ from pipeline.service.api.deps import (
 )
 from pipeline.service.auth import Principal
 
-__all__ = ["COOKIE", "CsrfError", "SignInRequired", "SignedSessionMiddleware", "UserDep", "browse_guard",
-           "checked_form", "csrf_token", "current_user", "safe_next", "sign_in", "sign_out"]
+__all__ = ["COOKIE", "CsrfError", "SignInRequired", "UserDep", "browse_guard", "checked_form", "csrf_token",
+           "current_user", "install_sessions", "safe_next", "sign_in", "sign_out"]
 
 COOKIE = "benchfarm_session"
 
@@ -58,69 +60,18 @@ class CsrfError(Exception):
     """A form post without the session's CSRF token."""
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).decode().rstrip("=")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-class SignedSessionMiddleware:
-    """`request.session` from a signed cookie (Starlette's SessionMiddleware, without itsdangerous)."""
-
-    def __init__(self, app: ASGIApp, *, secret_key: bytes, max_age_s: int, https_only: bool) -> None:
-        self.app = app
-        self.key = secret_key
-        self.max_age_s = max_age_s
-        self.https_only = https_only
-
-    def _sign(self, payload: str) -> str:
-        return _b64(hmac.new(self.key, payload.encode(), hashlib.sha256).digest())
-
-    def load(self, cookie: str) -> dict[str, Any]:
-        try:
-            payload, stamp, signature = cookie.split(".")
-            if not hmac.compare_digest(signature, self._sign(f"{payload}.{stamp}")):
-                return {}
-            if time.time() - int(stamp) > self.max_age_s:
-                return {}
-            data = json.loads(_unb64(payload))
-        except (ValueError, json.JSONDecodeError):
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def dump(self, data: dict[str, Any]) -> str:
-        payload = _b64(json.dumps(data, separators=(",", ":")).encode())
-        stamp = str(int(time.time()))
-        return f"{payload}.{stamp}.{self._sign(f'{payload}.{stamp}')}"
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        cookie = ""
-        for name, value in scope["headers"]:
-            if name == b"cookie":
-                for part in value.decode("latin-1").split(";"):
-                    key, _, val = part.strip().partition("=")
-                    if key == COOKIE:
-                        cookie = val
-        initial = self.load(cookie) if cookie else {}
-        scope["session"] = dict(initial)
-
-        async def send_with_cookie(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                current = scope["session"]
-                flags = f"; Path=/; HttpOnly; SameSite=Lax{'; Secure' if self.https_only else ''}"
-                headers = MutableHeaders(scope=message)
-                if current and current != initial:
-                    headers.append("set-cookie", f"{COOKIE}={self.dump(current)}; Max-Age={self.max_age_s}{flags}")
-                elif not current and cookie:
-                    headers.append("set-cookie", f"{COOKIE}=; Max-Age=0{flags}")
-            await send(message)
-
-        await self.app(scope, receive, send_with_cookie)
+def install_sessions(app: FastAPI, settings: Settings) -> None:
+    """`request.session` from the signed cookie: Starlette's SessionMiddleware with our cookie's
+    name, lifetime and flags."""
+    web = settings.web
+    app.add_middleware(
+        SessionMiddleware,
+        secret_key=web.secret_key.get_secret_value() or secrets.token_urlsafe(32),
+        session_cookie=COOKIE,
+        max_age=max(1, round(web.session_hours * 3600)),
+        same_site="lax",
+        https_only=settings.public_url.startswith("https://"),  # Secure: a browser on http would drop it
+    )
 
 
 def current_user(request: Request, session: SessionDep, settings: SettingsDep) -> Principal | None:
