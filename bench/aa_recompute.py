@@ -1,0 +1,84 @@
+"""Recompute the paired verdicts of A/A jobs from their dumped samples (issue 11).
+
+`bench/gpu_acceptance.py run` writes each A/A job's samples to OUT/<label>.npz (per case: the head's
+and the paired base's samples and the round sizes). The service computes a verdict from stored
+samples when it is asked, so running today's statistics over those dumps says what the service
+would answer now about the same measurements, without another GPU run:
+
+    .venv/bin/python bench/aa_recompute.py aa2.npz aa3.npz [--csv per-case.csv]
+
+Prints, per dump: cases flagged at the paired floor (`CompareSettings.paired_min_change`, the
+smallest threshold a case can have: a case's noise only raises it), the largest |change|, and a
+Kolmogorov-Smirnov test of the p-values against uniform, for the suite's own cases, the vendor
+controls and all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import kstest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline.analysis.stats import paired_verdicts  # noqa: E402
+from pipeline.config import CompareSettings  # noqa: E402
+
+
+def recompute(path: Path, rows: list[dict[str, object]] | None = None) -> dict[str, object]:
+    """The summary of one dump; each case's verdict appended to `rows` when given."""
+    dump = np.load(path)
+    meta = json.loads(str(dump["meta"]))
+    items = [(dump[f"b{i}"].astype(float), dump[f"h{i}"].astype(float), m["rounds"]) for i, m in enumerate(meta)]
+    found = paired_verdicts(items, min_change=CompareSettings().paired_min_change)
+    if rows is not None:
+        rows.extend({"run": path.stem, "case": m["case"], "change": v.change, "ci_low": v.ci_low, "ci_high": v.ci_high,
+                     "pvalue": v.pvalue, "status": v.status, "rounds": v.rounds}
+                    for v, m in zip(found, meta, strict=True))
+    report: dict[str, object] = {"dump": path.name, "cases": len(meta)}
+    for group, pick in (("suite", lambda c: not c.endswith("/vendor")), ("vendor", lambda c: c.endswith("/vendor")),
+                        ("all", lambda c: True)):
+        chosen = [v for v, m in zip(found, meta, strict=True) if pick(m["case"])]
+        pvalues = [v.pvalue for v in chosen if v.pvalue is not None]
+        test = kstest(pvalues, "uniform")
+        report[group] = {
+            "cases": len(chosen),
+            "flagged": sum(v.status in ("regressed", "improved") for v in chosen),
+            "largest_abs_change": max(abs(v.change or 0.0) for v in chosen),
+            "ks_d": round(float(test.statistic), 3), "ks_p": float(test.pvalue),
+            "p_at_1": sum(p >= 0.999 for p in pvalues),
+        }
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dumps", nargs="+", type=Path)
+    parser.add_argument("--csv", type=Path, help="also write every case's verdict in every dump here")
+    args = parser.parse_args()
+    rows: list[dict[str, object]] = []
+    for path in args.dumps:
+        report = recompute(path, rows)
+        print(f"{report['dump']}: {report['cases']} cases")
+        for group in ("suite", "vendor", "all"):
+            g = report[group]
+            assert isinstance(g, dict)
+            print(f"  {group:6} {g['cases']:3} cases, flagged {g['flagged']}, largest |change| "
+                  f"{100 * g['largest_abs_change']:.2f} %, KS D {g['ks_d']:.3f} p {g['ks_p']:.3g}, p = 1: {g['p_at_1']}")
+    pvalues = [float(r["pvalue"]) for r in rows if r["pvalue"] is not None]  # type: ignore[arg-type]
+    pooled = kstest(pvalues, "uniform")
+    print(f"pooled: {len(pvalues)} p-values, KS D {pooled.statistic:.3f} p {pooled.pvalue:.3g}")
+    if args.csv:
+        with args.csv.open("w", newline="") as out:
+            writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
