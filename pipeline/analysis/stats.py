@@ -8,7 +8,7 @@ identical binaries. Everything here first reduces a round to one number, then te
 
 Assumptions shared by everything here:
 - the rounds of one result are independent repetitions of the same measurement, and their
-  round-level values (a round's interquartile mean, in logs) are close to normal: a t-test on 3
+  round-level values (the mean of a round's middle fifth, in logs) are close to normal: a t-test on 3
   to 50 of them is then exact enough, and it is robust to the mild skew that remains after a
   trimmed mean and a log;
 - results that do not say how their samples were grouped into rounds (imports, older agents) are
@@ -16,14 +16,15 @@ Assumptions shared by everything here:
   correlation decays within a block, so blocks are nearly independent where samples are not;
 - samples are positive and finite (the result contract enforces it);
 - changes are relative and computed in logs (a ratio, symmetric: +10 % and -9.1 % are one step);
-- the interquartile mean (the mean of a round's middle half) is the location estimate within a
-  round: latency distributions are skewed to the right (a few slow repetitions from interrupts or
-  clock changes), which a quarter trimmed on either side ignores as a median would; but a median is
-  a step function of the timer's ticks. On microsecond-scale cases the GPU timer's resolution
-  (32 ns ticks: 0.15 % of 20 us) makes most pairs' ratios exactly equal, a round's median log ratio
-  exactly 0 and, when every round says 0, p = 1: an H100 A/A of the suite had 21 of 82 vendor
-  controls at p = 1 and p-values far from uniform (KS p 1e-6); the middle half's mean averages the
-  ties away (KS p 0.09 and 0.50 on the same samples; BENCHMARKS.md, issue 11).
+- a round's level is the mean of its middle fifth (`ROUND_TRIM` cut from either end): latency
+  distributions are skewed to the right (a few slow repetitions from interrupts, clock changes, a
+  neighbour's load), which it ignores almost as a median does (up to 40 % of a round on either
+  side); but a median is a step function of the timer's ticks. On microsecond-scale cases the GPU
+  timer's resolution (32 ns ticks: 0.15 % of 20 us) makes many pairs' ratios equal, a round's median
+  log ratio exactly 0 and, when every round says 0, p = 1: an H100 A/A of the suite had 21 of 82
+  vendor controls at p = 1 and p-values far from uniform (KS p 1e-6). Averaging the middle fifth
+  (about 30 samples of a GPU round) smooths the ticks away; a narrower trim (the middle half) let a
+  loaded CPU's slow samples in (BENCHMARKS.md, issue 11).
 
 What a round-level test cannot see is an offset fixed for the whole of a job (the placement of
 the job's buffers, a paired slot that is always slower): it makes every round of the job differ
@@ -55,6 +56,8 @@ MIN_ROUNDS = 3
 one degree of freedom and its 95 % interval is +-12.7 standard errors: no answer worth giving."""
 MIN_SAMPLES = 5
 """Fewer samples on a side: insufficient data, whatever the rounds."""
+ROUND_TRIM = 0.4
+"""Share of a round's values left out at each end before its mean (0.5 would be the median)."""
 DEFAULT_BLOCKS = 5
 """Rounds made of a result that does not report its rounds: that many consecutive equal blocks (the
 agents time 5 rounds by default)."""
@@ -126,13 +129,13 @@ def _flat(groups: Sequence[Sequence[float]]) -> np.ndarray:
 
 
 def _trimmed_count(size: int) -> int:
-    """Values left out at each end of a round of `size` for its interquartile mean: a quarter
-    (rounded down); rounds of 3 keep only their middle value (the median, as a quarter of 3 is 0)."""
-    return size // 4 if size >= 4 else (size - 1) // 2
+    """Values left out at each end of a round of `size`: `ROUND_TRIM` of them, rounded down (small
+    rounds keep their median: 1 of 3, the middle 2 of 4)."""
+    return int(size * ROUND_TRIM)
 
 
 def _segment_centres(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Interquartile mean of each consecutive segment of `values` (segment i has sizes[i] >= 1
+    """The mean of the middle fifth of each consecutive segment of `values` (segment i has sizes[i] >= 1
     values): the segments of one size as the rows of one matrix, one sort each, so 20,000 results
     of 5 rounds cost milliseconds (rounds come in a few sizes)."""
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(int)
@@ -147,8 +150,8 @@ def _segment_centres(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
 
 def _round_values(items: Sequence[tuple[Sequence[float], Rounds]], blocks: int,
                   transform: Literal["log", "none"]) -> tuple[np.ndarray, np.ndarray]:
-    """Round-level values of each item (its samples cut into its rounds, each round's interquartile
-    mean, in logs when asked) flat, and the number of rounds of each item."""
+    """Round-level values of each item (its samples cut into its rounds, the mean of each round's
+    middle fifth, in logs when asked) flat, and the number of rounds of each item."""
     sizes = [_blocks(len(samples), blocks) if rounds is None
              else rounds if sum(rounds) == len(samples) and min(rounds, default=1) >= 1
              else round_sizes(len(samples), rounds)  # raises
@@ -207,8 +210,8 @@ the rounds given (None: `DEFAULT_BLOCKS` blocks)."""
 
 def paired_estimates(items: Sequence[PairedSamples], *, confidence: float = CONFIDENCE,
                      blocks: int = DEFAULT_BLOCKS) -> list[Estimate]:
-    """The change of each paired result from its rounds: per round r, l_r = the interquartile mean
-    over the round's pairs of log(head_i / base_i); change = exp(mean l_r) - 1; interval
+    """The change of each paired result from its rounds: per round r, l_r = the mean of the middle
+    fifth of the round's log(head_i / base_i); change = exp(mean l_r) - 1; interval
     exp(mean +- t(0.975, R - 1) sd / sqrt(R)) - 1; p from the one-sample t-test of the l_r.
 
     Valid when the rounds are independent (each its own placement and order: the agents rotate
@@ -235,8 +238,8 @@ Side = tuple[Sequence[float], Rounds]
 
 def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, run_noise: float | Sequence[float | None] | None = None,
                        confidence: float = CONFIDENCE, blocks: int = DEFAULT_BLOCKS) -> list[Estimate]:
-    """The change between two separately timed results (base, head): per side, each round's
-    interquartile mean of the log samples; change = exp(mean_h - mean_b) - 1; a t-test of the difference and its interval.
+    """The change between two separately timed results (base, head): per side, the mean of each
+    round's middle fifth of the log samples; change = exp(mean_h - mean_b) - 1; a t-test of the difference and its interval.
 
     Two levels of variation (Kalibera and Jones): rounds within a run, and runs. The rounds of one
     side show only the first; an offset the whole run shares (its load, placement, a warm or cool

@@ -15,8 +15,8 @@ Base (`choose_base`), on one device class:
 Per case and target, the newest result of each commit is used, with all its samples, judged on
 its timing rounds (`stats`: the round, not the sample, is the unit of replication):
 - paired (the head's result carries the base's samples of the same job): `stats.paired_verdicts`,
-  a t-test over the rounds' log ratios (each round's interquartile mean);
-- unpaired: `stats.verdicts`, Welch's t-test over each side's log round centres (interquartile means).
+  a t-test over the rounds' log ratios (each round's middle fifth's mean);
+- unpaired: `stats.verdicts`, Welch's t-test over each side's log round levels (the mean of each round's middle fifth).
 A change counts when it is significant (p <= max_pvalue) and at least the case's threshold:
 `stats.threshold(floor, noise, noise_factor)`, the floor being `paired_min_change` (2 %: paired
 ratios are far less noisy than unpaired medians) or `min_change`, the noise the series' learned

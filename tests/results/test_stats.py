@@ -218,8 +218,8 @@ def _quantized_aa_jobs(seed: int, cases: int = 200, rounds: int = 5, per_round: 
 
 def test_aa_pvalues_stay_uniform_on_a_coarse_timer() -> None:
     """Issue 11, H100 A/A: a round's median log ratio of microsecond-scale cases was exactly 0 in
-    every round for a quarter of the vendor controls (p = 1: KS p 1e-6). The round's interquartile
-    mean is not a step function of the timer's ticks."""
+    every round for a quarter of the vendor controls (p = 1: KS p 1e-6). The mean of a round's middle
+    fifth is not a step function of the timer's ticks."""
     jobs = _quantized_aa_jobs(17)
     old = []   # the median of each round's log ratios, then the same t-test
     for base, head, rounds in jobs:
