@@ -6,17 +6,10 @@ import fnmatch
 import functools
 import re
 import uuid
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PlainSerializer,
-    PlainValidator,
-    StringConstraints,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, StringConstraints, model_validator
+from pydantic_core import core_schema
 
 SCHEMA_VERSION = 1
 
@@ -136,8 +129,23 @@ def _case_id_or_text(value: object) -> CaseId:
     raise ValueError(f"a case id is a CaseId or its text, not {type(value).__name__}")
 
 
-CaseIdAsText = Annotated[CaseId, PlainValidator(_case_id_or_text, json_schema_input_type=str),
-                         PlainSerializer(str, return_type=str)]
+class _AsText:
+    """Pydantic's schema of `CaseIdAsText`: a CaseId or its text in, the text out, a string's JSON Schema."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            _case_id_or_text, json_schema_input_schema=core_schema.str_schema(),
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                str, return_schema=core_schema.str_schema()))
+
+
+if TYPE_CHECKING:
+    CaseIdAsText = CaseId
+else:
+    # Not Annotated[CaseId, ...]: FastAPI lists every BaseModel a field is annotated with among
+    # OpenAPI's components, and these documents never hold a CaseId object.
+    CaseIdAsText = Annotated[object, _AsText]
 """A `CaseId` in a pydantic model whose documents carry its text (the API's answers): validated from a
 CaseId or its text, serialised as the text, described as a string (the JSON Schema of a `str` field)."""
 
