@@ -194,7 +194,8 @@ def _build_and_run(settings: Settings, engine: Engine, *, location: SuiteLocatio
                                  settings=settings.compare)
         # with --cases, the rows of what this run ran: the commit's other cases (an earlier run's) are
         # not news, and the run page shows the same cut
-        outcome.comparisons.append(only_cases(comparison, {CaseId.parse(e.case) for e in manifest.entries}) if cases else comparison)
+        ran = {CaseId.parse(e.case) for e in manifest.entries}
+        outcome.comparisons.append(only_cases(comparison, ran) if cases else comparison)
         stage[0] = "waiting for its device"
 
 

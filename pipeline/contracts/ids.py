@@ -33,7 +33,11 @@ DeviceClassName = Annotated[str, StringConstraints(pattern=DEVICE_CLASS_PATTERN,
 
 
 class CaseId(BaseModel):
-    """`family/name/shape/dtype/impl`, e.g. `gemm/llama3-8b-mlp-up/4096x14336x4096/bf16/triton`."""
+    """`family/name/shape/dtype/impl`, e.g. `gemm/llama3-8b-mlp-up/4096x14336x4096/bf16/triton`.
+
+    The text is how a case id is stored and sent (database, documents, URLs); in between, code holds a
+    CaseId and takes its parts from it. `parse` is the one reader of the text, `str()` its one writer.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -79,7 +83,7 @@ class CaseId(BaseModel):
 _CASE_ID = re.compile("/".join(f"(?P<{field}>{_part(n)})" for field, n in _PARTS.items()))
 _PART_CHARS = re.compile(r"[A-Za-z0-9._+\-x]*")
 _PARSE_CACHE = 16384
-"""Ids kept parsed: every case of a 2,000-case suite on 8 device classes' series, with room."""
+"""Ids kept parsed: eight times a 2,000-case suite (a case has one id whatever its device classes)."""
 
 
 @functools.lru_cache(maxsize=_PARSE_CACHE)
