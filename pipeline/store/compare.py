@@ -381,22 +381,24 @@ def _median(values: Sequence[float]) -> float:
 
 def _mark_controls(rows: list[ComparisonRow], max_pvalue: float) -> list[ComparisonRow]:
     """Attach each suite case's vendor control and mark probable device drift (module doc)."""
-    controls: dict[tuple[str, str, str, str], list[ComparisonRow]] = {}
+    controls: dict[tuple[str, str, str, str], ComparisonRow] = {}
+    named: dict[tuple[str, str, str, str, str], ComparisonRow] = {}
     for r in rows:
         c = r.case_id
-        if c.impl == CONTROL_IMPL:
-            controls.setdefault((c.family, c.shape, c.dtype, r.target), []).append(r)
+        if c.impl == CONTROL_IMPL:   # the first of each kind, and of each name: no scan per suite case
+            controls.setdefault((c.family, c.shape, c.dtype, r.target), r)
+            named.setdefault((c.family, c.shape, c.dtype, r.target, c.name), r)
     out = []
     for r in rows:
         c = r.case_id
         if c.impl == CONTROL_IMPL:
             out.append(replace(r, is_control=True))
             continue
-        candidates = controls.get((c.family, c.shape, c.dtype, r.target), [])
-        if not candidates:
+        first = controls.get((c.family, c.shape, c.dtype, r.target))
+        if first is None:
             out.append(r)
             continue
-        control = next((k for k in candidates if k.case_id.name == c.name), candidates[0])
+        control = named.get((c.family, c.shape, c.dtype, r.target, c.name), first)
         drift = (
             r.status in ("regressed", "improved") and r.change is not None and control.change is not None
             and control.pvalue is not None and control.pvalue <= max_pvalue

@@ -33,8 +33,12 @@ def test_parse_validates_as_the_model_does() -> None:
     assert (parsed.family, parsed.name, parsed.shape, parsed.dtype, parsed.impl) == \
         ("gemm", "llama3-8b-mlp-up", "4096x14336x4096", "bf16", "triton")
     assert CaseId.parse(GEMM) is parsed, "parses are cached (the instance is frozen: sharing it is safe)"
-    assert parsed.model_copy(update={"impl": "vendor"}) == CaseId.parse(GEMM.replace("/triton", "/vendor"))
-    assert str(CaseId.parse(GEMM)) == GEMM, "a copy did not touch the cached instance"
+    assert str(parsed) == GEMM
+    vendor = GEMM.replace("/triton", "/vendor")
+    for deep in (False, True):   # a copy with other parts has its own text, and leaves the cached one alone
+        copied = parsed.model_copy(update={"impl": "vendor"}, deep=deep)
+        assert copied == CaseId.parse(vendor) and str(copied) == vendor
+    assert str(CaseId.parse(GEMM)) == GEMM and CaseId.parse(GEMM).impl == "triton"
 
 
 @pytest.mark.parametrize(("text", "problem"), [
