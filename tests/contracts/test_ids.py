@@ -3,6 +3,7 @@ refused with what is wrong, the lenient read of stored text, and the text form i
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -61,8 +62,6 @@ def test_malformed_ids_are_refused_naming_the_problem(text: str, problem: str) -
 
 
 def test_the_pattern_and_the_parser_agree() -> None:
-    import re
-
     for text in (GEMM, "gemm/x", "gemm/a b/1x1/f32/iree", "a/b/c/d/e"):
         matches = re.match(CASE_ID_PATTERN, text) is not None
         try:
