@@ -45,6 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _two_step import two_step_main  # noqa: E402
 
+from pipeline.contracts.ids import CaseId  # noqa: E402
+
 SLOWED = {"g2": 3, "g3": 4, "g5": 7, "g10": 13}     # name -> extra K steps of 64 (of 128)
 SLOW_SHAPE = (2048, 2048, 8192)
 CTRL_SHAPE = (4096, 4096, 4096)
@@ -206,8 +208,8 @@ class Store:
                            settings=CompareSettings(), base_sha=base_sha)
 
 
-def _name(case: str) -> str:
-    return case.split("/")[1]
+def _name(case: CaseId | str) -> str:
+    return (CaseId.parse(case) if isinstance(case, str) else case).name
 
 
 def run(bundles: Path, out: Path) -> None:

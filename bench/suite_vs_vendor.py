@@ -28,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _two_step import two_step_main  # noqa: E402
 
+from pipeline.contracts.ids import CaseId  # noqa: E402
+
 COPY_BYTES = 2 << 30
 
 
@@ -45,7 +47,8 @@ def build(out: Path) -> None:
 
 def large(case: str, flops: int, nbytes: int) -> str | None:
     """The target of a large shape (None for the others)."""
-    family, name, shape = case.split("/")[:3]
+    c = CaseId.parse(case)
+    family, name, shape = c.family, c.name, c.shape
     if family == "gemm" and (shape.startswith("4096x") or shape.startswith("8192x")):
         return "gemm"
     if family == "attention" and "prefill" in name and ("Sq8192" in shape or "Sq16384" in shape):
@@ -105,8 +108,9 @@ def run(bundles: Path, out: Path) -> None:
     (out / "suite_vs_vendor_result.json").write_text(doc.model_dump_json())
     entries = {e.case: e for e in manifest.entries}
     by = {r.case: r for r in doc.results}
+    ids = {case: CaseId.parse(case) for case in by}
     gemm_vendor = [entries[c].flops / r.stats.median for c, r in by.items()
-                   if c.startswith("gemm/") and c.endswith("/vendor") and r.stats]
+                   if ids[c].family == "gemm" and ids[c].impl == "vendor" and r.stats]
     peak = max(gemm_vendor)
     ridge = peak / bandwidth
     lines = [f"peaks measured in this run: compute {peak / 1e12:.0f} TFLOP/s (fastest cuBLAS bf16 GEMM), "
@@ -115,7 +119,8 @@ def run(bundles: Path, out: Path) -> None:
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     not_ok = []
     for case, r in by.items():
-        fam, name, shape, dtype, impl = case.split("/")
+        c = ids[case]
+        fam, name, shape, impl = c.family, c.name, c.shape, c.impl
         if impl == "vendor":
             continue
         if r.status != "ok" or r.stats is None:
@@ -128,7 +133,7 @@ def run(bundles: Path, out: Path) -> None:
         attainable = min(peak, intensity * bandwidth) if e.flops else bandwidth
         achieved = tf if e.flops else gbs
         roof = achieved / attainable
-        v = by.get(f"{fam}/{name}/{shape}/{dtype}/vendor")
+        v = by.get(str(c.model_copy(update={"impl": "vendor"})))
         vt = v.stats.median if v is not None and v.stats is not None else None
         ratio = vt / t if vt else None
         kind = large(case, e.flops, e.bytes)
@@ -142,12 +147,12 @@ def run(bundles: Path, out: Path) -> None:
         lines.append(f"| {fam}/{name} {impl} | {shape} | {t * 1e6:.1f} | {tf / 1e12:.1f} | {gbs / 1e9:.0f} | "
                      f"{roof * 100:.0f}% | {vt * 1e6 if vt else float('nan'):.1f} {backend} | "
                      f"{ratio if ratio else float('nan'):.2f} | {target} | {met} | {bound} (AI {intensity:.0f}) |")
-    timing = {r.environment.get("timing", "") for r in doc.results if r.case.endswith("/vendor") and r.status == "ok"}
+    timing = {r.environment.get("timing", "") for r in doc.results if ids[r.case].impl == "vendor" and r.status == "ok"}
     throttled = sum(int(r.environment.get("throttled_samples_discarded", "0")) for r in doc.results)
     lines += ["", f"vendor timing: {sorted(timing)}; throttled samples discarded: {throttled}"]
     lines += [f"not ok: {x}" for x in not_ok]
     lines += [f"vendor not ok: {r.case}: {r.status} {(r.reason or '')[:200]}" for r in doc.results
-              if r.case.endswith("/vendor") and r.status != "ok"]
+              if ids[r.case].impl == "vendor" and r.status != "ok"]
     text = "\n".join(lines)
     print(text, flush=True)
     (out / "suite_vs_vendor.md").write_text(text + "\n")

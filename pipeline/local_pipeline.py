@@ -27,7 +27,7 @@ from pipeline.build.suite_loader import (
 )
 from pipeline.config import Settings
 from pipeline.contracts import Target
-from pipeline.contracts.ids import selects_case
+from pipeline.contracts.ids import CaseId, selects_case
 from pipeline.store import ingest
 from pipeline.store.compare import Comparison, choose_base, compare, only_cases
 from pipeline.store.compile_stats import CompileComparison, compare_compile
@@ -194,7 +194,8 @@ def _build_and_run(settings: Settings, engine: Engine, *, location: SuiteLocatio
                                  settings=settings.compare)
         # with --cases, the rows of what this run ran: the commit's other cases (an earlier run's) are
         # not news, and the run page shows the same cut
-        outcome.comparisons.append(only_cases(comparison, {e.case for e in manifest.entries}) if cases else comparison)
+        ran = {CaseId.parse(e.case) for e in manifest.entries}
+        outcome.comparisons.append(only_cases(comparison, ran) if cases else comparison)
         stage[0] = "waiting for its device"
 
 

@@ -50,6 +50,7 @@ from sqlalchemy.orm import Session
 from pipeline.analysis import bisect_search
 from pipeline.analysis.bisect_search import BASE, Level
 from pipeline.config import Settings
+from pipeline.contracts.ids import CaseId
 from pipeline.dispatch.triggers import Loop, TriggerError, queue_run
 from pipeline.store import ingest
 from pipeline.store.compare import CompareError, compare
@@ -148,7 +149,7 @@ def request_bisection(session: Session, settings: Settings, *, change_point_id: 
     case_id = session.scalar(sa.select(Case.case_id).where(Case.id == series.case_id))
     bisection = Bisection(
         change_point_id=cp.id, repository_id=repository_id, device_class_id=series.device_class_id,
-        cases=[case_id], base_commit_id=cp.before_commit_id, bad_commit_id=cp.after_commit_id, commits=[],
+        cases=[str(case_id)], base_commit_id=cp.before_commit_id, bad_commit_id=cp.after_commit_id, commits=[],
         state="queued", result={}, summary="", reason="", max_steps=settings.bisect.max_steps,
         max_device_s=settings.bisect.max_device_s, device_s=0.0, requested_by=who, created_at=utcnow())
     try:
@@ -304,7 +305,7 @@ def _read_job(session: Session, settings: Settings, bisection: Bisection, step: 
         error = job.error or "the job failed"
         return _Reading(None, verdict="unbuildable" if error.startswith("build failed") else "unrunnable",
                         reason=error)
-    case = bisection.cases[0]
+    case = CaseId.parse(bisection.cases[0], lenient=True)  # stored: the text of a case of the store
     found = session.execute(
         sa.select(CaseResultRow.status, CaseResultRow.reason).join(Case, CaseResultRow.case_id == Case.id)
         .where(CaseResultRow.job_id == job.id, Case.case_id == case)).first()

@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 import jinja2
 
+from pipeline.contracts.ids import CaseId
 from pipeline.pr_comments.markdown import Md, md_escape, md_link, md_url, truncate_lines
 from pipeline.pr_comments.table import (
     format_pvalue,
@@ -34,7 +35,7 @@ from pipeline.store.compare import STATUSES, Comparison, ComparisonRow, counted_
 __all__ = ["MARKER", "CommentSettings", "comment_marker", "render_comment"]
 
 MARKER = "<!-- benchfarm:pr-comment -->"
-SeriesIds = Mapping[tuple[str, str], int]  # (case id, device class) -> series id
+SeriesIds = Mapping[tuple[CaseId, str], int]  # (case id, device class) -> series id
 
 _SECTIONS = ("Regressed", "Improved", "Other cases")
 
@@ -95,11 +96,11 @@ def _sections(comparisons: Sequence[Comparison], settings: CommentSettings, seri
         folded = title == "Other cases"
         chosen = [(r, c) for r, c in pairs if section_of.get(counted_status(r) or "", "Other cases") == title]
         if title == "Regressed":   # the worst first
-            chosen.sort(key=lambda p: (-(p[0].change or 0.0), p[0].case_id, p[1].device_class))
+            chosen.sort(key=lambda p: (-(p[0].change or 0.0), str(p[0].case_id), p[1].device_class))
         elif title == "Improved":  # the best first
-            chosen.sort(key=lambda p: ((p[0].change or 0.0), p[0].case_id, p[1].device_class))
+            chosen.sort(key=lambda p: ((p[0].change or 0.0), str(p[0].case_id), p[1].device_class))
         else:
-            chosen.sort(key=lambda p: (STATUSES.index(p[0].status), p[0].case_id, p[1].device_class))
+            chosen.sort(key=lambda p: (STATUSES.index(p[0].status), str(p[0].case_id), p[1].device_class))
         shown = chosen[:limit]
         out.append(_Section(title, folded, len(chosen),
                             [_row_view(r, c, settings, series_ids) for r, c in shown], len(chosen) - len(shown)))

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipeline.config import Settings
+from pipeline.contracts.ids import CaseId
 from pipeline.pr_comments.comment import (
     CommentSettings,
     SeriesIds,
@@ -139,7 +140,7 @@ def make_report(comparisons: Sequence[Comparison], *, settings: Settings, pr: in
     )
 
 
-def series_ids_for(session: Session, comparisons: Sequence[Comparison]) -> dict[tuple[str, str], int]:
+def series_ids_for(session: Session, comparisons: Sequence[Comparison]) -> dict[tuple[CaseId, str], int]:
     """(case id, device class) -> the latency series' id, for the cases in `comparisons`."""
     cases = {r.case_id for c in comparisons for r in c.rows}
     classes = {c.device_class for c in comparisons}

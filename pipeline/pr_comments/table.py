@@ -98,10 +98,10 @@ def terminal_table(comparison: Comparison) -> Table:
     for column in ("base", "now", "change [95% CI]", "p"):
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
-    rows = sorted(comparison.rows, key=lambda r: (STATUSES.index(r.status), r.case_id))
+    rows = sorted(comparison.rows, key=lambda r: (STATUSES.index(r.status), str(r.case_id)))
     for row in rows:
         table.add_row(
-            Text(row.case_id),  # Text(): a case name is never read as console markup
+            Text(str(row.case_id)),  # Text(): a case name is never read as console markup
             format_seconds(row.base_median),
             format_seconds(row.head_median),
             row_change(row),
@@ -120,6 +120,6 @@ def compile_table(compiled: CompileComparison) -> Table:
     for column in ("base", "now", "change"):
         table.add_column(column, justify="right", no_wrap=True)
     for c in compiled.changes:
-        table.add_row(Text(c.case_id), Text(c.target), c.metric, "-" if c.base is None else f"{c.base:g}",
+        table.add_row(Text(str(c.case_id)), Text(c.target), c.metric, "-" if c.base is None else f"{c.base:g}",
                       "-" if c.head is None else f"{c.head:g}", "-" if c.change is None else f"{c.change:+.1%}")
     return table

@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from pipeline.config import AlertSettings, Settings
+from pipeline.contracts.ids import CaseId
 from pipeline.dispatch.triggers import Loop
 from pipeline.store.db import session_scope
 from pipeline.store.models import (
@@ -44,9 +45,10 @@ BATCH = 20
 """Alerts sent per step at most (a burst after a big import goes out over a few periods)."""
 
 
-def owners_of(case_id: str, owners: dict[str, str]) -> list[str]:
-    """Who owns a case's series: every owner whose glob matches, in the configured order."""
-    return [owner for pattern, owner in owners.items() if fnmatch.fnmatchcase(case_id, pattern)]
+def owners_of(case_id: CaseId | str, owners: dict[str, str]) -> list[str]:
+    """Who owns a case's series: every owner whose glob matches its text, in the configured order."""
+    text = str(case_id)
+    return [owner for pattern, owner in owners.items() if fnmatch.fnmatchcase(text, pattern)]
 
 
 _ADDRESS = re.compile(r"[^@\s<>,]+@[^@\s<>,]+\.[^@\s<>,]+")

@@ -59,7 +59,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -73,6 +73,7 @@ from pipeline.analysis.stats import (
 )
 from pipeline.config import CompareSettings
 from pipeline.contracts import METRICS
+from pipeline.contracts.ids import CaseId, CaseIdAsText
 from pipeline.store.history import default_branch_chain
 from pipeline.store.models import (
     Case,
@@ -115,7 +116,7 @@ class CompareError(LookupError):
 
 @dataclass(frozen=True)
 class ComparisonRow:
-    case_id: str
+    case_id: CaseIdAsText
     target: str
     model: str
     base_median: float | None
@@ -134,7 +135,7 @@ class ComparisonRow:
     """Head and base timed identical binaries (equal digests): "unchanged" under the shortcut."""
     is_control: bool = False
     """A vendor implementation, run as the control of the suite cases of its family, shape and dtype."""
-    control_case: str | None = None
+    control_case: CaseIdAsText | None = None
     control_change: float | None = None
     control_pvalue: float | None = None
     drift: bool = False
@@ -378,35 +379,26 @@ def _median(values: Sequence[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-class _CaseParts(NamedTuple):
-    family: str
-    name: str
-    shape: str
-    dtype: str
-    impl: str
-
-
 def _mark_controls(rows: list[ComparisonRow], max_pvalue: float) -> list[ComparisonRow]:
     """Attach each suite case's vendor control and mark probable device drift (module doc)."""
-    # The stored ids were validated when they arrived: splitting is enough (pydantic parsing of
-    # 20,000 ids would be a tenth of a large comparison's time).
-    parsed = {r.case_id: _CaseParts(*r.case_id.split("/", 4)) for r in rows}
-    controls: dict[tuple[str, str, str, str], list[ComparisonRow]] = {}
+    controls: dict[tuple[str, str, str, str], ComparisonRow] = {}
+    named: dict[tuple[str, str, str, str, str], ComparisonRow] = {}
     for r in rows:
-        c = parsed[r.case_id]
-        if c.impl == CONTROL_IMPL:
-            controls.setdefault((c.family, c.shape, c.dtype, r.target), []).append(r)
+        c = r.case_id
+        if c.impl == CONTROL_IMPL:   # the first of each kind, and of each name: no scan per suite case
+            controls.setdefault((c.family, c.shape, c.dtype, r.target), r)
+            named.setdefault((c.family, c.shape, c.dtype, r.target, c.name), r)
     out = []
     for r in rows:
-        c = parsed[r.case_id]
+        c = r.case_id
         if c.impl == CONTROL_IMPL:
             out.append(replace(r, is_control=True))
             continue
-        candidates = controls.get((c.family, c.shape, c.dtype, r.target), [])
-        if not candidates:
+        first = controls.get((c.family, c.shape, c.dtype, r.target))
+        if first is None:
             out.append(r)
             continue
-        control = next((k for k in candidates if parsed[k.case_id].name == c.name), candidates[0])
+        control = named.get((c.family, c.shape, c.dtype, r.target, c.name), first)
         drift = (
             r.status in ("regressed", "improved") and r.change is not None and control.change is not None
             and control.pvalue is not None and control.pvalue <= max_pvalue
@@ -438,7 +430,7 @@ def overall_verdict(rows: Iterable[ComparisonRow]) -> str:
     return next((v for v in VERDICTS if v in statuses), "no baseline")
 
 
-def only_cases(comparison: Comparison, case_ids: set[str]) -> Comparison:
+def only_cases(comparison: Comparison, case_ids: set[CaseId]) -> Comparison:
     """The comparison narrowed to `case_ids` (what one run ran: `--cases`, or a run of part of a
     commit), its counts and verdict those of the rows kept."""
     rows = [r for r in comparison.rows if r.case_id in case_ids]
@@ -494,7 +486,7 @@ def compare(
         if v.measurement_id is not None
     }
     cases = {
-        pk: (text, model) for pk, text, model in session.execute(
+        pk: (case_id, model) for pk, case_id, model in session.execute(
             sa.select(Case.id, Case.case_id, Case.model).where(Case.id.in_(
                 sa.select(CaseResultRow.case_id).join(Job, CaseResultRow.job_id == Job.id)
                 .join(Run, Job.run_id == Run.id).where(Run.commit_id == head.id, Job.device_class_id == dc_id)))
@@ -520,14 +512,14 @@ def compare(
     to_pair: list[tuple[int, str]] = []
     to_test: list[tuple[int, str]] = []
     for key, h in head_results.items():
-        case_text, model = cases[key[0]]
+        case_id, model = cases[key[0]]
         b = base_results.get(key)
         if h.status in ("wrong", "error"):
-            rows.append(ComparisonRow(case_text, key[1], model, b.median if b else None, None, None, None, "errored"))
+            rows.append(ComparisonRow(case_id, key[1], model, b.median if b else None, None, None, None, "errored"))
         elif key in paired_keys:
             to_pair.append(key)
         elif b is None or h.measurement_id is None:
-            rows.append(ComparisonRow(case_text, key[1], model, None, h.median, None, None, "no baseline"))
+            rows.append(ComparisonRow(case_id, key[1], model, None, h.median, None, None, "no baseline"))
         else:
             to_test.append(key)
     for key, h in skipped.items():  # not timed: only the agent's "same binary as the base" makes a row
@@ -559,7 +551,7 @@ def compare(
         rows.append(_timed_row(cases[key[0]], key[1], _median(base_samples), _median(head_samples), v,
                                same(head_results[key].binary_digest, base_results[key].binary_digest), shortcut))
     rows = _mark_controls(rows, settings.max_pvalue)
-    rows.sort(key=lambda r: (r.case_id, r.target))
+    rows.sort(key=lambda r: (str(r.case_id), r.target))  # the text's order, as the store's
     counts = Counter(r.status for r in rows)
     return Comparison(
         repository=repository, head_sha=head_sha, base_sha=choice.sha, device_class=device_class, rows=rows,
@@ -572,7 +564,7 @@ def compare(
 SQRT2 = math.sqrt(2)
 
 
-def _timed_row(case: tuple[str, str], target: str, base_median: float, head_median: float, v: Verdict,
+def _timed_row(case: tuple[CaseId, str], target: str, base_median: float, head_median: float, v: Verdict,
                same_binary: bool, shortcut: bool, *, paired: bool = False) -> ComparisonRow:
     """A row of a timed comparison; identical binaries under the shortcut: unchanged, whatever the timing."""
     status = "unchanged" if same_binary and shortcut else v.status

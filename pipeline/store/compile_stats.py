@@ -31,6 +31,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from pipeline.contracts.ids import CaseId, CaseIdAsText
 from pipeline.store.history import default_branch_chain
 from pipeline.store.models import Bundle, Case, Commit, CommitParent, CompileStat, Repository
 
@@ -52,7 +53,7 @@ COMPARED_METRICS = ("binary_size", "registers", "spills", "shared_bytes")
 
 @dataclass(frozen=True)
 class CompileSeries:
-    case_id: str
+    case_id: CaseIdAsText
     target: str
     commits: int
     latest: dict[str, float | None] = field(default_factory=dict)
@@ -68,7 +69,7 @@ class CompilePoint:
 
 @dataclass(frozen=True)
 class CompileChange:
-    case_id: str
+    case_id: CaseIdAsText
     target: str
     metric: str
     base: float | None
@@ -128,11 +129,12 @@ class CompileComparison:
                 + (f" (on {targets} targets)" if targets > 1 else ""))
 
 
-def _newest_per_commit(session: Session, repository: str, *, case_id: str | None = None, target: str | None = None,
+def _newest_per_commit(session: Session, repository: str, *, case_id: CaseId | str | None = None,
+                       target: str | None = None,
                        commit_ids: Sequence[int] | None = None) -> list[sa.Row]:
     """The compile_stats rows of the newest bundle of each commit, joined with case and commit."""
     ranked = (
-        sa.select(CompileStat, Case.case_id.label("case_text"), Commit.id.label("commit_pk"), Commit.sha,
+        sa.select(CompileStat, Case.case_id.label("case"), Commit.id.label("commit_pk"), Commit.sha,
                   Commit.committed_at,
                   sa.func.row_number().over(
                       partition_by=(Bundle.commit_id, CompileStat.case_id, CompileStat.target),
@@ -160,17 +162,17 @@ def _values(row: sa.Row) -> dict[str, float | None]:
 def list_compile_series(session: Session, repository: str) -> list[CompileSeries]:
     """Every (case, target) the repository's bundles compiled, with its newest values, sorted."""
     rows = _newest_per_commit(session, repository)
-    by_key: dict[tuple[str, str], list[sa.Row]] = {}
+    by_key: dict[tuple[CaseId, str], list[sa.Row]] = {}
     for row in rows:
-        by_key.setdefault((row.case_text, row.target), []).append(row)
+        by_key.setdefault((row.case, row.target), []).append(row)
     out = []
-    for (case_text, target), points in sorted(by_key.items()):
+    for (case_id, target), points in sorted(by_key.items(), key=lambda item: (str(item[0][0]), item[0][1])):
         newest = max(points, key=lambda r: (r.committed_at, r.commit_pk))
-        out.append(CompileSeries(case_text, target, len(points), _values(newest)))
+        out.append(CompileSeries(case_id, target, len(points), _values(newest)))
     return out
 
 
-def compile_history(session: Session, repository: str, case_id: str, target: str) -> list[CompilePoint]:
+def compile_history(session: Session, repository: str, case_id: CaseId | str, target: str) -> list[CompilePoint]:
     """The series' values along the default-branch history (`history.default_branch_chain`), oldest
     first; when the repository has no default-branch history yet, every commit by commit time."""
     rows = _newest_per_commit(session, repository, case_id=case_id, target=target)
@@ -213,10 +215,10 @@ def _changes(session: Session, repository: str, *, head_sha: str, base_sha: str)
     if head_sha not in commits or base_sha not in commits:
         return [], 0
     rows = _newest_per_commit(session, repository, commit_ids=[commits[head_sha], commits[base_sha]])
-    head = {(r.case_text, r.target): r for r in rows if r.commit_pk == commits[head_sha] and r.status == "built"}
-    base = {(r.case_text, r.target): r for r in rows if r.commit_pk == commits[base_sha] and r.status == "built"}
+    head = {(r.case, r.target): r for r in rows if r.commit_pk == commits[head_sha] and r.status == "built"}
+    base = {(r.case, r.target): r for r in rows if r.commit_pk == commits[base_sha] and r.status == "built"}
     changes = []
-    for key in sorted(head.keys() & base.keys()):
+    for key in sorted(head.keys() & base.keys(), key=lambda k: (str(k[0]), k[1])):
         for metric in COMPARED_METRICS:
             column = METRIC_COLUMNS[metric]
             b, h = getattr(base[key], column), getattr(head[key], column)
@@ -261,7 +263,7 @@ def compare_compile(session: Session, repository: str, *, head_sha: str, base_sh
     return CompileComparison(head_sha, base, source, compared, changes)
 
 
-def compile_targets(session: Session, case_id: str, targets: Sequence[str]) -> list[tuple[str, str]]:
+def compile_targets(session: Session, case_id: CaseId | str, targets: Sequence[str]) -> list[tuple[str, str]]:
     """(repository, target) of every compile series of `case_id` on one of `targets`: where a
     latency series' page links to the compile series of its case on its device class's targets."""
     rows = session.execute(

@@ -314,7 +314,8 @@ def _register_cases(session: Session, models: dict[str, str]) -> dict[str, int]:
         rows.append({"case_id": text, "family": parsed.family, "name": parsed.name, "shape": parsed.shape,
                      "dtype": parsed.dtype, "impl": parsed.impl, "model": models[text]})
     _insert_ignoring_conflicts(session, Case.__table__, rows, ["case_id"])  # type: ignore[arg-type]
-    found = session.execute(sa.select(Case.id, Case.case_id, Case.model).where(Case.case_id.in_(list(models)))).all()
+    found = [(case_pk, str(case_id), model) for case_pk, case_id, model in session.execute(
+        sa.select(Case.id, Case.case_id, Case.model).where(Case.case_id.in_(list(models))))]
     for case_pk, text, model in found:
         if not model and models[text]:
             session.execute(sa.update(Case).where(Case.id == case_pk).values(model=models[text]))
@@ -378,7 +379,9 @@ def _check_document(session: Session, document: ResultDocument) -> tuple[Job, Ru
         raise IngestError(
             f"device.device_class: job {job.id} runs on {job.device_class.name}, not {document.device.device_class}")
     wanted = list(dict.fromkeys(r.case for r in document.results))
-    case_ids = dict(session.execute(sa.select(Case.case_id, Case.id).where(Case.case_id.in_(wanted))).all())
+    # keyed by text: the documents' ids are their text
+    case_ids = {str(case_id): case_pk for case_id, case_pk in session.execute(
+        sa.select(Case.case_id, Case.id).where(Case.case_id.in_(wanted)))}
     unknown = [(i, r.case) for i, r in enumerate(document.results) if r.case not in case_ids]
     if unknown:
         i, case = unknown[0]
@@ -409,9 +412,9 @@ def _check_document(session: Session, document: ResultDocument) -> tuple[Job, Ru
 def _built(session: Session, job: Job, run: Run) -> set[tuple[str, str]]:
     """(case id, target) of what the job's bundle built; without one, what the bundles of the run's commit built."""
     where = Bundle.digest == job.bundle_digest if job.bundle_digest is not None else Bundle.commit_id == run.commit_id
-    return set(session.execute(  # type: ignore[arg-type]
+    return {(str(case_id), target) for case_id, target in session.execute(
         sa.select(Case.case_id, CompileStat.target).join(CompileStat, CompileStat.case_id == Case.id)
-        .join(Bundle, CompileStat.bundle_id == Bundle.id).where(where)).all())
+        .join(Bundle, CompileStat.bundle_id == Bundle.id).where(where))}
 
 
 def _check_device(session: Session, uid: str, job: Job) -> None:

@@ -5,8 +5,8 @@ Conventions:
   use 64-bit keys (plain INTEGER on SQLite, where only INTEGER PRIMARY KEY is the row id);
 - runs and jobs are keyed by a string UUID, because agents and the API pass those ids around;
 - a foreign key column is named after the table it points to plus `_id` and holds that table's
-  surrogate key. Hence `cases.case_id` is the case's *text* id (`family/name/shape/dtype/impl`),
-  while `series.case_id` / `case_results.case_id` hold `cases.id`;
+  surrogate key. Hence `cases.case_id` is the case's *text* id (`family/name/shape/dtype/impl`,
+  read back as a `CaseId`: `CaseIdText`), while `series.case_id` / `case_results.case_id` hold `cases.id`;
 - every timestamp is timezone-aware UTC (`UTCDateTime`);
 - constraint names come from one naming convention, so migrations name them identically.
 
@@ -23,6 +23,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from pipeline.contracts.ids import CASE_ID_MAX_LENGTH, CaseId
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -89,6 +91,24 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class CaseIdText(sa.TypeDecorator[CaseId]):
+    """A case id stored as its text and read back as a `CaseId`: the store hands out typed ids, so
+    nothing above it splits the text. Bound values may be a CaseId or its text.
+
+    Read leniently (`CaseId.parse(..., lenient=True)`): the text was validated on the way in, and a
+    row written around the contract must still show (escaped) rather than break a page.
+    """
+
+    impl = sa.String
+    cache_ok = True
+
+    def process_bind_param(self, value: CaseId | str | None, dialect: Dialect) -> str | None:
+        return None if value is None else str(value)
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> CaseId | None:
+        return None if value is None else CaseId.parse(value, lenient=True)
 
 
 def _one_of(column: str, values: tuple[str, ...], name: str) -> sa.CheckConstraint:
@@ -179,7 +199,7 @@ class Case(Base):
     __tablename__ = "cases"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    case_id: Mapped[str] = mapped_column(sa.String(400), unique=True)
+    case_id: Mapped[CaseId] = mapped_column(CaseIdText(CASE_ID_MAX_LENGTH), unique=True)
     family: Mapped[str] = mapped_column(sa.String(100))
     name: Mapped[str] = mapped_column(sa.String(200))
     shape: Mapped[str] = mapped_column(sa.String(200))

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 import sqlalchemy.orm
 from sqlalchemy.orm import Session
 
+from pipeline.contracts.ids import CaseIdAsText
 from pipeline.store.models import (
     OPEN_STATES,
     Case,
@@ -65,7 +66,7 @@ class RunDetail:
 @dataclass(frozen=True)
 class SeriesSummary:
     id: int
-    case_id: str
+    case_id: CaseIdAsText
     device_class: str
     metric: str
     points: int
@@ -266,7 +267,7 @@ def commit_runs(session: Session, *, repository: str, sha: str) -> list[RunSumma
 class ChangePointSummary:
     id: int
     series_id: int
-    case_id: str
+    case_id: CaseIdAsText
     family: str
     device_class: str
     metric: str
@@ -384,7 +385,7 @@ SERIES_STATES = ("regressed", "suspected", "improved", "stable", "no data")
 @dataclass(frozen=True)
 class DashboardSeries:
     id: int
-    case_id: str
+    case_id: CaseIdAsText
     metric: str
     state: str
     open_change_points: int

@@ -75,7 +75,7 @@ def test_paired_results_carry_the_base_samples_and_the_verdict_is_paired(
     with session_scope(engine) as session:
         comparison = compare(session, repository=head.repository, head_sha=head.commit,
                              device_class=device.device_class.name, settings=CompareSettings())
-    rows = {r.case_id: r for r in comparison.rows}
+    rows = {str(r.case_id): r for r in comparison.rows}
     assert comparison.base_source == "paired" and comparison.base_sha == base.commit
     assert rows[case_id(CASES[1])].status == "regressed" and rows[case_id(CASES[1])].paired
     for c in (CASES[0], CASES[2]):   # the base's own binaries: identical code is not a change
@@ -85,7 +85,7 @@ def test_paired_results_carry_the_base_samples_and_the_verdict_is_paired(
         judged = compare(session, repository=head.repository, head_sha=head.commit,
                          device_class=device.device_class.name, settings=CompareSettings(same_binary_shortcut=False))
     for row in judged.rows:
-        if row.case_id in (case_id(CASES[0]), case_id(CASES[2])):
+        if str(row.case_id) in (case_id(CASES[0]), case_id(CASES[2])):
             # A 95 % interval misses 0 in one A/A of twenty by design (CI saw [-0.11 %, -0.04 %]): what
             # must hold is that the change is small and its interval narrow around it, not that it holds 0.
             assert row.status == "similar" and row.ci_low is not None and row.ci_high is not None, row

@@ -5,16 +5,18 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from pipeline.contracts.ids import CaseId
 from pipeline.store.compare import STATUSES, Comparison, ComparisonRow
 
 HEAD = "a" * 40
 BASE = "b" * 40
 
 
-def row(case: str, status: str, change: float | None = 0.0, *, base: float | None = 1e-3,
+def row(case: str | CaseId, status: str, change: float | None = 0.0, *, base: float | None = 1e-3,
         pvalue: float | None = 1e-4) -> ComparisonRow:
     head = None if base is None or change is None else base * (1 + change)
-    return ComparisonRow(case, "cuda:sm_90", "triton", base, head, change, pvalue, status)
+    case_id = CaseId.parse(case) if isinstance(case, str) else case
+    return ComparisonRow(case_id, "cuda:sm_90", "triton", base, head, change, pvalue, status)
 
 
 def comparison(device_class: str, rows: list[ComparisonRow], *, repository: str = "acme/kernels",

@@ -8,6 +8,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from pipeline.config import load_settings
+from pipeline.contracts.ids import CaseId
 from pipeline.pr_comments.comment import MARKER, CommentSettings, comment_marker, render_comment
 from pipeline.pr_comments.report import conclusion_for, make_report
 from tests.pr_comments.factories import BASE, HEAD, DriftRow, comparison, row
@@ -16,25 +17,30 @@ SETTINGS = CommentSettings(public_url="http://bf.example:8080", top_n=20)
 _md = MarkdownIt("commonmark").enable("table")
 
 
+def _id(name: str, family: str = "gemm") -> str:
+    return f"{family}/{name}/1x1x1/bf16/triton"
+
+
 def _verdict() -> list:
     h100 = comparison("nvidia-h100-sxm", [
-        row("gemm/slow", "regressed", 0.12), row("gemm/slower", "regressed", 0.30),
-        row("gemm/fast", "improved", -0.2), row("gemm/same", "similar", 0.001, pvalue=0.6),
-        row("gemm/new", "no baseline", None, base=None, pvalue=None), row("gemm/broken", "errored", None, pvalue=None),
+        row(_id("slow"), "regressed", 0.12), row(_id("slower"), "regressed", 0.30),
+        row(_id("fast"), "improved", -0.2), row(_id("same"), "similar", 0.001, pvalue=0.6),
+        row(_id("new"), "no baseline", None, base=None, pvalue=None), row(_id("broken"), "errored", None, pvalue=None),
     ])
-    pixel = comparison("pixel-8-pro-gpu", [row("conv/fast", "improved", -0.1)])
+    pixel = comparison("pixel-8-pro-gpu", [row(_id("fast", "conv"), "improved", -0.1)])
     return [h100, pixel]
 
 
 def test_sections_summary_and_links() -> None:
-    body = render_comment(_verdict(), settings=SETTINGS, pr=7, series_ids={("gemm/slow", "nvidia-h100-sxm"): 12})
+    body = render_comment(_verdict(), settings=SETTINGS, pr=7,
+                          series_ids={(CaseId.parse(_id("slow")), "nvidia-h100-sxm"): 12})
     assert body.splitlines()[0] == comment_marker("acme/kernels", 7) and MARKER[:-4] in body
     assert "### benchfarm: regressed: 2 regressed, 1 errored, 2 improved, 1 no baseline, 1 similar\n" in body
     assert f"`{HEAD[:10]}` compared with `{BASE[:10]}` on 2 device classes" in body
     assert "#### Regressed (2)" in body and "#### Improved (2)" in body
     assert "<details>\n<summary>Other cases (3)</summary>" in body
     regressed = body.split("#### Regressed")[1].split("#### Improved")[0]
-    assert regressed.index("gemm/slower") < regressed.index("gemm/slow |"), "the worst regression first"
+    assert regressed.index(_id("slower")) < regressed.index(_id("slow") + " |"), "the worst regression first"
     assert "| +30.0 % | 0.0001 |" in regressed
     assert "[history](http://bf.example:8080/series/12)" in regressed
     assert ("[compare](http://bf.example:8080/compare?repository=acme%2Fkernels&head=" + HEAD + "&base=" + BASE
@@ -46,7 +52,9 @@ def test_sections_summary_and_links() -> None:
 
 
 def test_nasty_names_render_as_text() -> None:
-    nasty = "gemm/a|b/*x*/_y_/`z`/<script>alert(1)</script>/[x](http://evil)"
+    # parts no contract accepts (a row written around it): the comment still shows them as text
+    nasty = CaseId.model_construct(family="gemm", name="a|b", shape="*x*", dtype="_y_",
+                                   impl="`z`/<script>alert(1)</script>/[x](http://evil)")
     c = comparison("dc|<b>", [row(nasty, "regressed", 0.5)], repository="ev_il/re*po")
     body = render_comment([c], settings=SETTINGS, pr=1)
     html = _md.render(body)
@@ -59,15 +67,15 @@ def test_nasty_names_render_as_text() -> None:
 
 
 def test_optional_drift_and_note_on_rows() -> None:
-    drifting = DriftRow("gemm/d", "cuda:sm_90", "triton", 1e-3, 1.1e-3, 0.1, 1e-4, "regressed",
+    drifting = DriftRow(CaseId.parse(_id("d")), "cuda:sm_90", "triton", 1e-3, 1.1e-3, 0.1, 1e-4, "regressed",
                         drift=True, note="control moved *too*")
-    body = render_comment([comparison("h100", [drifting, row("gemm/plain", "regressed", 0.2)])], settings=SETTINGS)
-    assert "gemm/d (probable device drift; control moved \\*too\\*) |" in body
-    assert "gemm/plain |" in body
+    body = render_comment([comparison("h100", [drifting, row(_id("plain"), "regressed", 0.2)])], settings=SETTINGS)
+    assert _id("d") + " (probable device drift; control moved \\*too\\*) |" in body
+    assert _id("plain") + " |" in body
 
 
 def test_top_n_links_to_the_full_comparison() -> None:
-    rows = [row(f"gemm/r{i:03d}", "regressed", 0.1 + i / 1000) for i in range(30)]
+    rows = [row(f"gemm/r{i:03d}/1x1x1/bf16/triton", "regressed", 0.1 + i / 1000) for i in range(30)]
     body = render_comment([comparison("h100", rows)], settings=CommentSettings("http://bf.example", top_n=5))
     regressed = body.split("#### Regressed (30)")[1]
     assert len(re.findall(r"^\| gemm/r", regressed, re.M)) == 5
@@ -75,7 +83,7 @@ def test_top_n_links_to_the_full_comparison() -> None:
 
 
 def test_long_comment_fits_githubs_limit_with_a_link() -> None:
-    rows = [row(f"gemm/{'very-long-name-' * 8}{i:05d}", status, 0.1)
+    rows = [row(f"gemm/{'very-long-name-' * 8}{i:05d}/1x1x1/bf16/triton", status, 0.1)
             for i in range(3000) for status in ("regressed", "improved", "similar")[i % 3:i % 3 + 1]]
     body = render_comment([comparison("h100", rows)], settings=CommentSettings("http://bf.example", top_n=1000))
     assert len(body) <= 65536
@@ -98,12 +106,12 @@ def test_the_check_follows_the_verdict_and_errors() -> None:
 
 
 def test_controls_drift_and_unchanged_rows_do_not_count() -> None:
-    control = DriftRow("gemm/x/1x1x1/bf16/vendor", "cuda:sm_90", "vendor", 1e-3, 1.2e-3, 0.2, 1e-5, "regressed",
-                       is_control=True)
-    drifting = DriftRow("gemm/x/1x1x1/bf16/triton", "cuda:sm_90", "triton", 1e-3, 1.2e-3, 0.2, 1e-5, "regressed",
-                        ci_low=0.18, ci_high=0.22, drift=True)
-    same = DriftRow("gemm/y/1x1x1/bf16/triton", "cuda:sm_90", "triton", 1e-3, 1.3e-3, 0.3, 1e-5, "unchanged",
-                    ci_low=0.25, ci_high=0.35, same_binary=True)
+    control = DriftRow(CaseId.parse("gemm/x/1x1x1/bf16/vendor"), "cuda:sm_90", "vendor", 1e-3, 1.2e-3, 0.2, 1e-5,
+                       "regressed", is_control=True)
+    drifting = DriftRow(CaseId.parse("gemm/x/1x1x1/bf16/triton"), "cuda:sm_90", "triton", 1e-3, 1.2e-3, 0.2, 1e-5,
+                        "regressed", ci_low=0.18, ci_high=0.22, drift=True)
+    same = DriftRow(CaseId.parse("gemm/y/1x1x1/bf16/triton"), "cuda:sm_90", "triton", 1e-3, 1.3e-3, 0.3, 1e-5,
+                    "unchanged", ci_low=0.25, ci_high=0.35, same_binary=True)
     report = make_report([comparison("h100", [control, drifting, same])], settings=load_settings(), pr=1)
     assert report.conclusion == "success"
     assert report.title == "similar: 1 unchanged (same binary), 1 device drift; 1 control on 1 device class"

@@ -27,7 +27,8 @@ def _settings(standin: GitHubStandIn, tmp_path: Path, **github: Any) -> Settings
     return load_settings(home=tmp_path / "home", public_url="https://bench.example", github=values)
 
 
-def _report(settings: Settings, *, regressed: bool = True, pr: int | None = PR, case: str = "gemm/x") -> Report:
+def _report(settings: Settings, *, regressed: bool = True, pr: int | None = PR,
+            case: str = "gemm/x/1x1x1/bf16/triton") -> Report:
     rows = [row(case, "regressed", 0.2)] if regressed else [row(case, "improved", -0.2)]
     return make_report([comparison("nvidia-h100-sxm", rows)], settings=settings, pr=pr)
 
@@ -46,9 +47,9 @@ def _ours(standin: GitHubStandIn) -> list[dict[str, Any]]:
 def test_first_report_creates_one_comment_second_edits_it(pull: GitHubStandIn, tmp_path: Path) -> None:
     settings = _settings(pull, tmp_path)
     poster = GitHubPoster(settings.github)
-    first = poster.post(_report(settings, case="gemm/first"))
+    first = poster.post(_report(settings, case="gemm/first/1x1x1/bf16/triton"))
     assert first.comment_created and len(pull.comments(REPO, PR)) == 1
-    second = poster.post(_report(settings, case="gemm/second"))
+    second = poster.post(_report(settings, case="gemm/second/1x1x1/bf16/triton"))
     assert not second.comment_created and second.comment_id == first.comment_id
     [comment] = pull.comments(REPO, PR)
     assert "gemm/second" in comment["body"] and "gemm/first" not in comment["body"]
@@ -193,8 +194,8 @@ def test_rate_limit_longer_than_allowed_keeps_the_report(pull: GitHubStandIn, tm
 def test_permanent_failure_goes_to_the_outbox_and_flush_posts_later(pull: GitHubStandIn, tmp_path: Path) -> None:
     settings = _settings(pull, tmp_path)
     pull.inject(503, times=1000, path=r"/issues/7/comments")
-    older = deliver(_report(settings, case="gemm/older"), settings)
-    newer = deliver(_report(settings, case="gemm/newer"), settings)
+    older = deliver(_report(settings, case="gemm/older/1x1x1/bf16/triton"), settings)
+    newer = deliver(_report(settings, case="gemm/newer/1x1x1/bf16/triton"), settings)
     assert older.kept_at == newer.kept_at and newer.error and "503" in newer.error
     kept = list(Outbox(settings.outbox_dir).pending())
     assert len(kept) == 1 and "gemm/newer" in kept[0][1].body, "a newer report of the PR replaces the older"

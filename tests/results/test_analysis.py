@@ -227,7 +227,7 @@ def test_paired_noise_is_learned_from_aa_calibrations(seeded: Engine) -> None:
         f.run_and_upload(s, 3, [f.paired_ok(f.GEMM, f.sha(2), base, [b * 1.04 for b in base], rounds=[3] * 5,
                                             binary="faster?", base_binary="same")])
         row = next(r for r in compare(s, repository=f.REPO, head_sha=f.sha(3), device_class=f.DEVICE_CLASS,
-                                      settings=settings).rows if r.case_id == f.GEMM)
+                                      settings=settings).rows if str(r.case_id) == f.GEMM)
         assert row.change == pytest.approx(0.04) and row.pvalue is not None and row.pvalue < 1e-6
         assert row.threshold == pytest.approx(3 * noise) and row.status == "similar"
         # without the learned noise, the floor (2 %) would have called it

@@ -85,6 +85,28 @@ def test_upload_is_stored_once_and_served(service: tuple[str, Engine]) -> None:
     assert history[0]["median"] == pytest.approx(1e-3)
 
 
+def test_answers_and_openapi_carry_a_case_id_as_its_text(service: tuple[str, Engine]) -> None:
+    """The store hands out CaseId objects; the API answers with their text, and describes a string."""
+    url, engine = service
+    run_id, job_id = _new_run(engine)
+    assert _post(url, json.dumps(_document(run_id, job_id))).status_code == 200
+    run = requests.get(f"{url}/api/v1/runs/{run_id}", timeout=10).json()
+    assert [r["case_id"] for c in run["comparisons"] for r in c["rows"]] == [f.GEMM]
+    compared = requests.get(f"{url}/api/v1/compare", params={"repository": f.REPO, "head": f.sha(1)}, timeout=10)
+    assert [r["case_id"] for c in compared.json()["comparisons"] for r in c["rows"]] == [f.GEMM], compared.text
+    dashboard = requests.get(f"{url}/api/v1/dashboard", timeout=10).json()
+    assert [s["case_id"] for g in dashboard["groups"] for s in g["series"]] == [f.GEMM]
+
+    schemas = requests.get(f"{url}/openapi.json", timeout=10).json()["components"]["schemas"]
+    assert "CaseId" not in schemas
+    described = {(name, key): schema["properties"][key] for name, schema in schemas.items()
+                 for key in ("case_id", "control_case") if key in schema.get("properties", {})}
+    assert len(described) >= 8, described
+    for (name, key), prop in described.items():
+        types = [prop.get("type")] if "type" in prop else [option["type"] for option in prop["anyOf"]]
+        assert types in (["string"], ["string", "null"]) and "$ref" not in json.dumps(prop), (name, key, prop)
+
+
 @pytest.mark.parametrize(
     ("case_fields", "raw", "status", "named"),
     [

@@ -73,7 +73,7 @@ def test_compare_gives_each_status(history: Engine) -> None:
     with session_scope(history) as s:
         result = compare(s, repository=f.REPO, head_sha=f.sha("head"), device_class=f.DEVICE_CLASS, settings=SETTINGS)
     assert result.base_sha == f.sha(0)
-    rows = {r.case_id: r for r in result.rows}
+    rows = {str(r.case_id): r for r in result.rows}
     assert {c: r.status for c, r in rows.items()} == {
         f.GEMM: "regressed", f.CONV: "similar", ATTN: "improved", GATHER: "no baseline",
         SCATTER: "insufficient data", BROKEN: "errored",
@@ -94,7 +94,7 @@ def test_compare_with_an_explicit_base_and_without_any(history: Engine) -> None:
         with_side = compare(s, repository=f.REPO, head_sha=f.sha("head"), device_class=f.DEVICE_CLASS,
                             settings=SETTINGS, base_sha=f.sha("side"))
         assert with_side.base_sha == f.sha("side")
-        statuses = {r.case_id: r.status for r in with_side.rows}
+        statuses = {str(r.case_id): r.status for r in with_side.rows}
         assert statuses[f.GEMM] == "improved" and statuses[f.CONV] == "no baseline"
 
         first = compare(s, repository=f.REPO, head_sha=f.sha(0), device_class=f.DEVICE_CLASS, settings=SETTINGS)
@@ -106,7 +106,7 @@ def test_the_newest_measurement_of_a_commit_is_used(history: Engine) -> None:
     with session_scope(history) as s:
         f.run_and_upload(s, "head", [f.ok(f.GEMM, f.series_samples(1e-3))])  # a rerun, back to normal
         result = compare(s, repository=f.REPO, head_sha=f.sha("head"), device_class=f.DEVICE_CLASS, settings=SETTINGS)
-    gemm = next(r for r in result.rows if r.case_id == f.GEMM)
+    gemm = next(r for r in result.rows if str(r.case_id) == f.GEMM)
     assert gemm.status == "similar" and gemm.head_median == pytest.approx(1e-3)
 
 
@@ -157,9 +157,9 @@ def test_a_case_whose_vendor_control_moved_as_much_is_marked_device_drift(branch
     with session_scope(branches) as s:
         _drift_head(s, gemm=1.2e-3, vendor=1.15e-3, conv=1.2e-3)
         result = compare(s, repository=f.REPO, head_sha=f.sha("f2"), device_class=f.DEVICE_CLASS, settings=SETTINGS)
-    rows = {r.case_id: r for r in result.rows}
+    rows = {str(r.case_id): r for r in result.rows}
     gemm, vendor, conv = rows[f.GEMM], rows[VENDOR], rows[f.CONV]
-    assert gemm.status == "regressed" and gemm.drift and gemm.control_case == VENDOR
+    assert gemm.status == "regressed" and gemm.drift and str(gemm.control_case) == VENDOR
     assert gemm.control_change == pytest.approx(0.15)
     assert vendor.is_control and vendor.status == "regressed" and not vendor.drift
     assert conv.status == "regressed" and not conv.drift and conv.control_case is None
@@ -174,7 +174,7 @@ def test_drift_alone_is_not_a_regression_and_a_small_control_move_is_not_drift(b
         f.run_and_upload(s, "f2", [f.ok(f.GEMM, f.series_samples(1.2e-3)), f.ok(VENDOR, f.series_samples(1.05e-3))])
         real = compare(s, repository=f.REPO, head_sha=f.sha("f2"), device_class=f.DEVICE_CLASS, settings=SETTINGS)
     assert only_drift.verdict == "similar" and only_drift.drift == 1
-    gemm = next(r for r in real.rows if r.case_id == f.GEMM)
+    gemm = next(r for r in real.rows if str(r.case_id) == f.GEMM)
     assert gemm.status == "regressed" and not gemm.drift and gemm.control_change == pytest.approx(0.05)
     assert real.verdict == "regressed"
 
@@ -194,11 +194,11 @@ def test_paired_results_are_judged_by_the_paired_test(branches: Engine) -> None:
         unpaired = compare(s, repository=f.REPO, head_sha=f.sha("f2"), device_class=f.DEVICE_CLASS,
                            settings=settings, base_sha=f.sha(2))
     assert (result.base_sha, result.base_source, result.paired) == (f.sha(2), "paired", True)
-    rows = {r.case_id: r for r in result.rows}
+    rows = {str(r.case_id): r for r in result.rows}
     assert rows[f.GEMM].paired and rows[f.GEMM].status == "regressed"
     assert rows[f.GEMM].change == pytest.approx(0.03, abs=0.002)
     assert rows[f.CONV].status == "no baseline" and not rows[f.CONV].paired  # c2 had no results of its own yet
-    by_case = {r.case_id: r for r in unpaired.rows}
+    by_case = {str(r.case_id): r for r in unpaired.rows}
     assert by_case[f.GEMM].paired and by_case[f.GEMM].status == "regressed"  # explicit base = the paired one
     assert by_case[f.CONV].status == "similar" and not by_case[f.CONV].paired
 
@@ -240,7 +240,7 @@ def test_identical_binaries_are_unchanged_paired_unpaired_and_not_timed(branches
         on = compare(s, repository=f.REPO, head_sha=f.sha("f2"), device_class=f.DEVICE_CLASS, settings=SETTINGS)
         off = compare(s, repository=f.REPO, head_sha=f.sha("f2"), device_class=f.DEVICE_CLASS,
                       settings=SETTINGS.model_copy(update={"same_binary_shortcut": False}))
-    rows = {r.case_id: r for r in on.rows}
+    rows = {str(r.case_id): r for r in on.rows}
     assert on.base_sha == f.sha(2)
     assert {c: r.status for c, r in rows.items()} == {f.GEMM: "unchanged", f.CONV: "unchanged", VENDOR: "unchanged"}
     gemm, conv, vendor = rows[f.GEMM], rows[f.CONV], rows[VENDOR]
@@ -252,7 +252,7 @@ def test_identical_binaries_are_unchanged_paired_unpaired_and_not_timed(branches
     assert (vendor.base_median, vendor.head_median, vendor.change) == (pytest.approx(statistics.median(base)), None, None)
     assert on.verdict == "similar" and on.counts["unchanged"] == 3 and on.counts["regressed"] == 0
     # the shortcut off (A/A measurements): judged by the timings; a case not timed has nothing to show
-    statuses = {r.case_id: r.status for r in off.rows}
+    statuses = {str(r.case_id): r.status for r in off.rows}
     assert statuses == {f.GEMM: "regressed", f.CONV: "regressed"}
     assert all(r.same_binary for r in off.rows) and off.verdict == "regressed"
 

@@ -82,7 +82,7 @@ def test_compile_statistics_are_series_per_target_with_history_and_changes(
     case = case_id(ALPHA)
     with session_scope(engine) as session:
         series = compile_stats.list_compile_series(session, first.repository)
-        assert [(s.case_id, s.target, s.commits) for s in series] == [(case, "hip:gfx1250", 2),
+        assert [(str(s.case_id), s.target, s.commits) for s in series] == [(case, "hip:gfx1250", 2),
                                                                         (case, "llvm-cpu:x86_64", 2)]
         history = compile_stats.compile_history(session, first.repository, case, "hip:gfx1250")
         assert [p.sha for p in history] == [first.commit, second.commit]
@@ -203,7 +203,7 @@ def test_a_kernel_change_shows_as_register_and_size_changes_per_target_in_the_co
 
     with session_scope(engine) as session:
         series = compile_stats.list_compile_series(session, first.repository)
-        assert [(s.case_id, s.target, s.commits) for s in series] == [(case, t, 2) for t in TRITON_TARGETS]
+        assert [(str(s.case_id), s.target, s.commits) for s in series] == [(case, t, 2) for t in TRITON_TARGETS]
         for target in TRITON_TARGETS:   # one series per target, each holding its own compiler's figures
             history = compile_stats.compile_history(session, first.repository, case, target)
             assert [(p.sha, p.values) for p in history] == [(first.commit, before[target]),

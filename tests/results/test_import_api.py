@@ -255,7 +255,7 @@ def test_two_nvbench_runs_with_sample_times_compare_with_a_verdict(service: Serv
     with session_scope(service.engine) as s:
         comparison = compare(s, repository=f.REPO, head_sha=f.sha(3), device_class=f.DEVICE_CLASS,
                              settings=CompareSettings(), base_sha=f.sha(2))
-    (row,) = [r for r in comparison.rows if r.case_id == f.GEMM]
+    (row,) = [r for r in comparison.rows if str(r.case_id) == f.GEMM]
     assert row.status == "regressed" and row.change == pytest.approx(0.3, abs=0.03), row
 
 

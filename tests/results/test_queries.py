@@ -59,7 +59,7 @@ def test_get_run_with_jobs(measured: tuple[Engine, list[str]]) -> None:
 def test_list_series_and_history_follow_commit_time(measured: tuple[Engine, list[str]]) -> None:
     engine, _ = measured
     with session_scope(engine) as s:
-        series = {x.case_id: x for x in list_series(s)}
+        series = {str(x.case_id): x for x in list_series(s)}
         assert set(series) == {f.GEMM, f.CONV}
         gemm = series[f.GEMM]
         assert (gemm.device_class, gemm.metric, gemm.points) == (f.DEVICE_CLASS, "latency", 3)
@@ -79,7 +79,7 @@ def test_series_summaries_scoped_to_a_series_or_a_device_class(measured: tuple[E
     engine, _ = measured
     with session_scope(engine) as s:
         f.run_and_upload(s, 3, [f.ok(f.GEMM, f.series_samples(7e-3))], device_class="other-cpu")
-        everything = {(x.case_id, x.device_class): x for x in list_series(s)}
+        everything = {(str(x.case_id), x.device_class): x for x in list_series(s)}
         assert len(everything) == 3
         mine = list_series(s, device_class=f.DEVICE_CLASS, metric="latency")
         assert mine == [everything[(f.CONV, f.DEVICE_CLASS)], everything[(f.GEMM, f.DEVICE_CLASS)]]

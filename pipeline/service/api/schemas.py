@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from pipeline.contracts.ids import CaseId, CaseIdAsText
 from pipeline.service.auth import Scope
 from pipeline.store.bisect_views import BisectionView
 from pipeline.store.models import LIFECYCLE, TRIAGE_STATES
@@ -138,6 +140,12 @@ class _FromAttributes(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
 
+def as_answer(row: Any) -> dict[str, Any]:
+    """A store dataclass as an answer with no model of its own (`dataclasses.asdict`), its case ids
+    as their text: the API carries a case id's text, never its parts."""
+    return asdict(row, dict_factory=lambda items: {k: str(v) if isinstance(v, CaseId) else v for k, v in items})
+
+
 class CommitOut(_FromAttributes):
     repository: str
     sha: str
@@ -166,7 +174,7 @@ class CommitDetailOut(CommitOut):
 
 
 class ComparisonRowOut(_FromAttributes):
-    case_id: str
+    case_id: CaseIdAsText
     target: str
     model: str
     base_median: float | None = Field(description="seconds; with paired samples, the median of the paired base samples")
@@ -184,7 +192,7 @@ class ComparisonRowOut(_FromAttributes):
     paired: bool = Field(description="decided by the paired test (base and head interleaved in one job)")
     same_binary: bool = Field(description="head and base timed identical binaries (equal binary digests)")
     is_control: bool = Field(description="a vendor implementation, the control of suite cases of its shape")
-    control_case: str | None
+    control_case: CaseIdAsText | None
     control_change: float | None
     control_pvalue: float | None
     drift: bool = Field(description="probable device drift: the vendor control moved as much; not in the verdict")
@@ -206,7 +214,7 @@ class ComparisonOut(_FromAttributes):
 
 
 class CompileChangeOut(_FromAttributes):
-    case_id: str
+    case_id: CaseIdAsText
     target: str
     metric: str
     base: float | None
@@ -260,7 +268,7 @@ if set(get_args(Lifecycle)) != set(LIFECYCLE):
 class ChangePointOut(_FromAttributes):
     id: int
     series_id: int
-    case_id: str
+    case_id: CaseIdAsText
     family: str
     device_class: str
     metric: str
@@ -312,7 +320,7 @@ class SeriesSettingsOut(BaseModel):
 
 class SeriesDetailOut(_FromAttributes):
     id: int
-    case_id: str
+    case_id: CaseIdAsText
     device_class: str
     metric: str
     points: int
@@ -344,7 +352,7 @@ class TriageIn(BaseModel):
 
 class DashboardSeriesOut(_FromAttributes):
     id: int
-    case_id: str
+    case_id: CaseIdAsText
     metric: str
     state: str = Field(description="regressed | suspected | improved | stable | no data")
     open_change_points: int
@@ -363,7 +371,7 @@ class DashboardOut(_FromAttributes):
 
 
 class CompileSeriesOut(_FromAttributes):
-    case_id: str
+    case_id: CaseIdAsText
     target: str
     commits: int = Field(description="commits whose bundles compiled this case for this target")
     latest: dict[str, float | None] = Field(description="metric -> the newest commit's figure (None: not reported)")

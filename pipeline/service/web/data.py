@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipeline.contracts.arrays import from_blob
+from pipeline.contracts.ids import CaseId
 from pipeline.store.compare import CONTROL_IMPL
 from pipeline.store.models import (
     Bundle,
@@ -31,9 +32,9 @@ SHORT_ID_MIN = 4
 """Shortest id prefix a page accepts for a run or a job (pages show their first 12 characters)."""
 
 
-def run_case_ids(session: Session, run_id: str) -> dict[str, set[str]]:
+def run_case_ids(session: Session, run_id: str) -> dict[str, set[CaseId]]:
     """device class -> the case ids the run's jobs stored results for (what the run did)."""
-    found: dict[str, set[str]] = {}
+    found: dict[str, set[CaseId]] = {}
     rows = session.execute(
         sa.select(DeviceClassRow.name, Case.case_id).distinct()
         .join(Job, Job.device_class_id == DeviceClassRow.id)
@@ -80,7 +81,7 @@ def commit_infos(session: Session, shas: Iterable[str]) -> dict[str, CommitInfo]
 
 
 def latency_series_ids(session: Session, device_classes: Sequence[str],
-                       case_ids: Collection[str] | None = None) -> dict[tuple[str, str], int]:
+                       case_ids: Collection[CaseId] | None = None) -> dict[tuple[CaseId, str], int]:
     """(case id, device class) -> the latency series' id, on those device classes (and of those
     cases only, when given: a page links the rows it shows, not the whole store)."""
     if not device_classes or case_ids is not None and not case_ids:
@@ -89,11 +90,11 @@ def latency_series_ids(session: Session, device_classes: Sequence[str],
              .join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
              .where(Series.metric == LATENCY, DeviceClassRow.name.in_(list(device_classes))))
     if case_ids is not None:
-        query = query.where(Case.case_id.in_(sorted(case_ids)))
+        query = query.where(Case.case_id.in_(sorted(str(c) for c in case_ids)))
     return {(case_id, dc): sid for case_id, dc, sid in session.execute(query)}
 
 
-def control_series(session: Session, series_id: int) -> tuple[int, str] | None:
+def control_series(session: Session, series_id: int) -> tuple[int, CaseId] | None:
     """The vendor control of a suite series: same family, shape, dtype, device class and metric,
     impl `vendor`, the same name preferred (as `compare._mark_controls`); None for a control itself."""
     case = session.execute(
@@ -192,7 +193,7 @@ def pull_request_head(session: Session, repository: str, number: int) -> str | N
 @dataclass(frozen=True)
 class RooflinePoint:
     series_id: int
-    case_id: str
+    case_id: CaseId
     median: float
     flops: int
     bytes: int
@@ -239,10 +240,10 @@ def roofline_points(session: Session, device_class: str) -> list[RooflinePoint]:
     for sid, case_pk, case_id, median in latest_medians(session, device_class_id=dc.id, metric=LATENCY):
         if case_pk in work and work[case_pk][0] and median:
             out.append(RooflinePoint(sid, case_id, median, *work[case_pk]))
-    return sorted(out, key=lambda p: p.case_id)
+    return sorted(out, key=lambda p: str(p.case_id))
 
 
-def latest_medians(session: Session, *, device_class_id: int, metric: str) -> list[tuple[int, int, str, float]]:
+def latest_medians(session: Session, *, device_class_id: int, metric: str) -> list[tuple[int, int, CaseId, float]]:
     """(series id, case pk, case id, median at the newest measured commit) of each series of a
     device class and metric.
 
@@ -260,7 +261,7 @@ def latest_medians(session: Session, *, device_class_id: int, metric: str) -> li
     position = {commit_pk: i for i, commit_pk in enumerate(commits)}
     remaining = set(session.scalars(sa.select(Series.id).where(Series.device_class_id == device_class_id,
                                                                  Series.metric == metric)))
-    out: list[tuple[int, int, str, float]] = []
+    out: list[tuple[int, int, CaseId, float]] = []
     start, batch = 0, 1
     while remaining and start < len(commits):
         chunk = commits[start:start + batch]

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipeline import dispatch
+from pipeline.contracts.ids import CaseId
 from pipeline.dispatch import JobRow
 from pipeline.store.models import (
     JOB_STATUSES,
@@ -130,7 +131,7 @@ def job_counts(session: Session) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class CaseOutcome:
-    case_id: str
+    case_id: CaseId
     target: str
     status: str
     reason: str | None

@@ -87,7 +87,7 @@ def series_page(series_id: RowId, request: Request, session: SessionDep, user: U
         "message": [data_first_line(infos.get(p.sha)) for p in history],
         "median": [p.median for p in history], "min": [p.min for p in history], "max": [p.max for p in history],
         "n": [p.n for p in history],
-        "control": {"case_id": control[1], "series_id": control[0],
+        "control": {"case_id": str(control[1]), "series_id": control[0],
                     "median": [control_by_sha.get(p.sha) for p in history]} if control else None,
         "change_points": [{"id": cp.id, "index": position[cp.after_sha], "direction": cp.direction,
                            "state": cp.state, "magnitude": cp.magnitude, "open": cp.open, "lifecycle": cp.lifecycle}
@@ -132,7 +132,7 @@ def roofline(request: Request, session: SessionDep, settings: SettingsDep, user:
                 "bytes_source": "setting" if configured.get("bytes") else "best measured case"}
     shares = {p.series_id: p.share_of_roof(peak_flops, peak_bytes) for p in points}
     order = order if order in ("case", "share") else "case"
-    rows = sorted(points, key=lambda p: (shares[p.series_id] is None, shares[p.series_id] or 0.0, p.case_id)) \
+    rows = sorted(points, key=lambda p: (shares[p.series_id] is None, shares[p.series_id] or 0.0, str(p.case_id))) \
         if order == "share" else points
     return page(request, "roofline.html", user, {
         "device_classes": names, "device_class": device_class, "points": points, "ceilings": ceilings,

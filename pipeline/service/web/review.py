@@ -64,7 +64,7 @@ def compare_page(
             tables = []
             for comparison in verdict.comparisons:
                 rows = [r for r in comparison.rows
-                        if (not status or r.status == status) and (not text or text in r.case_id.lower())]
+                        if (not status or r.status == status) and (not text or text in str(r.case_id).lower())]
                 if order != "verdict":  # the cached rows are in verdict order already
                     rows.sort(key=ROW_ORDERS[order])
                 tables.append((comparison, paginate(rows, page_number, settings.web.page_rows)))

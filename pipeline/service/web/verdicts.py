@@ -45,12 +45,13 @@ from pipeline.store.db import session_scope
 from pipeline.store.models import Commit, DeviceClassRow, Job, Repository, Run
 
 ROW_ORDERS: dict[str, Callable[[ComparisonRow], Any]] = {
-    "verdict": lambda r: (STATUSES.index(r.status), r.case_id, r.target),
-    "slowdown": lambda r: (r.change is None, -(r.change or 0.0), r.case_id, r.target),
-    "speedup": lambda r: (r.change is None, r.change or 0.0, r.case_id, r.target),
-    "case": lambda r: (r.case_id, r.target),
+    "verdict": lambda r: (STATUSES.index(r.status), str(r.case_id), r.target),
+    "slowdown": lambda r: (r.change is None, -(r.change or 0.0), str(r.case_id), r.target),
+    "speedup": lambda r: (r.change is None, r.change or 0.0, str(r.case_id), r.target),
+    "case": lambda r: (str(r.case_id), r.target),
 }
-"""The server-side orders of a verdict table (a page's column headers sort the rows it shows)."""
+"""The server-side orders of a verdict table (a page's column headers sort the rows it shows); case
+ids in their text's order (a CaseId has none: ordering them field by field would differ)."""
 
 log = logging.getLogger("benchfarm.web.verdicts")
 

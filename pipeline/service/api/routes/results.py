@@ -46,8 +46,9 @@ AgentWriter = Annotated[Principal, require_scope("agent")]
 def refuse_new_results(session: Session, job: Job, document: ResultDocument) -> None:
     """409 when `document` holds a case result `job` has not stored: for a job that takes only
     identical re-sends (all duplicates, nothing written)."""
-    stored = set(session.execute(sa.select(Case.case_id, CaseResultRow.target).join(Case, CaseResultRow.case_id == Case.id)
-                                 .where(CaseResultRow.job_id == job.id)).all())
+    stored = {(str(case_id), target) for case_id, target in session.execute(   # the document's ids are text
+        sa.select(Case.case_id, CaseResultRow.target).join(Case, CaseResultRow.case_id == Case.id)
+        .where(CaseResultRow.job_id == job.id))}
     new = {(r.case, r.target) for r in document.results} - stored
     if new:
         raise HTTPException(409, f"job {job.id} is {job.status}: it takes no new results "

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query
 
 from pipeline.service.api.deps import SessionDep, SettingsDep
+from pipeline.service.api.schemas import as_answer
 from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store import queries
 from pipeline.store.compare import Comparison, compare
@@ -35,4 +36,4 @@ def get_run(run_id: str, session: SessionDep, settings: SettingsDep) -> dict[str
     detail = queries.get_run(session, run_id)
     if detail is None:
         raise HTTPException(404, f"no run {run_id}")
-    return {**asdict(detail), "comparisons": [asdict(c) for c in run_comparisons(session, settings, detail)]}
+    return {**asdict(detail), "comparisons": [as_answer(c) for c in run_comparisons(session, settings, detail)]}

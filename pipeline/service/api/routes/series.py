@@ -17,6 +17,7 @@ from pipeline.service.api.schemas import (
     SeriesDetailOut,
     SeriesSettingsIn,
     SeriesSettingsOut,
+    as_answer,
 )
 from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store import analysis, queries
@@ -27,7 +28,7 @@ router = APIRouter(route_class=StrictJsonRoute, tags=["series"])
 
 @router.get("/series", summary="List series with their latest median")
 def list_series(session: SessionDep, limit: int = Query(500, ge=1, le=10000)) -> list[dict[str, Any]]:
-    return [asdict(s) for s in queries.list_series(session, limit=limit)]
+    return [as_answer(s) for s in queries.list_series(session, limit=limit)]
 
 
 def _settings(row: Series) -> SeriesSettingsOut:
