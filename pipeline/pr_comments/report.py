@@ -24,8 +24,8 @@ from pipeline.pr_comments.comment import (
 from pipeline.pr_comments.markdown import md_escape, md_link, md_url, truncate_lines
 from pipeline.pr_comments.table import verdict_line
 from pipeline.store import compile_stats
-from pipeline.store.compare import METRIC, Comparison, combine, compare
-from pipeline.store.compile_stats import CompileComparison
+from pipeline.store.compare import METRIC, ComparisonOut, combine, compare
+from pipeline.store.compile_stats import CompileComparisonOut
 from pipeline.store.models import (
     Case,
     Commit,
@@ -93,7 +93,7 @@ COMPILE_ROWS = 10
 """Compile changes listed in a report before the link to the rest."""
 
 
-def compile_section(compiled: CompileComparison, *, public_url: str, repository: str) -> str:
+def compile_section(compiled: CompileComparisonOut, *, public_url: str, repository: str) -> str:
     """Markdown: one line naming what changed, the figures folded under it (beside the verdict,
     never part of it); empty when nothing changed."""
     changes = compiled.changes
@@ -115,8 +115,8 @@ def compile_section(compiled: CompileComparison, *, public_url: str, repository:
     return "\n".join(lines) + "\n"
 
 
-def make_report(comparisons: Sequence[Comparison], *, settings: Settings, pr: int | None = None,
-                series_ids: SeriesIds | None = None, compiled: CompileComparison | None = None) -> Report:
+def make_report(comparisons: Sequence[ComparisonOut], *, settings: Settings, pr: int | None = None,
+                series_ids: SeriesIds | None = None, compiled: CompileComparisonOut | None = None) -> Report:
     """Render the verdict into a Report (comment body, title, conclusion by the configured policy);
     compile changes, when given, as a section of their own above the footer that does not touch
     the conclusion or the title."""
@@ -139,7 +139,7 @@ def make_report(comparisons: Sequence[Comparison], *, settings: Settings, pr: in
     )
 
 
-def series_ids_for(session: Session, comparisons: Sequence[Comparison]) -> dict[tuple[str, str], int]:
+def series_ids_for(session: Session, comparisons: Sequence[ComparisonOut]) -> dict[tuple[str, str], int]:
     """(case id, device class) -> the latency series' id, for the cases in `comparisons`."""
     cases = {r.case_id for c in comparisons for r in c.rows}
     classes = {c.device_class for c in comparisons}
