@@ -1,0 +1,132 @@
+"""One model per document (issue 15): what the API answers with is the very model the store (or the
+service module that makes it) returns, never a copy of its fields declared again for the API."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+import sys
+import types
+import typing
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from fastapi.routing import APIRoute
+from pydantic import BaseModel
+
+import pipeline.service.app  # noqa: F401  (loads every module the service uses: where a twin would be)
+from pipeline import dispatch
+from pipeline.service import auth, users
+from pipeline.service.api import routes
+from pipeline.store import bisect_views, compare, compile_stats, queries
+
+SHARED_FIELDS = 3
+"""Fewer names in common than this is a coincidence (`id`, `sha`), not a copy."""
+
+PRODUCERS: dict[tuple[str, str], Callable[..., Any]] = {
+    ("GET", "/commits"): queries.list_commits,
+    ("GET", "/commits/{sha}"): queries.commit_detail,
+    ("GET", "/compare"): compare.compare_all,
+    ("GET", "/series/{series_id}"): queries.series_detail,
+    ("PUT", "/series/{series_id}/settings"): queries.series_detail,
+    ("GET", "/compile-series"): compile_stats.list_compile_series,
+    ("GET", "/compile-series/history"): compile_stats.compile_history,
+    ("GET", "/compile-series/steps"): compile_stats.compile_steps,
+    ("GET", "/compile-series/compare"): compile_stats.compile_changes,
+    ("GET", "/change-points/{change_point_id}"): queries.change_point_detail,
+    ("POST", "/change-points/{change_point_id}/triage"): queries.change_point_detail,
+    ("GET", "/regressions"): queries.list_regressions,
+    ("GET", "/dashboard"): queries.dashboard,
+    ("GET", "/bisections"): bisect_views.list_bisections,
+    ("GET", "/bisections/{bisection_id}"): bisect_views.get_bisection,
+    ("GET", "/jobs"): dispatch.list_jobs,
+    ("GET", "/jobs/{job_id}"): dispatch.get_job,
+    ("GET", "/tokens"): auth.list_tokens,
+    ("DELETE", "/tokens/{name}"): auth.revoke_token,
+    ("GET", "/users"): users.list_users,
+    ("POST", "/users"): users.create_user,
+    ("DELETE", "/users/{name}"): users.disable_user,
+}
+"""Route -> the function that makes its document (the store's, or the service module's)."""
+
+
+def _api_routes() -> list[APIRoute]:
+    """The routes of every router of the API (`app.create_app` mounts them all under /api/v1)."""
+    modules = [importlib.import_module(f"{routes.__name__}.{m.name}") for m in pkgutil.iter_modules(routes.__path__)]
+    return [r for m in modules if hasattr(m, "router") for r in m.router.routes if isinstance(r, APIRoute)]
+
+
+def _models_in(annotation: Any) -> Iterator[type]:
+    """The pydantic models and dataclasses an annotation names, through list[...], X | None, ..."""
+    if isinstance(annotation, type) and (issubclass(annotation, BaseModel) or dataclasses.is_dataclass(annotation)):
+        yield annotation
+    for arg in typing.get_args(annotation):
+        yield from _models_in(arg)
+
+
+def _fields(cls: type) -> dict[str, Any]:
+    """Field name -> annotation."""
+    if issubclass(cls, BaseModel):
+        return {name: f.annotation for name, f in cls.model_fields.items()}
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _documents() -> set[type]:
+    """Every model the API answers with, and the models inside them."""
+    found: set[type] = set()
+    todo = [m for r in _api_routes() if r.response_model is not None for m in _models_in(r.response_model)]
+    while todo:
+        model = todo.pop()
+        if model not in found:
+            found.add(model)
+            todo += [m for annotation in _fields(model).values() for m in _models_in(annotation)]
+    return found
+
+
+def _all_models() -> set[type]:
+    """Every pydantic model and dataclass defined in a module of `pipeline` that is loaded."""
+    modules = [m for name, m in list(sys.modules.items())
+               if isinstance(m, types.ModuleType) and (name == "pipeline" or name.startswith("pipeline."))]
+    return {c for m in modules for c in vars(m).values()
+            if isinstance(c, type) and c.__module__ == m.__name__ and next(_models_in(c), None) is c}
+
+
+def _shown(cls: type) -> set[str]:
+    """What an object of `cls` hands a copy made from its attributes: its fields and properties."""
+    return set(_fields(cls)) | {n for c in cls.__mro__ for n, v in vars(c).items() if isinstance(v, property)}
+
+
+def test_no_document_is_declared_twice() -> None:
+    """A model the API answers with, all of whose fields another class of `pipeline` also carries
+    (as fields or properties), is a twin serialiser: a second description of that class's objects,
+    filled from their attributes. Classes related by inheritance share fields by design."""
+    documents = _documents()
+    assert len(documents) > 20, "the API's documents were not found: the test would pass for nothing"
+    twins = []
+    for document in sorted(documents, key=lambda c: c.__qualname__):
+        fields = set(_fields(document))
+        for other in _all_models():
+            if len(fields) >= SHARED_FIELDS and fields <= _shown(other) \
+                    and not issubclass(other, document) and not issubclass(document, other):
+                twins.append(f"{document.__module__}.{document.__qualname__} copies "
+                             f"{other.__module__}.{other.__qualname__}")
+    assert not twins, "documents declared twice:\n" + "\n".join(sorted(twins))
+
+
+def _without_none(annotation: Any) -> Any:
+    """X | None -> X (a route answers 404 where its producer finds nothing)."""
+    args = typing.get_args(annotation)
+    if type(None) in args:
+        (kept,) = [a for a in args if a is not type(None)]
+        return kept
+    return annotation
+
+
+@pytest.mark.parametrize(("method", "path"), sorted(PRODUCERS))
+def test_a_route_answers_with_the_model_its_producer_returns(method: str, path: str) -> None:
+    (route,) = [r for r in _api_routes() if r.path == path and method in r.methods]
+    produced = _without_none(typing.get_type_hints(PRODUCERS[method, path])["return"])
+    assert route.response_model == produced, (route.response_model, produced)
