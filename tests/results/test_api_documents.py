@@ -116,6 +116,16 @@ def test_no_document_is_declared_twice() -> None:
     assert not twins, "documents declared twice:\n" + "\n".join(sorted(twins))
 
 
+def test_shared_documents_are_frozen_pydantic_models() -> None:
+    """The documents made outside the API (store, dispatcher, auth, users) are also what the pages,
+    the PR comment and caches hold: pydantic models, frozen, so that no reader changes them for
+    the others."""
+    shared = [d for d in _documents() if not d.__module__.startswith(routes.__name__.rsplit(".", 1)[0])]
+    assert shared
+    loose = [d.__qualname__ for d in shared if not (issubclass(d, BaseModel) and d.model_config.get("frozen"))]
+    assert not loose, f"not frozen pydantic models: {sorted(loose)}"
+
+
 def _without_none(annotation: Any) -> Any:
     """X | None -> X (a route answers 404 where its producer finds nothing)."""
     args = typing.get_args(annotation)
