@@ -73,8 +73,8 @@ class Principal:
         return "admin" in self.scopes or scope in self.scopes
 
 
-# What may be shown about a token: everything but the token and its hash. The API's document as
-# it is (a docstring would become its description there, which it has none of).
+# What may be shown about a token: everything but the token and its hash. The API's document
+# (a docstring would be its description there).
 class TokenOut(BaseModel):
     model_config = ConfigDict(frozen=True)
 

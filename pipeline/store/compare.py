@@ -116,7 +116,8 @@ class CompareError(LookupError):
 
 
 # The documents: what the API serves, the pages and the PR comment render, `benchfarm compare`
-# prints. No defaults and no class docstrings where the API's document has none: they are part of it.
+# prints. Their fields, descriptions, defaults and docstrings are the API's OpenAPI document, which
+# gives a row no defaults (every field is required): `_row` sets those a new row leaves unset.
 
 
 class ComparisonRowOut(BaseModel):

@@ -2,7 +2,9 @@
 
 Each document is one frozen pydantic model, the very object the pages render and the API serves
 as its `response_model` (no copy of its fields elsewhere). Those the API serves keep the names
-its OpenAPI document gives them (`*Out`: component names are part of the published API).
+its OpenAPI document gives them (`*Out`: component names are part of the published API), and
+their docstrings and field descriptions are the API's too (a class docstring is its schema's
+description): a note the API does not publish is a comment.
 
 "Latest" and "history" follow commit time (committed_at), ties broken by storage order; when a
 commit was measured more than once on a series, its newest measurement stands for it.
@@ -340,8 +342,7 @@ class ChangePointDetailOut(ChangePointOut):
                                             "one): the steps, and the culprit once found")
 
 
-# The series' reference level: its newest intended change point's new level. (A comment, not a
-# docstring: the API's document of it has no description.)
+# The series' reference level: its newest intended change point's new level.
 class BaselineOut(BaseModel):
     model_config = ConfigDict(frozen=True)
 

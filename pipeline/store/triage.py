@@ -43,8 +43,8 @@ class TriageError(ValueError):
     """A move that is not allowed or lacks what its state needs; the message names the field."""
 
 
-# One move of a change point's triage; its change point is the one it is listed under. (No
-# docstring: it would become a description in the API's document, which has none.)
+# One move of a change point's triage (the API's document: a docstring would be its description
+# there); its change point is the one it is listed under.
 class TriageEventOut(BaseModel):
     model_config = ConfigDict(frozen=True)
 
