@@ -22,7 +22,7 @@ from pipeline.pr_comments.comment import (
     render_comment,
 )
 from pipeline.pr_comments.markdown import md_escape, md_link, md_url, truncate_lines
-from pipeline.pr_comments.table import verdict_line
+from pipeline.pr_comments.table import format_figure, verdict_line
 from pipeline.store import compile_stats
 from pipeline.store.compare import METRIC, ComparisonOut, combine, compare
 from pipeline.store.compile_stats import CompileComparisonOut
@@ -105,7 +105,7 @@ def compile_section(compiled: CompileComparisonOut, *, public_url: str, reposito
     for c in changes[:COMPILE_ROWS]:
         change = f"{c.change:+.1%}" if c.change is not None else "-"
         lines.append(f"| {md_escape(c.case_id)} | {md_escape(c.target)} | {md_escape(c.metric)} | "
-                     f"{md_escape(c.base if c.base is not None else '-')} | {md_escape(c.head if c.head is not None else '-')} "
+                     f"{md_escape(format_figure(c.base))} | {md_escape(format_figure(c.head))} "
                      f"| {md_escape(change)} |")
     if len(changes) > COMPILE_ROWS:
         url = md_url(public_url, "api/v1/compile-series/compare", {"repository": repository, "head": compiled.head_sha,

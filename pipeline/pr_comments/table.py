@@ -41,6 +41,14 @@ def format_seconds(value: float | None) -> str:
     return f"{value / 1e-9:.3g} ns"
 
 
+def format_figure(value: float | None) -> str:
+    """A compile figure as counted: "4096", not "4096.0" (the documents carry every figure as a float,
+    the API's `number`; bytes, registers and spills are whole); "-" for none."""
+    if value is None:
+        return "-"
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
 def format_change(change: float | None, ci_low: float | None = None, ci_high: float | None = None) -> str:
     """"+3.1 %", and with its interval "+3.1 % [+2.4, +3.8]"; "-" for none."""
     if change is None:

@@ -240,7 +240,7 @@ def test_a_kernel_change_shows_as_register_and_size_changes_per_target_in_the_co
         assert page.status_code == 200
         assert 'id="compile-changes"' in page.text and compiled.summary in page.text
         for target in TRITON_TARGETS:
-            old, new = registers[target]
+            old, new = (int(v) for v in registers[target])   # counts, shown whole ("71", not "71.0")
             assert f"<td>registers</td>\n<td class=\"num\" data-value=\"{old}\">{old}</td>" in page.text
             assert f'data-value="{new}">{new}</td>' in page.text
         history_page = requests.get(f"{url}/compile/history", timeout=10, params={
