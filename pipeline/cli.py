@@ -124,11 +124,8 @@ def _listen_on(args: argparse.Namespace, settings: Settings) -> Settings:
 
 def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     """Two commits' stored results: `compare BASE HEAD` on every device class HEAD has results on."""
-    from dataclasses import asdict
-
     from pipeline.pr_comments.report import compile_section, report_for_commit
     from pipeline.pr_comments.table import compile_table, terminal_table
-    from pipeline.service.api.schemas import CompileComparisonOut
     from pipeline.store.compare import (
         CompareError,
         combine,
@@ -160,9 +157,8 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
         except CompareError as exc:
             raise CliError(f"{exc} (in {shown_url(settings.database_url)}, repository {repository})") from None
     if args.format == "json":
-        document = asdict(combine(repository, head, comparisons))
-        document["compile"] = CompileComparisonOut.model_validate(compiled).model_dump(mode="json")
-        sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
+        document = combine(repository, head, comparisons).model_copy(update={"compile": compiled})
+        sys.stdout.write(json.dumps(document.model_dump(mode="json"), indent=2) + "\n")
     elif args.format == "markdown":
         sys.stdout.write(markdown.rstrip("\n") + "\n")
     else:

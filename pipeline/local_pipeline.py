@@ -29,8 +29,8 @@ from pipeline.config import Settings
 from pipeline.contracts import Target
 from pipeline.contracts.ids import CaseId, selects_case
 from pipeline.store import ingest
-from pipeline.store.compare import Comparison, choose_base, compare, only_cases
-from pipeline.store.compile_stats import CompileComparison, compare_compile
+from pipeline.store.compare import ComparisonOut, choose_base, compare, only_cases
+from pipeline.store.compile_stats import CompileComparisonOut, compare_compile
 from pipeline.store.db import session_scope
 from pipeline.store.models import Job
 
@@ -55,9 +55,9 @@ class PipelineOutcome:
     run_id: str
     sha: str
     repository: str
-    comparisons: list[Comparison] = field(default_factory=list)
+    comparisons: list[ComparisonOut] = field(default_factory=list)
     failed_jobs: dict[str, str] = field(default_factory=dict)
-    compiled: CompileComparison | None = None
+    compiled: CompileComparisonOut | None = None
     """The bundle's compile statistics against the latency comparisons' base (beside them, not in them)."""
 
 

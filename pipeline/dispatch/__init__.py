@@ -20,11 +20,11 @@ Beside the queue: `triggers` (ad-hoc runs, the service's builder, the reaper, th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
 import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy.orm import Session
 
 from pipeline.contracts import DeviceClass, DeviceInfo
@@ -74,8 +74,9 @@ class LeaseLost(DispatchError):
     to another agent, or the job already ended."""
 
 
-@dataclass(frozen=True)
-class ClaimedJob:
+class ClaimedJob(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     job_id: str
     run_id: str
     repository: str
@@ -92,8 +93,9 @@ class ClaimedJob:
     """the run's kind (pr, push, nightly, adhoc, local): pull requests time changed binaries and sentinels only"""
 
 
-@dataclass(frozen=True)
-class JobRow:
+class JobRow(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     id: str
     run_id: str
     repository: str

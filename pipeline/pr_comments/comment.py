@@ -30,7 +30,7 @@ from pipeline.pr_comments.table import (
     summary_line,
     verdict_line,
 )
-from pipeline.store.compare import STATUSES, Comparison, ComparisonRow, counted_status
+from pipeline.store.compare import STATUSES, ComparisonOut, ComparisonRowOut, counted_status
 
 __all__ = ["MARKER", "CommentSettings", "comment_marker", "render_comment"]
 
@@ -62,13 +62,13 @@ class _Section:
     hidden: int = 0
 
 
-def _compare_url(public_url: str, comparison: Comparison, device_class: str | None) -> str:
+def _compare_url(public_url: str, comparison: ComparisonOut, device_class: str | None) -> str:
     return md_url(public_url, "compare", {
         "repository": comparison.repository, "head": comparison.head_sha, "base": comparison.base_sha,
         "device_class": device_class})
 
 
-def _row_view(row: ComparisonRow, comparison: Comparison, settings: CommentSettings, series_ids: SeriesIds) -> dict[str, Any]:
+def _row_view(row: ComparisonRowOut, comparison: ComparisonOut, settings: CommentSettings, series_ids: SeriesIds) -> dict[str, Any]:
     series_id = series_ids.get((row.case_id, comparison.device_class))
     if series_id is not None:
         link = md_link("history", md_url(settings.public_url, f"series/{series_id}"))
@@ -87,7 +87,7 @@ def _row_view(row: ComparisonRow, comparison: Comparison, settings: CommentSetti
     }
 
 
-def _sections(comparisons: Sequence[Comparison], settings: CommentSettings, series_ids: SeriesIds,
+def _sections(comparisons: Sequence[ComparisonOut], settings: CommentSettings, series_ids: SeriesIds,
               limit: int) -> list[_Section]:
     pairs = [(row, c) for c in comparisons for row in c.rows]
     section_of = {"regressed": "Regressed", "improved": "Improved"}
@@ -119,7 +119,7 @@ def _environment() -> jinja2.Environment:
 
 
 def render_comment(
-    comparisons: Sequence[Comparison],
+    comparisons: Sequence[ComparisonOut],
     *,
     settings: CommentSettings,
     pr: int | None = None,

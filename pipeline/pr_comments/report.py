@@ -23,10 +23,10 @@ from pipeline.pr_comments.comment import (
     render_comment,
 )
 from pipeline.pr_comments.markdown import md_escape, md_link, md_url, truncate_lines
-from pipeline.pr_comments.table import verdict_line
+from pipeline.pr_comments.table import format_figure, verdict_line
 from pipeline.store import compile_stats
-from pipeline.store.compare import METRIC, Comparison, combine, compare
-from pipeline.store.compile_stats import CompileComparison
+from pipeline.store.compare import METRIC, ComparisonOut, combine, compare
+from pipeline.store.compile_stats import CompileComparisonOut
 from pipeline.store.models import (
     Case,
     Commit,
@@ -94,7 +94,7 @@ COMPILE_ROWS = 10
 """Compile changes listed in a report before the link to the rest."""
 
 
-def compile_section(compiled: CompileComparison, *, public_url: str, repository: str) -> str:
+def compile_section(compiled: CompileComparisonOut, *, public_url: str, repository: str) -> str:
     """Markdown: one line naming what changed, the figures folded under it (beside the verdict,
     never part of it); empty when nothing changed."""
     changes = compiled.changes
@@ -106,7 +106,7 @@ def compile_section(compiled: CompileComparison, *, public_url: str, repository:
     for c in changes[:COMPILE_ROWS]:
         change = f"{c.change:+.1%}" if c.change is not None else "-"
         lines.append(f"| {md_escape(c.case_id)} | {md_escape(c.target)} | {md_escape(c.metric)} | "
-                     f"{md_escape(c.base if c.base is not None else '-')} | {md_escape(c.head if c.head is not None else '-')} "
+                     f"{md_escape(format_figure(c.base))} | {md_escape(format_figure(c.head))} "
                      f"| {md_escape(change)} |")
     if len(changes) > COMPILE_ROWS:
         url = md_url(public_url, "api/v1/compile-series/compare", {"repository": repository, "head": compiled.head_sha,
@@ -116,8 +116,8 @@ def compile_section(compiled: CompileComparison, *, public_url: str, repository:
     return "\n".join(lines) + "\n"
 
 
-def make_report(comparisons: Sequence[Comparison], *, settings: Settings, pr: int | None = None,
-                series_ids: SeriesIds | None = None, compiled: CompileComparison | None = None) -> Report:
+def make_report(comparisons: Sequence[ComparisonOut], *, settings: Settings, pr: int | None = None,
+                series_ids: SeriesIds | None = None, compiled: CompileComparisonOut | None = None) -> Report:
     """Render the verdict into a Report (comment body, title, conclusion by the configured policy);
     compile changes, when given, as a section of their own above the footer that does not touch
     the conclusion or the title."""
@@ -140,7 +140,7 @@ def make_report(comparisons: Sequence[Comparison], *, settings: Settings, pr: in
     )
 
 
-def series_ids_for(session: Session, comparisons: Sequence[Comparison]) -> dict[tuple[CaseId, str], int]:
+def series_ids_for(session: Session, comparisons: Sequence[ComparisonOut]) -> dict[tuple[CaseId, str], int]:
     """(case id, device class) -> the latency series' id, for the cases in `comparisons`."""
     cases = {r.case_id for c in comparisons for r in c.rows}
     classes = {c.device_class for c in comparisons}

@@ -13,13 +13,13 @@ from rich.text import Text
 
 from pipeline.store.compare import (
     STATUSES,
-    Comparison,
-    ComparisonRow,
+    ComparisonOut,
+    ComparisonRowOut,
     overall_verdict,
     status_label,
     verdict_counts,
 )
-from pipeline.store.compile_stats import CompileComparison
+from pipeline.store.compile_stats import CompileComparisonOut
 
 STATUS_STYLE = {
     "regressed": "bold red",
@@ -41,6 +41,14 @@ def format_seconds(value: float | None) -> str:
     return f"{value / 1e-9:.3g} ns"
 
 
+def format_figure(value: float | None) -> str:
+    """A compile figure as counted: "4096", not "4096.0" (the documents carry every figure as a float,
+    the API's `number`; bytes, registers and spills are whole); "-" for none."""
+    if value is None:
+        return "-"
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
 def format_change(change: float | None, ci_low: float | None = None, ci_high: float | None = None) -> str:
     """"+3.1 %", and with its interval "+3.1 % [+2.4, +3.8]"; "-" for none."""
     if change is None:
@@ -51,7 +59,7 @@ def format_change(change: float | None, ci_low: float | None = None, ci_high: fl
     return text
 
 
-def row_change(row: ComparisonRow) -> str:
+def row_change(row: ComparisonRowOut) -> str:
     """A row's change with its 95 % interval."""
     return format_change(row.change, row.ci_low, row.ci_high)
 
@@ -60,7 +68,7 @@ def format_pvalue(pvalue: float | None) -> str:
     return "-" if pvalue is None else f"{pvalue:.2g}"
 
 
-def row_status(row: ComparisonRow) -> str:
+def row_status(row: ComparisonRowOut) -> str:
     """A row's status as shown: its label, and why it does not count when it does not."""
     label = status_label(row.status)
     if row.is_control:
@@ -68,7 +76,7 @@ def row_status(row: ComparisonRow) -> str:
     return f"{label} (device drift)" if row.drift else label
 
 
-def counts_text(rows: Iterable[ComparisonRow]) -> str:
+def counts_text(rows: Iterable[ComparisonRowOut]) -> str:
     """"2 regressed, 1 errored, 3 similar, 1 device drift; 2 controls": the rows the verdict stands
     on (`verdict_counts`), then the controls apart."""
     rows = list(rows)
@@ -81,18 +89,18 @@ def counts_text(rows: Iterable[ComparisonRow]) -> str:
     return text + (f"; {controls} control{'s' if controls != 1 else ''}" if controls else "")
 
 
-def verdict_line(comparisons: Sequence[Comparison]) -> str:
+def verdict_line(comparisons: Sequence[ComparisonOut]) -> str:
     """"regressed: 2 regressed, 5 similar" over the rows of every comparison."""
     rows = [r for c in comparisons for r in c.rows]
     return f"{overall_verdict(rows)}: {counts_text(rows)}" if rows else "no cases"
 
 
-def summary_line(comparison: Comparison) -> str:
+def summary_line(comparison: ComparisonOut) -> str:
     base = comparison.base_sha[:10] if comparison.base_sha else "no stored ancestor"
     return f"{comparison.device_class}: {comparison.head_sha[:10]} vs {base} — {verdict_line([comparison])}"
 
 
-def terminal_table(comparison: Comparison) -> Table:
+def terminal_table(comparison: ComparisonOut) -> Table:
     table = Table(title=summary_line(comparison), title_justify="left")
     table.add_column("case", overflow="fold", ratio=1)  # a case id is never cut short
     for column in ("base", "now", "change [95% CI]", "p"):
@@ -111,7 +119,7 @@ def terminal_table(comparison: Comparison) -> Table:
     return table
 
 
-def compile_table(compiled: CompileComparison) -> Table:
+def compile_table(compiled: CompileComparisonOut) -> Table:
     """The compile figures that changed between the two commits (beside the verdict, not in it)."""
     table = Table(title=f"compile statistics: {compiled.summary} (not part of the verdict)", title_justify="left")
     table.add_column("case", overflow="fold", ratio=1)

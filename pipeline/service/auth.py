@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from typing import Literal, get_args
 
 import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy.orm import Session
 
 from pipeline.store.models import ApiToken, utcnow
@@ -37,7 +38,7 @@ __all__ = [
     "AuthError",
     "Principal",
     "Scope",
-    "TokenInfo",
+    "TokenOut",
     "authenticate",
     "create_token",
     "has_active_tokens",
@@ -72,9 +73,10 @@ class Principal:
         return "admin" in self.scopes or scope in self.scopes
 
 
-@dataclass(frozen=True)
-class TokenInfo:
-    """What may be shown about a token: everything but the token and its hash."""
+# What may be shown about a token: everything but the token and its hash. The API's document
+# (a docstring would be its description there).
+class TokenOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
 
     name: str
     scopes: list[str]
@@ -133,7 +135,7 @@ def authenticate(session: Session, *, token: str, bootstrap: str = "") -> Princi
     return Principal(name=row.name, scopes=frozenset(row.scopes))
 
 
-def revoke_token(session: Session, *, name: str) -> TokenInfo:
+def revoke_token(session: Session, *, name: str) -> TokenOut:
     """Revoke the token called `name` (revoking twice keeps the first time)."""
     row = session.scalar(sa.select(ApiToken).where(ApiToken.name == name))
     if row is None:
@@ -144,7 +146,7 @@ def revoke_token(session: Session, *, name: str) -> TokenInfo:
     return _info(row)
 
 
-def list_tokens(session: Session) -> list[TokenInfo]:
+def list_tokens(session: Session) -> list[TokenOut]:
     return [_info(row) for row in session.scalars(sa.select(ApiToken).order_by(ApiToken.created_at, ApiToken.id))]
 
 
@@ -152,6 +154,6 @@ def has_active_tokens(session: Session) -> bool:
     return session.scalar(sa.select(ApiToken.id).where(ApiToken.revoked_at.is_(None)).limit(1)) is not None
 
 
-def _info(row: ApiToken) -> TokenInfo:
-    return TokenInfo(name=row.name, scopes=list(row.scopes), created_at=row.created_at,
+def _info(row: ApiToken) -> TokenOut:
+    return TokenOut(name=row.name, scopes=list(row.scopes), created_at=row.created_at,
                      last_used_at=row.last_used_at, revoked_at=row.revoked_at)

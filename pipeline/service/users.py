@@ -13,16 +13,16 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy.orm import Session
 
 from pipeline.service.auth import NAME_PATTERN, AuthError, Principal
 from pipeline.store.models import User, utcnow
 
-__all__ = ["MIN_PASSWORD", "UserInfo", "check_password", "create_user", "disable_user", "hash_password",
+__all__ = ["MIN_PASSWORD", "UserOut", "check_password", "create_user", "disable_user", "hash_password",
            "list_users", "verify_password"]
 
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
@@ -31,8 +31,9 @@ USER_SCOPES = ("user", "admin")
 _DUMMY_HASH = ""
 
 
-@dataclass(frozen=True)
-class UserInfo:
+class UserOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     name: str
     scopes: list[str]
     created_at: datetime
@@ -59,7 +60,7 @@ def verify_password(password: str, stored: str) -> bool:
     return hmac.compare_digest(given.hex(), digest)
 
 
-def create_user(session: Session, *, name: str, password: str, scopes: Sequence[str] = ("user",)) -> UserInfo:
+def create_user(session: Session, *, name: str, password: str, scopes: Sequence[str] = ("user",)) -> UserOut:
     if not NAME_PATTERN.match(name):
         raise AuthError(f"name: {name!r} must be 1-100 letters, digits, '.', '_', '@' or '-', starting with a letter or digit")
     if len(password) < MIN_PASSWORD:
@@ -99,7 +100,7 @@ def active_principal(session: Session, name: str) -> Principal | None:
     return Principal(name=row.name, scopes=frozenset(row.scopes))
 
 
-def disable_user(session: Session, *, name: str) -> UserInfo:
+def disable_user(session: Session, *, name: str) -> UserOut:
     row = session.scalar(sa.select(User).where(User.name == name))
     if row is None:
         raise AuthError(f"name: no user called {name!r}")
@@ -109,9 +110,10 @@ def disable_user(session: Session, *, name: str) -> UserInfo:
     return _info(row)
 
 
-def list_users(session: Session) -> list[UserInfo]:
+def list_users(session: Session) -> list[UserOut]:
     return [_info(row) for row in session.scalars(sa.select(User).order_by(User.created_at, User.id))]
 
 
-def _info(row: User) -> UserInfo:
-    return UserInfo(row.name, list(row.scopes), row.created_at, row.last_login_at, row.disabled_at)
+def _info(row: User) -> UserOut:
+    return UserOut(name=row.name, scopes=list(row.scopes), created_at=row.created_at,
+                   last_login_at=row.last_login_at, disabled_at=row.disabled_at)

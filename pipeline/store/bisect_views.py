@@ -4,11 +4,11 @@ first message line (`bisect` writes them; this module only reads)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy.orm import Session, selectinload
 
 from pipeline.store.models import (
@@ -24,8 +24,9 @@ __all__ = ["BisectionView", "StepView", "get_bisection", "latest_by_change_point
            "one_commit_ranges"]
 
 
-@dataclass(frozen=True)
-class StepView:
+class StepView(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     position: int
     """in the range: 1 is the commit after the base, `commits` the bad one"""
     reading: int
@@ -47,8 +48,9 @@ class StepView:
     device_s: float | None
 
 
-@dataclass(frozen=True)
-class BisectionView:
+class BisectionView(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     id: int
     change_point_id: int
     repository: str

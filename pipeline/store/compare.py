@@ -58,10 +58,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from pipeline.analysis.stats import (
@@ -74,6 +75,7 @@ from pipeline.analysis.stats import (
 from pipeline.config import CompareSettings
 from pipeline.contracts import METRICS
 from pipeline.contracts.ids import CaseId, CaseIdAsText
+from pipeline.store.compile_stats import CompileComparisonOut
 from pipeline.store.history import default_branch_chain
 from pipeline.store.models import (
     Case,
@@ -89,8 +91,8 @@ from pipeline.store.models import (
 )
 
 __all__ = [
-    "DRIFT_RATIO", "STATUSES", "STATUS_LABELS", "VERDICTS", "BaseChoice", "CompareError", "Comparison", "ComparisonRow",
-    "PRVerdict", "choose_base", "combine", "compare", "compare_all", "counted_status", "find_base", "only_cases", "overall_verdict",
+    "DRIFT_RATIO", "STATUSES", "STATUS_LABELS", "VERDICTS", "BaseChoice", "CompareError", "ComparisonOut",
+    "ComparisonRowOut", "PRVerdictOut", "choose_base", "combine", "compare", "compare_all", "counted_status", "find_base", "only_cases", "overall_verdict",
     "paired_changes",
     "result_device_classes", "results_version", "status_label", "verdict_counts",
 ]
@@ -114,62 +116,83 @@ class CompareError(LookupError):
     """The repository, commit or device class asked for is not in the store."""
 
 
-@dataclass(frozen=True)
-class ComparisonRow:
+# The documents: what the API serves, the pages and the PR comment render, `benchfarm compare`
+# prints. Their fields, descriptions, defaults and docstrings are the API's OpenAPI document, which
+# gives a row no defaults (every field is required): `_row` sets those a new row leaves unset.
+
+
+class ComparisonRowOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     case_id: CaseIdAsText
     target: str
     model: str
-    base_median: float | None
+    base_median: float | None = Field(description="seconds; with paired samples, the median of the paired base samples")
     head_median: float | None
-    change: float | None
-    pvalue: float | None
-    status: str
-    ci_low: float | None = None
-    ci_high: float | None = None
-    """the change's 95 % interval (round-level); None where it was not tested"""
-    threshold: float | None = None
-    """the smallest |change| counted for this case (floor, or noise_factor x its measured noise)"""
-    paired: bool = False
-    """True: base and head were timed interleaved in one job and the paired test decided."""
-    same_binary: bool = False
-    """Head and base timed identical binaries (equal digests): "unchanged" under the shortcut."""
-    is_control: bool = False
-    """A vendor implementation, run as the control of the suite cases of its family, shape and dtype."""
-    control_case: CaseIdAsText | None = None
-    control_change: float | None = None
-    control_pvalue: float | None = None
-    drift: bool = False
-    """Probable device drift: the control moved as much (module doc); not counted in the verdict."""
+    change: float | None = Field(description="relative change from the timing rounds: paired, exp(mean over the rounds of each "
+                                 "round's middle-fifth mean of log(head/base)) - 1; unpaired, exp(the same of the log "
+                                 "samples, head - base) - 1")
+    ci_low: float | None = Field(description="lower end of the change's 95 % interval (t over the rounds)")
+    ci_high: float | None = Field(description="upper end of the change's 95 % interval")
+    pvalue: float | None = Field(description="two-sided p-value of no change: a t-test over the rounds (paired) or "
+                                 "Welch's over both sides' rounds")
+    threshold: float | None = Field(description="smallest |change| counted for this case: the minimum change, or "
+                                    "noise_factor x its measured noise on the device class when larger")
+    status: str = Field(description="regressed | improved | similar | unchanged (identical binaries: never a change) "
+                                    "| insufficient data | errored | no baseline")
+    paired: bool = Field(description="decided by the paired test (base and head interleaved in one job)")
+    same_binary: bool = Field(description="head and base timed identical binaries (equal binary digests)")
+    is_control: bool = Field(description="a vendor implementation, the control of suite cases of its shape")
+    control_case: CaseIdAsText | None
+    control_change: float | None
+    control_pvalue: float | None
+    drift: bool = Field(description="probable device drift: the vendor control moved as much; not in the verdict")
 
 
-@dataclass
-class Comparison:
+def _row(case: tuple[CaseId, str], target: str, status: str, *, base_median: float | None = None,
+         head_median: float | None = None, change: float | None = None, pvalue: float | None = None,
+         ci_low: float | None = None, ci_high: float | None = None, threshold: float | None = None,
+         paired: bool = False, same_binary: bool = False) -> ComparisonRowOut:
+    """A row of (case id, model) on a target, not yet matched with a control (`_mark_controls`)."""
+    return ComparisonRowOut(
+        case_id=case[0], target=target, model=case[1], base_median=base_median, head_median=head_median,
+        change=change, ci_low=ci_low, ci_high=ci_high, pvalue=pvalue, threshold=threshold, status=status,
+        paired=paired, same_binary=same_binary, is_control=False, control_case=None, control_change=None,
+        control_pvalue=None, drift=False)
+
+
+class ComparisonOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     repository: str
     head_sha: str
     base_sha: str | None
     device_class: str
-    rows: list[ComparisonRow] = field(default_factory=list)
-    counts: dict[str, int] = field(default_factory=dict)
-    merge_base: str | None = None
-    base_source: str = "none"
-    """explicit | paired | merge base | first parent | none"""
-    verdict: str = "no baseline"
-    errored: int = 0
-    drift: int = 0
-    paired: bool = False
-    """True when at least one row was decided by the paired test."""
+    merge_base: str | None
+    base_source: str = Field(description="explicit | paired | merge base | first parent | none")
+    verdict: str
+    errored: int
+    drift: int
+    paired: bool  # at least one row was decided by the paired test
+    counts: dict[str, int]
+    rows: list[ComparisonRowOut]
 
 
-@dataclass
-class PRVerdict:
-    """Every device class the head has results on, and one verdict over them all."""
+# Every device class the head has results on, and one verdict over them all.
+class PRVerdictOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
 
     repository: str
     head_sha: str
-    comparisons: list[Comparison]
-    verdict: str
-    errored: int
+    verdict: str = Field(description="regressed | improved | similar | insufficient data | no baseline, over "
+                                     "every device class; controls left out, drift-marked and unchanged rows "
+                                     "counted as similar")
+    errored: int = Field(description="rows whose head result was wrong or an error (counted apart from the verdict)")
     counts: dict[str, int]
+    comparisons: list[ComparisonOut]
+    compile: CompileComparisonOut | None = Field(
+        default=None, description="compile statistics against the base (the given one, else the first "
+                                  "comparison's, else the newest ancestor with a bundle); not part of `verdict`")
 
 
 @dataclass(frozen=True)
@@ -379,10 +402,10 @@ def _median(values: Sequence[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-def _mark_controls(rows: list[ComparisonRow], max_pvalue: float) -> list[ComparisonRow]:
+def _mark_controls(rows: list[ComparisonRowOut], max_pvalue: float) -> list[ComparisonRowOut]:
     """Attach each suite case's vendor control and mark probable device drift (module doc)."""
-    controls: dict[tuple[str, str, str, str], ComparisonRow] = {}
-    named: dict[tuple[str, str, str, str, str], ComparisonRow] = {}
+    controls: dict[tuple[str, str, str, str], ComparisonRowOut] = {}
+    named: dict[tuple[str, str, str, str, str], ComparisonRowOut] = {}
     for r in rows:
         c = r.case_id
         if c.impl == CONTROL_IMPL:   # the first of each kind, and of each name: no scan per suite case
@@ -392,7 +415,7 @@ def _mark_controls(rows: list[ComparisonRow], max_pvalue: float) -> list[Compari
     for r in rows:
         c = r.case_id
         if c.impl == CONTROL_IMPL:
-            out.append(replace(r, is_control=True))
+            out.append(r.model_copy(update={"is_control": True}))
             continue
         first = controls.get((c.family, c.shape, c.dtype, r.target))
         if first is None:
@@ -404,8 +427,8 @@ def _mark_controls(rows: list[ComparisonRow], max_pvalue: float) -> list[Compari
             and control.pvalue is not None and control.pvalue <= max_pvalue
             and control.change * r.change > 0 and abs(control.change) >= DRIFT_RATIO * abs(r.change)
         )
-        out.append(replace(r, control_case=control.case_id, control_change=control.change,
-                           control_pvalue=control.pvalue, drift=drift))
+        out.append(r.model_copy(update={"control_case": control.case_id, "control_change": control.change,
+                                        "control_pvalue": control.pvalue, "drift": drift}))
     return out
 
 
@@ -414,7 +437,7 @@ def status_label(status: str) -> str:
     return STATUS_LABELS.get(status, status)
 
 
-def counted_status(row: ComparisonRow) -> str | None:
+def counted_status(row: ComparisonRowOut) -> str | None:
     """What a row counts as in the verdict (module doc): None for a control (it judges the device,
     not the code); similar for a row marked drift or unchanged; else its status."""
     if row.is_control:
@@ -424,22 +447,23 @@ def counted_status(row: ComparisonRow) -> str | None:
     return row.status
 
 
-def overall_verdict(rows: Iterable[ComparisonRow]) -> str:
+def overall_verdict(rows: Iterable[ComparisonRowOut]) -> str:
     """One word for a set of rows (module doc): the first of VERDICTS that a row counts as."""
     statuses = {counted_status(r) for r in rows}
     return next((v for v in VERDICTS if v in statuses), "no baseline")
 
 
-def only_cases(comparison: Comparison, case_ids: set[CaseId]) -> Comparison:
+def only_cases(comparison: ComparisonOut, case_ids: set[CaseId]) -> ComparisonOut:
     """The comparison narrowed to `case_ids` (what one run ran: `--cases`, or a run of part of a
     commit), its counts and verdict those of the rows kept."""
     rows = [r for r in comparison.rows if r.case_id in case_ids]
     counts = Counter(r.status for r in rows)
-    return replace(comparison, rows=rows, counts={s: counts.get(s, 0) for s in STATUSES}, verdict=overall_verdict(rows),
-                   errored=counts.get("errored", 0), drift=sum(r.drift for r in rows), paired=any(r.paired for r in rows))
+    return comparison.model_copy(update={
+        "rows": rows, "counts": {s: counts.get(s, 0) for s in STATUSES}, "verdict": overall_verdict(rows),
+        "errored": counts.get("errored", 0), "drift": sum(r.drift for r in rows), "paired": any(r.paired for r in rows)})
 
 
-def verdict_counts(rows: Iterable[ComparisonRow]) -> dict[str, int]:
+def verdict_counts(rows: Iterable[ComparisonRowOut]) -> dict[str, int]:
     """How many rows of each status the verdict stands on, controls left out, drift-marked rows
     counted as "drift" (not as their regressed or improved), in STATUSES order then "drift";
     statuses with no row left out."""
@@ -456,7 +480,7 @@ def compare(
     settings: CompareSettings,
     base_sha: str | None = None,
     merge_base: str | None = None,
-) -> Comparison:
+) -> ComparisonOut:
     """Compare head with its base (module doc) on one device class.
 
     One row per (case, target) that head has a result for, skipped cases left out (except those
@@ -508,25 +532,23 @@ def compare(
     def same(digest: str | None, other: str | None) -> bool:
         return digest is not None and digest == other
 
-    rows: list[ComparisonRow] = []
+    rows: list[ComparisonRowOut] = []
     to_pair: list[tuple[int, str]] = []
     to_test: list[tuple[int, str]] = []
     for key, h in head_results.items():
-        case_id, model = cases[key[0]]
         b = base_results.get(key)
         if h.status in ("wrong", "error"):
-            rows.append(ComparisonRow(case_id, key[1], model, b.median if b else None, None, None, None, "errored"))
+            rows.append(_row(cases[key[0]], key[1], "errored", base_median=b.median if b else None))
         elif key in paired_keys:
             to_pair.append(key)
         elif b is None or h.measurement_id is None:
-            rows.append(ComparisonRow(case_id, key[1], model, None, h.median, None, None, "no baseline"))
+            rows.append(_row(cases[key[0]], key[1], "no baseline", head_median=h.median))
         else:
             to_test.append(key)
     for key, h in skipped.items():  # not timed: only the agent's "same binary as the base" makes a row
         b = base_results.get(key)
         if shortcut and b is not None and same(h.binary_digest, b.binary_digest):
-            rows.append(ComparisonRow(cases[key[0]][0], key[1], cases[key[0]][1], b.median, None, None, None,
-                                      "unchanged", same_binary=True))
+            rows.append(_row(cases[key[0]], key[1], "unchanged", base_median=b.median, same_binary=True))
 
     # The tests run batched: thousands of cases on a page cost milliseconds, not seconds.
     pairs = [(paired[head_results[k].result_id], samples[head_results[k].measurement_id],  # type: ignore[index]
@@ -553,11 +575,11 @@ def compare(
     rows = _mark_controls(rows, settings.max_pvalue)
     rows.sort(key=lambda r: (str(r.case_id), r.target))  # the text's order, as the store's
     counts = Counter(r.status for r in rows)
-    return Comparison(
-        repository=repository, head_sha=head_sha, base_sha=choice.sha, device_class=device_class, rows=rows,
-        counts={s: counts.get(s, 0) for s in STATUSES}, merge_base=choice.merge_base, base_source=choice.source,
-        verdict=overall_verdict(rows), errored=counts.get("errored", 0), drift=sum(r.drift for r in rows),
-        paired=any(r.paired for r in rows),
+    return ComparisonOut(
+        repository=repository, head_sha=head_sha, base_sha=choice.sha, device_class=device_class,
+        merge_base=choice.merge_base, base_source=choice.source, verdict=overall_verdict(rows),
+        errored=counts.get("errored", 0), drift=sum(r.drift for r in rows), paired=any(r.paired for r in rows),
+        counts={s: counts.get(s, 0) for s in STATUSES}, rows=rows,
     )
 
 
@@ -565,12 +587,12 @@ SQRT2 = math.sqrt(2)
 
 
 def _timed_row(case: tuple[CaseId, str], target: str, base_median: float, head_median: float, v: Verdict,
-               same_binary: bool, shortcut: bool, *, paired: bool = False) -> ComparisonRow:
+               same_binary: bool, shortcut: bool, *, paired: bool = False) -> ComparisonRowOut:
     """A row of a timed comparison; identical binaries under the shortcut: unchanged, whatever the timing."""
     status = "unchanged" if same_binary and shortcut else v.status
-    return ComparisonRow(case[0], target, case[1], base_median, head_median, v.change, v.pvalue, status,
-                         ci_low=v.ci_low, ci_high=v.ci_high, threshold=v.threshold, paired=paired,
-                         same_binary=same_binary)
+    return _row(case, target, status, base_median=base_median, head_median=head_median, change=v.change,
+                pvalue=v.pvalue, ci_low=v.ci_low, ci_high=v.ci_high, threshold=v.threshold, paired=paired,
+                same_binary=same_binary)
 
 
 def result_device_classes(session: Session, *, repository: str, head_sha: str) -> list[str]:
@@ -583,12 +605,14 @@ def result_device_classes(session: Session, *, repository: str, head_sha: str) -
         .where(Run.commit_id == head.id).order_by(DeviceClassRow.name)))
 
 
-def combine(repository: str, head_sha: str, comparisons: list[Comparison]) -> PRVerdict:
-    """One verdict over the comparisons of a head on several device classes."""
+def combine(repository: str, head_sha: str, comparisons: list[ComparisonOut]) -> PRVerdictOut:
+    """One verdict over the comparisons of a head on several device classes (no compile section:
+    `compile_stats.compare_compile` makes it, `model_copy(update={"compile": ...})` adds it)."""
     rows = [r for c in comparisons for r in c.rows]
     counts = Counter(r.status for r in rows)
-    return PRVerdict(repository=repository, head_sha=head_sha, comparisons=comparisons, verdict=overall_verdict(rows),
-                     errored=counts.get("errored", 0), counts={s: counts.get(s, 0) for s in STATUSES})
+    return PRVerdictOut(repository=repository, head_sha=head_sha, verdict=overall_verdict(rows),
+                        errored=counts.get("errored", 0), counts={s: counts.get(s, 0) for s in STATUSES},
+                        comparisons=comparisons)
 
 
 def compare_all(
@@ -599,7 +623,7 @@ def compare_all(
     settings: CompareSettings,
     base_sha: str | None = None,
     merge_base: str | None = None,
-) -> PRVerdict:
+) -> PRVerdictOut:
     """`compare` on every device class the head has results on (by name), and the verdict over all rows."""
     names = result_device_classes(session, repository=repository, head_sha=head_sha)
     return combine(repository, head_sha, [

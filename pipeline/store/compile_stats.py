@@ -25,19 +25,19 @@ whose bundle compiled anything, so a build-only commit (no latency results) has 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 
 import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from pipeline.contracts.ids import CaseId, CaseIdAsText
 from pipeline.store.history import default_branch_chain
 from pipeline.store.models import Bundle, Case, Commit, CommitParent, CompileStat, Repository
 
-__all__ = ["COMPARED_METRICS", "METRIC_COLUMNS", "CompileChange", "CompileComparison", "CompilePoint",
-           "CompileSeries", "CompileStep", "compare_compile", "compile_changes", "compile_history", "compile_steps",
-           "compile_targets", "list_compile_series"]
+__all__ = ["COMPARED_METRICS", "METRIC_COLUMNS", "CompileChangeOut", "CompileComparisonOut", "CompilePointOut",
+           "CompileSeriesOut", "CompileStepOut", "compare_compile", "compile_changes", "compile_history",
+           "compile_steps", "compile_targets", "list_compile_series", "relative_change"]
 
 METRIC_COLUMNS: dict[str, str] = {
     "compile_time": "compile_time_s",
@@ -51,82 +51,85 @@ COMPARED_METRICS = ("binary_size", "registers", "spills", "shared_bytes")
 """The deterministic metrics: compared between commits (compile time is not: module doc)."""
 
 
-@dataclass(frozen=True)
-class CompileSeries:
+# The documents below are what the API serves and the pages render. The derived figures (`change`,
+# `summary`) are fields set where the documents are made, not properties: the API's document lists
+# them as plain fields (pydantic's computed fields would be marked readOnly there).
+
+
+class CompileSeriesOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     case_id: CaseIdAsText
     target: str
-    commits: int
-    latest: dict[str, float | None] = field(default_factory=dict)
+    commits: int = Field(description="commits whose bundles compiled this case for this target")
+    latest: dict[str, float | None] = Field(description="metric -> the newest commit's figure (None: not reported)")
 
 
-@dataclass(frozen=True)
-class CompilePoint:
+class CompilePointOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     sha: str
     committed_at: datetime
-    status: str
+    status: str = Field(description="built | failed")
     values: dict[str, float | None]
 
 
-@dataclass(frozen=True)
-class CompileChange:
+def relative_change(new: float | None, old: float | None) -> float | None:
+    """new / old - 1; None when either side is missing or old is 0."""
+    if old is None or new is None or old == 0:
+        return None
+    return new / old - 1.0
+
+
+class CompileChangeOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     case_id: CaseIdAsText
     target: str
     metric: str
     base: float | None
     head: float | None
-
-    @property
-    def change(self) -> float | None:
-        """Relative change (head / base - 1); None when either side is missing or base is 0."""
-        if self.base is None or self.head is None or self.base == 0:
-            return None
-        return self.head / self.base - 1.0
+    change: float | None = Field(description="head / base - 1; None when a side is missing or base is 0")
 
 
-@dataclass(frozen=True)
-class CompileStep:
-    """A compared figure that changed along the history: `before` at `before_sha`, `after` from
-    `after_sha` (the next built commit of the history) on."""
+# A compared figure that changed along the history: `before` at `before_sha`, `after` from
+# `after_sha` (the next built commit of the history) on.
+class CompileStepOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
 
     metric: str
     before_sha: str
-    after_sha: str
-    after_index: int
+    after_sha: str = Field(description="the first commit of the history with the new value")
     before: float | None
     after: float | None
-
-    @property
-    def change(self) -> float | None:
-        """Relative change (after / before - 1); None when either side is missing or before is 0."""
-        if self.before is None or self.after is None or self.before == 0:
-            return None
-        return self.after / self.before - 1.0
+    change: float | None = Field(description="after / before - 1; None when a side is missing or before is 0")
 
 
-@dataclass(frozen=True)
-class CompileComparison:
-    """The compile figures of a head commit against a base (module doc: how the base is chosen)."""
+class CompileComparisonOut(BaseModel):
+    """The compile figures of the head against a base: beside the latency verdict, never part of it."""
+
+    model_config = ConfigDict(frozen=True)
 
     head_sha: str
     base_sha: str | None
-    base_source: str
-    """given | latency base | first-parent ancestor | none"""
-    compared: int
-    """(case, target) pairs built at both commits"""
-    changes: list[CompileChange] = field(default_factory=list)
+    base_source: str = Field(description="given | latency base | first-parent ancestor | none")
+    compared: int = Field(description="(case, target) pairs built at both commits")
+    summary: str = Field(description='one line, e.g. "2 cases changed binary size, registers"')
+    changes: list[CompileChangeOut] = Field(
+        description="binary size, registers, spills, shared bytes that differ (any difference: they are deterministic)")
 
-    @property
-    def summary(self) -> str:
-        """One line: "2 cases changed binary size, registers (on 2 targets)", or why nothing is listed."""
-        if self.base_sha is None:
-            return "no base with compile statistics"
-        if not self.changes:
-            return f"{self.compared} case{'s' if self.compared != 1 else ''} compiled at both commits, none changed"
-        cases = len({c.case_id for c in self.changes})
-        targets = len({c.target for c in self.changes})
-        metrics = ", ".join(sorted({c.metric.replace("_", " ") for c in self.changes}))
-        return (f"{cases} case{'s' if cases != 1 else ''} changed {metrics}"
-                + (f" (on {targets} targets)" if targets > 1 else ""))
+
+def _summary(base_sha: str | None, compared: int, changes: Sequence[CompileChangeOut]) -> str:
+    """One line: "2 cases changed binary size, registers (on 2 targets)", or why nothing is listed."""
+    if base_sha is None:
+        return "no base with compile statistics"
+    if not changes:
+        return f"{compared} case{'s' if compared != 1 else ''} compiled at both commits, none changed"
+    cases = len({c.case_id for c in changes})
+    targets = len({c.target for c in changes})
+    metrics = ", ".join(sorted({c.metric.replace("_", " ") for c in changes}))
+    return (f"{cases} case{'s' if cases != 1 else ''} changed {metrics}"
+            + (f" (on {targets} targets)" if targets > 1 else ""))
 
 
 def _newest_per_commit(session: Session, repository: str, *, case_id: CaseId | str | None = None,
@@ -159,7 +162,7 @@ def _values(row: sa.Row) -> dict[str, float | None]:
     return {metric: getattr(row, column) for metric, column in METRIC_COLUMNS.items()}
 
 
-def list_compile_series(session: Session, repository: str) -> list[CompileSeries]:
+def list_compile_series(session: Session, repository: str) -> list[CompileSeriesOut]:
     """Every (case, target) the repository's bundles compiled, with its newest values, sorted."""
     rows = _newest_per_commit(session, repository)
     by_key: dict[tuple[CaseId, str], list[sa.Row]] = {}
@@ -168,11 +171,11 @@ def list_compile_series(session: Session, repository: str) -> list[CompileSeries
     out = []
     for (case_id, target), points in sorted(by_key.items(), key=lambda item: (str(item[0][0]), item[0][1])):
         newest = max(points, key=lambda r: (r.committed_at, r.commit_pk))
-        out.append(CompileSeries(case_id, target, len(points), _values(newest)))
+        out.append(CompileSeriesOut(case_id=case_id, target=target, commits=len(points), latest=_values(newest)))
     return out
 
 
-def compile_history(session: Session, repository: str, case_id: CaseId | str, target: str) -> list[CompilePoint]:
+def compile_history(session: Session, repository: str, case_id: CaseId | str, target: str) -> list[CompilePointOut]:
     """The series' values along the default-branch history (`history.default_branch_chain`), oldest
     first; when the repository has no default-branch history yet, every commit by commit time."""
     rows = _newest_per_commit(session, repository, case_id=case_id, target=target)
@@ -181,33 +184,36 @@ def compile_history(session: Session, repository: str, case_id: CaseId | str, ta
     by_commit = {row.commit_pk: row for row in rows}
     ordered = ([by_commit[c.id] for c in chain if c.id in by_commit] if chain
                else sorted(rows, key=lambda r: (r.committed_at, r.commit_pk)))
-    return [CompilePoint(r.sha, r.committed_at, r.status, _values(r)) for r in ordered]
+    return [CompilePointOut(sha=r.sha, committed_at=r.committed_at, status=r.status, values=_values(r))
+            for r in ordered]
 
 
-def compile_steps(history: Sequence[CompilePoint]) -> list[CompileStep]:
+def compile_steps(history: Sequence[CompilePointOut]) -> list[CompileStepOut]:
     """The change points of a compile series (module doc): each compared metric's value at each
     built commit of `history` (oldest first) that differs from the previous built commit's, in
     history order. A failed build is skipped: the step is measured across it."""
     steps = []
-    previous: CompilePoint | None = None
-    for index, point in enumerate(history):
+    previous: CompilePointOut | None = None
+    for point in history:
         if point.status != "built":
             continue
         if previous is not None:
-            steps.extend(CompileStep(metric, previous.sha, point.sha, index, previous.values[metric],
-                                     point.values[metric])
-                         for metric in COMPARED_METRICS if previous.values[metric] != point.values[metric])
+            for metric in COMPARED_METRICS:
+                before, after = previous.values[metric], point.values[metric]
+                if before != after:
+                    steps.append(CompileStepOut(metric=metric, before_sha=previous.sha, after_sha=point.sha,
+                                                before=before, after=after, change=relative_change(after, before)))
         previous = point
     return steps
 
 
-def compile_changes(session: Session, repository: str, *, head_sha: str, base_sha: str) -> list[CompileChange]:
+def compile_changes(session: Session, repository: str, *, head_sha: str, base_sha: str) -> list[CompileChangeOut]:
     """Each compared metric (`COMPARED_METRICS`) of each (case, target) compiled at both commits
     whose value differs between them, sorted by case, target and metric."""
     return _changes(session, repository, head_sha=head_sha, base_sha=base_sha)[0]
 
 
-def _changes(session: Session, repository: str, *, head_sha: str, base_sha: str) -> tuple[list[CompileChange], int]:
+def _changes(session: Session, repository: str, *, head_sha: str, base_sha: str) -> tuple[list[CompileChangeOut], int]:
     """compile_changes, and how many (case, target) pairs were built at both commits."""
     commits = dict(session.execute(
         sa.select(Commit.sha, Commit.id).join(Repository, Commit.repository_id == Repository.id)
@@ -223,7 +229,8 @@ def _changes(session: Session, repository: str, *, head_sha: str, base_sha: str)
             column = METRIC_COLUMNS[metric]
             b, h = getattr(base[key], column), getattr(head[key], column)
             if b != h:
-                changes.append(CompileChange(key[0], key[1], metric, b, h))
+                changes.append(CompileChangeOut(case_id=key[0], target=key[1], metric=metric, base=b, head=h,
+                                                change=relative_change(h, b)))
     return changes, len(head.keys() & base.keys())
 
 
@@ -245,7 +252,7 @@ def _ancestor_with_bundle(session: Session, repository: str, head_sha: str, walk
 
 
 def compare_compile(session: Session, repository: str, *, head_sha: str, base_sha: str | None = None,
-                    latency_bases: Iterable[str | None] = (), walk: int = 50) -> CompileComparison:
+                    latency_bases: Iterable[str | None] = (), walk: int = 50) -> CompileComparisonOut:
     """The head's compile figures against the base (module doc: given, else the first of the
     latency comparisons' bases, else the newest first-parent ancestor with a bundle within `walk`
     commits)."""
@@ -258,9 +265,11 @@ def compare_compile(session: Session, repository: str, *, head_sha: str, base_sh
         found = _ancestor_with_bundle(session, repository, head_sha, walk)
         base, source = found, "first-parent ancestor" if found else "none"
     if base is None:
-        return CompileComparison(head_sha, None, "none", 0)
+        return CompileComparisonOut(head_sha=head_sha, base_sha=None, base_source="none", compared=0,
+                                    summary=_summary(None, 0, []), changes=[])
     changes, compared = _changes(session, repository, head_sha=head_sha, base_sha=base)
-    return CompileComparison(head_sha, base, source, compared, changes)
+    return CompileComparisonOut(head_sha=head_sha, base_sha=base, base_source=source, compared=compared,
+                                summary=_summary(base, compared, changes), changes=changes)
 
 
 def compile_targets(session: Session, case_id: CaseId | str, targets: Sequence[str]) -> list[tuple[str, str]]:

@@ -1,4 +1,10 @@
-"""Read-side helpers for the web pages and the JSON API: small, typed, plain dataclasses out.
+"""Read-side helpers for the web pages and the JSON API: small, typed documents out.
+
+Each document is one frozen pydantic model, the very object the pages render and the API serves
+as its `response_model` (no copy of its fields elsewhere). Those the API serves keep the names
+its OpenAPI document gives them (`*Out`: component names are part of the published API), and
+their docstrings and field descriptions are the API's too (a class docstring is its schema's
+description): a note the API does not publish is a comment.
 
 "Latest" and "history" follow commit time (committed_at), ties broken by storage order; when a
 commit was measured more than once on a series, its newest measurement stands for it.
@@ -6,16 +12,21 @@ commit was measured more than once on a series, its newest measurement stands fo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, TypeVar, get_args
 
 import sqlalchemy as sa
 import sqlalchemy.orm
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from pipeline.contracts.ids import CaseIdAsText
+from pipeline.store.analysis import series_direction
+from pipeline.store.bisect_views import BisectionView, latest_by_change_point
+from pipeline.store.history import default_branch_chain
 from pipeline.store.models import (
+    LIFECYCLE,
     OPEN_STATES,
     Case,
     ChangePoint,
@@ -28,10 +39,19 @@ from pipeline.store.models import (
     Run,
     Series,
 )
+from pipeline.store.triage import TriageEventOut, events
+
+_Document = TypeVar("_Document", bound=BaseModel)
 
 
-@dataclass(frozen=True)
-class RunSummary:
+def _from_row(model: type[_Document], row: Sequence[Any]) -> _Document:
+    """The document from a select of its fields, in the model's field order."""
+    return model(**dict(zip(model.model_fields, row, strict=True)))
+
+
+class RunOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     id: str
     repository: str
     commit_sha: str
@@ -42,8 +62,9 @@ class RunSummary:
     job_count: int
 
 
-@dataclass(frozen=True)
-class JobSummary:
+class JobSummary(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     id: str
     device_class: str
     status: str
@@ -56,15 +77,17 @@ class JobSummary:
     finished_at: datetime | None
 
 
-@dataclass(frozen=True)
-class RunDetail:
-    run: RunSummary
+class RunDetail(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    run: RunOut
     error: str | None
     jobs: list[JobSummary]
 
 
-@dataclass(frozen=True)
-class SeriesSummary:
+class SeriesSummary(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     id: int
     case_id: CaseIdAsText
     device_class: str
@@ -74,8 +97,9 @@ class SeriesSummary:
     latest_commit: str | None
 
 
-@dataclass(frozen=True)
-class HistoryPoint:
+class HistoryPointOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     sha: str
     committed_at: datetime
     median: float
@@ -95,11 +119,12 @@ def _run_query() -> sa.Select[tuple[Run, str, str, int]]:
     )
 
 
-def _run_summary(run: Run, repository: str, sha: str, jobs: int) -> RunSummary:
-    return RunSummary(run.id, repository, sha, run.kind, run.status, run.created_at, run.finished_at, jobs)
+def _run_summary(run: Run, repository: str, sha: str, jobs: int) -> RunOut:
+    return RunOut(id=run.id, repository=repository, commit_sha=sha, kind=run.kind, status=run.status,
+                  created_at=run.created_at, finished_at=run.finished_at, job_count=jobs)
 
 
-def list_runs(session: Session, *, limit: int = 50) -> list[RunSummary]:
+def list_runs(session: Session, *, limit: int = 50) -> list[RunOut]:
     """The newest runs first."""
     rows = session.execute(_run_query().order_by(Run.created_at.desc(), Run.id).limit(limit))
     return [_run_summary(*row) for row in rows]
@@ -118,8 +143,9 @@ def get_run(session: Session, run_id: str) -> RunDetail | None:
     return RunDetail(
         run=_run_summary(*row),
         error=run.error,
-        jobs=[JobSummary(j.id, dc, j.status, j.attempts, j.error, j.agent, j.bundle_digest, j.created_at,
-                         j.started_at, j.finished_at) for j, dc in jobs],
+        jobs=[JobSummary(id=j.id, device_class=dc, status=j.status, attempts=j.attempts, error=j.error,
+                         agent=j.agent, bundle_digest=j.bundle_digest, created_at=j.created_at,
+                         started_at=j.started_at, finished_at=j.finished_at) for j, dc in jobs],
     )
 
 
@@ -183,10 +209,10 @@ def _series_summaries(session: Session, *, limit: int,
         .order_by(Case.case_id, DeviceClassRow.name, Series.metric)
         .limit(limit)
     )
-    return [SeriesSummary(*row) for row in rows]
+    return [_from_row(SeriesSummary, row) for row in rows]
 
 
-def series_history(session: Session, series_id: int) -> list[HistoryPoint]:
+def series_history(session: Session, series_id: int) -> list[HistoryPointOut]:
     """One point per measured commit, oldest commit first."""
     ranked = (
         sa.select(
@@ -202,14 +228,15 @@ def series_history(session: Session, series_id: int) -> list[HistoryPoint]:
         .where(ranked.c.rank == 1)
         .order_by(Commit.committed_at, Commit.id)
     )
-    return [HistoryPoint(*row) for row in rows]
+    return [_from_row(HistoryPointOut, row) for row in rows]
 
 
 # --- commits ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CommitSummary:
+class CommitOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     repository: str
     sha: str
     message: str
@@ -217,10 +244,15 @@ class CommitSummary:
     committed_at: datetime
     branch: str | None
     pull_request: int | None
-    parents: list[str]
+    parents: list[str] = Field(description="parent shas, first parent first")
 
 
-def _commit_summaries(session: Session, query: sa.Select[tuple[Commit, str]]) -> list[CommitSummary]:
+class CommitDetailOut(CommitOut):
+    on_default_branch: bool = Field(description="on the first-parent chain of the default-branch head")
+    runs: list[RunOut]
+
+
+def _commit_summaries(session: Session, query: sa.Select[tuple[Commit, str]]) -> list[CommitOut]:
     rows = session.execute(query).all()
     parents: dict[int, list[str]] = {c.id: [] for c, _ in rows}
     if parents:
@@ -229,12 +261,13 @@ def _commit_summaries(session: Session, query: sa.Select[tuple[Commit, str]]) ->
             .where(CommitParent.commit_id.in_(list(parents))).order_by(CommitParent.commit_id, CommitParent.position)
         ):
             parents[commit_id].append(parent_sha)
-    return [CommitSummary(repo, c.sha, c.message, c.author, c.committed_at, c.branch, c.pull_request, parents[c.id])
+    return [CommitOut(repository=repo, sha=c.sha, message=c.message, author=c.author, committed_at=c.committed_at,
+                      branch=c.branch, pull_request=c.pull_request, parents=parents[c.id])
             for c, repo in rows]
 
 
 def list_commits(session: Session, *, repository: str | None = None, branch: str | None = None,
-                 limit: int = 100) -> list[CommitSummary]:
+                 limit: int = 100) -> list[CommitOut]:
     """Recorded commits, newest commit time first, optionally of one repository and one branch."""
     query = sa.select(Commit, Repository.name).join(Repository, Commit.repository_id == Repository.id)
     if repository is not None:
@@ -244,7 +277,7 @@ def list_commits(session: Session, *, repository: str | None = None, branch: str
     return _commit_summaries(session, query.order_by(Commit.committed_at.desc(), Commit.id.desc()).limit(limit))
 
 
-def find_commits(session: Session, sha: str, *, repository: str | None = None) -> list[CommitSummary]:
+def find_commits(session: Session, sha: str, *, repository: str | None = None) -> list[CommitOut]:
     """The commits with that sha (one per repository that recorded it)."""
     query = sa.select(Commit, Repository.name).join(Repository, Commit.repository_id == Repository.id).where(
         Commit.sha == sha)
@@ -253,51 +286,85 @@ def find_commits(session: Session, sha: str, *, repository: str | None = None) -
     return _commit_summaries(session, query.order_by(Repository.name))
 
 
-def commit_runs(session: Session, *, repository: str, sha: str) -> list[RunSummary]:
+def commit_runs(session: Session, *, repository: str, sha: str) -> list[RunOut]:
     """The runs of one commit, newest first."""
     rows = session.execute(_run_query().where(Repository.name == repository, Commit.sha == sha)
                            .order_by(Run.created_at.desc(), Run.id))
     return [_run_summary(*row) for row in rows]
 
 
+def commit_detail(session: Session, commit: CommitOut) -> CommitDetailOut:
+    """One commit (of `find_commits`) with its runs and whether it is on the default-branch history."""
+    repository_id = session.scalar(sa.select(Repository.id).where(Repository.name == commit.repository))
+    on_default = repository_id is not None and any(
+        c.sha == commit.sha for c in default_branch_chain(session, repository_id))
+    return CommitDetailOut(**dict(commit), on_default_branch=on_default,
+                           runs=commit_runs(session, repository=commit.repository, sha=commit.sha))
+
+
 # --- change points, regressions, dashboard ---------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ChangePointSummary:
+Lifecycle = Literal["suspected", "confirmed", "retracted"]
+if set(get_args(Lifecycle)) != set(LIFECYCLE):
+    raise RuntimeError("queries.Lifecycle differs from models.LIFECYCLE")
+
+
+class ChangePointOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     id: int
     series_id: int
     case_id: CaseIdAsText
     family: str
     device_class: str
     metric: str
-    direction: str
+    direction: str = Field(description="regression | improvement, in the series' direction")
     state: str
-    magnitude: float
+    magnitude: float = Field(description="after_level / before_level - 1")
     pvalue: float
     before_level: float
     after_level: float
-    before_sha: str
+    before_sha: str = Field(description="the commit range is (before_sha, after_sha]")
     after_sha: str
     committed_at: datetime
     detected_at: datetime
     history_index: int
-    open: bool
-    """in an open state, not retracted, and after the series' newest intended change point (see `analysis`)"""
-    lifecycle: str
-    """suspected | confirmed | retracted (`models.LIFECYCLE`)"""
-    reason: str
-    """why it was retracted"""
+    open: bool = Field(description="open triage state, not retracted, after the series' newest intended change point")
+    lifecycle: Lifecycle = Field(description="suspected (the newest commits left their level, not enough of them yet) "
+                                 "| confirmed | retracted (later data refute it)")
+    reason: str = Field(description="why it was retracted; empty otherwise")
     retracted_at: datetime | None
 
 
-@dataclass(frozen=True)
-class Baseline:
-    """The series' reference level: its newest intended change point's new level."""
+class ChangePointDetailOut(ChangePointOut):
+    events: list[TriageEventOut] = Field(description="triage history, oldest first; the last is the current state")
+    bisection: BisectionView | None = Field(None, description="its newest bisection (the active one when there is "
+                                            "one): the steps, and the culprit once found")
+
+
+# The series' reference level: its newest intended change point's new level.
+class BaselineOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
 
     change_point_id: int
     sha: str
     level: float
+
+
+class SeriesSettingsOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    min_magnitude: float | None = Field(description="None: the analysis settings' minimum magnitude")
+    lower_is_better: bool = Field(description="the series' direction (its own setting or its metric's)")
+    lower_is_better_override: bool | None
+
+
+class SeriesDetailOut(SeriesSummary):
+    settings: SeriesSettingsOut
+    baseline: BaselineOut | None = Field(description="the newest intended change point: the series' reference level")
+    history: list[HistoryPointOut]
+    change_points: list[ChangePointOut]
 
 
 def _baselines() -> sa.Subquery:
@@ -314,7 +381,7 @@ def _is_open(baselines: sa.Subquery) -> sa.ColumnElement[bool]:
 
 
 def _change_point_query() -> tuple[Any, sa.ColumnElement[bool]]:
-    """The select of `ChangePointSummary`'s fields, and its "open" condition."""
+    """The select of `ChangePointOut`'s fields (in its order), and its "open" condition."""
     before = sa.orm.aliased(Commit)
     after = sa.orm.aliased(Commit)
     baselines = _baselines()
@@ -334,31 +401,53 @@ def _change_point_query() -> tuple[Any, sa.ColumnElement[bool]]:
     ), is_open
 
 
-def series_change_points(session: Session, series_id: int) -> list[ChangePointSummary]:
+def series_change_points(session: Session, series_id: int) -> list[ChangePointOut]:
     """A series' change points, oldest first."""
     rows = session.execute(_change_point_query()[0].where(ChangePoint.series_id == series_id)
                            .order_by(ChangePoint.committed_at, ChangePoint.id))
-    return [ChangePointSummary(*row) for row in rows]  # type: ignore[arg-type, call-arg]
+    return [_from_row(ChangePointOut, row) for row in rows]
 
 
-def get_change_point(session: Session, change_point_id: int) -> ChangePointSummary | None:
+def get_change_point(session: Session, change_point_id: int) -> ChangePointOut | None:
     row = session.execute(_change_point_query()[0].where(ChangePoint.id == change_point_id)).one_or_none()
-    return ChangePointSummary(*row) if row is not None else None  # type: ignore[arg-type, call-arg]
+    return _from_row(ChangePointOut, row) if row is not None else None
 
 
-def series_baseline(session: Session, series_id: int) -> Baseline | None:
+def change_point_detail(session: Session, change_point_id: int) -> ChangePointDetailOut | None:
+    """One change point with its triage history and its newest bisection; None when there is none."""
+    found = get_change_point(session, change_point_id)
+    if found is None:
+        return None
+    return ChangePointDetailOut(**dict(found), events=events(session, change_point_id),
+                                bisection=latest_by_change_point(session, [change_point_id]).get(change_point_id))
+
+
+def series_baseline(session: Session, series_id: int) -> BaselineOut | None:
     """The newest intended change point of the series (None: the series was never rebased)."""
     row = session.execute(
         sa.select(ChangePoint.id, Commit.sha, ChangePoint.after_level)
         .join(Commit, ChangePoint.after_commit_id == Commit.id)
         .where(ChangePoint.series_id == series_id, ChangePoint.state == "intended", ChangePoint.lifecycle != "retracted")
         .order_by(ChangePoint.committed_at.desc(), ChangePoint.id.desc()).limit(1)).one_or_none()
-    return Baseline(*row) if row is not None else None
+    return _from_row(BaselineOut, row) if row is not None else None
+
+
+def series_detail(session: Session, series_id: int) -> SeriesDetailOut | None:
+    """One series: its summary, settings, baseline, history and change points; None when there is none."""
+    summary = get_series(session, series_id)
+    row = session.get(Series, series_id)
+    if summary is None or row is None:
+        return None
+    settings = SeriesSettingsOut(min_magnitude=row.min_magnitude, lower_is_better=series_direction(row),
+                                 lower_is_better_override=row.lower_is_better)
+    return SeriesDetailOut(**dict(summary), settings=settings, baseline=series_baseline(session, series_id),
+                           history=series_history(session, series_id),
+                           change_points=series_change_points(session, series_id))
 
 
 def list_regressions(session: Session, *, device_class: str | None = None, family: str | None = None,
                      state: str | None = None, lifecycle: str | None = None,
-                     limit: int = 100) -> list[ChangePointSummary]:
+                     limit: int = 100) -> list[ChangePointOut]:
     """Regression change points, newest commit first: the open ones (open states, not retracted,
     not superseded by a later intended change point of their series), or, when `state` or
     `lifecycle` is given, all those in that triage state and that lifecycle (retracted included)."""
@@ -375,43 +464,46 @@ def list_regressions(session: Session, *, device_class: str | None = None, famil
     if family is not None:
         query = query.where(Case.family == family)
     rows = session.execute(query.order_by(ChangePoint.committed_at.desc(), ChangePoint.id.desc()).limit(limit))
-    return [ChangePointSummary(*row) for row in rows]  # type: ignore[arg-type, call-arg]
+    return [_from_row(ChangePointOut, row) for row in rows]
 
 
 SERIES_STATES = ("regressed", "suspected", "improved", "stable", "no data")
 """Also the order of a group's series on the dashboard: what needs attention first."""
 
 
-@dataclass(frozen=True)
-class DashboardSeries:
+class DashboardSeriesOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     id: int
     case_id: CaseIdAsText
     metric: str
-    state: str
+    state: str = Field(description="regressed | suspected | improved | stable | no data")
     open_change_points: int
 
 
-@dataclass(frozen=True)
-class DashboardGroup:
+class DashboardGroupOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     family: str
     device_class: str
     counts: dict[str, int]
     """Every series of the group that passes the filters, by state (the state filter aside)."""
-    series: list[DashboardSeries]
+    series: list[DashboardSeriesOut]
     """The group's series in the asked state, regressed first, then improved, stable, no data, each
     by case id; at most `per_group` of them when a limit was asked."""
 
 
-@dataclass(frozen=True)
-class Dashboard:
+class DashboardOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     counts: dict[str, int]
-    groups: list[DashboardGroup]
+    groups: list[DashboardGroupOut]
 
 
 def dashboard(
     session: Session, *, device_class: str | None = None, family: str | None = None, dtype: str | None = None,
     impl: str | None = None, text: str | None = None, state: str | None = None, per_group: int | None = None,
-) -> Dashboard:
+) -> DashboardOut:
     """Every series' state, grouped by family and device class, with counts: two queries.
 
     A series is "no data" when its last analysis saw no default-branch commit with a measurement,
@@ -487,9 +579,11 @@ def dashboard(
         ranked = listed.subquery("ranked")
         rows = (sa.select(*(ranked.c[c.name] for c in columns)).where(ranked.c.place <= per_group)
                 .order_by(ranked.c.family, ranked.c.device_class, ranked.c.place))
-    members: dict[tuple[str, str], list[DashboardSeries]] = {}
+    members: dict[tuple[str, str], list[DashboardSeriesOut]] = {}
     for fam, dc, series_id, case_id, metric, series_state_name, open_count in session.execute(rows):
         members.setdefault((fam, dc), []).append(
-            DashboardSeries(series_id, case_id, metric, series_state_name, open_count))
-    out = [DashboardGroup(fam, dc, counts, members.get((fam, dc), [])) for (fam, dc), counts in sorted(groups.items())]
-    return Dashboard(total, out)
+            DashboardSeriesOut(id=series_id, case_id=case_id, metric=metric, state=series_state_name,
+                               open_change_points=open_count))
+    out = [DashboardGroupOut(family=fam, device_class=dc, counts=counts, series=members.get((fam, dc), []))
+           for (fam, dc), counts in sorted(groups.items())]
+    return DashboardOut(counts=total, groups=out)

@@ -16,16 +16,16 @@ set to the event's in the same transaction: the current state is always the late
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlparse
 
 import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy.orm import Session
 
 from pipeline.store.models import TRIAGE_STATES, ChangePoint, TriageEvent, utcnow
 
-__all__ = ["TRANSITIONS", "TriageError", "TriageRecord", "events", "triage"]
+__all__ = ["TRANSITIONS", "TriageError", "TriageEventOut", "event_out", "events", "triage"]
 
 TRANSITIONS: dict[str, tuple[str, ...]] = {
     "needs triage": ("noisy", "confirmed", "intended", "assigned"),
@@ -43,10 +43,12 @@ class TriageError(ValueError):
     """A move that is not allowed or lacks what its state needs; the message names the field."""
 
 
-@dataclass(frozen=True)
-class TriageRecord:
+# One move of a change point's triage (the API's document: a docstring would be its description
+# there); its change point is the one it is listed under.
+class TriageEventOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     id: int
-    change_point_id: int
     state: str
     who: str
     at: datetime
@@ -55,9 +57,10 @@ class TriageRecord:
     note: str
 
 
-def _record(event: TriageEvent) -> TriageRecord:
-    return TriageRecord(event.id, event.change_point_id, event.state, event.who, event.at, event.bug_link,
-                        event.assignee, event.note)
+def event_out(event: TriageEvent) -> TriageEventOut:
+    """The document of a stored triage event."""
+    return TriageEventOut(id=event.id, state=event.state, who=event.who, at=event.at, bug_link=event.bug_link,
+                          assignee=event.assignee, note=event.note)
 
 
 def _checked_link(link: str) -> str:
@@ -70,7 +73,7 @@ def _checked_link(link: str) -> str:
 def triage(
     session: Session, *, change_point_id: int, state: str, who: str, bug_link: str | None = None,
     assignee: str | None = None, note: str = "",
-) -> TriageRecord:
+) -> TriageEventOut:
     """Move a change point to `state` as `who` (module doc); returns the event.
 
     Raises LookupError for an unknown change point, TriageError for an unknown state, a move
@@ -100,11 +103,11 @@ def triage(
     session.add(event)
     change_point.state = state
     session.flush()
-    return _record(event)
+    return event_out(event)
 
 
-def events(session: Session, change_point_id: int) -> list[TriageRecord]:
+def events(session: Session, change_point_id: int) -> list[TriageEventOut]:
     """A change point's triage history, oldest first."""
     rows = session.scalars(sa.select(TriageEvent).where(TriageEvent.change_point_id == change_point_id)
                            .order_by(TriageEvent.at, TriageEvent.id))
-    return [_record(e) for e in rows]
+    return [event_out(e) for e in rows]

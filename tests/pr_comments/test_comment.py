@@ -11,7 +11,7 @@ from pipeline.config import load_settings
 from pipeline.contracts.ids import CaseId
 from pipeline.pr_comments.comment import MARKER, CommentSettings, comment_marker, render_comment
 from pipeline.pr_comments.report import conclusion_for, make_report
-from tests.pr_comments.factories import BASE, HEAD, DriftRow, comparison, row
+from tests.pr_comments.factories import BASE, HEAD, comparison, row
 
 SETTINGS = CommentSettings(public_url="http://bf.example:8080", top_n=20)
 _md = MarkdownIt("commonmark").enable("table")
@@ -67,8 +67,7 @@ def test_nasty_names_render_as_text() -> None:
 
 
 def test_optional_drift_and_note_on_rows() -> None:
-    drifting = DriftRow(CaseId.parse(_id("d")), "cuda:sm_90", "triton", 1e-3, 1.1e-3, 0.1, 1e-4, "regressed",
-                        drift=True, note="control moved *too*")
+    drifting = row(_id("d"), "regressed", 0.1, head_median=1.1e-3, drift=True, note="control moved *too*")
     body = render_comment([comparison("h100", [drifting, row(_id("plain"), "regressed", 0.2)])], settings=SETTINGS)
     assert _id("d") + " (probable device drift; control moved \\*too\\*) |" in body
     assert _id("plain") + " |" in body
@@ -106,12 +105,12 @@ def test_the_check_follows_the_verdict_and_errors() -> None:
 
 
 def test_controls_drift_and_unchanged_rows_do_not_count() -> None:
-    control = DriftRow(CaseId.parse("gemm/x/1x1x1/bf16/vendor"), "cuda:sm_90", "vendor", 1e-3, 1.2e-3, 0.2, 1e-5,
-                       "regressed", is_control=True)
-    drifting = DriftRow(CaseId.parse("gemm/x/1x1x1/bf16/triton"), "cuda:sm_90", "triton", 1e-3, 1.2e-3, 0.2, 1e-5,
-                        "regressed", ci_low=0.18, ci_high=0.22, drift=True)
-    same = DriftRow(CaseId.parse("gemm/y/1x1x1/bf16/triton"), "cuda:sm_90", "triton", 1e-3, 1.3e-3, 0.3, 1e-5,
-                    "unchanged", ci_low=0.25, ci_high=0.35, same_binary=True)
+    control = row("gemm/x/1x1x1/bf16/vendor", "regressed", 0.2, pvalue=1e-5, model="vendor", head_median=1.2e-3,
+                  is_control=True)
+    drifting = row("gemm/x/1x1x1/bf16/triton", "regressed", 0.2, pvalue=1e-5, head_median=1.2e-3,
+                   ci_low=0.18, ci_high=0.22, drift=True)
+    same = row("gemm/y/1x1x1/bf16/triton", "unchanged", 0.3, pvalue=1e-5, head_median=1.3e-3,
+               ci_low=0.25, ci_high=0.35, same_binary=True)
     report = make_report([comparison("h100", [control, drifting, same])], settings=load_settings(), pr=1)
     assert report.conclusion == "success"
     assert report.title == "similar: 1 unchanged (same binary), 1 device drift; 1 control on 1 device class"

@@ -15,13 +15,13 @@ from pipeline.service.web.verdicts import (
     kept_comparison,
 )
 from pipeline.store import ingest
-from pipeline.store.compare import Comparison
+from pipeline.store.compare import ComparisonOut
 from pipeline.store.db import session_scope
 from tests.results import factories as f
 from tests.results.conftest import blank_engine, database_url, engine, seeded  # noqa: F401  (fixtures)
 
 
-def _table(store: Engine, settings: Settings, head: str | int = 3) -> Comparison:
+def _table(store: Engine, settings: Settings, head: str | int = 3) -> ComparisonOut:
     with session_scope(store) as s:
         (table,) = cached_verdict(s, settings, f.REPO, f.sha(head), None, None, None).comparisons
     return table

@@ -1,17 +1,16 @@
-"""Request and response models of the JSON API (one model per document; OpenAPI comes from them)."""
+"""Request models of the JSON API, and the answers that exist only in it (a created token, upload
+summaries, errors). The documents it serves from the store and the service (commits, comparisons,
+series, change points, tokens, users...) are those modules' own models, each the response_model of
+its routes as it is: one model per document, and OpenAPI comes from them."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from datetime import datetime
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from pipeline.contracts.ids import CaseId, CaseIdAsText
-from pipeline.service.auth import Scope
-from pipeline.store.bisect_views import BisectionView
-from pipeline.store.models import LIFECYCLE, TRIAGE_STATES
+from pipeline.service.auth import Scope, TokenOut
+from pipeline.store.models import TRIAGE_STATES
 
 
 class FieldError(BaseModel):
@@ -64,14 +63,6 @@ class TokenCreate(BaseModel):
 
     name: str
     scopes: list[Scope] = Field(min_length=1)
-
-
-class TokenOut(BaseModel):
-    name: str
-    scopes: list[str]
-    created_at: datetime
-    last_used_at: datetime | None
-    revoked_at: datetime | None
 
 
 class TokenCreated(TokenOut):
@@ -131,205 +122,13 @@ def document_errors(openapi: dict[str, Any]) -> dict[str, Any]:
     return openapi
 
 
-# --- read side: commits, comparisons, series, change points, dashboard ---------------------------
-# Built from the plain dataclasses of `queries`, `compare` and `triage` (from_attributes): the
-# dataclass is the one source of the fields, these models only describe them for OpenAPI.
-
-
-class _FromAttributes(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-
-def as_answer(row: Any) -> dict[str, Any]:
-    """A store dataclass as an answer with no model of its own (`dataclasses.asdict`), its case ids
-    as their text: the API carries a case id's text, never its parts."""
-    return asdict(row, dict_factory=lambda items: {k: str(v) if isinstance(v, CaseId) else v for k, v in items})
-
-
-class CommitOut(_FromAttributes):
-    repository: str
-    sha: str
-    message: str
-    author: str
-    committed_at: datetime
-    branch: str | None
-    pull_request: int | None
-    parents: list[str] = Field(description="parent shas, first parent first")
-
-
-class RunOut(_FromAttributes):
-    id: str
-    repository: str
-    commit_sha: str
-    kind: str
-    status: str
-    created_at: datetime
-    finished_at: datetime | None
-    job_count: int
-
-
-class CommitDetailOut(CommitOut):
-    on_default_branch: bool = Field(description="on the first-parent chain of the default-branch head")
-    runs: list[RunOut]
-
-
-class ComparisonRowOut(_FromAttributes):
-    case_id: CaseIdAsText
-    target: str
-    model: str
-    base_median: float | None = Field(description="seconds; with paired samples, the median of the paired base samples")
-    head_median: float | None
-    change: float | None = Field(description="relative change from the timing rounds: paired, exp(mean of the rounds' "
-                                 "median log(head/base)) - 1; unpaired, exp(mean log round median, head - base) - 1")
-    ci_low: float | None = Field(description="lower end of the change's 95 % interval (t over the rounds)")
-    ci_high: float | None = Field(description="upper end of the change's 95 % interval")
-    pvalue: float | None = Field(description="two-sided p-value of no change: a t-test over the rounds (paired) or "
-                                 "Welch's over both sides' rounds")
-    threshold: float | None = Field(description="smallest |change| counted for this case: the minimum change, or "
-                                    "noise_factor x its measured noise on the device class when larger")
-    status: str = Field(description="regressed | improved | similar | unchanged (identical binaries: never a change) "
-                                    "| insufficient data | errored | no baseline")
-    paired: bool = Field(description="decided by the paired test (base and head interleaved in one job)")
-    same_binary: bool = Field(description="head and base timed identical binaries (equal binary digests)")
-    is_control: bool = Field(description="a vendor implementation, the control of suite cases of its shape")
-    control_case: CaseIdAsText | None
-    control_change: float | None
-    control_pvalue: float | None
-    drift: bool = Field(description="probable device drift: the vendor control moved as much; not in the verdict")
-
-
-class ComparisonOut(_FromAttributes):
-    repository: str
-    head_sha: str
-    base_sha: str | None
-    device_class: str
-    merge_base: str | None
-    base_source: str = Field(description="explicit | paired | merge base | first parent | none")
-    verdict: str
-    errored: int
-    drift: int
-    paired: bool
-    counts: dict[str, int]
-    rows: list[ComparisonRowOut]
-
-
-class CompileChangeOut(_FromAttributes):
-    case_id: CaseIdAsText
-    target: str
-    metric: str
-    base: float | None
-    head: float | None
-    change: float | None = Field(description="head / base - 1; None when a side is missing or base is 0")
-
-
-class CompileComparisonOut(_FromAttributes):
-    """The compile figures of the head against a base: beside the latency verdict, never part of it."""
-
-    head_sha: str
-    base_sha: str | None
-    base_source: str = Field(description="given | latency base | first-parent ancestor | none")
-    compared: int = Field(description="(case, target) pairs built at both commits")
-    summary: str = Field(description='one line, e.g. "2 cases changed binary size, registers"')
-    changes: list[CompileChangeOut] = Field(
-        description="binary size, registers, spills, shared bytes that differ (any difference: they are deterministic)")
-
-
-class PRVerdictOut(_FromAttributes):
-    repository: str
-    head_sha: str
-    verdict: str = Field(description="regressed | improved | similar | insufficient data | no baseline, over "
-                                     "every device class; controls left out, drift-marked and unchanged rows "
-                                     "counted as similar")
-    errored: int = Field(description="rows whose head result was wrong or an error (counted apart from the verdict)")
-    counts: dict[str, int]
-    comparisons: list[ComparisonOut]
-    compile: CompileComparisonOut | None = Field(
-        default=None, description="compile statistics against the base (the given one, else the first "
-                                  "comparison's, else the newest ancestor with a bundle); not part of `verdict`")
-
-
-class HistoryPointOut(_FromAttributes):
-    sha: str
-    committed_at: datetime
-    median: float
-    min: float
-    max: float
-    n: int
+# --- read side: the documents are the store's models (`queries`, `compare`, `compile_stats`,
+# `triage`), used as the routes' response_model as they are; here only what the API reads.
 
 
 TriageState = Literal["needs triage", "noisy", "confirmed", "intended", "assigned", "fixed"]
 if set(get_args(TriageState)) != set(TRIAGE_STATES):
     raise RuntimeError("schemas.TriageState differs from models.TRIAGE_STATES")
-Lifecycle = Literal["suspected", "confirmed", "retracted"]
-if set(get_args(Lifecycle)) != set(LIFECYCLE):
-    raise RuntimeError("schemas.Lifecycle differs from models.LIFECYCLE")
-
-
-class ChangePointOut(_FromAttributes):
-    id: int
-    series_id: int
-    case_id: CaseIdAsText
-    family: str
-    device_class: str
-    metric: str
-    direction: str = Field(description="regression | improvement, in the series' direction")
-    state: str
-    magnitude: float = Field(description="after_level / before_level - 1")
-    pvalue: float
-    before_level: float
-    after_level: float
-    before_sha: str = Field(description="the commit range is (before_sha, after_sha]")
-    after_sha: str
-    committed_at: datetime
-    detected_at: datetime
-    history_index: int
-    open: bool = Field(description="open triage state, not retracted, after the series' newest intended change point")
-    lifecycle: Lifecycle = Field(description="suspected (the newest commits left their level, not enough of them yet) "
-                                 "| confirmed | retracted (later data refute it)")
-    reason: str = Field(description="why it was retracted; empty otherwise")
-    retracted_at: datetime | None
-
-
-class TriageEventOut(_FromAttributes):
-    id: int
-    state: str
-    who: str
-    at: datetime
-    bug_link: str | None
-    assignee: str | None
-    note: str
-
-
-class ChangePointDetailOut(ChangePointOut):
-    events: list[TriageEventOut] = Field(description="triage history, oldest first; the last is the current state")
-    bisection: BisectionView | None = Field(None, description="its newest bisection (the active one when there is "
-                                            "one): the steps, and the culprit once found")
-
-
-class BaselineOut(_FromAttributes):
-    change_point_id: int
-    sha: str
-    level: float
-
-
-class SeriesSettingsOut(BaseModel):
-    min_magnitude: float | None = Field(description="None: the analysis settings' minimum magnitude")
-    lower_is_better: bool = Field(description="the series' direction (its own setting or its metric's)")
-    lower_is_better_override: bool | None
-
-
-class SeriesDetailOut(_FromAttributes):
-    id: int
-    case_id: CaseIdAsText
-    device_class: str
-    metric: str
-    points: int
-    latest_median: float | None
-    latest_commit: str | None
-    settings: SeriesSettingsOut
-    baseline: BaselineOut | None = Field(description="the newest intended change point: the series' reference level")
-    history: list[HistoryPointOut]
-    change_points: list[ChangePointOut]
 
 
 class SeriesSettingsIn(BaseModel):
@@ -339,8 +138,6 @@ class SeriesSettingsIn(BaseModel):
     lower_is_better: bool | None = Field(None, description="None: the metric's direction")
 
 
-
-
 class TriageIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -348,48 +145,3 @@ class TriageIn(BaseModel):
     bug_link: str | None = Field(None, max_length=1000, description="required for confirmed")
     assignee: str | None = Field(None, max_length=200, description="required for assigned")
     note: str = Field("", max_length=10_000)
-
-
-class DashboardSeriesOut(_FromAttributes):
-    id: int
-    case_id: CaseIdAsText
-    metric: str
-    state: str = Field(description="regressed | suspected | improved | stable | no data")
-    open_change_points: int
-
-
-class DashboardGroupOut(_FromAttributes):
-    family: str
-    device_class: str
-    counts: dict[str, int]
-    series: list[DashboardSeriesOut]
-
-
-class DashboardOut(_FromAttributes):
-    counts: dict[str, int]
-    groups: list[DashboardGroupOut]
-
-
-class CompileSeriesOut(_FromAttributes):
-    case_id: CaseIdAsText
-    target: str
-    commits: int = Field(description="commits whose bundles compiled this case for this target")
-    latest: dict[str, float | None] = Field(description="metric -> the newest commit's figure (None: not reported)")
-
-
-class CompileStepOut(_FromAttributes):
-    metric: str
-    before_sha: str
-    after_sha: str = Field(description="the first commit of the history with the new value")
-    before: float | None
-    after: float | None
-    change: float | None = Field(description="after / before - 1; None when a side is missing or before is 0")
-
-
-class CompilePointOut(_FromAttributes):
-    sha: str
-    committed_at: datetime
-    status: str = Field(description="built | failed")
-    values: dict[str, float | None]
-
-

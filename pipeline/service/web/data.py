@@ -25,7 +25,7 @@ from pipeline.store.models import (
     Series,
     TriageEvent,
 )
-from pipeline.store.triage import TriageRecord
+from pipeline.store.triage import TriageEventOut, event_out
 
 LATENCY = "latency"
 SHORT_ID_MIN = 4
@@ -123,15 +123,14 @@ def commit_samples(session: Session, series_id: int, sha: str) -> list[float] | 
     return from_blob(session.scalar(sa.select(Measurement.samples).where(Measurement.id == measurement_id)))
 
 
-def triage_histories(session: Session, change_point_ids: Sequence[int]) -> dict[int, list[TriageRecord]]:
+def triage_histories(session: Session, change_point_ids: Sequence[int]) -> dict[int, list[TriageEventOut]]:
     """change point id -> its triage events, oldest first: one query."""
-    out: dict[int, list[TriageRecord]] = {i: [] for i in change_point_ids}
+    out: dict[int, list[TriageEventOut]] = {i: [] for i in change_point_ids}
     if not out:
         return out
     for e in session.scalars(sa.select(TriageEvent).where(TriageEvent.change_point_id.in_(list(out)))
                              .order_by(TriageEvent.at, TriageEvent.id)):
-        out[e.change_point_id].append(TriageRecord(e.id, e.change_point_id, e.state, e.who, e.at, e.bug_link,
-                                                   e.assignee, e.note))
+        out[e.change_point_id].append(event_out(e))
     return out
 
 

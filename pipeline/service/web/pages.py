@@ -160,8 +160,9 @@ def compile_history_page(request: Request, session: SessionDep, user: UserDep, r
         raise HTTPException(404, f"no compile statistics for {case} on {target} in {repository}")
     labels = [f"{p.sha[:10]} {p.committed_at:%Y-%m-%d}" for p in history]
     steps = compile_stats.compile_steps(history)
+    position = {p.sha: i for i, p in enumerate(history)}  # one point per commit
     charts = [step_svg([p.values[m] for p in history], labels, m, METRICS[m].unit,
-                       steps=[s.after_index for s in steps if s.metric == m])
+                       steps=[position[s.after_sha] for s in steps if s.metric == m])
               for m in compile_stats.METRIC_COLUMNS]
     return page(request, "compile_history.html", user, {"repository": repository, "case": case, "target": target,
                                                         "history": history, "charts": charts, "steps": steps,

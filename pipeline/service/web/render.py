@@ -13,6 +13,7 @@ from fastapi.templating import Jinja2Templates
 
 from pipeline.pr_comments.table import (
     format_change,
+    format_figure,
     format_pvalue,
     format_seconds,
     row_change,
@@ -82,6 +83,7 @@ def duration(start: datetime | None, end: datetime | None) -> str:
 
 
 templates.env.filters.update(seconds=format_seconds, change=format_change, pvalue=format_pvalue, rate=format_rate,
+                             figure=format_figure,
                              row_change=row_change, row_status=row_status, status_label=status_label,
                              first_line=first_line, slug=lambda s: str(s).replace(" ", "-"), ago=ago)
 templates.env.globals.update(summary_line=summary_line, commit_url=commit_url, query=query, duration=duration)

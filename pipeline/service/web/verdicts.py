@@ -32,9 +32,9 @@ from pipeline.service.web.data import store_version
 from pipeline.store.compare import (
     STATUSES,
     CompareError,
-    Comparison,
-    ComparisonRow,
-    PRVerdict,
+    ComparisonOut,
+    ComparisonRowOut,
+    PRVerdictOut,
     choose_base,
     combine,
     compare,
@@ -44,7 +44,7 @@ from pipeline.store.compare import (
 from pipeline.store.db import session_scope
 from pipeline.store.models import Commit, DeviceClassRow, Job, Repository, Run
 
-ROW_ORDERS: dict[str, Callable[[ComparisonRow], Any]] = {
+ROW_ORDERS: dict[str, Callable[[ComparisonRowOut], Any]] = {
     "verdict": lambda r: (STATUSES.index(r.status), str(r.case_id), r.target),
     "slowdown": lambda r: (r.change is None, -(r.change or 0.0), str(r.case_id), r.target),
     "speedup": lambda r: (r.change is None, r.change or 0.0, str(r.case_id), r.target),
@@ -69,7 +69,7 @@ class _Kept:
     """`data.store_version` when last found valid"""
     fingerprint: tuple[object, ...] | None
     """None: results it may have read came in while it was computed; valid for that store version only"""
-    comparison: Comparison
+    comparison: ComparisonOut
 
 
 _kept: OrderedDict[tuple[object, ...], _Kept] = OrderedDict()
@@ -77,7 +77,7 @@ _kept_lock = threading.Lock()
 
 
 def cached_verdict(session: Session, settings: Settings, repository: str, head: str, base: str | None,
-                   device_class: str | None, merge_base: str | None) -> PRVerdict:
+                   device_class: str | None, merge_base: str | None) -> PRVerdictOut:
     """`compare_all` (device_class None: every class the head has results on) or `compare` on one
     device class, rows in verdict order, each class's comparison kept while what it read is
     unchanged (module doc). Raises CompareError."""
@@ -95,7 +95,7 @@ def _key(session: Session, settings: Settings, repository: str, head: str, base:
 
 
 def kept_comparison(session: Session, settings: Settings, repository: str, head: str, base: str | None,
-                    device_class: str, merge_base: str | None) -> Comparison | None:
+                    device_class: str, merge_base: str | None) -> ComparisonOut | None:
     """The comparison kept for these inputs, whether or not still valid; None: none is kept."""
     with _kept_lock:
         kept = _kept.get(_key(session, settings, repository, head, base, device_class, merge_base))
@@ -103,13 +103,13 @@ def kept_comparison(session: Session, settings: Settings, repository: str, head:
 
 
 def cached_comparison(session: Session, settings: Settings, repository: str, head: str, base: str | None,
-                      device_class: str, merge_base: str | None) -> Comparison:
+                      device_class: str, merge_base: str | None) -> ComparisonOut:
     """`compare` on one device class, rows in verdict order, kept (module doc). Raises CompareError."""
     return _cached(session, settings, repository, head, base, device_class, merge_base, store_version(session))
 
 
 def _cached(session: Session, settings: Settings, repository: str, head: str, base: str | None, device_class: str,
-            merge_base: str | None, version: tuple[int | None, ...]) -> Comparison:
+            merge_base: str | None, version: tuple[int | None, ...]) -> ComparisonOut:
     key = _key(session, settings, repository, head, base, device_class, merge_base)
     now = time.monotonic()
     with _kept_lock:
@@ -130,7 +130,7 @@ def _cached(session: Session, settings: Settings, repository: str, head: str, ba
                                           device_class=device_class) if base_before else None
     comparison = compare(session, repository=repository, head_sha=head, device_class=device_class,
                          settings=settings.compare, base_sha=base, merge_base=merge_base)
-    comparison.rows.sort(key=ROW_ORDERS["verdict"])
+    comparison = comparison.model_copy(update={"rows": sorted(comparison.rows, key=ROW_ORDERS["verdict"])})
     fingerprint: tuple[object, ...] | None = _fingerprint(session, settings, comparison, merge_base)
     # The fingerprint is read after the comparison: it describes what the comparison read only if
     # the head's and the base's results (and the walk's base) did not move meanwhile.
@@ -147,7 +147,7 @@ def _cached(session: Session, settings: Settings, repository: str, head: str, ba
     return comparison
 
 
-def _fingerprint(session: Session, settings: Settings, comparison: Comparison,
+def _fingerprint(session: Session, settings: Settings, comparison: ComparisonOut,
                  merge_base: str | None) -> tuple[object, ...]:
     """What the comparison read, as values that change when it would come out different: the head's
     newest result on the class, the base the ancestor walk finds (an explicit or paired base cannot

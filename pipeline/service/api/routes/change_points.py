@@ -2,34 +2,25 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException
 
 from pipeline.service.api.deps import Principal, RowId, SessionDep, require_scope
-from pipeline.service.api.schemas import (
-    ERROR_RESPONSES,
-    ChangePointDetailOut,
-    ErrorBody,
-    TriageEventOut,
-    TriageIn,
-)
+from pipeline.service.api.schemas import ERROR_RESPONSES, ErrorBody, TriageIn
 from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store import queries, triage
-from pipeline.store.bisect_views import latest_by_change_point
+from pipeline.store.queries import ChangePointDetailOut
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["change points"])
 UserDep = Annotated[Principal, require_scope("user")]
 
 
 def _detail(session: SessionDep, change_point_id: RowId) -> ChangePointDetailOut:
-    found = queries.get_change_point(session, change_point_id)
+    found = queries.change_point_detail(session, change_point_id)
     if found is None:
         raise HTTPException(404, f"no change point {change_point_id}")
-    return ChangePointDetailOut(**asdict(found), events=[
-        TriageEventOut.model_validate(e) for e in triage.events(session, change_point_id)],
-        bisection=latest_by_change_point(session, [change_point_id]).get(change_point_id))
+    return found
 
 
 @router.get("/change-points/{change_point_id}", response_model=ChangePointDetailOut,

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
-import sqlalchemy as sa
 from fastapi import APIRouter, HTTPException, Query
 
 from pipeline.service.api.deps import SessionDep
-from pipeline.service.api.schemas import CommitDetailOut, CommitOut, ErrorBody, RunOut
+from pipeline.service.api.schemas import ErrorBody
 from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store import queries
-from pipeline.store.history import default_branch_chain
-from pipeline.store.models import Repository
+from pipeline.store.queries import CommitDetailOut, CommitOut
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["commits"])
 
@@ -22,8 +18,7 @@ def list_commits(
     session: SessionDep, repository: str | None = None, branch: str | None = None,
     limit: int = Query(100, ge=1, le=1000),
 ) -> list[CommitOut]:
-    return [CommitOut.model_validate(c) for c in queries.list_commits(
-        session, repository=repository, branch=branch, limit=limit)]
+    return queries.list_commits(session, repository=repository, branch=branch, limit=limit)
 
 
 @router.get(
@@ -38,9 +33,4 @@ def get_commit(sha: str, session: SessionDep, repository: str | None = None) -> 
     if len(found) > 1:
         names = ", ".join(c.repository for c in found)
         raise HTTPException(409, f"commit {sha} is recorded in several repositories ({names}): pass repository")
-    commit = found[0]
-    repository_id = session.scalar(sa.select(Repository.id).where(Repository.name == commit.repository))
-    on_default = repository_id is not None and any(c.sha == sha for c in default_branch_chain(session, repository_id))
-    runs = queries.commit_runs(session, repository=commit.repository, sha=sha)
-    return CommitDetailOut(**asdict(commit), on_default_branch=on_default,
-                           runs=[RunOut.model_validate(r) for r in runs])
+    return queries.commit_detail(session, found[0])

@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException
 
 from pipeline.service.api.deps import SessionDep, SettingsDep
-from pipeline.service.api.schemas import CompileComparisonOut, ErrorBody, PRVerdictOut
+from pipeline.service.api.schemas import ErrorBody
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store.compare import CompareError, combine, compare, compare_all
+from pipeline.store.compare import CompareError, PRVerdictOut, combine, compare, compare_all
 from pipeline.store.compile_stats import compare_compile
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["compare"])
@@ -43,5 +43,4 @@ def compare_commits(
     compiled = compare_compile(session, repository, head_sha=head, base_sha=base,
                                latency_bases=(c.base_sha for c in result.comparisons),
                                walk=settings.compare.ancestor_walk)
-    return PRVerdictOut.model_validate(result).model_copy(
-        update={"compile": CompileComparisonOut.model_validate(compiled)})
+    return result.model_copy(update={"compile": compiled})

@@ -6,15 +6,10 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException
 
 from pipeline.service.api.deps import SessionDep
-from pipeline.service.api.schemas import (
-    CompileChangeOut,
-    CompilePointOut,
-    CompileSeriesOut,
-    CompileStepOut,
-    ErrorBody,
-)
+from pipeline.service.api.schemas import ErrorBody
 from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store import compile_stats
+from pipeline.store.compile_stats import CompileChangeOut, CompilePointOut, CompileSeriesOut, CompileStepOut
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["compile statistics"])
 
@@ -22,7 +17,7 @@ router = APIRouter(route_class=StrictJsonRoute, tags=["compile statistics"])
 @router.get("/compile-series", response_model=list[CompileSeriesOut],
             summary="Every (case, target) the repository's bundles compiled, with its newest figures")
 def list_compile_series(session: SessionDep, repository: str) -> list[CompileSeriesOut]:
-    return [CompileSeriesOut.model_validate(s) for s in compile_stats.list_compile_series(session, repository)]
+    return compile_stats.list_compile_series(session, repository)
 
 
 @router.get("/compile-series/history", response_model=list[CompilePointOut], responses={404: {"model": ErrorBody}},
@@ -31,7 +26,7 @@ def compile_history(session: SessionDep, repository: str, case: str, target: str
     history = compile_stats.compile_history(session, repository, case, target)
     if not history:
         raise HTTPException(404, f"no compile statistics for {case} on {target} in {repository}")
-    return [CompilePointOut.model_validate(p) for p in history]
+    return history
 
 
 @router.get("/compile-series/steps", response_model=list[CompileStepOut], responses={404: {"model": ErrorBody}},
@@ -43,7 +38,7 @@ def compile_steps(session: SessionDep, repository: str, case: str, target: str) 
     history = compile_stats.compile_history(session, repository, case, target)
     if not history:
         raise HTTPException(404, f"no compile statistics for {case} on {target} in {repository}")
-    return [CompileStepOut.model_validate(s) for s in compile_stats.compile_steps(history)]
+    return compile_stats.compile_steps(history)
 
 
 @router.get("/compile-series/compare", response_model=list[CompileChangeOut],
@@ -52,6 +47,4 @@ def compile_steps(session: SessionDep, repository: str, case: str, target: str) 
                         "commits, where they differ (any difference: they are deterministic). Compile time is not "
                         "compared (a timing of the builder). Reported beside the latency verdict, never as one.")
 def compare_compile(session: SessionDep, repository: str, head: str, base: str) -> list[CompileChangeOut]:
-    return [CompileChangeOut(case_id=c.case_id, target=c.target, metric=c.metric, base=c.base, head=c.head,
-                             change=c.change)
-            for c in compile_stats.compile_changes(session, repository, head_sha=head, base_sha=base)]
+    return compile_stats.compile_changes(session, repository, head_sha=head, base_sha=base)

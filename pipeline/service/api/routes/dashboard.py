@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from pipeline.service.api.deps import SessionDep
-from pipeline.service.api.schemas import DashboardOut
 from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store import queries
+from pipeline.store.queries import DashboardOut
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["dashboard"])
 
@@ -18,4 +18,4 @@ router = APIRouter(route_class=StrictJsonRoute, tags=["dashboard"])
                 "no data: no default-branch measurement. One aggregate query.",
 )
 def get_dashboard(session: SessionDep, device_class: str | None = None, family: str | None = None) -> DashboardOut:
-    return DashboardOut.model_validate(queries.dashboard(session, device_class=device_class, family=family))
+    return queries.dashboard(session, device_class=device_class, family=family)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 
 from pipeline.service.api.deps import SessionDep
-from pipeline.service.api.schemas import ChangePointOut, Lifecycle, TriageState
+from pipeline.service.api.schemas import TriageState
 from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store import queries
+from pipeline.store.queries import ChangePointOut, Lifecycle
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["regressions"])
 
@@ -22,5 +23,5 @@ def list_regressions(
     session: SessionDep, device_class: str | None = None, family: str | None = None,
     state: TriageState | None = None, lifecycle: Lifecycle | None = None, limit: int = Query(100, ge=1, le=1000),
 ) -> list[ChangePointOut]:
-    return [ChangePointOut.model_validate(cp) for cp in queries.list_regressions(
-        session, device_class=device_class, family=family, state=state, lifecycle=lifecycle, limit=limit)]
+    return queries.list_regressions(session, device_class=device_class, family=family, state=state,
+                                    lifecycle=lifecycle, limit=limit)

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query
 
 from pipeline.service.api.deps import SessionDep, SettingsDep
-from pipeline.service.api.schemas import as_answer
 from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store import queries
-from pipeline.store.compare import Comparison, compare
+from pipeline.store.compare import ComparisonOut, compare
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["runs"])
 
 
-def run_comparisons(session: SessionDep, settings: SettingsDep, detail: queries.RunDetail) -> list[Comparison]:
+def run_comparisons(session: SessionDep, settings: SettingsDep, detail: queries.RunDetail) -> list[ComparisonOut]:
     """The comparison on each device class of the run that has results so far."""
     comparisons = (
         compare(session, repository=detail.run.repository, head_sha=detail.run.commit_sha,
@@ -28,7 +26,7 @@ def run_comparisons(session: SessionDep, settings: SettingsDep, detail: queries.
 
 @router.get("/runs")
 def list_runs(session: SessionDep, limit: int = Query(50, ge=1, le=1000)) -> list[dict[str, Any]]:
-    return [asdict(run) for run in queries.list_runs(session, limit=limit)]
+    return [run.model_dump() for run in queries.list_runs(session, limit=limit)]
 
 
 @router.get("/runs/{run_id}")
@@ -36,4 +34,4 @@ def get_run(run_id: str, session: SessionDep, settings: SettingsDep) -> dict[str
     detail = queries.get_run(session, run_id)
     if detail is None:
         raise HTTPException(404, f"no run {run_id}")
-    return {**asdict(detail), "comparisons": [as_answer(c) for c in run_comparisons(session, settings, detail)]}
+    return {**detail.model_dump(), "comparisons": [c.model_dump() for c in run_comparisons(session, settings, detail)]}

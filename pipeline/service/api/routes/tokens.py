@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from fastapi import APIRouter
 
 from pipeline.service import auth
@@ -12,8 +10,8 @@ from pipeline.service.api.schemas import (
     ERROR_RESPONSES,
     TokenCreate,
     TokenCreated,
-    TokenOut,
 )
+from pipeline.service.auth import TokenOut
 from pipeline.service.api.strict_route import StrictJsonRoute
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["tokens"], dependencies=[require_scope("admin")], responses=ERROR_RESPONSES)
@@ -21,7 +19,7 @@ router = APIRouter(route_class=StrictJsonRoute, tags=["tokens"], dependencies=[r
 
 @router.get("/tokens", response_model=list[TokenOut], summary="List tokens (never the tokens themselves)")
 def list_tokens(session: SessionDep) -> list[TokenOut]:
-    return [TokenOut(**asdict(t)) for t in auth.list_tokens(session)]
+    return auth.list_tokens(session)
 
 
 @router.post("/tokens", response_model=TokenCreated, status_code=201,
@@ -29,9 +27,9 @@ def list_tokens(session: SessionDep) -> list[TokenOut]:
 def create_token(request: TokenCreate, session: SessionDep) -> TokenCreated:
     token = auth.create_token(session, name=request.name, scopes=request.scopes)
     (info,) = [t for t in auth.list_tokens(session) if t.name == request.name]
-    return TokenCreated(token=token, **asdict(info))
+    return TokenCreated(token=token, **dict(info))
 
 
 @router.delete("/tokens/{name}", response_model=TokenOut, summary="Revoke a token (its name stays taken)")
 def revoke_token(name: str, session: SessionDep) -> TokenOut:
-    return TokenOut(**asdict(auth.revoke_token(session, name=name)))
+    return auth.revoke_token(session, name=name)

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from datetime import datetime
-
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -12,6 +9,7 @@ from pipeline.service import users
 from pipeline.service.api.deps import SessionDep, require_scope
 from pipeline.service.api.schemas import ERROR_RESPONSES
 from pipeline.service.api.strict_route import StrictJsonRoute
+from pipeline.service.users import UserOut
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["users"], dependencies=[require_scope("admin")],
                    responses=ERROR_RESPONSES)
@@ -25,25 +23,16 @@ class UserCreate(BaseModel):
     scopes: list[str] = Field(default_factory=lambda: ["user"], description="user and/or admin")
 
 
-class UserOut(BaseModel):
-    name: str
-    scopes: list[str]
-    created_at: datetime
-    last_login_at: datetime | None
-    disabled_at: datetime | None
-
-
 @router.get("/users", response_model=list[UserOut], summary="List the web UI's password users")
 def list_users(session: SessionDep) -> list[UserOut]:
-    return [UserOut(**asdict(u)) for u in users.list_users(session)]
+    return users.list_users(session)
 
 
 @router.post("/users", response_model=UserOut, status_code=201, summary="Create a password user of the web UI")
 def create_user(request: UserCreate, session: SessionDep) -> UserOut:
-    return UserOut(**asdict(users.create_user(session, name=request.name, password=request.password,
-                                              scopes=request.scopes)))
+    return users.create_user(session, name=request.name, password=request.password, scopes=request.scopes)
 
 
 @router.delete("/users/{name}", response_model=UserOut, summary="Disable a user (signed out at once; the name stays taken)")
 def disable_user(name: str, session: SessionDep) -> UserOut:
-    return UserOut(**asdict(users.disable_user(session, name=name)))
+    return users.disable_user(session, name=name)
