@@ -2,7 +2,7 @@
 of a realistic number of rows, whose ids the store hands out as `CaseId`s.
 
 Parse: `str.split("/")` of one id, `CaseId.parse` of the same id again and again (cached after the
-first), and the first parse of each of `--distinct` ids. Compare: tests/web/demo_store.py's history
+first), and the first parse of each of `--distinct` ids. Compare: tests/service/web/demo_store.py's history
 with `--scale` x 15 cases (a PR head and its base on one device class; `--scale 700`: 10,500 rows),
 `compare()` and the vendor-control pass of it (`_mark_controls`), then the comparison ordered by case
 id as the compare page orders it. `--checkout` measures another checkout's code (e.g. a `git archive`
@@ -44,7 +44,7 @@ def main() -> None:
     from pipeline.contracts.ids import CaseId
     from pipeline.store import compare as comparing
     from pipeline.store.db import open_store, session_scope
-    from tests.web import demo_store
+    from tests.service.web import demo_store
 
     texts = [f"gemm/n{i}/{i}x{i}x64/bf16/triton" for i in range(args.distinct)]
     first = timeit.timeit(lambda: [CaseId.parse(t) for t in texts], number=1) / len(texts) * 1e6

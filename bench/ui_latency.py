@@ -1,6 +1,6 @@
 """Server time of each web page on a synthetic store, over real HTTP (target: p95 <= 300 ms).
 
-The store is tests/web/demo_store.py's history at scale (no bench/store_scale.py existed when
+The store is tests/service/web/demo_store.py's history at scale (no bench/store_scale.py existed when
 this was written): `--commits` default-branch commits x `--scale` variants of each case shape
 (120 cases at scale 8: GEMM, conv, attention, Triton and IREE, vendor controls) x 2 device
 classes, 12 samples per measurement, analysed once; and the demo farm (two agents, three runs of
@@ -55,7 +55,7 @@ from pipeline.store.models import (
     Series,
 )
 from tests.helpers.live_server import live_server
-from tests.web import demo_store
+from tests.service.web import demo_store
 
 
 def time_pages(app, pages: dict[str, str], repeat: int) -> list[tuple[str, float, float, float, float, int]]:

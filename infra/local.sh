@@ -42,7 +42,7 @@ case "$mode" in
     # --- system packages the tests drive, installed when missing (root, or sudo without a password):
     # phones (tests/agents/test_adb_phone.py): the real adb client, qemu-aarch64 and an aarch64
     # glibc + libstdc++ for IREE's aarch64 tools (then the tools themselves: pip download of the
-    # aarch64 iree-base-runtime wheel); the browser (tests/web/test_browser_e2e.py): Debian's
+    # aarch64 iree-base-runtime wheel); the browser (tests/service/web/test_browser_e2e.py): Debian's
     # chromium and its chromedriver.
     test_pkgs=()
     command -v adb >/dev/null || test_pkgs+=(adb)

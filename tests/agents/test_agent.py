@@ -29,7 +29,7 @@ from pipeline.service.app import create_app
 from pipeline.store import ingest
 from pipeline.store.db import open_store, session_scope
 from tests.helpers.live_server import live_server
-from tests.results import factories as f
+from tests.helpers import factories as f
 
 TOKEN = "bf_agent_test_token"
 ARTIFACT = "artifacts/gemm.vmfb"

@@ -15,7 +15,7 @@ from pipeline.build.suite_loader import commit_history, locate_suite, resolve_co
 from pipeline.config import MeasurementSettings
 from pipeline.contracts import BundleManifest, ResultDocument, parse_result
 from tests.helpers.suite_repo import GemmCase, case_id, gemm_suite_files, make_suite_repo
-from tests.results.conftest import database_url, engine  # noqa: F401  (fixtures: SQLite and PostgreSQL)
+from tests.helpers.stores import database_url, engine  # noqa: F401  (fixtures: SQLite and PostgreSQL)
 
 FAST = MeasurementSettings(warmup_s=0.0, min_samples=5, min_time_s=0.0, max_time_s=0.2, max_rel_noise=0.5, rounds=2,
                            min_rounds=2)

@@ -6,7 +6,7 @@ import json
 
 from pipeline.agents.upload import chunks
 from pipeline.contracts import parse_result
-from tests.results import factories as f
+from tests.helpers import factories as f
 
 
 def test_chunks_split_by_case_under_the_budget_and_keep_every_result_once() -> None:

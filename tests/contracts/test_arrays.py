@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.contracts import ContractError, CaseResult, parse_result
 from pipeline.contracts.arrays import PackedArray, from_blob, pack, to_blob, unpack
-from tests.results import factories as f
+from tests.helpers import factories as f
 
 SAMPLES = [1e-3, 1.1e-3, 0.9e-3, 1.05e-3]
 

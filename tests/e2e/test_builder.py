@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers.farm import Farm, wait_for
 from tests.helpers.suite_repo import GemmCase, gemm_suite_files, make_suite_repo
-from tests.results.conftest import database_url  # noqa: F401  (the fixture: SQLite and PostgreSQL)
+from tests.helpers.stores import database_url  # noqa: F401  (the fixture: SQLite and PostgreSQL)
 
 pytestmark = pytest.mark.e2e
 

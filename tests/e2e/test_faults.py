@@ -122,7 +122,7 @@ def test_a_corrupted_bundle_is_refused_and_the_job_fails_with_the_reason(farm: F
 def postgres_url() -> Iterator[str]:
     if os.environ.get("BENCHFARM_TEST_NO_POSTGRES") == "1":
         pytest.skip("BENCHFARM_TEST_NO_POSTGRES=1")
-    from tests.results.conftest import POSTGRES_ADMIN_URL
+    from tests.helpers.stores import POSTGRES_ADMIN_URL
 
     admin = psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=5)
     name = f"benchfarm_faults_{uuid.uuid4().hex[:12]}"

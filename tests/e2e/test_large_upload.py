@@ -30,8 +30,8 @@ from pipeline.config import Settings
 from pipeline.contracts.arrays import pack
 from tests.helpers.farm import TOKEN, Farm, wait_for
 from tests.helpers.suite_repo import GemmCase, gemm_suite_files, make_suite_repo
-from tests.results import factories as f
-from tests.results.conftest import database_url  # noqa: F401 - the SQLite and PostgreSQL stores
+from tests.helpers import factories as f
+from tests.helpers.stores import database_url  # noqa: F401 - the SQLite and PostgreSQL stores
 
 pytestmark = pytest.mark.e2e
 

@@ -20,7 +20,7 @@ from pipeline.dispatch import bisect, triggers
 from pipeline.store import ingest
 from pipeline.store.db import session_scope
 from pipeline.store.models import Bisection, BuildRequest, Run
-from tests.results import factories as f
+from tests.helpers import factories as f
 
 LEVEL = 1e-3
 

@@ -9,8 +9,8 @@ from pipeline.pr_comments.report import report_for_commit
 from pipeline.store import ingest
 from pipeline.store.compare import compare
 from pipeline.store.db import session_scope
-from tests.results import factories as f
-from tests.results.conftest import database_url, engine, seeded  # noqa: F401  (the store fixtures, both stores)
+from tests.helpers import factories as f
+from tests.helpers.stores import database_url, engine, seeded  # noqa: F401  (the store fixtures, both stores)
 
 VENDOR = "gemm/square-256/256x256x256/f32/vendor"
 

@@ -14,7 +14,7 @@ one device); every value is a string. What is used:
   min/max are kept in the case result's environment;
 - a skipped state (`is_skipped`) becomes status skipped with its `skip_reason`.
 
-Checked against a real file: `tests/results/data/nvbench_real.json`, written by NVBench's Python
+Checked against a real file: `tests/data/nvbench_real.json`, written by NVBench's Python
 package cuda-bench 0.3.0 on an H200 (`bench/nvbench_reference.py --set small`).
 """
 

@@ -1,0 +1,192 @@
+"""The dispatcher's queue on both backends: registration, claims, leases, requeues, outcomes, and
+concurrent claims from many threads (each job claimed exactly once)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import Engine
+
+from pipeline import dispatch
+from pipeline.contracts import DeviceInfo
+from pipeline.store import ingest
+from pipeline.store.db import session_scope
+from pipeline.store.models import Device, Job, utcnow
+
+from tests.helpers import factories as f
+
+OTHER = "other-cpu"
+
+
+def _info(uid: str, device_class: str = f.DEVICE_CLASS) -> DeviceInfo:
+    return DeviceInfo(device_class=device_class, uid=uid, name="test cpu", host="h")
+
+
+def _register(engine: Engine, name: str, *uids: str, device_class: str = f.DEVICE_CLASS) -> None:
+    with session_scope(engine) as s:
+        dispatch.register_agent(s, name=name, token_name="t", host="h", version="1",
+                                devices=[(f.device_class(device_class), _info(u, device_class)) for u in uids])
+
+
+def _queue(engine: Engine, n: int = 1, *, device_class: str = f.DEVICE_CLASS, max_attempts: int = 2,
+           digest: str | None = "d" * 64) -> list[str]:
+    ids = []
+    with session_scope(engine) as s:
+        for _ in range(n):
+            run = ingest.create_run(s, repository=f.REPO, commit_sha=f.sha(1), kind="adhoc", device_classes=[device_class])
+            for job in run.jobs:
+                job.bundle_digest, job.max_attempts = digest, max_attempts
+                ids.append(job.id)
+    return ids
+
+
+def _claim(engine: Engine, agent: str, uid: str = "dev-1", device_class: str = f.DEVICE_CLASS,
+           lease_s: float = 60, now=None) -> dispatch.ClaimedJob | None:  # type: ignore[no-untyped-def]
+    with session_scope(engine) as s:
+        return dispatch.claim_job(s, agent_name=agent, devices=[(uid, device_class)], lease_s=lease_s, now=now)
+
+
+def test_a_claim_takes_the_oldest_claimable_job_of_the_agents_classes(seeded: Engine) -> None:
+    _register(seeded, "a1", "dev-1")
+    waiting = _queue(seeded, digest=None)            # no bundle yet: not claimable
+    other = _queue(seeded, device_class=OTHER)       # a class the agent lacks
+    first, second = _queue(seeded, 2)
+    claimed = _claim(seeded, "a1")
+    assert claimed is not None and claimed.job_id == first and claimed.attempt == 1
+    assert claimed.commit == f.sha(1) and claimed.device_uid == "dev-1" and claimed.bundle_digest == "d" * 64
+    assert _claim(seeded, "a1").job_id == second  # type: ignore[union-attr]
+    assert _claim(seeded, "a1") is None
+    with session_scope(seeded) as s:
+        rows = {j.id: j for j in dispatch.list_jobs(s)}
+    assert rows[first].status == "running" and rows[first].agent == "a1" and rows[first].device_uid == "dev-1"
+    assert rows[waiting[0]].waiting_for == "build (None)" and rows[other[0]].waiting_for == "an agent"
+
+
+def test_an_unknown_agent_is_refused(seeded: Engine) -> None:
+    with pytest.raises(dispatch.DispatchError, match="unknown agent"):
+        _claim(seeded, "nobody")
+
+
+def test_heartbeat_renews_leases_and_reports_lost_jobs(seeded: Engine) -> None:
+    _register(seeded, "a1", "dev-1")
+    (job_id,) = _queue(seeded)
+    start = utcnow()
+    _claim(seeded, "a1", lease_s=10, now=start)
+    with session_scope(seeded) as s:
+        lost = dispatch.heartbeat(s, agent_name="a1", device_uids=["dev-1"], running=[job_id, "gone"], lease_s=10,
+                                  now=start + timedelta(seconds=8))
+    assert lost == ["gone"]
+    with session_scope(seeded) as s:   # renewed: not expired 12 s after the claim
+        assert dispatch.requeue_expired(s, now=start + timedelta(seconds=12)) == []
+        assert dispatch.requeue_expired(s, now=start + timedelta(seconds=19)) == [(job_id, "queued")]
+
+
+def test_expired_leases_requeue_until_max_attempts_then_fail(seeded: Engine) -> None:
+    _register(seeded, "a1", "dev-1")
+    _register(seeded, "a2", "dev-2")
+    (job_id,) = _queue(seeded, max_attempts=2)
+    now = utcnow()
+    _claim(seeded, "a1", lease_s=1, now=now)
+    with session_scope(seeded) as s:
+        assert dispatch.requeue_expired(s, now=now + timedelta(seconds=2)) == [(job_id, "queued")]
+        assert "lease of agent a1 expired" in (s.get(Job, job_id).error or "")  # type: ignore[union-attr]
+    claimed = _claim(seeded, "a2", "dev-2", lease_s=1, now=now + timedelta(seconds=3))
+    assert claimed is not None and claimed.attempt == 2
+    with session_scope(seeded) as s:
+        assert dispatch.requeue_expired(s, now=now + timedelta(seconds=5)) == [(job_id, "failed")]
+        job = s.get(Job, job_id)
+        assert job is not None and job.status == "failed" and job.error == "lease expired 2 times: last agent a2"
+        assert job.run.status == "failed"
+
+
+def test_only_the_lease_holder_ends_a_job(seeded: Engine) -> None:
+    _register(seeded, "a1", "dev-1")
+    _register(seeded, "a2", "dev-2")
+    (job_id,) = _queue(seeded)
+    now = utcnow()
+    _claim(seeded, "a1", lease_s=1, now=now)
+    with session_scope(seeded) as s:
+        dispatch.requeue_expired(s, now=now + timedelta(seconds=2))
+    _claim(seeded, "a2", "dev-2")
+    with pytest.raises(dispatch.LeaseLost, match="no longer holds"), session_scope(seeded) as s:
+        dispatch.complete_job(s, job_id=job_id, agent_name="a1")
+    with session_scope(seeded) as s:
+        assert dispatch.complete_job(s, job_id=job_id, agent_name="a2").status == "done"
+    with session_scope(seeded) as s:   # idempotent: a re-sent completion
+        assert dispatch.complete_job(s, job_id=job_id, agent_name="a2").status == "done"
+        assert s.get(Job, job_id).run.status == "done"  # type: ignore[union-attr]
+
+
+def test_a_requeued_unclaimed_job_is_still_completed_by_its_late_agent(seeded: Engine) -> None:
+    _register(seeded, "a1", "dev-1")
+    (job_id,) = _queue(seeded)
+    now = utcnow()
+    _claim(seeded, "a1", lease_s=1, now=now)
+    with session_scope(seeded) as s:
+        dispatch.requeue_expired(s, now=now + timedelta(seconds=2))
+        assert dispatch.complete_job(s, job_id=job_id, agent_name="a1").status == "done"
+
+
+def test_fail_records_the_reason(seeded: Engine) -> None:
+    _register(seeded, "a1", "dev-1")
+    (job_id,) = _queue(seeded)
+    _claim(seeded, "a1")
+    with session_scope(seeded) as s:
+        job = dispatch.fail_job(s, job_id=job_id, agent_name="a1", reason="bundle refused: sha256 mismatch")
+        assert job.status == "failed" and job.error == "bundle refused: sha256 mismatch" and job.lease_owner is None
+
+
+def test_presence_follows_registration_heartbeats_and_silence(seeded: Engine) -> None:
+    _register(seeded, "a1", "dev-1", "dev-2")
+    with session_scope(seeded) as s:
+        dispatch.heartbeat(s, agent_name="a1", device_uids=["dev-1"], running=[], lease_s=60)
+    with session_scope(seeded) as s:
+        assert dict(s.execute(sa.select(Device.uid, Device.online)).all()) == {"dev-1": True, "dev-2": False}
+        assert dispatch.mark_silent_agents_offline(s, silent_s=5, now=utcnow() + timedelta(seconds=10)) == ["a1"]
+    with session_scope(seeded) as s:
+        assert not any(s.scalars(sa.select(Device.online)))
+        dispatch.heartbeat(s, agent_name="a1", device_uids=["dev-1", "dev-2"], running=[], lease_s=60)
+    with session_scope(seeded) as s:
+        assert all(s.scalars(sa.select(Device.online)))
+
+
+def test_extend_leases_after_a_service_restart(seeded: Engine) -> None:
+    _register(seeded, "a1", "dev-1")
+    _queue(seeded)
+    now = utcnow()
+    _claim(seeded, "a1", lease_s=1, now=now - timedelta(seconds=30))
+    with session_scope(seeded) as s:
+        assert dispatch.extend_leases(s, lease_s=10, now=now) == 1
+        assert dispatch.requeue_expired(s, now=now + timedelta(seconds=5)) == []
+
+
+def test_concurrent_claims_take_each_job_exactly_once(seeded: Engine) -> None:
+    agents = [f"agent-{i}" for i in range(6)]
+    for i, name in enumerate(agents):
+        _register(seeded, name, f"dev-{i}")
+    jobs = set(_queue(seeded, 30))
+    taken: dict[str, list[str]] = {name: [] for name in agents}
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(agents))
+
+    def work(i: int, name: str) -> None:
+        try:
+            barrier.wait()
+            while (claimed := _claim(seeded, name, f"dev-{i}")) is not None:
+                taken[name].append(claimed.job_id)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i, n)) for i, n in enumerate(agents)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    claimed = [j for ids in taken.values() for j in ids]
+    assert sorted(claimed) == sorted(jobs)          # every job once, none twice
+    with session_scope(seeded) as s:
+        assert set(s.scalars(sa.select(Job.attempts).where(Job.id.in_(jobs)))) == {1}

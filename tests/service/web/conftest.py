@@ -1,0 +1,60 @@
+"""A demo store (tests/service/web/demo_store.py) on SQLite and PostgreSQL behind a live service."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from pipeline.config import Settings
+from pipeline.service import auth
+from pipeline.service.app import create_app
+from pipeline.store.db import session_scope
+from tests.helpers.live_server import live_server
+from tests.helpers.stores import blank_engine, database_url, engine  # noqa: F401  (fixtures)
+
+from . import demo_store
+
+BOOTSTRAP = "bootstrap-admin-token"
+
+
+@dataclass
+class Service:
+    url: str
+    engine: Engine
+    demo: demo_store.Demo
+    tokens: dict[str, str]
+
+
+@pytest.fixture
+def demo(engine: Engine) -> tuple[Engine, demo_store.Demo]:  # noqa: F811 (the fixture, by name)
+    return engine, demo_store.build(engine, commits=24)
+
+
+def _serve(demo: tuple[Engine, demo_store.Demo], home: Path, **web: object) -> Iterator[Service]:
+    engine, built = demo  # noqa: F811 (a local, not the fixture)
+    with session_scope(engine) as s:
+        tokens = {scope: auth.create_token(s, name=f"{scope}-token", scopes=[scope]) for scope in auth.SCOPES}
+    settings = Settings(home=home, api_token=BOOTSTRAP, web={"secret_key": "test-secret", **web})
+    with live_server(create_app(settings, engine)) as url:
+        yield Service(url, engine, built, tokens)
+
+
+@pytest.fixture
+def service(demo: tuple[Engine, demo_store.Demo], tmp_path: Path) -> Iterator[Service]:
+    yield from _serve(demo, tmp_path)
+
+
+@pytest.fixture
+def private_service(demo: tuple[Engine, demo_store.Demo], tmp_path: Path) -> Iterator[Service]:
+    yield from _serve(demo, tmp_path, public=False)
+
+
+@pytest.fixture
+def paged_service(demo: tuple[Engine, demo_store.Demo], tmp_path: Path) -> Iterator[Service]:
+    """Page sizes small enough that the demo store's pages are cut: 3 tiles per dashboard group, 4
+    rows per verdict or roofline table."""
+    yield from _serve(demo, tmp_path, dashboard_tiles=3, group_tiles=5, page_rows=4)
