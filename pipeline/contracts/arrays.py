@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import sys
 import zlib
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
@@ -70,6 +71,8 @@ def unpack(packed: PackedArray) -> list[float]:
     except binascii.Error as exc:
         raise ValueError(f"data is not base64: {exc}") from None
     expected = packed.count * itemsize
+    if expected >= sys.maxsize:   # zlib's max_length is a C ssize_t: larger is an OverflowError, not a 4xx
+        raise ValueError(f"count {packed.count} is more {packed.dtype} numbers than any document can hold")
     inflater = zlib.decompressobj()
     try:
         raw = inflater.decompress(compressed, expected + 1)
