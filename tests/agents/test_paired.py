@@ -88,8 +88,11 @@ def test_paired_results_carry_the_base_samples_and_the_verdict_is_paired(
         if str(row.case_id) in (case_id(CASES[0]), case_id(CASES[2])):
             # A 95 % interval misses 0 in one A/A of twenty by design (CI saw [-0.11 %, -0.04 %]): what
             # must hold is that the change is small and its interval narrow around it, not that it holds 0.
+            # Narrow on a shared 2-core CI machine is a few percent (CI saw [-1.7 %, +2.7 %] for these
+            # ~10-sample rounds), far inside the beta case's +50 %.
             assert row.status == "similar" and row.ci_low is not None and row.ci_high is not None, row
-            assert row.ci_low <= row.change <= row.ci_high and max(abs(row.ci_low), abs(row.ci_high)) < 0.02, row
+            assert row.ci_low <= row.change <= row.ci_high and abs(row.change) < 0.02, row
+            assert max(abs(row.ci_low), abs(row.ci_high)) < 0.05, row
 
 
 def test_a_base_of_the_same_commit_is_refused(
