@@ -12,17 +12,14 @@ reaper threads) and `benchfarm agent` subprocesses, a small IREE suite, 3 s leas
 
 from __future__ import annotations
 
-import os
 import signal
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
-from sqlalchemy.engine import make_url
 
 from tests.helpers.farm import Farm, slow, wait_for
+from tests.helpers.stores import fresh_database
 from tests.helpers.suite_repo import GemmCase, gemm_suite_files, make_suite_repo
 
 pytestmark = pytest.mark.e2e
@@ -119,19 +116,9 @@ def test_a_corrupted_bundle_is_refused_and_the_job_fails_with_the_reason(farm: F
 
 
 @pytest.fixture
-def postgres_url() -> Iterator[str]:
-    if os.environ.get("BENCHFARM_TEST_NO_POSTGRES") == "1":
-        pytest.skip("BENCHFARM_TEST_NO_POSTGRES=1")
-    from tests.helpers.stores import POSTGRES_ADMIN_URL
-
-    admin = psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=5)
-    name = f"benchfarm_faults_{uuid.uuid4().hex[:12]}"
-    with admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-        finally:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def postgres_url(tmp_path: Path) -> Iterator[str]:
+    with fresh_database("postgresql", tmp_path) as url:
+        yield url
 
 
 def test_agents_claiming_at_once_on_postgresql_run_each_job_once(farm: Farm, postgres_url: str) -> None:
