@@ -6,6 +6,11 @@ samples when it is asked, so running today's statistics over those dumps says wh
 would answer now about the same measurements, without another GPU run:
 
     .venv/bin/python bench/aa_recompute.py aa2.npz aa3.npz [--csv per-case.csv]
+    .venv/bin/python bench/aa_recompute.py --unpaired unpaired-base.npz unpaired-readme.npz
+
+The unpaired form judges the second dump's cases against the first's as the service judges a fresh
+series (no learned run-to-run noise: the run level pooled over the comparison's rows, the threshold
+assuming `CompareSettings.default_run_noise`).
 
 Prints, per dump: cases flagged at the paired floor (`CompareSettings.paired_min_change`, the
 smallest threshold a case can have: a case's noise only raises it), the largest |change|, and a
@@ -26,21 +31,42 @@ from scipy.stats import kstest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.analysis.stats import paired_verdicts  # noqa: E402
+from pipeline.analysis.stats import Verdict, paired_verdicts, threshold, verdicts  # noqa: E402
 from pipeline.config import CompareSettings  # noqa: E402
 
 
 def recompute(path: Path, rows: list[dict[str, object]] | None = None) -> dict[str, object]:
-    """The summary of one dump; each case's verdict appended to `rows` when given."""
+    """The summary of one paired dump; each case's verdict appended to `rows` when given."""
     dump = np.load(path)
     meta = json.loads(str(dump["meta"]))
     items = [(dump[f"b{i}"].astype(float), dump[f"h{i}"].astype(float), m["rounds"]) for i, m in enumerate(meta)]
     found = paired_verdicts(items, min_change=CompareSettings().paired_min_change)
+    return _summary(path.stem, [m["case"] for m in meta], found, rows)
+
+
+def recompute_unpaired(base: Path, head: Path, rows: list[dict[str, object]] | None = None) -> dict[str, object]:
+    """The summary of the head dump's cases judged unpaired against the base dump's (fresh series)."""
+    sides = []
+    for path in (base, head):
+        dump = np.load(path)
+        sides.append({m["case"]: (dump[f"h{i}"].astype(float), m["rounds"])
+                      for i, m in enumerate(json.loads(str(dump["meta"])))})
+    cases = sorted(set(sides[0]) & set(sides[1]))
+    settings = CompareSettings()
+    limit = threshold(settings.min_change, settings.default_run_noise * 2 ** 0.5, settings.noise_factor)
+    found = verdicts([(sides[0][c], sides[1][c]) for c in cases], min_change=limit,
+                     default_run_noise=settings.default_run_noise)
+    return _summary(head.stem, cases, found, rows)
+
+
+def _summary(name: str, cases: list[str], found: list[Verdict], rows: list[dict[str, object]] | None
+             ) -> dict[str, object]:
     if rows is not None:
-        rows.extend({"run": path.stem, "case": m["case"], "change": v.change, "ci_low": v.ci_low, "ci_high": v.ci_high,
+        rows.extend({"run": name, "case": c, "change": v.change, "ci_low": v.ci_low, "ci_high": v.ci_high,
                      "pvalue": v.pvalue, "status": v.status, "rounds": v.rounds}
-                    for v, m in zip(found, meta, strict=True))
-    report: dict[str, object] = {"dump": path.name, "cases": len(meta)}
+                    for v, c in zip(found, cases, strict=True))
+    meta = [{"case": c} for c in cases]
+    report: dict[str, object] = {"dump": name, "cases": len(meta)}
     for group, pick in (("suite", lambda c: not c.endswith("/vendor")), ("vendor", lambda c: c.endswith("/vendor")),
                         ("all", lambda c: True)):
         chosen = [v for v, m in zip(found, meta, strict=True) if pick(m["case"])]
@@ -59,11 +85,14 @@ def recompute(path: Path, rows: list[dict[str, object]] | None = None) -> dict[s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dumps", nargs="+", type=Path)
+    parser.add_argument("--unpaired", action="store_true", help="two dumps of separate jobs: base, then head")
     parser.add_argument("--csv", type=Path, help="also write every case's verdict in every dump here")
     args = parser.parse_args()
+    if args.unpaired and len(args.dumps) != 2:
+        parser.error("--unpaired takes two dumps: the base job's, then the head job's")
     rows: list[dict[str, object]] = []
-    for path in args.dumps:
-        report = recompute(path, rows)
+    reports = [recompute_unpaired(*args.dumps, rows)] if args.unpaired else [recompute(p, rows) for p in args.dumps]
+    for report in reports:
         print(f"{report['dump']}: {report['cases']} cases")
         for group in ("suite", "vendor", "all"):
             g = report[group]

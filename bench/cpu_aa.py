@@ -70,7 +70,7 @@ def main() -> None:
                                      base_sha=shas[i - 1] if kind == "unpaired" else None)
             engine.dispose()
             rows = [r for r in comparison.rows if not r.is_control]
-            flagged = [(r.case_id, r.change, r.ci_low, r.ci_high) for r in rows if r.status in ("regressed", "improved")]
+            flagged = [(str(r.case_id), r.change, r.ci_low, r.ci_high) for r in rows if r.status in ("regressed", "improved")]
             pvalues[kind] += [r.pvalue for r in rows if r.pvalue is not None]
             report["runs"].append({
                 "run": i, "kind": kind, "wall_s": round(time.perf_counter() - start, 1), "cases": len(rows),

@@ -19,8 +19,8 @@ that the A/A runs are judged as if the binaries differed) and runs `benchfarm ru
 4. unpaired A/A: base alone, then readme alone, compared with an explicit base.
 After each job: GET /api/v1/compare; everything is written to OUT/acceptance.json as it goes (a
 run longer than one device call can be read by the next), and each A/A job's samples to
-OUT/aa-<n>.npz (float32, per case: round sizes, head and paired base samples) so that the verdicts
-can be recomputed from the same measurements.
+OUT/<label>.npz (float32, per case: round sizes, head and paired base samples; unpaired jobs: no base)
+so that the verdicts can be recomputed from the same measurements.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def _dump(farm: GpuFarm, head: str, path: Path) -> int:
     meta = []
     for i, (case, target, head_blob, base_blob, rounds, digest, paired_digest) in enumerate(rows):
         arrays[f"h{i}"] = np.asarray(from_blob(head_blob), dtype=np.float32)
-        arrays[f"b{i}"] = np.asarray(from_blob(base_blob), dtype=np.float32)
+        arrays[f"b{i}"] = np.asarray(from_blob(base_blob) if base_blob is not None else [], dtype=np.float32)
         meta.append({"case": case, "target": target, "rounds": json.loads(rounds) if isinstance(rounds, str) else rounds,
                      "same_binary": digest is not None and digest == paired_digest})
     np.savez_compressed(path, meta=json.dumps(meta), **arrays)
@@ -117,7 +117,7 @@ def run(bundles: Path, out: Path) -> None:
                 "rows": [{k: r.get(k) for k in ("case_id", "change", "ci_low", "ci_high", "pvalue", "status", "paired")}
                          for r in rows],
             })
-            if label.startswith("aa") or label.startswith("nightly"):
+            if label.startswith(("aa", "nightly", "unpaired")):
                 report["jobs"][-1]["dumped"] = _dump(farm, shas[head], out / f"{label}.npz")
             _save(out, report)
             print(f"{label}: {info['wall_s']:.0f} s, {body['verdict']}, phases {info['phases']}", flush=True)

@@ -158,8 +158,9 @@ class CompareSettings(BaseModel):
         default=0.03, ge=0, lt=1,
         description="unpaired comparisons: the sd of one run's level (relative) assumed for a case whose series has "
         "no learned run-to-run noise yet (Series.noise_unpaired, after 5 runs): the rounds of one run cannot show how "
-        "much two runs of one binary differ, so a fresh series is judged with this much between-run noise (it enters "
-        "the test and the threshold); 0: none assumed")
+        "much two runs of one binary differ, so a fresh series' threshold assumes this much between-run noise; its "
+        "test pools the run level from the comparison's other rows (20 or more), or else assumes this too; "
+        "0: none assumed")
     ancestor_walk: int = Field(default=50, ge=1, description="how many first-parent ancestors to search for a base")
 
 

@@ -1,6 +1,6 @@
-"""Vendor control for attention: PyTorch's scaled_dot_product_attention (its fastest backend on the
-agent: cuDNN, FlashAttention or memory-efficient, picked there), causal for prefill, GQA through
-`enable_gqa`, on the Triton cases' shapes, tensors and reference. Impl `vendor`; nothing compiled."""
+"""Vendor control for attention: PyTorch's scaled_dot_product_attention (the backend PyTorch's own
+dispatch picks on the agent, the same in every job), causal for prefill, GQA through `enable_gqa`, on
+the Triton cases' shapes, tensors and reference. Impl `vendor`; nothing compiled."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Vendor control for convolution: PyTorch's conv2d on channels_last bf16 tensors (cuDNN, with
-cudnn.benchmark picking its algorithm during warm-up), on the Triton cases' shapes, tensors and
+"""Vendor control for convolution: PyTorch's conv2d on channels_last bf16 tensors (cuDNN, its
+heuristics choosing the algorithm: the same in every job), on the Triton cases' shapes, tensors and
 reference. Impl `vendor`; nothing compiled."""
 
 from __future__ import annotations

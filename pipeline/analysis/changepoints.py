@@ -167,7 +167,9 @@ def outlier_runs(values: Sequence[float], *, outlier_k: float = OUTLIER_K, windo
     A commit is flagged when it is more than `outlier_k` local robust standard deviations from the
     median of the five commits centred on it (three next to either end): five, so that two slow
     runs in a row, or a normal run between two slow ones, are judged against the level around
-    them and not against each other. The first and the newest commits are never flagged.
+    them and not against each other; and as far from the median of the (up to) three commits on
+    either side of it: one that fits the level before it or the level after it is kept. The first
+    and the newest commits are never flagged.
     """
     x = np.asarray(values, dtype=np.float64)
     n = x.size
@@ -182,9 +184,20 @@ def outlier_runs(values: Sequence[float], *, outlier_k: float = OUTLIER_K, windo
         centre[i] = np.median(x[i - 1 : i + 2])
     inner = slice(1, n - 1)
     limit = outlier_k * sigma[inner]
-    distance = np.abs(x[inner] - centre[inner])
-    flagged[inner] = np.where(limit > 0, distance > limit, distance > 0)
+    far = _beyond(np.abs(x[inner] - centre[inner]), limit)
+    # A run that fits the level on one side of it is that level's, whatever the five around it say:
+    # next to a step, a slow run on the same side makes the five's median the slow run, and the last
+    # commit of the old level looked like the outlier (12, 12, 18, 12 | 53, 53, 53, 53 lost its step).
+    for i in np.flatnonzero(far) + 1:
+        sides = (x[max(0, i - 3):i], x[i + 1:i + 4])
+        if any(abs(x[i] - np.median(side)) <= outlier_k * sigma[i] for side in sides if side.size):
+            far[i - 1] = False
+    flagged[inner] = far
     return flagged
+
+
+def _beyond(distance: np.ndarray, limit: np.ndarray) -> np.ndarray:
+    return np.where(limit > 0, distance > limit, distance > 0)
 
 
 def _ttest(left: np.ndarray, right: np.ndarray) -> float:

@@ -237,7 +237,8 @@ Side = tuple[Sequence[float], Rounds]
 
 
 def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, run_noise: float | Sequence[float | None] | None = None,
-                       confidence: float = CONFIDENCE, blocks: int = DEFAULT_BLOCKS) -> list[Estimate]:
+                       default_run_noise: float | None = None, confidence: float = CONFIDENCE,
+                       blocks: int = DEFAULT_BLOCKS) -> list[Estimate]:
     """The change between two separately timed results (base, head): per side, the mean of each
     round's middle fifth of the log samples; change = exp(mean_h - mean_b) - 1; a t-test of the difference and its interval.
 
@@ -247,8 +248,15 @@ def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, run_noise: float |
     `run_noise` is the sd of one run's level in logs (`Series.noise_unpaired`, from the series'
     history; one value for all items or one per item, None: not known): each side's variance is then
     max(its rounds' variance of the mean, run_noise^2), the history's taking the place of what one
-    run cannot show. Without it, Welch's test of the round values alone (Welch-Satterthwaite degrees
-    of freedom; a history term counts as known, adding no degrees of freedom). Vectorised.
+    run cannot show (Welch-Satterthwaite degrees of freedom; a history term counts as known, adding
+    no degrees of freedom).
+
+    Items whose run noise is not known (a fresh series) borrow it from each other (`run_dispersion`):
+    with at least `POOLED_MIN_ITEMS` testable items, their rounds' variances are scaled by how much
+    more the items' changes spread than their rounds say, but never past the variance
+    `default_run_noise` implies (2 x its square: the default is the most a fresh series assumes, the
+    comparison's own evidence can only lower it); with fewer, `default_run_noise` takes the place of
+    the history (None: Welch's test of the round values alone). Vectorised.
     """
     base_logs, base_counts = _round_values([b for b, _ in items], blocks, "log")
     head_logs, head_counts = _round_values([h for _, h in items], blocks, "log")
@@ -257,6 +265,19 @@ def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, run_noise: float |
     run_var = np.square(np.asarray(_per_item(run_noise, len(items)), dtype=float))   # nan where unknown
     with np.errstate(invalid="ignore", divide="ignore"):
         vb, vh = base_var / base_counts, head_var / head_counts
+        unknown = np.isnan(run_var)
+        if unknown.any():
+            dispersion = run_dispersion(head_mean - base_mean, vb + vh)
+            if dispersion is not None:
+                # never more than the default assumes (a change between runs of 2 x its variance): where
+                # most rows really changed the dispersion is large, and there the default's test applies
+                capped = (unknown & (dispersion * (vb + vh) >= 2 * default_run_noise ** 2) if default_run_noise
+                          else np.zeros(len(items), dtype=bool))
+                scaled = unknown & ~capped
+                vb, vh = np.where(scaled, vb * dispersion, vb), np.where(scaled, vh * dispersion, vh)
+                run_var = np.where(capped, (default_run_noise or 0.0) ** 2, run_var)
+            elif default_run_noise:
+                run_var = np.where(unknown, default_run_noise ** 2, run_var)
         known = ~np.isnan(run_var)
         # a side whose run-level variance dominates (or that has no variance of its own) is taken as
         # known: its term adds no degrees of freedom
@@ -273,6 +294,32 @@ def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, run_noise: float |
     pvalue, low, high = _t_interval(diff, se, df, confidence)
     return _estimates(diff, pvalue, low, high, tested, np.minimum(base_counts, head_counts),
                       [len(b[0]) > 0 and len(h[0]) > 0 for b, h in items])
+
+
+POOLED_MIN_ITEMS = 20
+"""Fewest testable items of an unpaired comparison a run-level dispersion is pooled from."""
+CHI2_1_MEDIAN = 0.454936
+"""The median of a chi-square variable with one degree of freedom: of z^2 for a standard normal z."""
+
+
+def run_dispersion(diffs: np.ndarray, variances: np.ndarray, min_items: int = POOLED_MIN_ITEMS) -> float | None:
+    """How much more two runs differ than their rounds say, pooled over the items of one comparison
+    (log differences and their rounds' variances): max(1, median(z^2) / CHI2_1_MEDIAN), z = diff / sd;
+    None with fewer than `min_items` items with a variance.
+
+    The rounds of one run cannot see what a whole run shares (its placement, clocks, load), and a
+    fresh series has no history to say. But the items of one comparison were timed by the same two
+    runs: on identical code their z would be standard normal if the rounds told everything, so the
+    median of z^2 says by how much they do not (a quasi-likelihood dispersion). The median ignores
+    real changes up to half of the items; more than that makes the tests conservative, not bold.
+    An H100 unpaired A/A of the suite (BENCHMARKS.md, issue 11): 2.9; the p-values uniform with it
+    (suite cases' KS p 0.40), piled at 1 with the 3 % run noise assumed before (KS p 1e-35).
+    """
+    usable = np.isfinite(diffs) & np.isfinite(variances) & (variances > 0)
+    if int(usable.sum()) < min_items:
+        return None
+    z2 = np.square(diffs[usable]) / variances[usable]
+    return max(1.0, float(np.median(z2)) / CHI2_1_MEDIAN)
 
 
 KNOWN_VARIANCE_DF = 1e6
@@ -392,11 +439,13 @@ def verdicts(
     min_rounds: int = MIN_ROUNDS,
     min_samples: int = MIN_SAMPLES,
     run_noise: float | Sequence[float | None] | None = None,
+    default_run_noise: float | None = None,
 ) -> list[Verdict]:
     """`paired_verdicts` for two separately timed results ((base samples, rounds), (head samples,
-    rounds)), by `unpaired_estimates` (with `run_noise`, the run level of variation);
-    `min_rounds` and `min_samples` apply to each side."""
+    rounds)), by `unpaired_estimates` (with `run_noise` and `default_run_noise`, the run level of
+    variation); `min_rounds` and `min_samples` apply to each side."""
     limits = _thresholds(len(items), min_change)
+    estimates = unpaired_estimates(items, run_noise=run_noise, default_run_noise=default_run_noise)
     return [_decide(e, limit, lower_is_better=lower_is_better, max_pvalue=max_pvalue,
                     enough=e.rounds >= min_rounds and min(len(b[0]), len(h[0])) >= min_samples)
-            for e, limit, (b, h) in zip(unpaired_estimates(items, run_noise=run_noise), limits, items, strict=True)]
+            for e, limit, (b, h) in zip(estimates, limits, items, strict=True)]

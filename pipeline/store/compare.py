@@ -23,8 +23,10 @@ ratios are far less noisy than unpaired medians) or `min_change`, the noise the 
 one on that device class (`Series.noise_paired`: the sd of a paired A/A change; for unpaired
 rows the sd of a change between two runs, sqrt(2) x `Series.noise_unpaired`, which is one run's).
 Unpaired rows also carry the run level of variation in their test (`stats.unpaired_estimates`'
-`run_noise`): one run's rounds cannot show how much two runs of one binary differ; a series with no
-learned run-to-run noise yet is assumed to have `CompareSettings.default_run_noise`.
+`run_noise`): one run's rounds cannot show how much two runs of one binary differ. A series with no
+learned run-to-run noise yet borrows it from the comparison's other rows (`stats.run_dispersion`,
+with `stats.POOLED_MIN_ITEMS` rows or more) or else is assumed to have
+`CompareSettings.default_run_noise`; its threshold assumes that default either way.
 Every row carries its change's 95 % interval (ci_low, ci_high); base and head medians are those
 of the very samples the change was computed from.
 
@@ -562,13 +564,16 @@ def compare(
                                same(h.binary_digest, h.paired_binary_digest), shortcut, paired=True))
     sides = [((samples[base_results[k].measurement_id], base_results[k].round_sizes),  # type: ignore[index]
               (samples[head_results[k].measurement_id], head_results[k].round_sizes)) for k in to_test]  # type: ignore[index]
-    # one run's level noise (Series.noise_unpaired, or the assumed default of a fresh series) enters the
-    # test as each side's run-level variance, and the threshold as a change between two runs: sqrt(2) x it
-    run_noise = [n if (n := head_results[k].noise_unpaired) is not None else settings.default_run_noise
-                 for k in to_test]
-    limits = [threshold(settings.min_change, n * SQRT2 if n else None, settings.noise_factor) for n in run_noise]
+    # one run's level noise enters the test as each side's run-level variance: the series' learned one
+    # (Series.noise_unpaired), else pooled over this comparison's rows (stats.run_dispersion), else (too
+    # few rows) the assumed default; the threshold is a change between two runs, sqrt(2) x the learned
+    # noise or the default (a fresh series is held to the assumed noise: no history says it is quieter)
+    learned = [head_results[k].noise_unpaired or None for k in to_test]
+    limits = [threshold(settings.min_change, (n or settings.default_run_noise) * SQRT2 or None, settings.noise_factor)
+              for n in learned]
     for key, ((base_samples, _), (head_samples, _)), v in zip(
-            to_test, sides, verdicts(sides, min_change=limits, run_noise=[n or None for n in run_noise], **options),
+            to_test, sides, verdicts(sides, min_change=limits, run_noise=learned,
+                                     default_run_noise=settings.default_run_noise or None, **options),
             strict=True):
         rows.append(_timed_row(cases[key[0]], key[1], _median(base_samples), _median(head_samples), v,
                                same(head_results[key].binary_digest, base_results[key].binary_digest), shortcut))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pipeline.agents.devices import LocalDevice, nvidia_devices
-from pipeline.agents.runners.cuda_runner import bf16_bits, bf16_values
+from pipeline.agents.runners.cuda_runner import CudaDevice, bf16_bits, bf16_values
 from pipeline.config import MeasurementSettings
 from pipeline.contracts import BundleManifest, parse_result
 from tests.helpers.suite_repo import make_suite_repo
@@ -134,3 +134,27 @@ print(json.dumps({{r.case: r.environment for r in doc.results if r.status == "ok
     environments = json.loads(proc.stdout.strip().splitlines()[-1])
     ok = environments[triton_case_id(OK)]
     assert "throttled samples not discarded" in ok["nvml"] and "throttled_samples_discarded" not in ok, ok
+
+
+@pytest.mark.gpu
+def test_a_slow_host_stays_out_of_the_sample(device: LocalDevice) -> None:
+    """The host stalls 300 us after the start event is queued, then launches a tiny memset: gated,
+    the GPU waits for the whole queue and the sample is the memset's microseconds; ungated, the stall
+    is inside the sample (the L2 flush hides ~30 us of host time, not 300)."""
+    import time
+
+    cuda = CudaDevice(device.info.uid)
+    assert "timing_gate" not in cuda.notes, cuda.notes
+    target = cuda.alloc(4096)
+
+    def slow_host_then_memset() -> None:
+        until = time.perf_counter() + 300e-6
+        while time.perf_counter() < until:
+            pass
+        cuda._call(cuda._cu.cuMemsetD32Async, cuda._cu.CUdeviceptr(target), 7, 1024, cuda.stream)
+
+    gated = sorted(cuda.time_once(slow_host_then_memset) for _ in range(50))
+    ungated = sorted(cuda.time_once(slow_host_then_memset, gated=False) for _ in range(50))
+    cuda.free(target)
+    assert gated[25] < 50e-6, gated[25]
+    assert ungated[25] > 200e-6, ungated[25]

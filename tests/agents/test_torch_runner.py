@@ -118,3 +118,42 @@ def test_a_paired_vendor_control_replays_the_heads_graphs(bundle: tuple[Path, Bu
         assert 0.9 < ratio < 1.1, (r.case, ratio)
     for r in suite:
         assert r.paired_base is not None and "paired_base" not in r.environment, r
+
+
+@pytest.mark.gpu
+def test_controls_choose_the_same_implementation_every_time(device: LocalDevice) -> None:
+    """A control must not pick its implementation by timing: two jobs of one binary then time
+    different kernels (an H100 unpaired A/A: decode attention's control +342 %). SDPA's backend is
+    PyTorch's dispatch choice, named, and equal on every binding; conv leaves cuDNN's autotuning off."""
+    import torch
+
+    gpu = torch.device("cuda", 0)   # the fixture found an NVIDIA GPU; torch numbers it 0 here
+    shapes = {"q": [1, 32, 1, 128], "k": [1, 8, 2048, 128], "v": [1, 8, 2048, 128], "o": [1, 32, 1, 128]}
+    entry = BundleEntry(
+        case="attention/decode/B1-Sq1-Skv2048-Hq32-Hkv8-D128/bf16/vendor", target="cuda:sm_90", status="built",
+        flops=2, bytes=6,
+        tensors=[TensorSpec(name=n, role="output" if n == "o" else "input", shape=s, dtype="bf16")
+                 for n, s in shapes.items()],
+        launch=LaunchSpec(entry_point="torch.sdpa", arguments=["q", "k", "v"], results=["o"],
+                          torch=TorchCall(op="sdpa")),
+        reference=ReferenceSpec(module="attention.reference", function="attention", atol=0, rtol=0),
+    )
+    tensors = {n: torch.randn(s, dtype=torch.bfloat16, device=gpu) for n, s in shapes.items()}
+    params = {"is_causal": False, "scale": 128 ** -0.5, "enable_gqa": True}
+    chosen = [torch_runner.OPS["sdpa"](tensors, entry, params).environment for _ in range(5)]
+    assert chosen[0]["sdpa_backend"] not in ("", "dispatch", "ERROR"), chosen[0]
+    assert all(c == chosen[0] for c in chosen), chosen
+
+    conv_shapes = {"x": [1, 16, 16, 32], "w": [32, 3, 3, 32], "y": [1, 16, 16, 32]}
+    conv = BundleEntry(
+        case="conv/c/1x16x16x32-32x3x3-s1/bf16/vendor", target="cuda:sm_90", status="built", flops=2, bytes=6,
+        tensors=[TensorSpec(name=n, role="output" if n == "y" else "input", shape=s, dtype="bf16")
+                 for n, s in conv_shapes.items()],
+        launch=LaunchSpec(entry_point="torch.conv2d", arguments=["x", "w"], results=["y"],
+                          torch=TorchCall(op="conv2d")),
+        reference=ReferenceSpec(module="conv.reference", function="conv", atol=0, rtol=0),
+    )
+    torch.backends.cudnn.benchmark = True
+    conv_tensors = {n: torch.randn(s, dtype=torch.bfloat16, device=gpu) for n, s in conv_shapes.items()}
+    torch_runner.OPS["conv2d"](conv_tensors, conv, {"stride": 1, "padding": 1}).run()
+    assert torch.backends.cudnn.benchmark is False

@@ -12,10 +12,12 @@ from scipy.stats import t as student_t
 from pipeline.analysis.stats import (
     DEFAULT_BLOCKS,
     NOISE_FACTOR,
+    POOLED_MIN_ITEMS,
     paired_estimates,
     paired_verdicts,
     robust_sd,
     round_sizes,
+    run_dispersion,
     run_to_run_noise,
     summarize,
     threshold,
@@ -138,7 +140,9 @@ def test_batched_verdicts_equal_one_call_per_item() -> None:
         paired.append((base, head, rounds))
         unpaired.append(((base, rounds), (head, None)))
     assert paired_verdicts(paired, min_change=0.02) == [paired_verdicts([p], min_change=0.02)[0] for p in paired]
-    assert verdicts(unpaired, min_change=0.02) == [verdicts([u], min_change=0.02)[0] for u in unpaired]
+    # unpaired: with every item's run noise known (0: none), nothing is pooled across the batch
+    assert (verdicts(unpaired, min_change=0.02, run_noise=0.0)
+            == [verdicts([u], min_change=0.02, run_noise=0.0)[0] for u in unpaired])
     statuses = {v.status for v in paired_verdicts(paired, min_change=0.02)}
     assert statuses == {"regressed", "improved", "similar", "insufficient data"}
     constant = paired_verdicts([([2e-3] * 10, [2e-3] * 10, None)])[0]
@@ -277,7 +281,8 @@ def test_unpaired_aa_with_a_run_effect_is_uniform_only_with_the_run_noise() -> N
     learned = run_to_run_noise(history, ["same"] * len(history))
     assert learned == pytest.approx(run_sd, rel=0.5)
     aa = [_runs(rng, run_sd) for _ in range(COMPARISONS)]
-    assert kstest([e.pvalue for e in unpaired_estimates(aa)], "uniform").pvalue < 1e-6
+    # one comparison at a time: nothing to pool the run level from, the rounds alone
+    assert kstest([unpaired_estimates([item])[0].pvalue for item in aa], "uniform").pvalue < 1e-6
     with_runs = [e.pvalue for e in unpaired_estimates(aa, run_noise=learned)]
     assert kstest(with_runs, "uniform").pvalue > 0.05
     limit = threshold(0.05, learned * math.sqrt(2))
@@ -286,6 +291,59 @@ def test_unpaired_aa_with_a_run_effect_is_uniform_only_with_the_run_noise() -> N
     assert len(flagged) <= 0.01 * len(aa)
     real = [_runs(rng, run_sd, change=0.30) for _ in range(20)]
     assert all(v.status == "regressed" for v in verdicts(real, min_change=limit, run_noise=learned))
+
+
+def _suite_of_runs(rng: np.random.Generator, cases: int, change: float = 0.0, changed: int = 0) -> list:
+    """One unpaired comparison of a suite: two runs of `cases` cases, each case with its own size of
+    rounds' noise (0.2-2 %) and a run offset of its own about twice that (what the rounds cannot see);
+    the first `changed` cases really changed by `change`."""
+    out = []
+    for i in range(cases):
+        noise = rng.uniform(0.002, 0.02)
+        sides = []
+        for shift in (0.0, math.log1p(change) if i < changed else 0.0):
+            rounds = rng.normal(0, noise, ROUNDS) + rng.normal(0, 2 * noise / math.sqrt(ROUNDS))
+            sides.append((1e-3 * np.exp(shift + np.repeat(rounds, PER_ROUND) + rng.normal(0, 0.002, ROUNDS * PER_ROUND)),
+                          [PER_ROUND] * ROUNDS))
+        out.append(tuple(sides))
+    return out
+
+
+def test_a_fresh_series_pools_the_run_level_from_the_comparison() -> None:
+    """Issue 11's GPU unpaired A/A: fresh series (no learned run noise), the rounds alone made p-values
+    pile near 0 and the assumed 3 % near 1; pooled over the comparison's cases (`run_dispersion`)
+    they are uniform. Never bolder than the default: where most cases really changed, the pooled
+    test is the default's. Fewer than POOLED_MIN_ITEMS cases: the default."""
+    rng = np.random.default_rng(11)
+    suites = [_suite_of_runs(rng, 82) for _ in range(6)]
+    alone = [unpaired_estimates([case])[0].pvalue for suite in suites for case in suite]
+    assumed = [e.pvalue for suite in suites for e in unpaired_estimates(suite, run_noise=0.03)]
+    pooled = [e.pvalue for suite in suites for e in unpaired_estimates(suite, default_run_noise=0.03)]
+    assert kstest(alone, "uniform", alternative="greater").pvalue < 1e-6       # too small: false alarms
+    assert kstest(assumed, "uniform", alternative="less").pvalue < 1e-6        # too large: blind
+    assert kstest(pooled, "uniform").pvalue > 0.05
+    assert 1.5 < run_dispersion(*_diffs_and_variances(suites[0])) < 10
+
+    # 70 of 82 cases 15 % slower: the dispersion is large, the default bounds the test; it finds about as
+    # many (a case below the bound keeps Welch's degrees of freedom, a little more cautious than the normal)
+    most = _suite_of_runs(rng, 82, change=0.15, changed=70)
+    bounded = verdicts(most, min_change=0.05, default_run_noise=0.03)
+    by_default = verdicts(most, min_change=0.05, run_noise=0.03)
+    found = sum(v.status == "regressed" for v in bounded[:70])
+    assert found >= 60 and abs(found - sum(v.status == "regressed" for v in by_default[:70])) <= 3
+    assert all(v.status == "similar" for v in bounded[70:])
+    few = _suite_of_runs(rng, POOLED_MIN_ITEMS - 1)
+    assert unpaired_estimates(few, default_run_noise=0.03) == unpaired_estimates(few, run_noise=0.03)
+
+
+def _diffs_and_variances(items: list) -> tuple[np.ndarray, np.ndarray]:
+    """Each item's log difference and its rounds' variance of it (Welch's, no run level), by hand."""
+    diffs, variances = [], []
+    for (base, b_rounds), (head, h_rounds) in items:
+        levels = [np.log(np.asarray(side)).reshape(len(r), -1).mean(axis=1) for side, r in ((base, b_rounds), (head, h_rounds))]
+        diffs.append(levels[1].mean() - levels[0].mean())
+        variances.append(sum(v.var(ddof=1) / len(v) for v in levels))
+    return np.asarray(diffs), np.asarray(variances)
 
 
 # --- noise and thresholds ------------------------------------------------------------------------

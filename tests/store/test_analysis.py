@@ -324,13 +324,19 @@ def test_fault_1_the_store_does_not_keep_a_young_false_alarm(seeded: Engine) -> 
             f.upload(s, main(i), [f.ok(f.GEMM, f.series_samples(x[i] * 1e-5))], kind="push")
             if any(r.lifecycle == "confirmed" for r in queries.series_change_points(s, _series_id(s))):
                 confirmed_at.append(i)
-    assert confirmed_at == [44, 46, 47, 48, 49, 50]   # a young point, confirmed while the data held it up
+    # a young point, confirmed while the data held it up (44-50 before a run that fits the level on one
+    # side was kept in, the same point confirmed at fewer prefixes)
+    assert confirmed_at == [49, 50]
     with session_scope(seeded) as s:
-        (row,) = queries.series_change_points(s, _series_id(s))
+        rows = queries.series_change_points(s, _series_id(s))
+        # (and a point suspected at main-46 for one commit, dropped by the next: retracted too)
+        assert all(r.lifecycle == "retracted" and not r.open for r in rows), rows
+        (row,) = [r for r in rows if r.after_sha == f.sha(main(38))]
         assert (row.after_sha, row.direction, row.lifecycle) == (f.sha(main(38)), "regression", "retracted")
         assert row.reason.startswith("not supported by the 14 commits from it") and not row.open
         notes = [e.note for e in triage.events(s, row.id)]
-        assert notes[0].startswith("suspected: regression") and notes[-1].startswith("retracted: not supported")
+        assert notes[0].startswith(("suspected: regression", "confirmed: regression"))
+        assert notes[-1].startswith("retracted: not supported")
         assert any(n.startswith("confirmed: regression") for n in notes)
         assert queries.list_regressions(s) == [] and queries.dashboard(s).counts["regressed"] == 0
 

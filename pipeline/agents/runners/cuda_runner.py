@@ -8,7 +8,8 @@ Order per entry (DESIGN.md, "Measurement"): verify the cubin's sha256; make fres
 the NumPy reference); fill every output with a NaN pattern, so elements the kernel never writes
 fail the check; launch once and compare with the float64 reference (a wrong kernel is never
 timed); then time with CUDA events around the kernel alone, with L2 flushed (a buffer twice the
-L2 size written) before each sample, and the SM clock and the GPU temperature read through NVML with
+L2 size written) before each sample, the GPU held at a gate until the host has queued all of it (so
+that the host's speed never enters a sample: `CudaDevice.time_once`), and the SM clock and the GPU temperature read through NVML with
 each sample where nvidia-ml-py is importable. The device's default SM clock (NVML's default
 application clock, else its maximum, else the driver's clock-rate attribute) is what the agent
 discards throttled samples against.
@@ -117,6 +118,8 @@ class CudaDevice:
         self.flush_buffer = self.alloc(self.flush_words * 4)
         self._flushes = 0
         self.notes: dict[str, str] = {}
+        self._gate = self._open_gate()
+        self._gate_value = 0
         self._nvml = _Nvml.open(uuids[ordinal], self.notes)
         rate_khz = self._call(driver.cuDeviceGetAttribute, attr.CU_DEVICE_ATTRIBUTE_CLOCK_RATE, self.device)
         nvml_default = self._nvml.default_sm_clock_mhz() if self._nvml else None
@@ -176,12 +179,43 @@ class CudaDevice:
         self._call(self._cu.cuMemsetD32Async, self._cu.CUdeviceptr(self.flush_buffer), self._flushes,
                    self.flush_words, self.stream)
 
-    def time_once(self, run: Callable[[], None]) -> float:
-        """Seconds between events recorded right before and after `run` on the stream (L2 flushed first)."""
-        self.flush_l2()
-        self._call(self._cu.cuEventRecord, self.start, self.stream)
-        run()
-        self._call(self._cu.cuEventRecord, self.end, self.stream)
+    def _open_gate(self) -> tuple[int, Any, ctypes.c_uint32] | None:
+        """A word of pinned host memory the stream can wait on (cuStreamWaitValue32); None, and why in
+        `notes` (`GATE_NOTE`), where the driver refuses it: samples are then taken ungated."""
+        cu = self._cu
+        try:
+            host = self._call(cu.cuMemHostAlloc, 4, cu.CU_MEMHOSTALLOC_DEVICEMAP | cu.CU_MEMHOSTALLOC_PORTABLE)
+            device_ptr = self._call(cu.cuMemHostGetDevicePointer, host, 0)
+        except CudaError as exc:
+            self.notes[GATE_NOTE] = f"unavailable ({exc}): the host's launch time can enter small samples"
+            return None
+        word = ctypes.c_uint32.from_address(int(host))
+        word.value = 0
+        return int(host), device_ptr, word
+
+    def time_once(self, run: Callable[[], None], *, gated: bool = True) -> float:
+        """Seconds between events recorded right before and after `run` on the stream (L2 flushed first).
+
+        `gated`: the stream first waits on a host word, which the host sets once the flush, the events
+        and `run`'s work are all queued. Ungated, the start event fires when the flush ends, and a host
+        slower than the flush (a Python launch path: a torch graph replay; a busy or virtualised CPU)
+        leaves the GPU idle inside the sample: an H100 saw 6 us cases of vendor controls read 13-18 us
+        in whole rounds of one job and not the other. Only for `run`s that never wait on the GPU
+        (a kernel launch, a graph replay): one that synchronised would wait for the gate forever.
+        """
+        gate = self._gate if gated else None
+        if gate is not None:
+            self._gate_value += 1   # the stream waits until the word reaches this sample's value
+            self._call(self._cu.cuStreamWaitValue32, self.stream, gate[1], self._gate_value,
+                       self._cu.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
+        try:
+            self.flush_l2()
+            self._call(self._cu.cuEventRecord, self.start, self.stream)
+            run()
+            self._call(self._cu.cuEventRecord, self.end, self.stream)
+        finally:
+            if gate is not None:
+                gate[2].value = self._gate_value   # the GPU may go: everything is queued
         self._call(self._cu.cuEventSynchronize, self.end)
         return float(self._call(self._cu.cuEventElapsedTime, self.start, self.end)) * 1e-3
 
@@ -196,6 +230,9 @@ class CudaDevice:
         checked.clocks_mhz.append(self.sm_clock_mhz())
         checked.temperatures_c.append(self.temperature_c())
 
+
+GATE_NOTE = "timing_gate"
+"""The `notes` key saying the stream could not be held at a host gate (`CudaDevice.time_once`)."""
 
 NVML_NOTE = "nvml"
 """The `notes` (and so every case's environment) key saying NVML failed and what that turned off."""

@@ -19,7 +19,6 @@ operator is timed eagerly and the case's environment says why (`timing: eager`).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,11 +40,10 @@ from pipeline.contracts import BundleEntry, CaseResult, Correctness
 __all__ = ["TORCH_MISSING", "torch_missing", "prepare_entry", "OPS"]
 
 TORCH_MISSING = "torch not available on this agent"
-BACKEND_TRIAL_CALLS = 5       # SDPA: calls timed per backend to pick the fastest
 CHOICE = "_chosen"
 """params key: the environment of the operator first bound on a workspace, so that every copy and a
-paired base run the same backend (SDPA picks the fastest by a brief trial, which could differ)."""
-GRAPH_WARMUP_CALLS = 3        # eager calls on a side stream before capture (workspaces, cuDNN's autotuning)
+paired base take the same GQA path."""
+GRAPH_WARMUP_CALLS = 3        # eager calls on a side stream before capture (workspaces, lazy initialisation)
 
 
 def torch_missing() -> str | None:
@@ -77,50 +75,50 @@ def _matmul(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _O
 
 
 def _sdpa(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _Op:
-    """The fastest SDPA backend that runs this shape: each is tried (GQA by enable_gqa, or by K/V
-    repeated per query head, done once here, when a backend refuses enable_gqa) and timed briefly."""
-    import torch
+    """PyTorch's own choice of SDPA backend (its dispatch rules: shape, dtype, device; no timing), with
+    GQA by enable_gqa, or by K/V repeated per query head, done once here, where that choice refuses
+    enable_gqa.
+
+    Not the fastest backend by a brief trial: timed with the host's clock, a trial measured launch
+    overhead rather than the kernels a graph replays, and two processes picked backends 3-5x apart on
+    decode shapes (an H100 unpaired A/A: llama3-8b-decode's control +342 %, BENCHMARKS.md issue 11). A
+    control must choose the same implementation in every job, or it measures the choice, not the device.
+    """
     import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     q, k, v = (t[n] for n in entry.launch.arguments)  # type: ignore[union-attr]
     causal, scale, gqa = bool(params.get("is_causal")), params.get("scale"), bool(params.get("enable_gqa"))
     group = q.shape[1] // k.shape[1]
-    repeated: tuple[Any, Any] | None = None
-    best: tuple[float, Callable[[], list[Any]], dict[str, str]] | None = None
+    chosen = params.get(CHOICE) or {}   # bound before on the same workspace: the same path
     errors = []
-    chosen = params.get(CHOICE) or {}   # bound before on the same workspace: the same backend and path
-    for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
-        if chosen and backend.name != chosen.get("sdpa_backend"):
+    for path in (("enable_gqa", "repeat") if gqa else ("none",)):
+        if chosen and path != chosen.get("gqa"):
             continue
-        for path in (("enable_gqa", "repeat") if gqa else ("none",)):
-            if chosen and path != chosen.get("gqa"):
-                continue
-            if path == "repeat" and repeated is None:
-                repeated = (k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1))
-            kk, vv = repeated if path == "repeat" else (k, v)
+        kk, vv = (k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)) if path == "repeat" else (k, v)
+        extra = {"enable_gqa": True} if path == "enable_gqa" else {}
 
-            def run(backend: Any = backend, kk: Any = kk, vv: Any = vv, native: bool = path == "enable_gqa") -> list[Any]:
-                with sdpa_kernel(backend):
-                    extra = {"enable_gqa": True} if native else {}
-                    return [F.scaled_dot_product_attention(q, kk, vv, is_causal=causal, scale=scale, **extra)]
-            try:
-                run()
-                torch.cuda.current_stream().synchronize()
-                start = time.perf_counter()
-                for _ in range(BACKEND_TRIAL_CALLS):
-                    run()
-                torch.cuda.current_stream().synchronize()
-                seconds = time.perf_counter() - start
-            except RuntimeError as exc:
-                errors.append(f"{backend.name}/{path}: {str(exc).splitlines()[0][:200]}")
-                continue
-            if best is None or seconds < best[0]:
-                best = (seconds, run, {"sdpa_backend": backend.name, "gqa": path})
-            break   # enable_gqa ran: no need to try the repeat path for this backend
-    if best is None:
-        raise RuntimeError(f"no SDPA backend runs this case: {'; '.join(errors)}")
-    return _Op(best[1], best[2])
+        def run(kk: Any = kk, vv: Any = vv, extra: dict[str, bool] = extra) -> list[Any]:
+            return [F.scaled_dot_product_attention(q, kk, vv, is_causal=causal, scale=scale, **extra)]
+        try:
+            run()
+        except RuntimeError as exc:
+            errors.append(f"{path}: {str(exc).splitlines()[0][:200]}")
+            continue
+        return _Op(run, {"sdpa_backend": _sdpa_backend(q, kk, vv, causal, scale, extra), "gqa": path})
+    raise RuntimeError(f"PyTorch's SDPA does not run this case: {'; '.join(errors)}")
+
+
+def _sdpa_backend(q: Any, k: Any, v: Any, causal: bool, scale: float | None, extra: dict[str, bool]) -> str:
+    """The backend PyTorch's dispatch picks for these tensors (torch._fused_sdp_choice, private:
+    "dispatch" where this torch lacks it or it changed)."""
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    try:
+        index = torch._fused_sdp_choice(q, k, v, None, 0.0, causal, scale=scale, **extra)
+        return SDPBackend(index).name
+    except (AttributeError, TypeError, ValueError, RuntimeError):
+        return "dispatch"
 
 
 def _conv2d(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _Op:
@@ -128,7 +126,10 @@ def _conv2d(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _O
     import torch
     import torch.nn.functional as F
 
-    torch.backends.cudnn.benchmark = True     # cuDNN picks its algorithm in the first calls (warm-up)
+    # cuDNN's heuristics choose the algorithm, the same in every process. cudnn.benchmark would time the
+    # candidates during warm-up and could pick another one next job: an H100 unpaired A/A saw a depthwise
+    # conv's control +48 % and a 3x3's +25 % between two runs of one binary (BENCHMARKS.md, issue 11).
+    torch.backends.cudnn.benchmark = False
     x, w = (t[n] for n in entry.launch.arguments)  # type: ignore[union-attr]
     x_nchw = x.permute(0, 3, 1, 2)
     w_kcrs = (w.unsqueeze(-1) if w.dim() == 3 else w).permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
@@ -301,7 +302,8 @@ def prepare_entry(
                 ops[ws.current].run()
 
     def run_once() -> float:
-        seconds = device.time_once(launch_op)
+        # an eager operator may allocate or synchronise (it would wait on the gate forever): ungated
+        seconds = device.time_once(launch_op, gated=graphs[ws.current] is not None)
         device.record_reading(checked)
         return seconds
 
