@@ -37,3 +37,36 @@ def test_runners_draw_the_same_indices() -> None:
     iree = iree_runner.make_inputs(specs, np.random.default_rng(7))
     for name, (host, _) in cuda.items():
         np.testing.assert_array_equal(host, iree[name])
+
+
+def test_bf16_draws_follow_their_distribution_and_are_never_zero() -> None:
+    from scipy import stats
+
+    from pipeline.agents.runners.inputs import bf16_bits, bf16_values, random_bf16
+
+    normal = random_bf16(TensorSpec(name="x", role="input", dtype="bf16", shape=[512, 1024]),
+                         np.random.default_rng(3))
+    assert normal.dtype == np.uint16 and normal.shape == (512, 1024)
+    values = bf16_values(normal).astype(np.float64).ravel()
+    assert np.all(values != 0) and np.all(np.isfinite(values))
+    np.testing.assert_array_equal(bf16_bits(bf16_values(normal)), normal)   # exact bf16 values
+    # N(0, 1) rounded to bf16 (8 significant bits): a KS distance of at most ~2^-9 plus sampling noise
+    assert stats.kstest(values, "norm").statistic < 0.004
+    assert abs(values.mean()) < 0.01 and abs(values.std() - 1.0) < 0.01
+    assert values.max() > 3.5 and values.min() < -3.5
+    uniform = bf16_values(random_bf16(TensorSpec(name="u", role="input", dtype="bf16", shape=[1 << 19],
+                                                 init="uniform"), np.random.default_rng(4))).astype(np.float64)
+    assert np.all(uniform != 0) and uniform.min() >= -1.0 and uniform.max() <= 1.0
+    assert stats.kstest(uniform, "uniform", args=(-1.0, 2.0)).statistic < 0.004
+
+
+def test_bf16_draws_depend_on_the_seed_only() -> None:
+    from pipeline.agents.runners.inputs import random_bf16
+
+    x = TensorSpec(name="x", role="input", dtype="bf16", shape=[64, 64])
+    a, b = (random_bf16(x, np.random.default_rng(11)) for _ in range(2))
+    np.testing.assert_array_equal(a, b)
+    assert np.mean(a != random_bf16(x, np.random.default_rng(12))) > 0.9
+    host, reference = cuda_runner.make_inputs([x], np.random.default_rng(11))["x"]
+    np.testing.assert_array_equal(host, a)
+    assert reference.dtype == np.float32 and np.all(reference != 0)

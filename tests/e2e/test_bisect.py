@@ -126,21 +126,26 @@ def bisected(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bisected]:
     home = root / "service"   # the farm's service home: the history's store, bundles and build cache
     # A loaded 2-core machine now and then slows a whole run (separate runs of one binary differ by up
     # to 25 %: BENCHMARKS.md, "A/A on the CPU"); as a user would, rerun the history once more when its
-    # change points are not all confirmed (a commit's newest run replaces the earlier one).
+    # change points are not all confirmed over (c1, c16] (a commit's newest run replaces the earlier one).
+    # Seen on CI: a slow c16 and c17 (+40 %) left out as outlier runs made the range (c1, c18], which
+    # holds the culprit but takes the search another way (and past c8).
+    expected = [("confirmed", shas[1], shas[16])] * 3
     for _attempt in range(2):
         for i in BENCHMARKED:
             local_run(home, repo, shas[i], root)
         with sqlite3.connect(home / "benchfarm.db") as db:   # fail now, not after waiting, when too noisy
-            points = db.execute("SELECT lifecycle, magnitude FROM change_points WHERE lifecycle != 'retracted'"
-                                ).fetchall()
+            points = db.execute(
+                "SELECT cp.lifecycle, b.sha, a.sha, cp.magnitude FROM change_points cp "
+                "JOIN commits b ON b.id = cp.before_commit_id JOIN commits a ON a.id = cp.after_commit_id "
+                "WHERE cp.lifecycle != 'retracted' ORDER BY cp.series_id").fetchall()
             values = db.execute("SELECT series_id, commit_id, median FROM measurements ORDER BY id").fetchall()
         by_series: dict[int, list[str]] = {}
         for series, _commit, median in values:
             by_series.setdefault(series, []).append(f"{median * 1e6:.1f}")
         print(f"history pass {_attempt + 1}: points {points}; medians (us) per series {by_series}")
-        if [p[0] for p in points] == ["confirmed"] * 3:
+        if [p[:3] for p in points] == expected:
             break
-    assert [p[0] for p in points] == ["confirmed"] * 3, (points, values)
+    assert [p[:3] for p in points] == expected, (points, values)
     from pipeline.agents.devices import cpu_device
 
     local = cpu_device()

@@ -27,7 +27,7 @@ import numpy as np
 
 from pipeline.agents.runners import CheckedKernel, Workspace, placement_count
 from pipeline.agents.runners.checking import check_against_reference
-from pipeline.agents.runners.inputs import random_values
+from pipeline.agents.runners.inputs import bf16_bits, bf16_values, random_bf16, random_values
 from pipeline.agents.runners.iree_runner import verify_artifact
 from pipeline.contracts import BundleEntry, CaseResult, Correctness, TensorSpec
 
@@ -49,31 +49,17 @@ class CudaError(RuntimeError):
     """A CUDA driver call failed; the message names the call and the driver's error."""
 
 
-# ---- bf16 on a host without bf16: bit patterns ----------------------------------------------------
-
-def bf16_bits(values: np.ndarray) -> np.ndarray:
-    """float32 -> bf16 bit patterns (uint16), rounding to nearest even (finite inputs)."""
-    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
-    rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
-    return (rounded >> np.uint32(16)).astype(np.uint16)
-
-
-def bf16_values(bits: np.ndarray) -> np.ndarray:
-    """bf16 bit patterns (uint16) -> float32 holding exactly those values (NaN patterns stay NaN)."""
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
-
-
 def make_inputs(tensors: Sequence[TensorSpec], rng: np.random.Generator) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per input: (host array as the device stores it, array the reference gets). Never zeros."""
     arrays = {}
     for spec in tensors:
         if spec.role != "input":
             continue
-        values = random_values(spec, rng, normal_dtype=np.float32)
-        if spec.dtype == "bf16":
-            bits = bf16_bits(values.astype(np.float32))
+        if spec.dtype == "bf16":   # bf16 has no NumPy dtype: bit patterns (uint16) on the device
+            bits = random_bf16(spec, rng)
             arrays[spec.name] = (bits, bf16_values(bits))
         else:
+            values = random_values(spec, rng, normal_dtype=np.float32)
             host = np.ascontiguousarray(values.astype(HOST_DTYPES[spec.dtype]))
             arrays[spec.name] = (host, host)
     return arrays
