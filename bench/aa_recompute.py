@@ -55,7 +55,8 @@ def recompute_unpaired(base: Path, head: Path, rows: list[dict[str, object]] | N
     settings = CompareSettings()
     limit = threshold(settings.min_change, settings.default_run_noise * 2 ** 0.5, settings.noise_factor)
     found = verdicts([(sides[0][c], sides[1][c]) for c in cases], min_change=limit,
-                     default_run_noise=settings.default_run_noise)
+                     default_run_noise=settings.default_run_noise,
+                     groups=["control" if c.endswith("/vendor") else "suite" for c in cases])   # as compare.py
     return _summary(head.stem, cases, found, rows)
 
 

@@ -43,6 +43,7 @@ from itertools import chain
 from typing import Literal
 
 import numpy as np
+from scipy.stats import f as f_distribution
 from scipy.stats import t as student_t
 
 from pipeline.contracts.result import summarize  # noqa: F401  (re-exported: stats is where callers look)
@@ -237,8 +238,8 @@ Side = tuple[Sequence[float], Rounds]
 
 
 def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, run_noise: float | Sequence[float | None] | None = None,
-                       default_run_noise: float | None = None, confidence: float = CONFIDENCE,
-                       blocks: int = DEFAULT_BLOCKS) -> list[Estimate]:
+                       default_run_noise: float | None = None, groups: Sequence[str] | None = None,
+                       confidence: float = CONFIDENCE, blocks: int = DEFAULT_BLOCKS) -> list[Estimate]:
     """The change between two separately timed results (base, head): per side, the mean of each
     round's middle fifth of the log samples; change = exp(mean_h - mean_b) - 1; a t-test of the difference and its interval.
 
@@ -256,7 +257,10 @@ def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, run_noise: float |
     more the items' changes spread than their rounds say, but never past the variance
     `default_run_noise` implies (2 x its square: the default is the most a fresh series assumes, the
     comparison's own evidence can only lower it); with fewer, `default_run_noise` takes the place of
-    the history (None: Welch's test of the round values alone). Vectorised.
+    the history (None: Welch's test of the round values alone). `groups` (one label per item) keeps
+    apart items measured by different machinery, whose runs differ by different amounts (vendor
+    controls replay torch graphs, suite cases launch cubins): a group with `POOLED_MIN_ITEMS` testable
+    items pools within itself, a smaller one from all items. Vectorised.
     """
     base_logs, base_counts = _round_values([b for b, _ in items], blocks, "log")
     head_logs, head_counts = _round_values([h for _, h in items], blocks, "log")
@@ -266,18 +270,20 @@ def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, run_noise: float |
     with np.errstate(invalid="ignore", divide="ignore"):
         vb, vh = base_var / base_counts, head_var / head_counts
         unknown = np.isnan(run_var)
-        if unknown.any():
-            dispersion = run_dispersion(head_mean - base_mean, vb + vh)
-            if dispersion is not None:
-                # never more than the default assumes (a change between runs of 2 x its variance): where
-                # most rows really changed the dispersion is large, and there the default's test applies
-                capped = (unknown & (dispersion * (vb + vh) >= 2 * default_run_noise ** 2) if default_run_noise
-                          else np.zeros(len(items), dtype=bool))
-                scaled = unknown & ~capped
-                vb, vh = np.where(scaled, vb * dispersion, vb), np.where(scaled, vh * dispersion, vh)
-                run_var = np.where(capped, (default_run_noise or 0.0) ** 2, run_var)
-            elif default_run_noise:
-                run_var = np.where(unknown, default_run_noise ** 2, run_var)
+        welch_df = (vb + vh) ** 2 / (vb ** 2 / (base_counts - 1) + vh ** 2 / (head_counts - 1))
+        dispersion = (_group_dispersions(head_mean - base_mean, vb + vh, welch_df, groups) if unknown.any()
+                      else np.full(len(items), np.nan))
+        pooled = ~np.isnan(dispersion)
+        if pooled.any():
+            # never more than the default assumes (a change between runs of 2 x its variance): where
+            # most rows really changed the dispersion is large, and there the default's test applies
+            capped = (unknown & pooled & (dispersion * (vb + vh) >= 2 * default_run_noise ** 2) if default_run_noise
+                      else np.zeros(len(items), dtype=bool))
+            scaled = unknown & pooled & ~capped
+            vb, vh = np.where(scaled, vb * dispersion, vb), np.where(scaled, vh * dispersion, vh)
+            run_var = np.where(capped, (default_run_noise or 0.0) ** 2, run_var)
+        if default_run_noise:
+            run_var = np.where(unknown & ~pooled, default_run_noise ** 2, run_var)
         known = ~np.isnan(run_var)
         # a side whose run-level variance dominates (or that has no variance of its own) is taken as
         # known: its term adds no degrees of freedom
@@ -302,10 +308,15 @@ CHI2_1_MEDIAN = 0.454936
 """The median of a chi-square variable with one degree of freedom: of z^2 for a standard normal z."""
 
 
-def run_dispersion(diffs: np.ndarray, variances: np.ndarray, min_items: int = POOLED_MIN_ITEMS) -> float | None:
+def run_dispersion(diffs: np.ndarray, variances: np.ndarray, min_items: int = POOLED_MIN_ITEMS,
+                   df: np.ndarray | None = None) -> float | None:
     """How much more two runs differ than their rounds say, pooled over the items of one comparison
     (log differences and their rounds' variances): max(1, median(z^2) / CHI2_1_MEDIAN), z = diff / sd;
-    None with fewer than `min_items` items with a variance.
+    None with fewer than `min_items` items with a variance. With `df` (each variance's degrees of
+    freedom: it is estimated from a few rounds), z is Student's t, not normal: each z^2 is divided
+    by the median of F(1, df) instead (median(z^2) / CHI2_1_MEDIAN is ~10 % too large with 5 rounds a
+    side, and the tests a little conservative), which makes half the items' z^2 / dispersion fall
+    under their own F median.
 
     The rounds of one run cannot see what a whole run shares (its placement, clocks, load), and a
     fresh series has no history to say. But the items of one comparison were timed by the same two
@@ -316,10 +327,32 @@ def run_dispersion(diffs: np.ndarray, variances: np.ndarray, min_items: int = PO
     (suite cases' KS p 0.40), piled at 1 with the 3 % run noise assumed before (KS p 1e-35).
     """
     usable = np.isfinite(diffs) & np.isfinite(variances) & (variances > 0)
+    if df is not None:
+        usable &= np.isfinite(df) & (df > 0)
     if int(usable.sum()) < min_items:
         return None
     z2 = np.square(diffs[usable]) / variances[usable]
-    return max(1.0, float(np.median(z2)) / CHI2_1_MEDIAN)
+    medians = f_distribution.median(1, df[usable]) if df is not None else CHI2_1_MEDIAN
+    return max(1.0, float(np.median(z2 / medians)))
+
+
+def _group_dispersions(diffs: np.ndarray, variances: np.ndarray, df: np.ndarray,
+                       groups: Sequence[str] | None) -> np.ndarray:
+    """Per item: `run_dispersion` over its group when the group is large enough, else over all items;
+    nan where neither is (too few items)."""
+    overall = run_dispersion(diffs, variances, df=df)
+    out = np.full(diffs.size, np.nan if overall is None else overall)
+    if groups is None:
+        return out
+    if len(groups) != diffs.size:
+        raise ValueError(f"{len(groups)} groups for {diffs.size} comparisons")
+    labels = np.asarray(groups, dtype=object)
+    for label in set(groups):
+        members = labels == label
+        own = run_dispersion(diffs[members], variances[members], df=df[members])
+        if own is not None:
+            out[members] = own
+    return out
 
 
 KNOWN_VARIANCE_DF = 1e6
@@ -440,12 +473,13 @@ def verdicts(
     min_samples: int = MIN_SAMPLES,
     run_noise: float | Sequence[float | None] | None = None,
     default_run_noise: float | None = None,
+    groups: Sequence[str] | None = None,
 ) -> list[Verdict]:
     """`paired_verdicts` for two separately timed results ((base samples, rounds), (head samples,
-    rounds)), by `unpaired_estimates` (with `run_noise` and `default_run_noise`, the run level of
-    variation); `min_rounds` and `min_samples` apply to each side."""
+    rounds)), by `unpaired_estimates` (with `run_noise`, `default_run_noise` and `groups`, the run level
+    of variation); `min_rounds` and `min_samples` apply to each side."""
     limits = _thresholds(len(items), min_change)
-    estimates = unpaired_estimates(items, run_noise=run_noise, default_run_noise=default_run_noise)
+    estimates = unpaired_estimates(items, run_noise=run_noise, default_run_noise=default_run_noise, groups=groups)
     return [_decide(e, limit, lower_is_better=lower_is_better, max_pvalue=max_pvalue,
                     enough=e.rounds >= min_rounds and min(len(b[0]), len(h[0])) >= min_samples)
             for e, limit, (b, h) in zip(estimates, limits, items, strict=True)]

@@ -25,7 +25,8 @@ rows the sd of a change between two runs, sqrt(2) x `Series.noise_unpaired`, whi
 Unpaired rows also carry the run level of variation in their test (`stats.unpaired_estimates`'
 `run_noise`): one run's rounds cannot show how much two runs of one binary differ. A series with no
 learned run-to-run noise yet borrows it from the comparison's other rows (`stats.run_dispersion`,
-with `stats.POOLED_MIN_ITEMS` rows or more) or else is assumed to have
+with `stats.POOLED_MIN_ITEMS` rows or more; vendor controls and suite cases apart when each kind has
+that many) or else is assumed to have
 `CompareSettings.default_run_noise`; its threshold assumes that default either way.
 Every row carries its change's 95 % interval (ci_low, ci_high); base and head medians are those
 of the very samples the change was computed from.
@@ -569,11 +570,13 @@ def compare(
     # few rows) the assumed default; the threshold is a change between two runs, sqrt(2) x the learned
     # noise or the default (a fresh series is held to the assumed noise: no history says it is quieter)
     learned = [head_results[k].noise_unpaired or None for k in to_test]
+    # vendor controls (torch graph replays) pool their run level apart from the suite's own kernels
+    groups = ["control" if cases[k[0]][0].impl == CONTROL_IMPL else "suite" for k in to_test]
     limits = [threshold(settings.min_change, (n or settings.default_run_noise) * SQRT2 or None, settings.noise_factor)
               for n in learned]
     for key, ((base_samples, _), (head_samples, _)), v in zip(
             to_test, sides, verdicts(sides, min_change=limits, run_noise=learned,
-                                     default_run_noise=settings.default_run_noise or None, **options),
+                                     default_run_noise=settings.default_run_noise or None, groups=groups, **options),
             strict=True):
         rows.append(_timed_row(cases[key[0]], key[1], _median(base_samples), _median(head_samples), v,
                                same(head_results[key].binary_digest, base_results[key].binary_digest), shortcut))

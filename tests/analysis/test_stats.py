@@ -293,16 +293,17 @@ def test_unpaired_aa_with_a_run_effect_is_uniform_only_with_the_run_noise() -> N
     assert all(v.status == "regressed" for v in verdicts(real, min_change=limit, run_noise=learned))
 
 
-def _suite_of_runs(rng: np.random.Generator, cases: int, change: float = 0.0, changed: int = 0) -> list:
+def _suite_of_runs(rng: np.random.Generator, cases: int, change: float = 0.0, changed: int = 0,
+                   offset: float = 2.0) -> list:
     """One unpaired comparison of a suite: two runs of `cases` cases, each case with its own size of
-    rounds' noise (0.2-2 %) and a run offset of its own about twice that (what the rounds cannot see);
-    the first `changed` cases really changed by `change`."""
+    rounds' noise (0.2-2 %) and a run offset of its own about `offset` times that (what the rounds
+    cannot see); the first `changed` cases really changed by `change`."""
     out = []
     for i in range(cases):
         noise = rng.uniform(0.002, 0.02)
         sides = []
         for shift in (0.0, math.log1p(change) if i < changed else 0.0):
-            rounds = rng.normal(0, noise, ROUNDS) + rng.normal(0, 2 * noise / math.sqrt(ROUNDS))
+            rounds = rng.normal(0, noise, ROUNDS) + rng.normal(0, offset * noise / math.sqrt(ROUNDS))
             sides.append((1e-3 * np.exp(shift + np.repeat(rounds, PER_ROUND) + rng.normal(0, 0.002, ROUNDS * PER_ROUND)),
                           [PER_ROUND] * ROUNDS))
         out.append(tuple(sides))
@@ -334,6 +335,31 @@ def test_a_fresh_series_pools_the_run_level_from_the_comparison() -> None:
     assert all(v.status == "similar" for v in bounded[70:])
     few = _suite_of_runs(rng, POOLED_MIN_ITEMS - 1)
     assert unpaired_estimates(few, default_run_noise=0.03) == unpaired_estimates(few, run_noise=0.03)
+
+
+def test_controls_pool_their_run_level_apart_from_the_suite_cases() -> None:
+    """Vendor controls (torch graph replays) differ between runs by more than their rounds say, and by
+    more than the suite's cubins do: pooled with the suite, their p-values pile near 0 (false alarms)
+    and the suite's near 1; pooled per group (`groups`), both are uniform. A group too small to pool
+    borrows from all items."""
+    rng = np.random.default_rng(5)
+    mixed, labels = [], []
+    for _ in range(6):
+        suite, controls = _suite_of_runs(rng, 82), _suite_of_runs(rng, 82, offset=3.5)
+        mixed.append(suite + controls)
+        labels.append(["suite"] * 82 + ["control"] * 82)
+    together = [unpaired_estimates(m, default_run_noise=0.03) for m in mixed]
+    apart = [unpaired_estimates(m, default_run_noise=0.03, groups=g) for m, g in zip(mixed, labels)]
+    assert kstest([e.pvalue for es in together for e in es[82:]], "uniform", alternative="greater").pvalue < 1e-4
+    assert kstest([e.pvalue for es in together for e in es[:82]], "uniform", alternative="less").pvalue < 1e-4
+    for part in (slice(0, 82), slice(82, 164)):
+        assert kstest([e.pvalue for es in apart for e in es[part]], "uniform").pvalue > 0.05
+    few = ["suite"] * 82 + ["control"] * 82
+    few[:POOLED_MIN_ITEMS - 1] = ["odd"] * (POOLED_MIN_ITEMS - 1)   # too few to pool alone: all items' level
+    odd = unpaired_estimates(mixed[0], default_run_noise=0.03, groups=few)[:POOLED_MIN_ITEMS - 1]
+    assert odd == together[0][:POOLED_MIN_ITEMS - 1]
+    with pytest.raises(ValueError, match="3 groups for 164"):
+        unpaired_estimates(mixed[0], default_run_noise=0.03, groups=["a", "b", "c"])
 
 
 def _diffs_and_variances(items: list) -> tuple[np.ndarray, np.ndarray]:
