@@ -75,11 +75,14 @@ def main() -> None:
             report["runs"].append({
                 "run": i, "kind": kind, "wall_s": round(time.perf_counter() - start, 1), "cases": len(rows),
                 "flagged": flagged, "max_abs_change": max((abs(r.change) for r in rows if r.change is not None), default=None),
-                "statuses": sorted({r.status for r in rows})})
-            print(json.dumps(report["runs"][-1]), flush=True)
+                "statuses": sorted({r.status for r in rows}),
+                "pvalues": {str(r.case_id): r.pvalue for r in rows}, "changes": {str(r.case_id): r.change for r in rows}})
+            print(json.dumps({k: v for k, v in report["runs"][-1].items() if k not in ("pvalues", "changes")}), flush=True)
     for kind, values in pvalues.items():
-        report[f"ks_{kind}"] = {"n": len(values), "statistic": kstest(values, "uniform").statistic,
-                                "pvalue": kstest(values, "uniform").pvalue}
+        ks = kstest(values, "uniform")
+        report[f"ks_{kind}"] = {"n": len(values), "statistic": ks.statistic, "pvalue": ks.pvalue,
+                                "deciles": [sum(d / 10 <= p < (d + 1) / 10 or (d == 9 and p == 1.0) for p in values)
+                                            for d in range(10)]}
     report["flagged_total"] = {k: sum(len(r["flagged"]) for r in report["runs"] if r["kind"] == k) for k in pvalues}
     Path(args.out).write_text(json.dumps(report, indent=1))
     print(json.dumps({k: v for k, v in report.items() if k != "runs"}, indent=1))

@@ -209,7 +209,8 @@ PairedSamples = tuple[Sequence[float], Sequence[float], Rounds]
 the rounds given (None: `DEFAULT_BLOCKS` blocks)."""
 
 
-def paired_estimates(items: Sequence[PairedSamples], *, confidence: float = CONFIDENCE,
+def paired_estimates(items: Sequence[PairedSamples], *, calibration: Sequence[bool] | None = None,
+                     groups: Sequence[str] | None = None, confidence: float = CONFIDENCE,
                      blocks: int = DEFAULT_BLOCKS) -> list[Estimate]:
     """The change of each paired result from its rounds: per round r, l_r = the mean of the middle
     fifth of the round's log(head_i / base_i); change = exp(mean l_r) - 1; interval
@@ -219,6 +220,13 @@ def paired_estimates(items: Sequence[PairedSamples], *, confidence: float = CONF
     buffers and alternate the order between rounds) and the l_r near normal. Device drift slower
     than a pair cancels in each ratio. Vectorised over all items (one sort); raises ValueError
     when base and head differ in length or the rounds do not add up.
+
+    `calibration` marks the items whose base and head are the same binary: free A/A measurements
+    of this very job. When at least `POOLED_MIN_ITEMS` of them (of an item's group, else of all
+    items) are testable, every item's variance is scaled by their `run_dispersion`: how much more
+    identical binaries' paired changes spread than their rounds say (a 2-core CPU's paired A/A:
+    1.2-2.5, its p-values piled near 0 without it; an H100's: 0.95-1.5). Identical binaries
+    cannot have changed, so no real change enters the estimate and no bound is needed.
     """
     ratios: list[tuple[Sequence[float], Rounds]] = []
     for base, head, rounds in items:
@@ -227,7 +235,14 @@ def paired_estimates(items: Sequence[PairedSamples], *, confidence: float = CONF
         ratios.append((np.asarray(head, dtype=float) / np.asarray(base, dtype=float), rounds))
     logs, counts = _round_values(ratios, blocks, "log")
     mean, var = _mean_var(logs, counts)
-    se = np.sqrt(var / counts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        se = np.sqrt(var / counts)
+        if calibration is not None:
+            if len(calibration) != len(items):
+                raise ValueError(f"{len(calibration)} calibration marks for {len(items)} comparisons")
+            dispersion = _group_dispersions(mean, var / counts, (counts - 1).astype(float), groups,
+                                            pool=np.asarray(calibration, dtype=bool))
+            se = np.where(np.isnan(dispersion), se, se * np.sqrt(dispersion))
     tested = counts >= 2
     pvalue, low, high = _t_interval(mean, se, counts - 1, confidence)
     return _estimates(mean, pvalue, low, high, tested, counts, [len(b) > 0 for b, _, _ in items])
@@ -336,11 +351,13 @@ def run_dispersion(diffs: np.ndarray, variances: np.ndarray, min_items: int = PO
     return max(1.0, float(np.median(z2 / medians)))
 
 
-def _group_dispersions(diffs: np.ndarray, variances: np.ndarray, df: np.ndarray,
-                       groups: Sequence[str] | None) -> np.ndarray:
+def _group_dispersions(diffs: np.ndarray, variances: np.ndarray, df: np.ndarray, groups: Sequence[str] | None,
+                       pool: np.ndarray | None = None) -> np.ndarray:
     """Per item: `run_dispersion` over its group when the group is large enough, else over all items;
-    nan where neither is (too few items)."""
-    overall = run_dispersion(diffs, variances, df=df)
+    nan where neither is (too few items). Only items in `pool` (None: all) are pooled from; the
+    result applies to every item."""
+    pool = np.ones(diffs.size, dtype=bool) if pool is None else pool
+    overall = run_dispersion(diffs[pool], variances[pool], df=df[pool])
     out = np.full(diffs.size, np.nan if overall is None else overall)
     if groups is None:
         return out
@@ -349,7 +366,7 @@ def _group_dispersions(diffs: np.ndarray, variances: np.ndarray, df: np.ndarray,
     labels = np.asarray(groups, dtype=object)
     for label in set(groups):
         members = labels == label
-        own = run_dispersion(diffs[members], variances[members], df=df[members])
+        own = run_dispersion(diffs[members & pool], variances[members & pool], df=df[members & pool])
         if own is not None:
             out[members] = own
     return out
@@ -450,8 +467,11 @@ def paired_verdicts(
     max_pvalue: float = MAX_PVALUE,
     min_rounds: int = MIN_ROUNDS,
     min_samples: int = MIN_SAMPLES,
+    calibration: Sequence[bool] | None = None,
+    groups: Sequence[str] | None = None,
 ) -> list[Verdict]:
-    """Is head worse, better or the same as its paired base? (`paired_estimates`)
+    """Is head worse, better or the same as its paired base? (`paired_estimates`, with its
+    `calibration` and `groups`)
 
     A change counts only when it is both significant (p <= max_pvalue) and at least `min_change`
     (one threshold for all, or one per item: `threshold`). Fewer than `min_rounds` rounds or
@@ -460,7 +480,8 @@ def paired_verdicts(
     limits = _thresholds(len(items), min_change)
     return [_decide(e, limit, lower_is_better=lower_is_better, max_pvalue=max_pvalue,
                     enough=e.rounds >= min_rounds and len(item[0]) >= min_samples)
-            for e, limit, item in zip(paired_estimates(items), limits, items, strict=True)]
+            for e, limit, item in zip(paired_estimates(items, calibration=calibration, groups=groups), limits, items,
+                                      strict=True)]
 
 
 def verdicts(

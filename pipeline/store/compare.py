@@ -15,7 +15,9 @@ Base (`choose_base`), on one device class:
 Per case and target, the newest result of each commit is used, with all its samples, judged on
 its timing rounds (`stats`: the round, not the sample, is the unit of replication):
 - paired (the head's result carries the base's samples of the same job): `stats.paired_verdicts`,
-  a t-test over the rounds' log ratios (each round's middle fifth's mean);
+  a t-test over the rounds' log ratios (each round's middle fifth's mean); where the job timed 20 or
+  more identical binaries (of the row's kind: suite case or vendor control), their spread calibrates
+  every row's variance (`stats.paired_estimates`' `calibration`);
 - unpaired: `stats.verdicts`, Welch's t-test over each side's log round levels (the mean of each round's middle fifth).
 A change counts when it is significant (p <= max_pvalue) and at least the case's threshold:
 `stats.threshold(floor, noise, noise_factor)`, the floor being `paired_min_change` (2 %: paired
@@ -558,8 +560,12 @@ def compare(
               head_results[k].round_sizes) for k in to_pair]
     limits = [threshold(settings.paired_min_change, head_results[k].noise_paired, settings.noise_factor)
               for k in to_pair]
+    # identical binaries timed in the same job calibrate its paired noise (stats.paired_estimates)
+    calibration = [same(head_results[k].binary_digest, head_results[k].paired_binary_digest) for k in to_pair]
+    kinds = ["control" if cases[k[0]][0].impl == CONTROL_IMPL else "suite" for k in to_pair]
     for key, (base_samples, head_samples, _), v in zip(
-            to_pair, pairs, paired_verdicts(pairs, min_change=limits, **options), strict=True):
+            to_pair, pairs, paired_verdicts(pairs, min_change=limits, calibration=calibration, groups=kinds,
+                                            **options), strict=True):
         h = head_results[key]
         rows.append(_timed_row(cases[key[0]], key[1], _median(base_samples), _median(head_samples), v,
                                same(h.binary_digest, h.paired_binary_digest), shortcut, paired=True))

@@ -362,6 +362,42 @@ def test_controls_pool_their_run_level_apart_from_the_suite_cases() -> None:
         unpaired_estimates(mixed[0], default_run_noise=0.03, groups=["a", "b", "c"])
 
 
+def _paired_job(rng: np.random.Generator, cases: int, offset: float, change: float = 0.0, changed: int = 0) -> list:
+    """One paired job: per case its own rounds' noise (0.1-1 %) and an offset of its log ratio that
+    every round of this job shares, `offset` times the rounds' noise over sqrt(rounds) (what a CPU's
+    paired A/A showed: placement or cache state kept for the job); the first `changed` really changed."""
+    out = []
+    for i in range(cases):
+        noise = rng.uniform(0.001, 0.01)
+        shared = rng.normal(0, offset * noise / math.sqrt(ROUNDS)) + (math.log1p(change) if i < changed else 0.0)
+        base = 1e-3 * np.exp(rng.normal(0, 0.002, ROUNDS * PER_ROUND))
+        ratio = np.exp(shared + np.repeat(rng.normal(0, noise, ROUNDS), PER_ROUND))
+        out.append((base, base * ratio, [PER_ROUND] * ROUNDS))
+    return out
+
+
+def test_identical_binaries_of_a_paired_job_calibrate_its_noise() -> None:
+    """A CPU's paired A/A (bench/cpu_aa.py: 0 flagged, but KS p 0.027, 17 % of p-values under 0.1):
+    the rounds of one job miss an offset the job shares. Identical binaries timed in the same job
+    (`calibration`) measure it: scaled by their dispersion the p-values are uniform; a real 10 %
+    change among them is still found, and fewer than POOLED_MIN_ITEMS identical ones change nothing."""
+    rng = np.random.default_rng(8)
+    jobs = [_paired_job(rng, 40, offset=2.0) for _ in range(10)]
+    rounds_only = [e.pvalue for job in jobs for e in paired_estimates(job)]
+    calibrated = [e.pvalue for job in jobs for e in paired_estimates(job, calibration=[True] * 40)]
+    assert kstest(rounds_only, "uniform", alternative="greater").pvalue < 1e-4
+    assert kstest(calibrated, "uniform").pvalue > 0.05
+
+    job = _paired_job(rng, 40, offset=2.0, change=0.10, changed=8)
+    found = paired_verdicts(job, min_change=0.02, calibration=[False] * 8 + [True] * 32)
+    assert [v.status for v in found[:8]] == ["regressed"] * 8
+    assert all(v.status == "similar" for v in found[8:])
+    few = [False] * (41 - POOLED_MIN_ITEMS) + [True] * (POOLED_MIN_ITEMS - 1)
+    assert paired_estimates(job, calibration=few) == paired_estimates(job)
+    with pytest.raises(ValueError, match="2 calibration marks for 40"):
+        paired_estimates(job, calibration=[True, True])
+
+
 def _diffs_and_variances(items: list) -> tuple[np.ndarray, np.ndarray]:
     """Each item's log difference and its rounds' variance of it (Welch's, no run level), by hand."""
     diffs, variances = [], []
