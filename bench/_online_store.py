@@ -81,7 +81,7 @@ def online_timelines(series: Sequence[np.ndarray], settings: AnalysisSettings | 
                         .join(Series, ChangePoint.series_id == Series.id).join(Case, Series.case_id == Case.id)
                         .join(Commit, ChangePoint.after_commit_id == Commit.id)
                         .where(ChangePoint.lifecycle != "retracted")):
-                    standing.setdefault(case, []).append((int(sha, 16), lifecycle))
+                    standing.setdefault(str(case), []).append((int(sha, 16), lifecycle))   # a typed CaseId
                 for k, case in enumerate(cases):
                     timelines[k].append(sorted(standing.get(case, [])))
         engine.dispose()
