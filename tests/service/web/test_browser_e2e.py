@@ -48,7 +48,7 @@ if not (CHROMIUM and CHROMEDRIVER):
     pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)",
                 allow_module_level=True)
 webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
@@ -396,8 +396,9 @@ def test_trigger_an_adhoc_run_and_watch_it_complete_with_the_embedded_agent(embe
         try:
             states = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#progress-jobs td.job-status")]
             now = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#progress-jobs tbody td:last-child")]
-        except StaleElementReferenceException:  # the page went on to the run's page between the two reads
-            break
+        except WebDriverException:  # the page went on to the run's page while being read (stale element, or
+            time.sleep(0.2)         # Chrome's "Node with given id does not belong to the document"): look again
+            continue
         seen.update(states)
         assert "failed" not in states, now
         time.sleep(0.2)
