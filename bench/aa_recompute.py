@@ -40,8 +40,16 @@ def recompute(path: Path, rows: list[dict[str, object]] | None = None) -> dict[s
     dump = np.load(path)
     meta = json.loads(str(dump["meta"]))
     items = [(dump[f"b{i}"].astype(float), dump[f"h{i}"].astype(float), m["rounds"]) for i, m in enumerate(meta)]
-    found = paired_verdicts(items, min_change=CompareSettings().paired_min_change)
-    return _summary(path.stem, [m["case"] for m in meta], found, rows)
+    cases = [m["case"] for m in meta]
+    # as compare.py: rows whose base and head are one binary calibrate the job's paired noise, per kind
+    # (dumps written before `same_binary` was recorded: none calibrate)
+    found = paired_verdicts(items, min_change=CompareSettings().paired_min_change,
+                            calibration=[bool(m.get("same_binary")) for m in meta], groups=_kinds(cases))
+    return _summary(path.stem, cases, found, rows)
+
+
+def _kinds(cases: list[str]) -> list[str]:
+    return ["control" if c.endswith("/vendor") else "suite" for c in cases]
 
 
 def recompute_unpaired(base: Path, head: Path, rows: list[dict[str, object]] | None = None) -> dict[str, object]:
@@ -56,7 +64,7 @@ def recompute_unpaired(base: Path, head: Path, rows: list[dict[str, object]] | N
     limit = threshold(settings.min_change, settings.default_run_noise * 2 ** 0.5, settings.noise_factor)
     found = verdicts([(sides[0][c], sides[1][c]) for c in cases], min_change=limit,
                      default_run_noise=settings.default_run_noise,
-                     groups=["control" if c.endswith("/vendor") else "suite" for c in cases])   # as compare.py
+                     groups=_kinds(cases))   # as compare.py
     return _summary(head.stem, cases, found, rows)
 
 
