@@ -54,17 +54,21 @@ def _kinds(cases: list[str]) -> list[str]:
 
 def recompute_unpaired(base: Path, head: Path, rows: list[dict[str, object]] | None = None) -> dict[str, object]:
     """The summary of the head dump's cases judged unpaired against the base dump's (fresh series)."""
-    sides = []
+    sides, digests = [], []
     for path in (base, head):
         dump = np.load(path)
-        sides.append({m["case"]: (dump[f"h{i}"].astype(float), m["rounds"])
-                      for i, m in enumerate(json.loads(str(dump["meta"])))})
+        meta = json.loads(str(dump["meta"]))
+        sides.append({m["case"]: (dump[f"h{i}"].astype(float), m["rounds"]) for i, m in enumerate(meta)})
+        digests.append({m["case"]: m.get("digest") for m in meta})
     cases = sorted(set(sides[0]) & set(sides[1]))
+    # as compare.py: identical binaries in both runs carry a shift the runs share. Dumps written before
+    # digests were recorded are of A/A jobs only (gpu_acceptance dumps no other): all identical
+    same = [digests[0][c] == digests[1][c] for c in cases]
     settings = CompareSettings()
     limit = threshold(settings.min_change, settings.default_run_noise * 2 ** 0.5, settings.noise_factor)
     found = verdicts([(sides[0][c], sides[1][c]) for c in cases], min_change=limit,
                      default_run_noise=settings.default_run_noise,
-                     groups=_kinds(cases))   # as compare.py
+                     groups=_kinds(cases), calibration=same)   # as compare.py
     return _summary(head.stem, cases, found, rows)
 
 

@@ -82,7 +82,7 @@ def _dump(farm: GpuFarm, head: str, path: Path) -> int:
         arrays[f"h{i}"] = np.asarray(from_blob(head_blob), dtype=np.float32)
         arrays[f"b{i}"] = np.asarray(from_blob(base_blob) if base_blob is not None else [], dtype=np.float32)
         meta.append({"case": case, "target": target, "rounds": json.loads(rounds) if isinstance(rounds, str) else rounds,
-                     "same_binary": digest is not None and digest == paired_digest})
+                     "same_binary": digest is not None and digest == paired_digest, "digest": digest})
     np.savez_compressed(path, meta=json.dumps(meta), **arrays)
     return len(rows)
 

@@ -36,7 +36,7 @@ than `NOISE_FACTOR` times it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain
@@ -254,6 +254,7 @@ Side = tuple[Sequence[float], Rounds]
 
 def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, run_noise: float | Sequence[float | None] | None = None,
                        default_run_noise: float | None = None, groups: Sequence[str] | None = None,
+                       calibration: Sequence[bool] | None = None,
                        confidence: float = CONFIDENCE, blocks: int = DEFAULT_BLOCKS) -> list[Estimate]:
     """The change between two separately timed results (base, head): per side, the mean of each
     round's middle fifth of the log samples; change = exp(mean_h - mean_b) - 1; a t-test of the difference and its interval.
@@ -276,6 +277,12 @@ def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, run_noise: float |
     apart items measured by different machinery, whose runs differ by different amounts (vendor
     controls replay torch graphs, suite cases launch cubins): a group with `POOLED_MIN_ITEMS` testable
     items pools within itself, a smaller one from all items. Vectorised.
+
+    `calibration` marks the items whose base and head are the same binary. They cannot have changed,
+    so what still separates them after all of the above is a shift the two runs share (a loaded or
+    throttled host: a 2-core VM's head run once read 4-43 % slower in all 20 of its identical cases):
+    `run_shift_variance`, added to every item of the group, unbounded. Zero when the identical items
+    agree with the variances already used: it never makes a test bolder.
     """
     base_logs, base_counts = _round_values([b for b, _ in items], blocks, "log")
     head_logs, head_counts = _round_values([h for _, h in items], blocks, "log")
@@ -310,7 +317,18 @@ def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, run_noise: float |
                      + np.where(use_h, 0.0, vh ** 2 / (head_counts - 1)))
         df = np.where((se > 0) & (dof_terms > 0), (vb_total + vh_total) ** 2 / np.where(dof_terms > 0, dof_terms, 1),
                       np.where(known, KNOWN_VARIANCE_DF, base_counts + head_counts - 2))
-    diff = head_mean - base_mean
+        diff = head_mean - base_mean
+        if calibration is not None:
+            if len(calibration) != len(items):
+                raise ValueError(f"{len(calibration)} calibration marks for {len(items)} comparisons")
+            shift = _per_group(run_shift_variance, diff, vb_total + vh_total, df, groups,
+                               pool=np.asarray(calibration, dtype=bool), min_items=SHIFT_MIN_ITEMS)
+            shift = np.where(np.isnan(shift), 0.0, shift)
+            # a known variance: it adds to the total and to no side's degrees of freedom
+            total = vb_total + vh_total + shift
+            df = np.where((shift > 0) & (dof_terms > 0), total ** 2 / np.where(dof_terms > 0, dof_terms, 1),
+                          np.where(shift > 0, KNOWN_VARIANCE_DF, df))
+            se = np.sqrt(total)
     tested = (base_counts >= 2) & (head_counts >= 2)
     pvalue, low, high = _t_interval(diff, se, df, confidence)
     return _estimates(diff, pvalue, low, high, tested, np.minimum(base_counts, head_counts),
@@ -351,13 +369,58 @@ def run_dispersion(diffs: np.ndarray, variances: np.ndarray, min_items: int = PO
     return max(1.0, float(np.median(z2 / medians)))
 
 
+SHIFT_MIN_ITEMS = 10
+"""Fewest identical-binary items a shared run shift is estimated from (`run_shift_variance`): a
+median of 10 is rough, but it only ever widens tests, and a 20-case CPU suite with one kernel
+changed still has 19."""
+
+
+def run_shift_variance(diffs: np.ndarray, variances: np.ndarray, min_items: int = SHIFT_MIN_ITEMS,
+                       df: np.ndarray | None = None) -> float | None:
+    """The variance (logs) two runs share beyond `variances`, from items that cannot have changed
+    (identical binaries): the smallest s >= 0 for which median(diff^2 / ((variance + s) m)) <= 1,
+    m the median of F(1, df) (of chi-square with one degree of freedom without `df`). None with
+    fewer than `min_items` usable items.
+
+    Additive, unlike `run_dispersion`'s factor: a shift the whole run shares moves a quiet case
+    as much as a noisy one, and a factor large enough for the noisy ones would leave the quiet ones
+    flagged. The median ignores up to half of the items being odd.
+    """
+    usable = np.isfinite(diffs) & np.isfinite(variances) & (variances >= 0)
+    if df is not None:
+        usable &= np.isfinite(df) & (df > 0)
+    if int(usable.sum()) < min_items:
+        return None
+    d2 = np.square(diffs[usable])
+    v = variances[usable]
+    m = f_distribution.median(1, np.minimum(df[usable], KNOWN_VARIANCE_DF)) if df is not None else CHI2_1_MEDIAN
+
+    def excess(s: float) -> float:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return float(np.median(np.where(d2 > 0, d2 / ((v + s) * m), 0.0)))
+
+    if excess(0.0) <= 1.0:
+        return 0.0
+    low, high = 0.0, float(np.max(d2 / m))   # at high every term is <= 1
+    for _ in range(60):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if excess(middle) > 1.0 else (low, middle)
+    return high
+
+
 def _group_dispersions(diffs: np.ndarray, variances: np.ndarray, df: np.ndarray, groups: Sequence[str] | None,
                        pool: np.ndarray | None = None) -> np.ndarray:
-    """Per item: `run_dispersion` over its group when the group is large enough, else over all items;
-    nan where neither is (too few items). Only items in `pool` (None: all) are pooled from; the
+    """Per item: `run_dispersion` over its group (`_per_group`)."""
+    return _per_group(run_dispersion, diffs, variances, df, groups, pool=pool, min_items=POOLED_MIN_ITEMS)
+
+
+def _per_group(estimate: Callable[..., float | None], diffs: np.ndarray, variances: np.ndarray, df: np.ndarray,
+               groups: Sequence[str] | None, *, pool: np.ndarray | None, min_items: int) -> np.ndarray:
+    """Per item: `estimate` over its group when the group is large enough, else over all items; nan
+    where neither is (too few items). Only items in `pool` (None: all) are estimated from; the
     result applies to every item."""
     pool = np.ones(diffs.size, dtype=bool) if pool is None else pool
-    overall = run_dispersion(diffs[pool], variances[pool], df=df[pool])
+    overall = estimate(diffs[pool], variances[pool], min_items, df=df[pool])
     out = np.full(diffs.size, np.nan if overall is None else overall)
     if groups is None:
         return out
@@ -366,7 +429,7 @@ def _group_dispersions(diffs: np.ndarray, variances: np.ndarray, df: np.ndarray,
     labels = np.asarray(groups, dtype=object)
     for label in set(groups):
         members = labels == label
-        own = run_dispersion(diffs[members & pool], variances[members & pool], df=df[members & pool])
+        own = estimate(diffs[members & pool], variances[members & pool], min_items, df=df[members & pool])
         if own is not None:
             out[members] = own
     return out
@@ -495,12 +558,14 @@ def verdicts(
     run_noise: float | Sequence[float | None] | None = None,
     default_run_noise: float | None = None,
     groups: Sequence[str] | None = None,
+    calibration: Sequence[bool] | None = None,
 ) -> list[Verdict]:
     """`paired_verdicts` for two separately timed results ((base samples, rounds), (head samples,
-    rounds)), by `unpaired_estimates` (with `run_noise`, `default_run_noise` and `groups`, the run level
-    of variation); `min_rounds` and `min_samples` apply to each side."""
+    rounds)), by `unpaired_estimates` (with `run_noise`, `default_run_noise`, `groups` and
+    `calibration`, the run level of variation); `min_rounds` and `min_samples` apply to each side."""
     limits = _thresholds(len(items), min_change)
-    estimates = unpaired_estimates(items, run_noise=run_noise, default_run_noise=default_run_noise, groups=groups)
+    estimates = unpaired_estimates(items, run_noise=run_noise, default_run_noise=default_run_noise, groups=groups,
+                                   calibration=calibration)
     return [_decide(e, limit, lower_is_better=lower_is_better, max_pvalue=max_pvalue,
                     enough=e.rounds >= min_rounds and min(len(b[0]), len(h[0])) >= min_samples)
             for e, limit, (b, h) in zip(estimates, limits, items, strict=True)]

@@ -29,7 +29,9 @@ Unpaired rows also carry the run level of variation in their test (`stats.unpair
 learned run-to-run noise yet borrows it from the comparison's other rows (`stats.run_dispersion`,
 with `stats.POOLED_MIN_ITEMS` rows or more; vendor controls and suite cases apart when each kind has
 that many) or else is assumed to have
-`CompareSettings.default_run_noise`; its threshold assumes that default either way.
+`CompareSettings.default_run_noise`; its threshold assumes that default either way. Rows whose
+binaries are the same in both runs then add what still separates them, a shift the two runs share
+(`stats.run_shift_variance`, 10 such rows or more), to every row's variance.
 Every row carries its change's 95 % interval (ci_low, ci_high); base and head medians are those
 of the very samples the change was computed from.
 
@@ -578,11 +580,14 @@ def compare(
     learned = [head_results[k].noise_unpaired or None for k in to_test]
     # vendor controls (torch graph replays) pool their run level apart from the suite's own kernels
     groups = ["control" if cases[k[0]][0].impl == CONTROL_IMPL else "suite" for k in to_test]
+    # identical binaries in both runs show what the two runs share beyond that (a loaded host)
+    unchanged = [same(head_results[k].binary_digest, base_results[k].binary_digest) for k in to_test]
     limits = [threshold(settings.min_change, (n or settings.default_run_noise) * SQRT2 or None, settings.noise_factor)
               for n in learned]
     for key, ((base_samples, _), (head_samples, _)), v in zip(
             to_test, sides, verdicts(sides, min_change=limits, run_noise=learned,
-                                     default_run_noise=settings.default_run_noise or None, groups=groups, **options),
+                                     default_run_noise=settings.default_run_noise or None, groups=groups,
+                                     calibration=unchanged, **options),
             strict=True):
         rows.append(_timed_row(cases[key[0]], key[1], _median(base_samples), _median(head_samples), v,
                                same(head_results[key].binary_digest, base_results[key].binary_digest), shortcut))

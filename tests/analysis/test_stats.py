@@ -6,10 +6,12 @@ import math
 
 import numpy as np
 import pytest
+from scipy.stats import f as f_distribution
 from scipy.stats import kstest, mannwhitneyu, norm, ttest_ind, wilcoxon
 from scipy.stats import t as student_t
 
 from pipeline.analysis.stats import (
+    CHI2_1_MEDIAN,
     DEFAULT_BLOCKS,
     NOISE_FACTOR,
     POOLED_MIN_ITEMS,
@@ -18,6 +20,7 @@ from pipeline.analysis.stats import (
     robust_sd,
     round_sizes,
     run_dispersion,
+    run_shift_variance,
     run_to_run_noise,
     summarize,
     threshold,
@@ -360,6 +363,56 @@ def test_controls_pool_their_run_level_apart_from_the_suite_cases() -> None:
     assert odd == together[0][:POOLED_MIN_ITEMS - 1]
     with pytest.raises(ValueError, match="3 groups for 164"):
         unpaired_estimates(mixed[0], default_run_noise=0.03, groups=["a", "b", "c"])
+
+
+def test_run_shift_variance_known_answers() -> None:
+    """The smallest s with median(diff^2 / ((variance + s) m)) <= 1: all items 20 % apart with no
+    variance of their own give s = 0.2^2 / m; items that agree with their variances give 0; too few, None."""
+    tens = np.full(10, 0.2)
+    assert run_shift_variance(tens, np.zeros(10)) == pytest.approx(0.04 / CHI2_1_MEDIAN, rel=1e-9)
+    assert run_shift_variance(tens, np.full(10, 0.01)) == pytest.approx(0.04 / CHI2_1_MEDIAN - 0.01, rel=1e-9)
+    assert run_shift_variance(np.full(10, 0.01), np.full(10, 0.01)) == 0.0
+    assert run_shift_variance(tens[:9], np.zeros(9)) is None
+    with_df = run_shift_variance(tens, np.zeros(10), df=np.full(10, 4.0))
+    assert with_df == pytest.approx(0.04 / f_distribution.median(1, 4.0), rel=1e-9)
+
+
+def _shifted_runs(rng: np.random.Generator, cases: int, shift: float, spread: float, change: float = 0.0,
+                  changed: int = 0) -> list:
+    """Two runs of a CPU suite whose head run is slower as a whole (a loaded host): per case a shift of
+    `shift` +- `spread` (logs) on top of quiet rounds (0.5 %); the first `changed` cases really changed."""
+    out = []
+    for i in range(cases):
+        sides = []
+        for moved in (0.0, shift + rng.normal(0, spread) + (math.log1p(change) if i < changed else 0.0)):
+            rounds = moved + rng.normal(0, 0.005, ROUNDS)
+            sides.append((1e-3 * np.exp(np.repeat(rounds, PER_ROUND) + rng.normal(0, 0.002, ROUNDS * PER_ROUND)),
+                          [PER_ROUND] * ROUNDS))
+        out.append(tuple(sides))
+    return out
+
+
+def test_identical_binaries_carry_a_shift_the_whole_run_shares() -> None:
+    """A 2-core VM's unpaired A/A (bench/cpu_aa.py): the head run read 4-43 % slower in all 20 of its
+    identical cases, and 11 were flagged: the pooled run level is bounded by the 3 % default, and a
+    shift all cases share is not a factor on their rounds' variances. Marked as identical binaries
+    (`calibration`), the cases carry that shift as a variance of their own: nothing flagged. When the
+    runs agree it adds nothing, and a real change among identical cases is still found."""
+    rng = np.random.default_rng(7)
+    limit = threshold(0.05, 0.03 * math.sqrt(2))
+    shifted = _shifted_runs(rng, 20, shift=math.log(1.2), spread=0.1)
+    blind = verdicts(shifted, min_change=limit, default_run_noise=0.03)
+    assert sum(v.status == "regressed" for v in blind) >= 8
+    carried = verdicts(shifted, min_change=limit, default_run_noise=0.03, calibration=[True] * 20)
+    assert all(v.status == "similar" for v in carried)
+
+    quiet = _shifted_runs(rng, 20, shift=0.0, spread=0.003, change=0.25, changed=1)
+    marks = [False] + [True] * 19
+    assert (verdicts(quiet, min_change=limit, default_run_noise=0.03, calibration=marks)
+            == verdicts(quiet, min_change=limit, default_run_noise=0.03))
+    assert verdicts(quiet, min_change=limit, default_run_noise=0.03, calibration=marks)[0].status == "regressed"
+    with pytest.raises(ValueError, match="2 calibration marks for 20"):
+        unpaired_estimates(quiet, calibration=[True, True])
 
 
 def _paired_job(rng: np.random.Generator, cases: int, offset: float, change: float = 0.0, changed: int = 0) -> list:

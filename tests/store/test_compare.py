@@ -260,6 +260,32 @@ def test_identical_binaries_are_unchanged_paired_unpaired_and_not_timed(branches
 ATTN_F2 = "attn/sdpa/8x1024x64/bf16/iree"
 
 
+def test_identical_binaries_carry_a_shift_their_two_runs_share(branches: Engine) -> None:
+    """Two unpaired runs of 12 cases, binaries unchanged, the shortcut off (an A/A): a head run 20 %
+    slower as a whole (a loaded host; +-8 % case to case) is not 12 regressions; the identical rows
+    carry the shift (`stats.run_shift_variance`). Where the runs agree, a changed binary's +25 % is found."""
+    cases = [f"gemm/shape-{i}/{64 * (i + 1)}x64x64/f32/iree" for i in range(12)]
+    base = [[1e-3 * (1 + 0.1 * i) * (1 + 0.003 * (k % 5)) for k in range(15)] for i in range(12)]
+    spread = [1 + 0.08 * math.sin(3 * i) for i in range(12)]
+    off = SETTINGS.model_copy(update={"same_binary_shortcut": False})
+    with session_scope(branches) as s:
+        ingest.ingest_manifest(s, manifest=f.manifest(f.sha(2), [f.built_entry(c) for c in cases]), path="/bundles/2s")
+        for label in (2, 3):
+            f.run_and_upload(s, label, [f.ok(c, b, rounds=[3] * 5, binary=c) for c, b in zip(cases, base, strict=True)])
+        f.run_and_upload(s, "f2", [f.ok(c, [x * 1.2 * k for x in b], rounds=[3] * 5, binary=c)
+                                   for c, b, k in zip(cases, base, spread, strict=True)])
+        shifted = compare(s, repository=f.REPO, head_sha=f.sha("f2"), device_class=f.DEVICE_CLASS, settings=off)
+        f.run_and_upload(s, "m4", [f.ok(c, [x * (1.25 if i == 0 else 1 + 0.001 * i) for x in b], rounds=[3] * 5,
+                                        binary="new" if i == 0 else c) for i, (c, b) in enumerate(zip(cases, base, strict=True))])
+        quiet = compare(s, repository=f.REPO, head_sha=f.sha("m4"), device_class=f.DEVICE_CLASS, settings=off)
+    assert shifted.base_sha == f.sha(2) and len(shifted.rows) == 12
+    assert all(r.same_binary and r.change is not None and r.change > 0.09 for r in shifted.rows)
+    assert {r.status for r in shifted.rows} == {"similar"} and shifted.verdict == "similar"
+    assert quiet.base_sha == f.sha(3)
+    statuses = {str(r.case_id): r.status for r in quiet.rows}
+    assert statuses.pop(cases[0]) == "regressed" and set(statuses.values()) == {"similar"}
+
+
 def test_medians_and_interval_come_from_the_samples_of_the_change(branches: Engine) -> None:
     import statistics
 
