@@ -1,0 +1,87 @@
+"""The bench scripts still run: every one answers `--help`, and the ones that need no GPU, no Otava and
+no minutes run for real at a small size (BENCHMARKS.md's figures come from them; one that breaks
+silently, as the detection bench's online store once did, reports nonsense without failing)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+GPU_HOST_ONLY = {"nvbench_reference.py"}   # imports torch and NVBench's `cuda.bench` at the top: the GPU host's
+SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if not p.name.startswith("_") and p.name not in GPU_HOST_ONLY)
+
+
+def _bench(*args: str | Path, timeout: float = 300) -> str:
+    done = subprocess.run([sys.executable, str(BENCH / str(args[0])), *map(str, args[1:])], capture_output=True,
+                          text=True, timeout=timeout, cwd=BENCH.parent)
+    assert done.returncode == 0, f"{args[0]} exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    return done.stdout
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_bench_answers_help(script: str) -> None:
+    assert "usage:" in _bench(script, "--help")
+
+
+def _dump(path: Path, changes: dict[int, float], *, seed: int, paired: bool) -> None:
+    """An A/A job's dump as bench/gpu_acceptance.py writes it: 24 suite cases and 24 vendor controls,
+    5 rounds of 30 samples (0.5 % round noise); case i of the suite `changes[i]` slower (another binary)."""
+    rng = np.random.default_rng(seed)
+    meta, arrays = [], {}
+    for i in range(48):
+        case = f"gemm/shape-{i % 24}/{64 * (i % 24 + 1)}x64x64/bf16/{'triton' if i < 24 else 'vendor'}"
+        base = 1e-5 * (1 + i) * np.exp(np.repeat(rng.normal(0, 0.005, 5), 30) + rng.normal(0, 0.002, 150))
+        head = base * math.exp(math.log1p(changes.get(i, 0.0))) * np.exp(rng.normal(0, 0.002, 150))
+        if not paired:
+            head = 1e-5 * (1 + i) * (1 + changes.get(i, 0.0)) * np.exp(
+                np.repeat(rng.normal(0, 0.005, 5), 30) + rng.normal(0, 0.002, 150))
+        arrays[f"h{i}"] = head.astype(np.float32)
+        arrays[f"b{i}"] = (base if paired else np.empty(0)).astype(np.float32)
+        digest = f"new-{i}" if i in changes else f"d{i}"
+        meta.append({"case": case, "target": "cuda:sm_90", "rounds": [30] * 5, "same_binary": paired and i not in changes,
+                     "digest": digest})
+    np.savez_compressed(path, meta=json.dumps(meta), **arrays)
+
+
+def test_aa_recompute_reads_the_acceptance_dumps(tmp_path: Path) -> None:
+    _dump(tmp_path / "aa.npz", {}, seed=1, paired=True)
+    _dump(tmp_path / "ab.npz", {3: 0.10}, seed=2, paired=True)
+    out = _bench("aa_recompute.py", tmp_path / "aa.npz", tmp_path / "ab.npz", "--csv", tmp_path / "paired.csv")
+    assert "aa: 48 cases" in out and "ab: 48 cases" in out
+    lines = out.splitlines()
+    assert "suite   24 cases, flagged 0" in lines[lines.index("aa: 48 cases") + 1]
+    assert "suite   24 cases, flagged 1" in lines[lines.index("ab: 48 cases") + 1]
+    rows = list(csv.DictReader((tmp_path / "paired.csv").open()))
+    assert len(rows) == 96
+    moved = next(r for r in rows if r["run"] == "ab" and r["case"].startswith("gemm/shape-3/") and "triton" in r["case"])
+    assert moved["status"] == "regressed" and float(moved["change"]) == pytest.approx(0.10, abs=0.01)
+
+    _dump(tmp_path / "base.npz", {}, seed=3, paired=False)
+    _dump(tmp_path / "head.npz", {5: 0.30}, seed=4, paired=False)
+    out = _bench("aa_recompute.py", "--unpaired", tmp_path / "base.npz", tmp_path / "head.npz")
+    assert "suite   24 cases, flagged 1" in out and "vendor  24 cases, flagged 0" in out
+
+
+def test_unpaired_calibration_runs() -> None:
+    out = _bench("unpaired_calibration.py", "--seeds", "1")
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("1 |") and last.count("/") == 2
+
+
+def test_case_id_cost_runs() -> None:
+    out = _bench("case_id_cost.py", "--distinct", "200", "--scale", "2")
+    assert "CaseId.parse, first of 200 ids" in out and "compare(), " in out
+
+
+def test_large_document_runs_on_sqlite(tmp_path: Path) -> None:
+    out = _bench("large_document.py", "--cases", "4", "--samples", "300", "--sqlite", tmp_path / "store.db")
+    report = json.loads(out)
+    assert report["head_samples"] == 1200 and report["sqlite"]["samples"] >= 1200
