@@ -315,8 +315,7 @@ def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, run_noise: float |
         se = np.sqrt(vb_total + vh_total)
         dof_terms = (np.where(use_b, 0.0, vb ** 2 / (base_counts - 1))
                      + np.where(use_h, 0.0, vh ** 2 / (head_counts - 1)))
-        df = np.where((se > 0) & (dof_terms > 0), (vb_total + vh_total) ** 2 / np.where(dof_terms > 0, dof_terms, 1),
-                      np.where(known, KNOWN_VARIANCE_DF, base_counts + head_counts - 2))
+        df = _welch_df(vb_total + vh_total, dof_terms, np.where(known, KNOWN_VARIANCE_DF, base_counts + head_counts - 2))
         diff = head_mean - base_mean
         if calibration is not None:
             if len(calibration) != len(items):
@@ -326,13 +325,19 @@ def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, run_noise: float |
             shift = np.where(np.isnan(shift), 0.0, shift)
             # a known variance: it adds to the total and to no side's degrees of freedom
             total = vb_total + vh_total + shift
-            df = np.where((shift > 0) & (dof_terms > 0), total ** 2 / np.where(dof_terms > 0, dof_terms, 1),
-                          np.where(shift > 0, KNOWN_VARIANCE_DF, df))
+            df = _welch_df(total, dof_terms, np.where(shift > 0, KNOWN_VARIANCE_DF, df))
             se = np.sqrt(total)
     tested = (base_counts >= 2) & (head_counts >= 2)
     pvalue, low, high = _t_interval(diff, se, df, confidence)
     return _estimates(diff, pvalue, low, high, tested, np.minimum(base_counts, head_counts),
                       [len(b[0]) > 0 and len(h[0]) > 0 for b, h in items])
+
+
+def _welch_df(total: np.ndarray, dof_terms: np.ndarray, otherwise: np.ndarray) -> np.ndarray:
+    """Welch-Satterthwaite degrees of freedom of a variance `total` whose estimated terms contribute
+    `dof_terms` (sum of term^2 / df); `otherwise` where there is no such term or no variance."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where((total > 0) & (dof_terms > 0), total ** 2 / np.where(dof_terms > 0, dof_terms, 1), otherwise)
 
 
 POOLED_MIN_ITEMS = 20

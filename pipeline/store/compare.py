@@ -584,13 +584,13 @@ def compare(
     unchanged = [same(head_results[k].binary_digest, base_results[k].binary_digest) for k in to_test]
     limits = [threshold(settings.min_change, (n or settings.default_run_noise) * SQRT2 or None, settings.noise_factor)
               for n in learned]
-    for key, ((base_samples, _), (head_samples, _)), v in zip(
+    for key, ((base_samples, _), (head_samples, _)), v, same_binary in zip(
             to_test, sides, verdicts(sides, min_change=limits, run_noise=learned,
                                      default_run_noise=settings.default_run_noise or None, groups=groups,
-                                     calibration=unchanged, **options),
+                                     calibration=unchanged, **options), unchanged,
             strict=True):
         rows.append(_timed_row(cases[key[0]], key[1], _median(base_samples), _median(head_samples), v,
-                               same(head_results[key].binary_digest, base_results[key].binary_digest), shortcut))
+                               same_binary, shortcut))
     rows = _mark_controls(rows, settings.max_pvalue)
     rows.sort(key=lambda r: (str(r.case_id), r.target))  # the text's order, as the store's
     counts = Counter(r.status for r in rows)
