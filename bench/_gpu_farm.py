@@ -4,7 +4,8 @@ here (the CPU builder), and on the GPU host a real `benchfarm serve` (SQLite) fe
 the agent's log.
 
 The GPU host has no network and no builder: the bundles travel in `.gpu/<bench>` and the
-service's Python packages as wheels (`.whl`, see BENCHMARKS.md for the command line).
+service's Python packages as wheels (`.whl`: `bash bench/lent_gpu.sh wheels`, which also runs the
+benches detached on the lent machine).
 """
 
 from __future__ import annotations
@@ -72,6 +73,12 @@ def replace_in(path: str, old: str, new: str) -> Edit:
             raise SystemExit(f"{path}: {old!r} not found")
         file.write_text(text.replace(old, new))
     return edit
+
+
+def scratch(name: str) -> Path:
+    """A working folder outside the tree (the device tool re-sends the tree at every call); under
+    BENCH_SCRATCH when set, so that runs on the GPUs of one host (CUDA_VISIBLE_DEVICES) keep apart."""
+    return Path(os.environ.get("BENCH_SCRATCH", "/tmp")) / name
 
 
 def _free_port() -> int:

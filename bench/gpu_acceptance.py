@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _gpu_farm import GpuFarm, build_variants, cuda_device_class, edits, replace_in  # noqa: E402
+from _gpu_farm import GpuFarm, build_variants, cuda_device_class, edits, replace_in, scratch  # noqa: E402
 from _two_step import two_step_main  # noqa: E402
 
 GEMM = "kernels/gemm/triton_cases.py"
@@ -91,14 +91,14 @@ def run(bundles: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     # A copy outside the working tree: the device tool re-sends the tree (and drops what a call does not
     # carry) at every call, which removed the bundles under a run that outlived its first call.
-    local = Path("/tmp/bf-acceptance-bundles")
+    local = scratch("bf-acceptance-bundles")
     shutil.rmtree(local, ignore_errors=True)
     shutil.copytree(bundles, local)
     bundles = local
     shas = json.loads((bundles / "shas.json").read_text())
     device_class = os.environ.get("ACCEPTANCE_DEVICE_CLASS") or cuda_device_class()
     report: dict[str, Any] = {"device_class": device_class, "shas": shas, "jobs": []}
-    farm = GpuFarm(Path("/tmp/bf-acceptance"), {"BENCHFARM_COMPARE__SAME_BINARY_SHORTCUT": "false"})
+    farm = GpuFarm(scratch("bf-acceptance"), {"BENCHFARM_COMPARE__SAME_BINARY_SHORTCUT": "false"})
     only = os.environ.get("ACCEPTANCE_STEPS", "nightly,aa,pr,unpaired").split(",")
     try:
         def job(label: str, head: str, base: str | None, pr: bool = False, compare_with: str | None = None) -> None:

@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _gpu_farm import GpuFarm, build_variants, cuda_device_class  # noqa: E402
+from _gpu_farm import GpuFarm, build_variants, cuda_device_class, scratch  # noqa: E402
 from _two_step import two_step_main  # noqa: E402
 
 # kind -> (suite folder, kernel module, kernel function, pointer the keep-alive store names, case id,
@@ -188,7 +188,7 @@ def _rows(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 def run(bundles: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    local = Path("/tmp/bf-sensitivity-bundles")   # outside the tree the device tool re-sends
+    local = scratch("bf-sensitivity-bundles")   # outside the tree the device tool re-sends
     shutil.rmtree(local, ignore_errors=True)
     shutil.copytree(bundles, local)
     shas = json.loads((local / "shas.json").read_text())
@@ -196,7 +196,7 @@ def run(bundles: Path, out: Path) -> None:
     chosen = ",".join(plan["kinds"].values())
     device_class = os.environ.get("ACCEPTANCE_DEVICE_CLASS") or cuda_device_class()
     report: dict[str, Any] = {"device_class": device_class, "plan": plan, "shas": shas, "jobs": []}
-    farm = GpuFarm(Path("/tmp/bf-sensitivity"), {"BENCHFARM_COMPARE__SAME_BINARY_SHORTCUT": "false"})
+    farm = GpuFarm(scratch("bf-sensitivity"), {"BENCHFARM_COMPARE__SAME_BINARY_SHORTCUT": "false"})
     modes = os.environ.get("SENSITIVITY_MODES", "paired,unpaired").split(",")
 
     def job(label: str, head: str, base: str | None, *, pr: bool, cases: str | None, compare_with: str | None) -> None:

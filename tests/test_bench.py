@@ -85,3 +85,32 @@ def test_large_document_runs_on_sqlite(tmp_path: Path) -> None:
     out = _bench("large_document.py", "--cases", "4", "--samples", "300", "--sqlite", tmp_path / "store.db")
     report = json.loads(out)
     assert report["head_samples"] == 1200 and report["sqlite"]["samples"] >= 1200
+
+
+def test_lent_gpu_script_runs_detached_and_reports_each_exit(tmp_path: Path) -> None:
+    """bench/lent_gpu.sh: commands launched under setsid in their own tree copy, waited on by name; an
+    `exit` inside a command still leaves its code (a run that lost its rc was waited on until the limit)."""
+    site, tree, out = tmp_path / "site", tmp_path / "tree", tmp_path / "out"
+    (site / "pydantic").mkdir(parents=True)   # wheels already installed: no pip on this host
+    tree.mkdir()
+    (tree / "marker.txt").write_text("the tree")
+    names = [f"bf-test-{tmp_path.name}-{i}" for i in (1, 2)]
+    env = {"PATH": "/usr/bin:/bin", "OUT": str(out), "LENT_GPU_SITE": str(site)}
+
+    def script(*args: str) -> str:
+        done = subprocess.run(["bash", str(BENCH / "lent_gpu.sh"), *args], cwd=tree, env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    try:
+        script("launch", names[0], 'cat marker.txt > "$RUN_OUT/seen.txt"; echo "path $PYTHONPATH"')
+        script("launch", names[1], "sleep 1; exit 3")
+        report = script("wait", "30", *names)
+        assert f"== {names[0]} finished rc=0" in report and f"== {names[1]} finished rc=3" in report
+        assert (out / names[0] / "seen.txt").read_text() == "the tree"
+        assert f"path {site}:/tmp/{names[0]}-repo" in (out / names[0] / "log").read_text()
+    finally:
+        for name in names:
+            for suffix in ("repo", "out"):
+                subprocess.run(["rm", "-rf", f"/tmp/{name}-{suffix}"], check=False)
