@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import platform
 import re
 import shutil
@@ -26,7 +27,7 @@ PHONE_HAL_DRIVER = "local-sync"   # one thread, pinned by taskset to one cluster
 NVIDIA_SMI_TIMEOUT_S = 10
 _NVIDIA_QUERY = "name,uuid,driver_version,compute_cap,clocks.sm,clocks.max.sm"
 
-__all__ = ["LocalDevice", "Transport", "LOCAL", "AdbTransport", "discover_local_devices", "cpu_device", "nvidia_devices", "parse_nvidia_smi",
+__all__ = ["LocalDevice", "Transport", "LOCAL", "AdbTransport", "discover_local_devices", "cpu_device", "cuda_visible", "nvidia_devices", "parse_nvidia_smi",
            "phone_devices"]
 
 
@@ -133,8 +134,33 @@ def parse_nvidia_smi(text: str, host: str = "", lock: str = "") -> list[LocalDev
     return devices
 
 
+def cuda_visible(devices: list[LocalDevice], spec: str | None) -> list[LocalDevice]:
+    """The GPUs CUDA shows a process under CUDA_VISIBLE_DEVICES=`spec` (None: unset, all), in its
+    order. nvidia-smi ignores the variable, so an agent or `run-job` given one GPU of a host (one agent
+    per GPU) would otherwise pick the host's first. Entries are nvidia-smi indices (the PCI order,
+    CUDA's own for GPUs of one model) or UUIDs ("GPU-...", or a unique prefix of one); as in CUDA, an entry
+    that names no GPU ends the list, and an empty value hides every GPU. MIG instances are not
+    listed by nvidia-smi --query-gpu: an entry naming one ends the list (logged)."""
+    if spec is None:
+        return devices
+    chosen: list[LocalDevice] = []
+    for entry in (e.strip() for e in spec.split(",")):
+        if entry.isdigit():
+            found = [devices[int(entry)]] if int(entry) < len(devices) else []
+        else:
+            found = [d for d in devices if entry.startswith("GPU-") and d.info.uid.startswith(entry)]
+        if len(found) != 1 or found[0] in chosen:
+            if entry:
+                log.warning("CUDA_VISIBLE_DEVICES=%s: %r names no single GPU of this host; the GPUs before it "
+                            "are used", spec, entry)
+            break
+        chosen.append(found[0])
+    return chosen
+
+
 def nvidia_devices(lock: str = "") -> list[LocalDevice]:
-    """NVIDIA GPUs, or nothing where nvidia-smi is absent or fails; `lock` as `parse_nvidia_smi`'s."""
+    """NVIDIA GPUs (those CUDA_VISIBLE_DEVICES shows, `cuda_visible`), or nothing where nvidia-smi is
+    absent or fails; `lock` as `parse_nvidia_smi`'s."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return []
@@ -149,7 +175,8 @@ def nvidia_devices(lock: str = "") -> list[LocalDevice]:
     if proc.returncode != 0:
         log.warning("nvidia-smi exited %d: %s", proc.returncode, proc.stderr.strip()[-500:])
         return []
-    return parse_nvidia_smi(proc.stdout, host=socket.gethostname(), lock=lock)
+    return cuda_visible(parse_nvidia_smi(proc.stdout, host=socket.gethostname(), lock=lock),
+                        os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 def _amd_class(name: str, gfx: str) -> DeviceClass:

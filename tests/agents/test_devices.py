@@ -9,6 +9,7 @@ import pytest
 
 from pipeline.agents.devices import (
     amd_devices,
+    cuda_visible,
     discover_local_devices,
     nvidia_devices,
     parse_amd_smi,
@@ -78,6 +79,39 @@ def test_nvidia_smi_output_becomes_devices(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     names = [d.device_class.name for d in discover_local_devices()]
     assert "nvidia-h200" in names
+
+
+FOUR_H200 = "".join(f"NVIDIA H200, GPU-{i}{i}{i}{i}-abcd, 570.1, 9.0\n" for i in range(4))
+
+
+@pytest.mark.parametrize(("spec", "expected"), [
+    (None, ["GPU-0000", "GPU-1111", "GPU-2222", "GPU-3333"]),
+    ("2", ["GPU-2222"]),
+    ("3,1", ["GPU-3333", "GPU-1111"]),                 # CUDA's order is the variable's
+    ("GPU-1111-abcd", ["GPU-1111"]),
+    ("GPU-22,0", ["GPU-2222", "GPU-0000"]),            # a unique UUID prefix
+    ("abcd,0", []),                                    # neither an index nor a UUID
+    ("1,7,2", ["GPU-1111"]),                           # an entry naming no GPU ends the list
+    ("GPU-,2", []),                                    # a prefix naming several: ends it at once
+    ("1,1", ["GPU-1111"]),
+    ("", []),                                          # set and empty: CUDA shows no GPU
+])
+def test_cuda_visible_devices_choose_the_gpus(spec: str | None, expected: list[str]) -> None:
+    devices = parse_nvidia_smi(FOUR_H200)
+    assert [d.info.uid[:8] for d in cuda_visible(devices, spec)] == expected
+
+
+def test_an_agent_given_one_gpu_of_a_host_sees_only_that_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvidia-smi lists every GPU whatever CUDA_VISIBLE_DEVICES says (the stand-in prints four):
+    discovery applies the variable, so one agent (or run-job) per GPU picks its own, not the first."""
+    _fake_smi(tmp_path, "printf '" + FOUR_H200.replace("\n", "\\n") + "'")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert len(nvidia_devices()) == 4
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    assert [d.info.uid for d in nvidia_devices()] == ["GPU-2222-abcd"]
+    gpus = [d for d in discover_local_devices() if d.device_class.kind == "gpu"]
+    assert [d.info.uid for d in gpus] == ["GPU-2222-abcd"]
 
 
 # `amd-smi static --asic --json` as ROCm 6 prints it (one MI300X; fields trimmed to the ones read).
