@@ -109,6 +109,17 @@ def wait(driver: Any, seconds: float = 15) -> Any:
     return WebDriverWait(driver, seconds)
 
 
+def submit(driver: Any, button: Any) -> None:
+    """Click a button that submits a form, and wait for the answer's page to have replaced this one:
+    an element found before that can belong to the old document (CI: "Node with given id does not
+    belong to the document" while waiting for the answer's flash)."""
+    driver.execute_script("window.__benchfarmOldPage = true")   # gone with the window's document
+    button.click()
+    # while Chromium swaps documents, any command can fail with that message: poll through it
+    WebDriverWait(driver, 15, ignored_exceptions=(WebDriverException,)).until(lambda d: d.execute_script(
+        "return document.readyState === 'complete' && window.__benchfarmOldPage === undefined"))
+
+
 def signed_in_at(path: str) -> Any:
     """The browser left the sign-in page for `path` (the sign-in URL itself names `path` in ?next=)."""
     return lambda d: "/login" not in d.current_url and path in d.current_url
@@ -118,11 +129,8 @@ def sign_in(driver: Any, url: str, next_path: str) -> None:
     driver.get(f"{url}/login?next={next_path}")
     driver.find_element(By.NAME, "name").send_keys("ada")
     driver.find_element(By.NAME, "password").send_keys("correct horse")
-    driver.find_element(By.CSS_SELECTOR, "#login button[type=submit]").click()
+    submit(driver, driver.find_element(By.CSS_SELECTOR, "#login button[type=submit]"))
     wait(driver).until(signed_in_at(next_path))
-    # the URL changes when the redirect's page starts loading; elements found before it has loaded
-    # can belong to a document that is then replaced (CI: "Node ... does not belong to the document")
-    wait(driver).until(lambda d: d.execute_script("return document.readyState") == "complete")
 
 
 def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo_store.Demo], browser: Any) -> None:
@@ -179,7 +187,7 @@ def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo
     browser.find_element(By.LINK_TEXT, "sign in").click()
     browser.find_element(By.NAME, "name").send_keys("ada")
     browser.find_element(By.NAME, "password").send_keys("correct horse")
-    browser.find_element(By.CSS_SELECTOR, "#login button[type=submit]").click()
+    submit(browser, browser.find_element(By.CSS_SELECTOR, "#login button[type=submit]"))
     wait(browser).until(signed_in_at("/regressions"))
     sections = browser.find_elements(By.CSS_SELECTOR, "section.regression")
     assert len(sections) == 8
@@ -187,7 +195,7 @@ def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo
     cp_id = target.get_attribute("id")
     Select(target.find_element(By.NAME, "state")).select_by_visible_text("confirmed")
     target.find_element(By.NAME, "bug_link").send_keys("https://bugs.example/1234")
-    target.find_element(By.CSS_SELECTOR, "form.triage button[type=submit]").click()
+    submit(browser, target.find_element(By.CSS_SELECTOR, "form.triage button[type=submit]"))
     wait(browser).until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".flash"), "is now confirmed"))
     triaged = browser.find_element(By.ID, cp_id)
     assert triaged.find_element(By.CSS_SELECTOR, ".triage-state").text == "confirmed"
@@ -478,7 +486,7 @@ def test_a_bisection_s_steps_and_culprit_on_the_regressions_and_series_pages(
     other = next(s for s in browser.find_elements(By.CSS_SELECTOR, "section.regression")
                  if s.get_attribute("id") != f"cp-{found.change_point_id}" and s.find_elements(By.CSS_SELECTOR, "form.bisect"))
     other_id = other.get_attribute("id")   # the same case on the other device class: its range spans six commits too
-    wait(browser).until(ec.element_to_be_clickable((By.CSS_SELECTOR, f"#{other_id} form.bisect button"))).click()
+    submit(browser, wait(browser).until(ec.element_to_be_clickable((By.CSS_SELECTOR, f"#{other_id} form.bisect button"))))
     wait(browser).until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".flash"), "queued"))
     asked = browser.find_element(By.ID, other_id)
     assert asked.find_element(By.CSS_SELECTOR, ".bisection").get_attribute("data-state") == "queued"
