@@ -6,11 +6,12 @@ samples when it is asked, so running today's statistics over those dumps says wh
 would answer now about the same measurements, without another GPU run:
 
     .venv/bin/python bench/aa_recompute.py aa2.npz aa3.npz [--csv per-case.csv]
-    .venv/bin/python bench/aa_recompute.py --unpaired unpaired-base.npz unpaired-readme.npz
+    .venv/bin/python bench/aa_recompute.py --unpaired unpaired-base.npz unpaired-readme.npz [more.npz ...]
 
-The unpaired form judges the second dump's cases against the first's as the service judges a fresh
-series (no learned run-to-run noise: the run level pooled over the comparison's rows, the threshold
-assuming `CompareSettings.default_run_noise`).
+The unpaired form judges each dump's cases against the dump before it (a chain of separate jobs, as
+`ACCEPTANCE_UNPAIRED_RUNS` runs them: each job against the one before), as the service judges a
+fresh series (no learned run-to-run noise: the run level pooled over the comparison's rows, the
+threshold assuming `CompareSettings.default_run_noise`).
 
 Prints, per dump: cases flagged at the paired floor (`CompareSettings.paired_min_change`, the
 smallest threshold a case can have: a case's noise only raises it), the largest |change|, and a
@@ -98,13 +99,15 @@ def _summary(name: str, cases: list[str], found: list[Verdict], rows: list[dict[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dumps", nargs="+", type=Path)
-    parser.add_argument("--unpaired", action="store_true", help="two dumps of separate jobs: base, then head")
+    parser.add_argument("--unpaired", action="store_true",
+                        help="dumps of separate jobs, in the order they ran: each judged against the one before")
     parser.add_argument("--csv", type=Path, help="also write every case's verdict in every dump here")
     args = parser.parse_args()
-    if args.unpaired and len(args.dumps) != 2:
-        parser.error("--unpaired takes two dumps: the base job's, then the head job's")
+    if args.unpaired and len(args.dumps) < 2:
+        parser.error("--unpaired takes two or more dumps: the first base job's, then each later job's")
     rows: list[dict[str, object]] = []
-    reports = [recompute_unpaired(*args.dumps, rows)] if args.unpaired else [recompute(p, rows) for p in args.dumps]
+    reports = ([recompute_unpaired(base, head, rows) for base, head in zip(args.dumps, args.dumps[1:])]
+               if args.unpaired else [recompute(p, rows) for p in args.dumps])
     for report in reports:
         print(f"{report['dump']}: {report['cases']} cases")
         for group in ("suite", "vendor", "all"):

@@ -16,7 +16,11 @@ that the A/A runs are judged as if the binaries differed) and runs `benchfarm ru
 2. PR (a) and (b): one-tile and all-tiles over base, as a pull request's step (changed binaries and
    4 rotating sentinels timed, the rest reported unchanged);
 3. A/A 2 and 3: the nightly's pairing again (the check cache now warm);
-4. unpaired A/A: base alone, then readme alone, compared with an explicit base.
+4. unpaired A/A: base alone, then readme alone, compared with an explicit base; with
+   `ACCEPTANCE_UNPAIRED_RUNS=N` (default 2) a chain of N such jobs, base and readme in turn, each
+   compared with the one before it (the other commit's newest run): N - 1 repetitions out of N jobs,
+   neighbours sharing a job (an unpaired job takes ~10 minutes of an H100: three independent pairs
+   do not fit one session's device time).
 After each job: GET /api/v1/compare; everything is written to OUT/acceptance.json as it goes (a
 run longer than one device call can be read by the next), and each A/A job's samples to
 OUT/<label>.npz (float32, per case: round sizes, head and paired base samples; unpaired jobs: no base)
@@ -131,8 +135,10 @@ def run(bundles: Path, out: Path) -> None:
             job("aa2", "readme", "base")
             job("aa3", "readme", "base")
         if "unpaired" in only:
-            job("unpaired-base", "base", None)
-            job("unpaired-readme", "readme", None, compare_with="base")
+            for k in range(int(os.environ.get("ACCEPTANCE_UNPAIRED_RUNS", "2"))):
+                variant, before = ("base", "readme") if k % 2 == 0 else ("readme", "base")
+                suffix = f"-{k // 2 + 1}" if k >= 2 else ""   # the first pair keeps its earlier names
+                job(f"unpaired-{variant}{suffix}", variant, None, compare_with=before if k else None)
     finally:
         farm.stop()
         _save(out, report)

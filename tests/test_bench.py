@@ -66,8 +66,14 @@ def test_aa_recompute_reads_the_acceptance_dumps(tmp_path: Path) -> None:
 
     _dump(tmp_path / "base.npz", {}, seed=3, paired=False)
     _dump(tmp_path / "head.npz", {5: 0.30}, seed=4, paired=False)
-    out = _bench("aa_recompute.py", "--unpaired", tmp_path / "base.npz", tmp_path / "head.npz")
-    assert "suite   24 cases, flagged 1" in out and "vendor  24 cases, flagged 0" in out
+    _dump(tmp_path / "again.npz", {}, seed=5, paired=False)
+    out = _bench("aa_recompute.py", "--unpaired", *(tmp_path / f"{n}.npz" for n in ("base", "head", "again")))
+    lines = out.splitlines()
+    # a chain: head judged against base (case 5 moved), then again against head (case 5 moved back)
+    for name in ("head", "again"):
+        summary = lines[lines.index(f"{name}: 48 cases") + 1:][:2]
+        assert "suite   24 cases, flagged 1" in summary[0] and "vendor  24 cases, flagged 0" in summary[1]
+    assert "pooled: 96 p-values" in out
 
 
 def test_unpaired_calibration_runs() -> None:
