@@ -31,12 +31,13 @@ def test_every_bench_answers_help(script: str) -> None:
     assert "usage:" in _bench(script, "--help")
 
 
-def _dump(path: Path, changes: dict[int, float], *, seed: int, paired: bool) -> None:
-    """An A/A job's dump as bench/gpu_acceptance.py writes it: 24 suite cases and 24 vendor controls,
-    5 rounds of 30 samples (0.5 % round noise); case i of the suite `changes[i]` slower (another binary)."""
+def _dump(path: Path, changes: dict[int, float], *, seed: int, paired: bool, controls: bool = True) -> None:
+    """An A/A job's dump as bench/gpu_acceptance.py writes it: 24 suite cases and 24 vendor controls (none
+    without `controls`: a CPU suite), 5 rounds of 30 samples (0.5 % round noise); case i of the suite
+    `changes[i]` slower (another binary)."""
     rng = np.random.default_rng(seed)
     meta, arrays = [], {}
-    for i in range(48):
+    for i in range(48 if controls else 24):
         case = f"gemm/shape-{i % 24}/{64 * (i % 24 + 1)}x64x64/bf16/{'triton' if i < 24 else 'vendor'}"
         base = 1e-5 * (1 + i) * np.exp(np.repeat(rng.normal(0, 0.005, 5), 30) + rng.normal(0, 0.002, 150))
         head = base * math.exp(math.log1p(changes.get(i, 0.0))) * np.exp(rng.normal(0, 0.002, 150))
@@ -74,6 +75,11 @@ def test_aa_recompute_reads_the_acceptance_dumps(tmp_path: Path) -> None:
         summary = lines[lines.index(f"{name}: 48 cases") + 1:][:2]
         assert "suite   24 cases, flagged 1" in summary[0] and "vendor  24 cases, flagged 0" in summary[1]
     assert "pooled: 96 p-values" in out
+
+    _dump(tmp_path / "cpu-a.npz", {}, seed=6, paired=False, controls=False)
+    _dump(tmp_path / "cpu-b.npz", {}, seed=7, paired=False, controls=False)
+    out = _bench("aa_recompute.py", "--unpaired", tmp_path / "cpu-a.npz", tmp_path / "cpu-b.npz")
+    assert "suite   24 cases, flagged 0" in out and "vendor   0 cases" in out
 
 
 def test_unpaired_calibration_runs() -> None:
