@@ -13,6 +13,15 @@ The unpaired form judges each dump's cases against the dump before it (a chain o
 fresh series (no learned run-to-run noise: the run level pooled over the comparison's rows, the
 threshold assuming `CompareSettings.default_run_noise`).
 
+A paired A/A's per-case CSV (`--csv` below; docs/benchmarks/aa-*-paired*.csv) is enough to redo a
+job's calibration by its identical binaries (`--from-csv`, nightly A/A: every row one binary): a
+row's t-test needs only its mean log ratio, the variance of its round values and their count, which
+its change, interval and rounds give; rounds are rebuilt with exactly those (the calibrated variance
+taken as the rounds', which a rule that scales by the median z^2 maps onto its own answer). So a
+change of that rule can be judged on the GPU measurements already taken:
+
+    .venv/bin/python bench/aa_recompute.py --from-csv docs/benchmarks/aa-h100-2026-11-25-paired-3reps.csv
+
 Prints, per dump: cases flagged at the paired floor (`CompareSettings.paired_min_change`, the
 smallest threshold a case can have: a case's noise only raises it), the largest |change|, and a
 Kolmogorov-Smirnov test of the p-values against uniform, for the suite's own cases, the vendor
@@ -48,6 +57,35 @@ def recompute(path: Path, rows: list[dict[str, object]] | None = None) -> dict[s
     found = paired_verdicts(items, min_change=CompareSettings().paired_min_change,
                             calibration=[bool(m.get("same_binary")) for m in meta], groups=_kinds(cases))
     return _summary(path.stem, cases, found, rows)
+
+
+def recompute_csv(path: Path, rows: list[dict[str, object]] | None = None) -> list[dict[str, object]]:
+    """The summaries of a paired A/A CSV's runs, each row's rounds rebuilt from its change, interval
+    and round count (module doc); rows without an interval (too few rounds) keep no rounds' spread."""
+    from scipy.stats import t as student_t
+
+    runs: dict[str, list[dict[str, str]]] = {}
+    with path.open() as source:
+        for row in csv.DictReader(source):
+            runs.setdefault(row["run"], []).append(row)
+    reports = []
+    for run, table in runs.items():
+        items = []
+        for row in table:
+            count = int(row["rounds"])
+            mean = math.log1p(float(row["change"]))
+            half = (math.log1p(float(row["ci_high"])) - math.log1p(float(row["ci_low"]))) / 2 if row["ci_low"] else 0.0
+            sd = half / student_t.ppf(0.975, count - 1) * math.sqrt(count) if count > 1 else 0.0
+            # round values with exactly that mean and sample sd: a fixed pattern of mean 0 and sd 1
+            pattern = np.arange(count) - (count - 1) / 2
+            pattern = pattern / pattern.std(ddof=1) if count > 1 else pattern
+            levels = mean + sd * pattern
+            items.append((np.ones(5 * count), np.repeat(np.exp(levels), 5), [5] * count))
+        cases = [row["case"] for row in table]
+        found = paired_verdicts(items, min_change=CompareSettings().paired_min_change,
+                                calibration=[True] * len(items), groups=_kinds(cases))
+        reports.append(_summary(run, cases, found, rows))
+    return reports
 
 
 def _kinds(cases: list[str]) -> list[str]:
@@ -107,12 +145,18 @@ def main() -> None:
     parser.add_argument("--unpaired", action="store_true",
                         help="dumps of separate jobs, in the order they ran: each judged against the one before")
     parser.add_argument("--csv", type=Path, help="also write every case's verdict in every dump here")
+    parser.add_argument("--from-csv", action="store_true",
+                        help="the arguments are paired A/A CSVs (this script's --csv), not dumps: rebuild and recompute")
     args = parser.parse_args()
     if args.unpaired and len(args.dumps) < 2:
         parser.error("--unpaired takes two or more dumps: the first base job's, then each later job's")
     rows: list[dict[str, object]] = []
-    reports = ([recompute_unpaired(base, head, rows) for base, head in zip(args.dumps, args.dumps[1:])]
-               if args.unpaired else [recompute(p, rows) for p in args.dumps])
+    if args.from_csv:
+        reports = [report for path in args.dumps for report in recompute_csv(path, rows)]
+    elif args.unpaired:
+        reports = [recompute_unpaired(base, head, rows) for base, head in zip(args.dumps, args.dumps[1:])]
+    else:
+        reports = [recompute(p, rows) for p in args.dumps]
     for report in reports:
         print(f"{report['dump']}: {report['cases']} cases")
         for group in ("suite", "vendor", "all"):

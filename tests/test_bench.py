@@ -64,6 +64,11 @@ def test_aa_recompute_reads_the_acceptance_dumps(tmp_path: Path) -> None:
     assert len(rows) == 96
     moved = next(r for r in rows if r["run"] == "ab" and r["case"].startswith("gemm/shape-3/") and "triton" in r["case"])
     assert moved["status"] == "regressed" and float(moved["change"]) == pytest.approx(0.10, abs=0.01)
+    # the CSV alone redoes an all-identical job's calibration: the same p-values as from its samples
+    _bench("aa_recompute.py", "--from-csv", tmp_path / "paired.csv", "--csv", tmp_path / "again.csv")
+    again = {(r["run"], r["case"]): r for r in csv.DictReader((tmp_path / "again.csv").open())}
+    for row in (r for r in rows if r["run"] == "aa"):
+        assert float(again[("aa", row["case"])]["pvalue"]) == pytest.approx(float(row["pvalue"]), rel=1e-6, abs=1e-9)
 
     _dump(tmp_path / "base.npz", {}, seed=3, paired=False)
     _dump(tmp_path / "head.npz", {5: 0.30}, seed=4, paired=False)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import chain
 from typing import Literal
 
@@ -223,10 +223,13 @@ def paired_estimates(items: Sequence[PairedSamples], *, calibration: Sequence[bo
 
     `calibration` marks the items whose base and head are the same binary: free A/A measurements
     of this very job. When at least `POOLED_MIN_ITEMS` of them (of an item's group, else of all
-    items) are testable, every item's variance is scaled by their `run_dispersion`: how much more
-    identical binaries' paired changes spread than their rounds say (a 2-core CPU's paired A/A:
-    1.2-2.5, its p-values piled near 0 without it; an H100's: 0.95-1.5). Identical binaries
-    cannot have changed, so no real change enters the estimate and no bound is needed.
+    items) are testable, every item's variance is scaled by their `run_dispersion`: how much more,
+    or less, identical binaries' paired changes spread than their rounds say (a 2-core CPU's paired
+    A/A: 1.2-2.5, its p-values piled near 0 without it; an H100's: 0.7-1.5). Identical binaries
+    cannot have changed, so no real change enters the estimate, and it is taken as it comes, down to
+    `PAIRED_DISPERSION_FLOOR`: held at 1 or more, a chance low estimate of a job whose true factor is
+    1 was raised and its p-values pushed up (three H100 A/A nightlies: mean 0.525, pooled KS p 0.039;
+    as it comes: 0.510 and 0.48).
     """
     ratios: list[tuple[Sequence[float], Rounds]] = []
     for base, head, rounds in items:
@@ -241,7 +244,7 @@ def paired_estimates(items: Sequence[PairedSamples], *, calibration: Sequence[bo
             if len(calibration) != len(items):
                 raise ValueError(f"{len(calibration)} calibration marks for {len(items)} comparisons")
             dispersion = _group_dispersions(mean, var / counts, (counts - 1).astype(float), groups,
-                                            pool=np.asarray(calibration, dtype=bool))
+                                            pool=np.asarray(calibration, dtype=bool), floor=PAIRED_DISPERSION_FLOOR)
             se = np.where(np.isnan(dispersion), se, se * np.sqrt(dispersion))
     tested = counts >= 2
     pvalue, low, high = _t_interval(mean, se, counts - 1, confidence)
@@ -346,11 +349,20 @@ CHI2_1_MEDIAN = 0.454936
 """The median of a chi-square variable with one degree of freedom: of z^2 for a standard normal z."""
 
 
+PAIRED_DISPERSION_FLOOR = 0.5
+"""The least a paired job's calibration by identical binaries may scale its variances (`paired_estimates`).
+Below 1 the identical rows spread less than their rounds say, which with 20 to 80 of them happens by
+chance as often as the opposite (its 5th percentile for a true 1: ~0.4 with 20 rows, 0.6 with 80); the
+floor only keeps a degenerate median (half the rows' changes exactly 0) from making every test exact."""
+
+
 def run_dispersion(diffs: np.ndarray, variances: np.ndarray, min_items: int = POOLED_MIN_ITEMS,
-                   df: np.ndarray | None = None) -> float | None:
+                   df: np.ndarray | None = None, floor: float = 1.0) -> float | None:
     """How much more two runs differ than their rounds say, pooled over the items of one comparison
-    (log differences and their rounds' variances): max(1, median(z^2) / CHI2_1_MEDIAN), z = diff / sd;
-    None with fewer than `min_items` items with a variance. With `df` (each variance's degrees of
+    (log differences and their rounds' variances): max(floor, median(z^2) / CHI2_1_MEDIAN), z = diff / sd;
+    None with fewer than `min_items` items with a variance. The floor of 1 says runs differ at least
+    as much as their rounds (the unpaired pool, where real changes may be among the items); a paired
+    job's identical binaries take a lower one (`PAIRED_DISPERSION_FLOOR`). With `df` (each variance's degrees of
     freedom: it is estimated from a few rounds), z is Student's t, not normal: each z^2 is divided
     by the median of F(1, df) instead (median(z^2) / CHI2_1_MEDIAN is ~10 % too large with 5 rounds a
     side, and the tests a little conservative), which makes half the items' z^2 / dispersion fall
@@ -371,7 +383,7 @@ def run_dispersion(diffs: np.ndarray, variances: np.ndarray, min_items: int = PO
         return None
     z2 = np.square(diffs[usable]) / variances[usable]
     medians = f_distribution.median(1, df[usable]) if df is not None else CHI2_1_MEDIAN
-    return max(1.0, float(np.median(z2 / medians)))
+    return max(floor, float(np.median(z2 / medians)))
 
 
 SHIFT_MIN_ITEMS = 10
@@ -414,9 +426,10 @@ def run_shift_variance(diffs: np.ndarray, variances: np.ndarray, min_items: int 
 
 
 def _group_dispersions(diffs: np.ndarray, variances: np.ndarray, df: np.ndarray, groups: Sequence[str] | None,
-                       pool: np.ndarray | None = None) -> np.ndarray:
-    """Per item: `run_dispersion` over its group (`_per_group`)."""
-    return _per_group(run_dispersion, diffs, variances, df, groups, pool=pool, min_items=POOLED_MIN_ITEMS)
+                       pool: np.ndarray | None = None, floor: float = 1.0) -> np.ndarray:
+    """Per item: `run_dispersion` (with `floor`) over its group (`_per_group`)."""
+    return _per_group(partial(run_dispersion, floor=floor), diffs, variances, df, groups, pool=pool,
+                      min_items=POOLED_MIN_ITEMS)
 
 
 def _per_group(estimate: Callable[..., float | None], diffs: np.ndarray, variances: np.ndarray, df: np.ndarray,

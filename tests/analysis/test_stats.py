@@ -14,6 +14,7 @@ from pipeline.analysis.stats import (
     CHI2_1_MEDIAN,
     DEFAULT_BLOCKS,
     NOISE_FACTOR,
+    PAIRED_DISPERSION_FLOOR,
     POOLED_MIN_ITEMS,
     paired_estimates,
     paired_verdicts,
@@ -449,6 +450,46 @@ def test_identical_binaries_of_a_paired_job_calibrate_its_noise() -> None:
     assert paired_estimates(job, calibration=few) == paired_estimates(job)
     with pytest.raises(ValueError, match="2 calibration marks for 40"):
         paired_estimates(job, calibration=[True, True])
+
+
+def _rows_with_z(z: float, rows: int = 30, rounds: int = 4) -> list:
+    """Paired rows whose round values (log ratios) have mean 0.002 and exactly the standard error that
+    makes each row's t statistic `z`, 5 equal samples a round."""
+    pattern = np.arange(rounds) - (rounds - 1) / 2
+    sd = 0.002 / z * math.sqrt(rounds)
+    levels = 0.002 + sd * pattern / pattern.std(ddof=1)
+    return [(np.ones(5 * rounds), np.repeat(np.exp(levels), 5), [5] * rounds)] * rows
+
+
+def test_identical_binaries_that_spread_less_than_their_rounds_say_narrow_the_test() -> None:
+    """The calibration is taken as it comes, down to its floor: identical rows whose t statistics sit
+    at sqrt(0.7) of their F(1, 3) median say the rounds overstate this job's noise by 1 / 0.7; held at 1
+    (before), such a job's A/A p-values were pushed up (H100 nightlies: pooled KS p 0.039, mean 0.525)."""
+    expected = math.sqrt(f_distribution.median(1, 3))
+
+    def half_widths(z: float) -> tuple[float, float]:
+        job = _rows_with_z(z * expected)
+        plain, calibrated = paired_estimates(job)[0], paired_estimates(job, calibration=[True] * len(job))[0]
+        return tuple(math.log1p(e.ci_high) - math.log1p(e.ci_low) for e in (calibrated, plain))  # type: ignore[return-value]
+
+    narrowed, plain = half_widths(math.sqrt(0.7))
+    assert narrowed / plain == pytest.approx(math.sqrt(0.7), rel=1e-6)
+    floored, plain = half_widths(0.1)   # agreeing far too well (a median of exact zeros would be 0): the floor
+    assert floored / plain == pytest.approx(math.sqrt(PAIRED_DISPERSION_FLOOR), rel=1e-6)
+    widened, plain = half_widths(2.0)
+    assert widened / plain == pytest.approx(2.0, rel=1e-6)
+
+
+def test_paired_calibration_keeps_aa_p_values_uniform_when_rounds_tell_all() -> None:
+    """Jobs with no offset of their own (the rounds tell everything): calibrated by their 40 identical
+    rows, the A/A p-values are neither bold nor conservative (mean 0.503 with this seed; 0.522 when the
+    dispersion was held at 1 or more, KS p 0.004)."""
+    rng = np.random.default_rng(3)
+    pvalues = np.array([e.pvalue for _ in range(40)
+                        for e in paired_estimates(_paired_job(rng, 40, offset=0.0), calibration=[True] * 40)])
+    assert abs(pvalues.mean() - 0.5) < 0.01
+    assert kstest(pvalues, "uniform").pvalue > 0.05
+    assert abs((pvalues < 0.05).mean() - 0.05) < 0.015
 
 
 def _diffs_and_variances(items: list) -> tuple[np.ndarray, np.ndarray]:
