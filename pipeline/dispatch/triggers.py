@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.config import Settings
 from pipeline import dispatch
-from pipeline.store import ingest
+from pipeline.store import ingest, queries
 from pipeline.store.db import session_scope
 from pipeline.store.models import (
     BuildRequest,
@@ -106,13 +106,10 @@ def resolve_commit_for_trigger(session: Session, settings: Settings, *, reposito
         return repo, sha
     if not commit:
         raise TriggerError("ref: the service has no suite checkout (dispatch.suite_path) to resolve it; give a commit")
-    query = sa.select(Repository.name, Commit.sha).join(Repository).where(Commit.sha.startswith(commit.lower()))
-    if repository:
-        query = query.where(Repository.name == repository)
-    found = session.execute(query).all()
-    if len(found) != 1:
-        raise TriggerError(f"commit: {commit} is {'ambiguous' if found else 'not a recorded commit'}")
-    return found[0][0], found[0][1]
+    try:
+        return queries.resolve_commit(session, commit, repository=repository or None)
+    except queries.CommitRefError as exc:
+        raise TriggerError(f"commit: {exc}") from None
 
 
 def queue_run(

@@ -179,6 +179,33 @@ def test_unknown_things_are_404_with_a_json_body(service: tuple[str, Engine]) ->
     assert response.status_code == 404
 
 
+def test_compare_takes_the_sha_prefixes_people_copy(service: tuple[str, Engine]) -> None:
+    """The terminal and the PR comment show 10 hex digits, `git log --oneline` 7: the API takes any
+    prefix of 4 or more that names one recorded commit, and says so when it names none or several."""
+    url, engine = service
+    with session_scope(engine) as s:
+        f.run_and_upload(s, 1, [f.ok(f.GEMM, f.series_samples(1e-3))])
+        f.run_and_upload(s, 2, [f.ok(f.GEMM, f.series_samples(1e-3))])
+        ingest.record_commits(s, repository=f.REPO, commits=[f.commit(161), f.commit(244)])  # both 0159...
+
+    def compare(**refs: str) -> requests.Response:
+        return requests.get(f"{url}/api/v1/compare", params={"repository": f.REPO, **refs}, timeout=10)
+
+    short = compare(head=f.sha(2)[:10].upper(), base=f.sha(1)[:7])
+    assert short.status_code == 200, short.text
+    body = short.json()
+    assert body["head_sha"] == f.sha(2) and [c["base_sha"] for c in body["comparisons"]] == [f.sha(1)]
+    assert body == compare(head=f.sha(2), base=f.sha(1)).json()
+
+    unknown = compare(head="abcdef12")
+    assert unknown.status_code == 404 and "no recorded commit of" in unknown.json()["error"], unknown.text
+    several = compare(head=f.sha(2), base="0159")
+    assert several.status_code == 404 and "names several recorded commits" in several.json()["error"]
+    assert f.sha(161)[:12] in several.json()["error"] and f.sha(244)[:12] in several.json()["error"]
+    one = compare(head="0159a")   # resolved to 161's sha, which has no results to judge
+    assert f.sha(161) in one.text and "names several" not in one.text, one.text
+
+
 def test_pages_show_runs_series_and_comparison(service: tuple[str, Engine]) -> None:
     url, engine = service
     with session_scope(engine) as s:

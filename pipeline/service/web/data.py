@@ -168,16 +168,6 @@ def device_class_names(session: Session) -> list[str]:
     return list(session.scalars(sa.select(DeviceClassRow.name).order_by(DeviceClassRow.name)))
 
 
-def resolve_commit(session: Session, repository: str, ref: str) -> list[str]:
-    """Full shas of `repository` that `ref` names: a whole sha, or a prefix of at least 4 hex digits."""
-    ref = ref.strip().lower()
-    if len(ref) < 4 or any(c not in "0123456789abcdef" for c in ref):
-        return []
-    return list(session.scalars(
-        sa.select(Commit.sha).join(Repository, Commit.repository_id == Repository.id)
-        .where(Repository.name == repository, Commit.sha.startswith(ref, autoescape=True)).limit(5)))
-
-
 def pull_request_head(session: Session, repository: str, number: int) -> str | None:
     """The newest recorded commit of pull request `number`."""
     return session.scalar(

@@ -86,12 +86,10 @@ def compare_page(
 
 
 def _ref(session: SessionDep, repository: str, ref: str) -> tuple[str | None, str | None]:
-    found = data.resolve_commit(session, repository, ref)
-    if len(found) == 1:
-        return found[0], None
-    if not found:
-        return None, f"no recorded commit {ref!r} in {repository or 'any repository'}"
-    return None, f"{ref!r} names several commits: give more of the sha"
+    try:
+        return queries.resolve_commit(session, ref, repository=repository)[1], None
+    except queries.CommitRefError as exc:
+        return None, str(exc)
 
 
 def _head(session: SessionDep, repository: str, head: str, pr: str) -> tuple[str | None, str | None]:

@@ -90,6 +90,9 @@ def test_adhoc_form_needs_a_user_and_posts_to_the_api_with_the_csrf_header(servi
     unknown = browser.post(f"{service.url}/api/v1/runs", json={**body, "device_classes": ["nope-1"]},
                            headers={"x-csrf-token": csrf}, timeout=30)
     assert unknown.status_code == 422 and "no agent has registered nope-1" in unknown.text
+    nowhere = browser.post(f"{service.url}/api/v1/runs", json={**body, "commit": "abcdef12"},
+                           headers={"x-csrf-token": csrf}, timeout=30)
+    assert nowhere.status_code == 422 and "commit: no recorded commit" in nowhere.text, nowhere.text
     # a bearer token that is wrong is not rescued by the session
     assert browser.post(f"{service.url}/api/v1/runs", json=body, timeout=30,
                         headers={"x-csrf-token": csrf, "authorization": "Bearer nope"}).status_code == 401

@@ -9,8 +9,11 @@ from pipeline.service.api.schemas import ErrorBody
 from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store.compare import CompareError, PRVerdictOut, combine, compare, compare_all
 from pipeline.store.compile_stats import compare_compile
+from pipeline.store.queries import CommitRefError, resolve_commit
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["compare"])
+FULL_SHA_LENGTHS = (40,)
+"""A whole sha (the contracts' `Sha`: SHA-1 object names)."""
 
 
 @router.get(
@@ -23,13 +26,21 @@ router = APIRouter(route_class=StrictJsonRoute, tags=["compare"])
                 "(ci_low, ci_high) and counts only when significant and at least the case's threshold. Identical "
                 "binaries are `unchanged`. Without `device_class`, every device class the head has results on. "
                 "`compile`: the compile statistics that differ from the base's (binary size, registers, spills, "
-                "shared bytes), a section of its own: it never changes the verdict.",
+                "shared bytes), a section of its own: it never changes the verdict. `head`, `base` and `merge_base` "
+                "take a full sha or a prefix of 4 or more hex digits that names one recorded commit.",
     responses={404: {"model": ErrorBody}},
 )
 def compare_commits(
     session: SessionDep, settings: SettingsDep, repository: str, head: str, device_class: str | None = None,
     base: str | None = None, merge_base: str | None = None,
 ) -> PRVerdictOut:
+    def full(ref: str) -> str:   # a whole sha goes as it is: compare says what it lacks
+        return ref if len(ref) in FULL_SHA_LENGTHS else resolve_commit(session, ref, repository=repository)[1]
+
+    try:
+        head, base, merge_base = full(head), base and full(base), merge_base and full(merge_base)
+    except CommitRefError as exc:
+        raise HTTPException(404, str(exc)) from None
     try:
         if device_class is None:
             result = compare_all(session, repository=repository, head_sha=head, settings=settings.compare,
