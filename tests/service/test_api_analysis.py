@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 from pipeline.config import Settings
 from pipeline.service import auth
 from pipeline.service.app import create_app
+from pipeline.store import ingest
 from pipeline.store.db import session_scope
 from tests.helpers.live_server import live_server
 
@@ -37,12 +38,17 @@ def _get(url: str, path: str, **params: Any) -> Any:
 
 
 def test_commits_are_listed_and_shown(service: tuple[str, Engine, dict[str, str]]) -> None:
-    url, _, _ = service
+    url, engine, _ = service
     listed = _get(url, "/api/v1/commits", repository=f.REPO, branch="main", limit=5)
     assert [c["sha"] for c in listed] == [f.sha(main(i)) for i in (59, 58, 57, 56, 55)]
     one = _get(url, f"/api/v1/commits/{f.sha(main(20))}")
     assert one["parents"] == [f.sha(main(19))] and one["on_default_branch"] and len(one["runs"]) == 1
     assert requests.get(f"{url}/api/v1/commits/{'e' * 40}", timeout=10).status_code == 404
+    assert _get(url, f"/api/v1/commits/{f.sha(main(20))[:10]}") == one   # the prefix the terminal prints
+    with session_scope(engine) as s:
+        ingest.record_commits(s, repository=f.REPO, commits=[f.commit(161), f.commit(244)])  # both 0159...
+    several = requests.get(f"{url}/api/v1/commits/0159", timeout=10)
+    assert several.status_code == 409 and "names several recorded commits" in several.json()["error"]
 
 
 def test_series_regressions_triage_and_dashboard(service: tuple[str, Engine, dict[str, str]]) -> None:

@@ -23,11 +23,16 @@ def list_commits(
 
 @router.get(
     "/commits/{sha}", response_model=CommitDetailOut, summary="One commit with its runs",
-    description="`repository` is needed only when several repositories recorded the same sha.",
+    description="`sha`: a full sha or a prefix of 4 or more hex digits that names one recorded commit. "
+                "`repository` is needed only when several repositories recorded the same sha.",
     responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}},
 )
 def get_commit(sha: str, session: SessionDep, repository: str | None = None) -> CommitDetailOut:
-    found = queries.find_commits(session, sha, repository=repository)
+    named = sorted({full for _, full in queries.commits_named(session, sha, repository=repository)})
+    if len(named) > 1:
+        raise HTTPException(409, f"{sha!r} names several recorded commits ({', '.join(n[:12] for n in named)}): "
+                                 "give more of the sha")
+    found = queries.find_commits(session, named[0] if named else sha, repository=repository)
     if not found:
         raise HTTPException(404, f"no commit {sha}" + (f" in {repository}" if repository else ""))
     if len(found) > 1:
