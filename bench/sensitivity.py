@@ -7,6 +7,7 @@ Two steps (the GPU host has no Triton 3.9 and no network):
 
     .venv/bin/python bench/sensitivity.py build --out .gpu/sens      # here: base + one commit per level
     python3 bench/sensitivity.py run --bundles .gpu/sens --out $OUT   # on the GPU host (with .whl)
+    .venv/bin/python bench/sensitivity.py summary sensitivity.json [more.json ...]   # the table
 
 The change: each chosen case runs a copy of its kernel (`<family>/<kernel module>_slow.py`) that
 ends every program with SPIN dependent integer steps, kept alive by a store that never happens.
@@ -224,9 +225,16 @@ def run(bundles: Path, out: Path) -> None:
     summarise(out / "sensitivity.json")
 
 
-def summarise(path: Path) -> None:
-    """Print the markdown table: per kind and level, the measured change and how often it was flagged."""
+def summarise(path: Path, *more: Path) -> None:
+    """Print the markdown table: per kind and level, the measured change and how often it was flagged.
+    With `more` reports of the same plan (a cut-off run gone on with SENSITIVITY_FIRST_REPETITION and
+    SENSITIVITY_MODES, from bundles built again: other commits, the same cases and SPIN levels), their
+    jobs count too."""
     report = json.loads(Path(path).read_text())
+    for other in map(json.loads, (Path(p).read_text() for p in more)):
+        if other["plan"] != report["plan"]:
+            raise SystemExit("the reports follow different plans (cases or SPIN levels differ): not one table")
+        report["jobs"] += other["jobs"]
     kinds = report["plan"]["kinds"]
     table: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     false_alarms: dict[str, list[str]] = {"paired": [], "unpaired": []}
@@ -263,7 +271,7 @@ def summarise(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "summary":
-        summarise(Path(sys.argv[2]))
+    if len(sys.argv) > 2 and sys.argv[1] == "summary":
+        summarise(*map(Path, sys.argv[2:]))
     else:
         two_step_main(__doc__ or "", build, run, ".gpu/sens")

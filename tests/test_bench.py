@@ -87,6 +87,24 @@ def test_aa_recompute_reads_the_acceptance_dumps(tmp_path: Path) -> None:
     assert "suite   24 cases, flagged 0" in out and "vendor   0 cases" in out
 
 
+def test_sensitivity_summary_counts_a_run_gone_on_in_another_report(tmp_path: Path) -> None:
+    """The H100 table of 2026-11-25 lost its last job (unpaired 10 %, repetition 3); a report that goes on
+    with the same plan adds its jobs to the table, one of another plan is refused."""
+    recorded = BENCH.parent / "docs" / "benchmarks" / "sensitivity-h100-2026-11-25.json"
+    conv = "| conv | 10 % |"
+    assert "| 2 / 2 (" in next(line for line in _bench("sensitivity.py", "summary", recorded).splitlines()
+                                if line.startswith(conv))
+    report = json.loads(recorded.read_text())
+    last = next(j for j in reversed(report["jobs"]) if j["label"] == "unpaired-10-r2")
+    (tmp_path / "more.json").write_text(json.dumps({**report, "jobs": [{**last, "label": "unpaired-10-r3"}]}))
+    table = _bench("sensitivity.py", "summary", recorded, tmp_path / "more.json")
+    assert "| 3 / 3 (+13.4, +13.6, +13.6) |" in next(line for line in table.splitlines() if line.startswith(conv))
+    (tmp_path / "other.json").write_text(json.dumps({**report, "plan": {**report["plan"], "levels": {}}}))
+    refused = subprocess.run([sys.executable, str(BENCH / "sensitivity.py"), "summary", str(recorded),
+                              str(tmp_path / "other.json")], capture_output=True, text=True, cwd=BENCH.parent)
+    assert refused.returncode != 0 and "different plans" in refused.stderr
+
+
 def test_unpaired_calibration_runs() -> None:
     out = _bench("unpaired_calibration.py", "--seeds", "1")
     last = out.strip().splitlines()[-1]
