@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.config import Settings
 from pipeline import dispatch
-from pipeline.store import ingest, queries
+from pipeline.store import commit_refs, ingest
 from pipeline.store.db import session_scope
 from pipeline.store.models import (
     BuildRequest,
@@ -107,8 +107,8 @@ def resolve_commit_for_trigger(session: Session, settings: Settings, *, reposito
     if not commit:
         raise TriggerError("ref: the service has no suite checkout (dispatch.suite_path) to resolve it; give a commit")
     try:
-        return queries.resolve_commit(session, commit, repository=repository or None)
-    except queries.CommitRefError as exc:
+        return commit_refs.resolve_commit(session, commit, repository=repository or None)
+    except commit_refs.CommitRefError as exc:
         raise TriggerError(f"commit: {exc}") from None
 
 

@@ -20,7 +20,7 @@ from pipeline.service.web.session import (
     safe_next,
 )
 from pipeline.service.web.verdicts import ROW_ORDERS, cached_verdict
-from pipeline.store import compile_stats, queries, triage
+from pipeline.store import commit_refs, compile_stats, queries, triage
 from pipeline.store.bisect_views import latest_by_change_point, one_commit_ranges
 from pipeline.store.compare import STATUSES, CompareError
 from pipeline.store.models import LIFECYCLE, TRIAGE_STATES
@@ -87,8 +87,8 @@ def compare_page(
 
 def _ref(session: SessionDep, repository: str, ref: str) -> tuple[str | None, str | None]:
     try:
-        return queries.resolve_commit(session, ref, repository=repository)[1], None
-    except queries.CommitRefError as exc:
+        return commit_refs.resolve_commit(session, ref, repository=repository)[1], None
+    except commit_refs.CommitRefError as exc:
         return None, str(exc)
 
 

@@ -7,7 +7,7 @@ from fastapi import APIRouter, HTTPException, Query
 from pipeline.service.api.deps import SessionDep
 from pipeline.service.api.schemas import ErrorBody
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store import queries
+from pipeline.store import commit_refs, queries
 from pipeline.store.queries import CommitDetailOut, CommitOut
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["commits"])
@@ -28,7 +28,7 @@ def list_commits(
     responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}},
 )
 def get_commit(sha: str, session: SessionDep, repository: str | None = None) -> CommitDetailOut:
-    named = sorted({full for _, full in queries.commits_named(session, sha, repository=repository)})
+    named = sorted({full for _, full in commit_refs.commits_named(session, sha, repository=repository)})
     if len(named) > 1:
         raise HTTPException(409, f"{sha!r} names several recorded commits ({', '.join(n[:12] for n in named)}): "
                                  "give more of the sha")

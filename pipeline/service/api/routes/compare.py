@@ -9,7 +9,7 @@ from pipeline.service.api.schemas import ErrorBody
 from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store.compare import CompareError, PRVerdictOut, combine, compare, compare_all
 from pipeline.store.compile_stats import compare_compile
-from pipeline.store.queries import CommitRefError, resolve_commit
+from pipeline.store.commit_refs import CommitRefError, resolve_commit
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["compare"])
 FULL_SHA_LENGTHS = (40,)
