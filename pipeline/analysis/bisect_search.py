@@ -23,6 +23,12 @@ returning it: each measured end of each finding is measured once more (probes at
 measured), and a position's readings are joined by `combine`, whose interval spans them all, so a
 level that moved between two jobs of one commit no longer separates it from its neighbours.
 
+"Alike" is not transitive: a measured commit can sit alike both its neighbours while they are apart
+(one noisy reading placed it between: on a 2-core VM two jobs of one binary read +143 % and +187 %, and
+the second hid the rest of a spread change against the bad commit's +230 %). The move between the
+neighbours is then searched all the same: the commit in the middle is read again (with `repeated`, once),
+then, if it still hides the move, the range between its neighbours is probed as if it had no reading.
+
 Assumptions: the level is a step function of the commit (a commit either moves it or not; no
 flaky commits), and each step is at least `min_jump`; smaller moves are not searched for. Noise
 enters through the intervals: a probe whose interval is wide does not separate levels closer than
@@ -140,6 +146,10 @@ def plan(n: int, levels: Mapping[int, Level], *, skipped: Collection[int] = (), 
             continue
         middle = (low + high) / 2
         probes.append(min(free, key=lambda p: (abs(p - middle), p)))
+    if not probes and not waiting:
+        hidden, waiting = _hidden_moves(order, known, min_jump, skipped=skipped, pending=pending, repeated=repeated)
+        if hidden or waiting:
+            return Plan(probes=hidden, waiting=waiting and not hidden)
     if repeated is not None and not probes and not waiting and len(culprits) + len(unresolved) > 1:
         ends = {p for f in culprits for p in (max(q for q in order if q < f.position), f.position)}
         ends |= {p for u in unresolved for p in (u.low, u.high)}
@@ -148,6 +158,28 @@ def plan(n: int, levels: Mapping[int, Level], *, skipped: Collection[int] = (), 
         if again or any(p in pending for p in ends):
             return Plan(probes=again, waiting=not again)
     return Plan(probes=probes, culprits=culprits, unresolved=unresolved, waiting=waiting)
+
+
+def _hidden_moves(order: Sequence[int], known: Mapping[int, Level], min_jump: float, *, skipped: Collection[int],
+                  pending: Collection[int], repeated: Collection[int] | None) -> tuple[list[int], bool]:
+    """Probes for moves a measured position hides (module doc): for each measured a < p < b, consecutive,
+    with p alike both a and b while a and b are apart: p again (once, when `repeated` is given), else the
+    free position nearest the middle of (a, b); and whether such a probe is already queued."""
+    probes: set[int] = set()
+    waiting = False
+    for a, p, b in zip(order, order[1:], order[2:], strict=False):
+        if (differs(known[a], known[p], min_jump) or differs(known[p], known[b], min_jump)
+                or not differs(known[a], known[b], min_jump)):
+            continue
+        inside = range(a + 1, b)
+        if any(q in pending for q in inside):
+            waiting = True
+        elif repeated is not None and p not in repeated:
+            probes.add(p)
+        elif free := [q for q in inside if q not in known and q not in skipped]:
+            middle = (a + b) / 2
+            probes.add(min(free, key=lambda q: (abs(q - middle), q)))
+    return sorted(probes), waiting
 
 
 def verdict(level: Level, bad: Level | None, min_jump: float) -> str:

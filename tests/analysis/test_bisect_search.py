@@ -134,3 +134,37 @@ def test_differs_needs_the_minimum_jump_and_more_than_the_intervals_combined() -
     assert verdict(Level(0.5, 0.49, 0.51), Level(1.0, 0.99, 1.01), 0.2) == "in between"
     with pytest.raises(ValueError, match="at least one commit"):
         plan(0, {}, min_jump=0.02)
+
+
+def _spread_with_one_high_reading(position: int, reading: int = 1) -> float:
+    """CI's VM (e2e test_bisect): a change spread over commit 6 (position 5) and commit 11 (position 10) of
+    a 16-commit range, read +143 % and +230 %; commit 8 (position 7, commit 6's binary) read +187 % the first
+    time, which made it alike both commit 6 and the bad commit (min_jump: 20 % of +230 % = 0.46)."""
+    if position >= 10:
+        return 2.297
+    if position >= 5:
+        return 1.865 if position == 7 and reading == 1 else 1.432
+    return 0.001
+
+
+def test_a_reading_alike_both_its_neighbours_while_they_are_apart_does_not_hide_a_move() -> None:
+    """The bisection of CI's run stopped at commit 6, '+143 % of +230 %': commit 8's reading hid commit
+    11's part. Read again it no longer does; and where a second reading says the same, the range around
+    it is searched as if it had none."""
+    found, probed = run_search(15, _spread_with_one_high_reading, half_width=0.05, confirm=True)
+    assert [c.position for c in found.culprits] == [5, 10], (found, probed)
+    assert probed.count(7) == 2
+
+    def always_high(position: int, reading: int = 1) -> float:
+        return _spread_with_one_high_reading(position, 1)
+    found, probed = run_search(15, always_high, half_width=0.05, confirm=True)
+    assert [c.position for c in found.culprits][-1] == 10, (found, probed)
+    found, probed = run_search(15, always_high, half_width=0.05)
+    assert [c.position for c in found.culprits][-1] == 10, (found, probed)
+
+
+def test_a_level_alike_its_neighbours_that_are_alike_asks_for_nothing_more() -> None:
+    levels = {7: Level(0.30, 0.28, 0.32), 15: Level(0.31, 0.29, 0.33)}
+    assert plan(15, {3: Level(0.0, -0.01, 0.01), **levels}, min_jump=0.06, repeated=set()).probes == [5]
+    settled = {3: Level(0.0, -0.01, 0.01), 4: Level(0.29, 0.27, 0.31), **levels}
+    assert plan(15, settled, min_jump=0.06, repeated=set()).done
