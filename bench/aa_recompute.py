@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 from scipy.stats import kstest
+from scipy.stats import t as student_t
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -62,8 +63,6 @@ def recompute(path: Path, rows: list[dict[str, object]] | None = None) -> dict[s
 def recompute_csv(path: Path, rows: list[dict[str, object]] | None = None) -> list[dict[str, object]]:
     """The summaries of a paired A/A CSV's runs, each row's rounds rebuilt from its change, interval
     and round count (module doc); rows without an interval (too few rounds) keep no rounds' spread."""
-    from scipy.stats import t as student_t
-
     runs: dict[str, list[dict[str, str]]] = {}
     with path.open() as source:
         for row in csv.DictReader(source):

@@ -144,8 +144,7 @@ def plan(n: int, levels: Mapping[int, Level], *, skipped: Collection[int] = (), 
         if not free:
             unresolved.append(Unresolved(low, high, tuple(inside), jump))
             continue
-        middle = (low + high) / 2
-        probes.append(min(free, key=lambda p: (abs(p - middle), p)))
+        probes.append(_nearest_middle(free, low, high))
     if not probes and not waiting:
         hidden, waiting = _hidden_moves(order, known, min_jump, skipped=skipped, pending=pending, repeated=repeated)
         if hidden or waiting:
@@ -177,9 +176,14 @@ def _hidden_moves(order: Sequence[int], known: Mapping[int, Level], min_jump: fl
         elif repeated is not None and p not in repeated:
             probes.add(p)
         elif free := [q for q in inside if q not in known and q not in skipped]:
-            middle = (a + b) / 2
-            probes.add(min(free, key=lambda q: (abs(q - middle), q)))
+            probes.add(_nearest_middle(free, a, b))
     return sorted(probes), waiting
+
+
+def _nearest_middle(free: Sequence[int], low: int, high: int) -> int:
+    """The position of `free` nearest the middle of (low, high), the earlier one on a tie: a binary search's next probe."""
+    middle = (low + high) / 2
+    return min(free, key=lambda p: (abs(p - middle), p))
 
 
 def verdict(level: Level, bad: Level | None, min_jump: float) -> str:

@@ -9,8 +9,10 @@ from sqlalchemy.orm import Session
 
 from pipeline.store.models import Commit, Repository
 
-__all__ = ["SHA_PREFIX_MIN", "CommitRefError", "commits_named", "resolve_commit"]
+__all__ = ["FULL_SHA_LENGTH", "SHA_PREFIX_MIN", "CommitRefError", "commits_named", "resolve_commit"]
 
+FULL_SHA_LENGTH = 40
+"""Hex digits of a whole sha (the contracts' `Sha`: git's SHA-1 object names)."""
 SHA_PREFIX_MIN = 4
 """Fewest hex digits of a sha prefix that names a commit (git's own minimum abbreviation)."""
 

@@ -7,13 +7,11 @@ from fastapi import APIRouter, HTTPException
 from pipeline.service.api.deps import SessionDep, SettingsDep
 from pipeline.service.api.schemas import ErrorBody
 from pipeline.service.api.strict_route import StrictJsonRoute
+from pipeline.store.commit_refs import FULL_SHA_LENGTH, CommitRefError, resolve_commit
 from pipeline.store.compare import CompareError, PRVerdictOut, combine, compare, compare_all
 from pipeline.store.compile_stats import compare_compile
-from pipeline.store.commit_refs import CommitRefError, resolve_commit
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["compare"])
-FULL_SHA_LENGTHS = (40,)
-"""A whole sha (the contracts' `Sha`: SHA-1 object names)."""
 
 
 @router.get(
@@ -35,7 +33,7 @@ def compare_commits(
     base: str | None = None, merge_base: str | None = None,
 ) -> PRVerdictOut:
     def full(ref: str) -> str:   # a whole sha goes as it is: compare says what it lacks
-        return ref if len(ref) in FULL_SHA_LENGTHS else resolve_commit(session, ref, repository=repository)[1]
+        return ref if len(ref) == FULL_SHA_LENGTH else resolve_commit(session, ref, repository=repository)[1]
 
     try:
         head, base, merge_base = full(head), base and full(base), merge_base and full(merge_base)
