@@ -5,7 +5,7 @@
 #   bash bench/lent_gpu.sh wheels                    # here: the service's pure-Python deps into .whl
 #   bash bench/lent_gpu.sh start NAME 'CMD' LIMIT    # there: CMD detached, then as `wait`
 #   bash bench/lent_gpu.sh launch NAME 'CMD'         # there: CMD detached, return at once
-#   bash bench/lent_gpu.sh wait LIMIT NAME...        # there: copy each NAME's output to $OUT/NAME every
+#   bash bench/lent_gpu.sh wait LIMIT NAME...        # there: collect each NAME's output into $OUT every
 #                                                    # 10 s until all finished or LIMIT seconds passed
 #
 # A command runs under setsid in its own copy of the tree (/tmp/NAME-repo) with RUN_OUT=/tmp/NAME-out,
@@ -45,6 +45,17 @@ launch() {
         setsid nohup bash -c "( $cmd ); echo \$? > /tmp/$name-out/rc" > "/tmp/$name-out/log" 2>&1 < /dev/null &)
 }
 
+# The device tool returns at most 8 files: a NAME's small files travel as one NAME.tar.gz, its array
+# dumps (*.npz, megabytes each) one file each under $OUT/NAME/.
+collect() {
+    local name=$1 src="/tmp/$1-out"
+    [ -d "$src" ] || return 0
+    mkdir -p "$OUT/$name"
+    (cd "$src" && find . -type f ! -name '*.npz' -print0 | tar --null -czf "/tmp/$name-small.tar.gz" -T - 2>/dev/null) \
+        && cp "/tmp/$name-small.tar.gz" "$OUT/$name.tar.gz"
+    find "$src" -type f -name '*.npz' -exec cp {} "$OUT/$name/" \; 2>/dev/null
+}
+
 wait_for() {
     local limit=$1 started name pending
     shift
@@ -52,8 +63,7 @@ wait_for() {
     while true; do
         pending=0
         for name in "$@"; do
-            mkdir -p "$OUT/$name"
-            cp -r "/tmp/$name-out/." "$OUT/$name/" 2>/dev/null
+            collect "$name"
             [ -f "/tmp/$name-out/rc" ] || pending=1
         done
         if [ $pending = 0 ] || [ $(( $(date +%s) - started )) -ge "$limit" ]; then
