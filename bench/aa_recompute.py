@@ -11,7 +11,12 @@ would answer now about the same measurements, without another GPU run:
 The unpaired form judges each dump's cases against the dump before it (a chain of separate jobs, as
 `ACCEPTANCE_UNPAIRED_RUNS` runs them: each job against the one before), as the service judges a
 fresh series (no learned run-to-run noise: the run level pooled over the comparison's rows, the
-threshold assuming `CompareSettings.default_run_noise`).
+threshold assuming `CompareSettings.default_run_noise`). Dumps from several folders (a chain per GPU of
+one host, as `lent_gpu.sh` returns them) are chains apart, named FOLDER/JOB. `--rounds-csv` also keeps
+each job's round values (the logs every statistic here starts from; kilobytes where the dumps are
+megabytes, so they go into docs/benchmarks), and `--from-rounds` redoes the chains from that file alone:
+
+    .venv/bin/python bench/aa_recompute.py --from-rounds docs/benchmarks/aa-unpaired-h100-2026-11-25-rounds.csv
 
 A paired A/A's per-case CSV (`--csv` below; docs/benchmarks/aa-*-paired*.csv) is enough to redo a
 job's calibration by its identical binaries (`--from-csv`, nightly A/A: every row one binary): a
@@ -35,6 +40,7 @@ import csv
 import json
 import math
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +49,7 @@ from scipy.stats import t as student_t
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.analysis.stats import Verdict, paired_verdicts, threshold, verdicts  # noqa: E402
+from pipeline.analysis.stats import DEFAULT_BLOCKS, Verdict, paired_verdicts, round_values, threshold, verdicts  # noqa: E402
 from pipeline.config import CompareSettings  # noqa: E402
 
 
@@ -91,24 +97,70 @@ def _kinds(cases: list[str]) -> list[str]:
     return ["control" if c.endswith("/vendor") else "suite" for c in cases]
 
 
-def recompute_unpaired(base: Path, head: Path, rows: list[dict[str, object]] | None = None) -> dict[str, object]:
-    """The summary of the head dump's cases judged unpaired against the base dump's (fresh series)."""
-    sides, digests = [], []
-    for path in (base, head):
-        dump = np.load(path)
-        meta = json.loads(str(dump["meta"]))
-        sides.append({m["case"]: (dump[f"h{i}"].astype(float), m["rounds"]) for i, m in enumerate(meta)})
-        digests.append({m["case"]: m.get("digest") for m in meta})
-    cases = sorted(set(sides[0]) & set(sides[1]))
+Side = tuple[np.ndarray, list[int]]
+"""One case's samples in one job and its round sizes."""
+
+
+def load_unpaired(path: Path) -> tuple[dict[str, Side], dict[str, str | None]]:
+    """One job's dump: per case, its samples and rounds, and the digest of the binary timed."""
+    dump = np.load(path)
+    meta = json.loads(str(dump["meta"]))
+    return ({m["case"]: (dump[f"h{i}"].astype(float), m["rounds"]) for i, m in enumerate(meta)},
+            {m["case"]: m.get("digest") for m in meta})
+
+
+def recompute_unpaired(name: str, base: tuple[dict[str, Side], dict[str, str | None]],
+                       head: tuple[dict[str, Side], dict[str, str | None]],
+                       rows: list[dict[str, object]] | None = None) -> dict[str, object]:
+    """The summary of the head job's cases judged unpaired against the base job's (fresh series)."""
+    cases = sorted(set(base[0]) & set(head[0]))
     # as compare.py: identical binaries in both runs carry a shift the runs share. Dumps written before
     # digests were recorded are of A/A jobs only (gpu_acceptance dumps no other): all identical
-    same = [digests[0][c] == digests[1][c] for c in cases]
+    same = [base[1][c] == head[1][c] for c in cases]
     settings = CompareSettings()
     limit = threshold(settings.min_change, settings.default_run_noise * 2 ** 0.5, settings.noise_factor)
-    found = verdicts([(sides[0][c], sides[1][c]) for c in cases], min_change=limit,
+    found = verdicts([(base[0][c], head[0][c]) for c in cases], min_change=limit,
                      default_run_noise=settings.default_run_noise,
                      groups=_kinds(cases), calibration=same)   # as compare.py
-    return _summary(head.stem, cases, found, rows)
+    return _summary(name, cases, found, rows)
+
+
+ROUND_COPIES = 5
+"""Samples a round is rebuilt from in `load_rounds`: all alike, so its trimmed mean is its value."""
+
+
+def write_rounds(jobs: list[tuple[str, Path]], path: Path) -> None:
+    """Each job's cases as their round values (the logs the statistics start from), a few kilobytes
+    where the dumps are megabytes: enough to redo any round-level statistic later (`load_rounds`)."""
+    with path.open("w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(["job", "case", "digest", "round_logs"])
+        for name, dump in jobs:
+            sides, digests = load_unpaired(dump)
+            cases = sorted(sides)
+            values, counts = round_values([sides[c] for c in cases], DEFAULT_BLOCKS, "log")
+            for case, chunk in zip(cases, np.split(values, np.cumsum(counts)[:-1]), strict=True):
+                writer.writerow([name, case, digests[case] or "", " ".join(f"{v:.10g}" for v in chunk)])
+
+
+def load_rounds(path: Path) -> list[tuple[str, tuple[dict[str, Side], dict[str, str | None]]]]:
+    """A `write_rounds` file's jobs in their order, each with rounds rebuilt from their values."""
+    jobs: dict[str, tuple[dict[str, Side], dict[str, str | None]]] = {}
+    with path.open() as source:
+        for row in csv.DictReader(source):
+            sides, digests = jobs.setdefault(row["job"], ({}, {}))
+            logs = np.array([float(v) for v in row["round_logs"].split()])
+            sides[row["case"]] = (np.repeat(np.exp(logs), ROUND_COPIES), [ROUND_COPIES] * len(logs))
+            digests[row["case"]] = row["digest"] or None
+    return list(jobs.items())
+
+
+def _chains(jobs: list[tuple[str, Path]]) -> list[list[tuple[str, Path]]]:
+    """Jobs named CHAIN/JOB (a folder per chain, as several GPUs of one host return them) kept apart."""
+    chains: dict[str, list[tuple[str, Path]]] = {}
+    for name, job in jobs:
+        chains.setdefault(name.rpartition("/")[0], []).append((name, job))
+    return list(chains.values())
 
 
 def _summary(name: str, cases: list[str], found: list[Verdict], rows: list[dict[str, object]] | None
@@ -142,18 +194,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dumps", nargs="+", type=Path)
     parser.add_argument("--unpaired", action="store_true",
-                        help="dumps of separate jobs, in the order they ran: each judged against the one before")
+                        help="dumps of separate jobs, in the order they ran: each judged against the one before "
+                             "(dumps in different folders: a chain per folder)")
     parser.add_argument("--csv", type=Path, help="also write every case's verdict in every dump here")
+    parser.add_argument("--rounds-csv", type=Path,
+                        help="with --unpaired: also write every dump's round values here (for --from-rounds)")
     parser.add_argument("--from-csv", action="store_true",
                         help="the arguments are paired A/A CSVs (this script's --csv), not dumps: rebuild and recompute")
+    parser.add_argument("--from-rounds", action="store_true",
+                        help="the arguments are unpaired round files (--rounds-csv), not dumps: recompute each chain")
     args = parser.parse_args()
     if args.unpaired and len(args.dumps) < 2:
         parser.error("--unpaired takes two or more dumps: the first base job's, then each later job's")
+    if args.rounds_csv and not args.unpaired:
+        parser.error("--rounds-csv goes with --unpaired")
     rows: list[dict[str, object]] = []
     if args.from_csv:
         reports = [report for path in args.dumps for report in recompute_csv(path, rows)]
+    elif args.from_rounds:
+        jobs = [job for path in args.dumps for job in load_rounds(path)]
+        reports = [recompute_unpaired(name, base, head, rows)
+                   for chain in _chains(jobs) for (_, base), (name, head) in pairwise(chain)]
     elif args.unpaired:
-        reports = [recompute_unpaired(base, head, rows) for base, head in zip(args.dumps, args.dumps[1:])]
+        several_folders = len({p.resolve().parent for p in args.dumps}) > 1
+        named = [(f"{p.parent.name}/{p.stem}" if several_folders else p.stem, p) for p in args.dumps]
+        if args.rounds_csv:
+            write_rounds(named, args.rounds_csv)
+        reports = [recompute_unpaired(name, load_unpaired(base), load_unpaired(head), rows)
+                   for chain in _chains(named) for (_, base), (name, head) in pairwise(chain)]
     else:
         reports = [recompute(p, rows) for p in args.dumps]
     for report in reports:

@@ -9,6 +9,7 @@ import json
 import math
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +82,23 @@ def test_aa_recompute_reads_the_acceptance_dumps(tmp_path: Path) -> None:
         assert "suite   24 cases, flagged 1" in summary[0] and "vendor  24 cases, flagged 0" in summary[1]
     assert "pooled: 96 p-values" in out
 
+    # chains from two GPUs of one host, a folder each, judged apart; their round values alone redo them
+    for gpu, seeds in (("gpu0", (8, 9)), ("gpu1", (10, 11))):
+        (tmp_path / gpu).mkdir()
+        for name, seed in zip(("base", "readme"), seeds, strict=True):
+            _dump(tmp_path / gpu / f"{name}.npz", {}, seed=seed, paired=False)
+    dumps = [tmp_path / gpu / f"{name}.npz" for gpu in ("gpu0", "gpu1") for name in ("base", "readme")]
+    out = _bench("aa_recompute.py", "--unpaired", *dumps, "--csv", tmp_path / "chains.csv",
+                 "--rounds-csv", tmp_path / "rounds.csv")
+    assert "gpu0/readme: 48 cases" in out and "gpu1/readme: 48 cases" in out and "gpu1/base:" not in out
+    _bench("aa_recompute.py", "--from-rounds", tmp_path / "rounds.csv", "--csv", tmp_path / "from-rounds.csv")
+    live = list(csv.DictReader((tmp_path / "chains.csv").open()))
+    again_rows = list(csv.DictReader((tmp_path / "from-rounds.csv").open()))
+    assert [(r["run"], r["case"]) for r in again_rows] == [(r["run"], r["case"]) for r in live] and len(live) == 96
+    for row, redo in zip(live, again_rows, strict=True):
+        assert float(redo["pvalue"]) == pytest.approx(float(row["pvalue"]), rel=1e-5, abs=1e-8)
+        assert float(redo["change"]) == pytest.approx(float(row["change"]), abs=1e-8)
+
     _dump(tmp_path / "cpu-a.npz", {}, seed=6, paired=False, controls=False)
     _dump(tmp_path / "cpu-b.npz", {}, seed=7, paired=False, controls=False)
     out = _bench("aa_recompute.py", "--unpaired", tmp_path / "cpu-a.npz", tmp_path / "cpu-b.npz")
@@ -139,13 +157,21 @@ def test_lent_gpu_script_runs_detached_and_reports_each_exit(tmp_path: Path) -> 
         return done.stdout
 
     try:
-        script("launch", names[0], 'cat marker.txt > "$RUN_OUT/seen.txt"; echo "path $PYTHONPATH"')
+        script("launch", names[0], 'cat marker.txt > "$RUN_OUT/seen.txt"; echo "path $PYTHONPATH"; '
+                                   'mkdir "$RUN_OUT/sens"; echo 1 > "$RUN_OUT/sens/a.json"; echo 2 > "$RUN_OUT/x.npz"')
         script("launch", names[1], "sleep 1; exit 3")
         report = script("wait", "30", *names)
         assert f"== {names[0]} finished rc=0" in report and f"== {names[1]} finished rc=3" in report
-        assert (out / names[0] / "seen.txt").read_text() == "the tree"
-        assert f"path {site}:/tmp/{names[0]}-repo" in (out / names[0] / "log").read_text()
+        # what comes back stays within the device tool's 8 files: small files as one archive a name,
+        # each array dump on its own
+        returned = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+        assert returned == sorted([f"{names[0]}.tar.gz", f"{names[0]}/x.npz", f"{names[1]}.tar.gz"])
+        with tarfile.open(out / f"{names[0]}.tar.gz") as archive:
+            assert archive.extractfile("./seen.txt").read() == b"the tree"   # type: ignore[union-attr]
+            assert archive.extractfile("./sens/a.json").read() == b"1\n"      # type: ignore[union-attr]
+            log = archive.extractfile("./log").read().decode()              # type: ignore[union-attr]
+        assert f"path {site}:/tmp/{names[0]}-repo" in log
     finally:
         for name in names:
-            for suffix in ("repo", "out"):
+            for suffix in ("repo", "out", "small.tar.gz"):
                 subprocess.run(["rm", "-rf", f"/tmp/{name}-{suffix}"], check=False)

@@ -149,7 +149,7 @@ def _segment_centres(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     return out
 
 
-def _round_values(items: Sequence[tuple[Sequence[float], Rounds]], blocks: int,
+def round_values(items: Sequence[tuple[Sequence[float], Rounds]], blocks: int,
                   transform: Literal["log", "none"]) -> tuple[np.ndarray, np.ndarray]:
     """Round-level values of each item (its samples cut into its rounds, the mean of each round's
     middle fifth, in logs when asked) flat, and the number of rounds of each item."""
@@ -236,7 +236,7 @@ def paired_estimates(items: Sequence[PairedSamples], *, calibration: Sequence[bo
         if len(base) != len(head):
             raise ValueError(f"paired samples differ in length: {len(base)} base, {len(head)} head")
         ratios.append((np.asarray(head, dtype=float) / np.asarray(base, dtype=float), rounds))
-    logs, counts = _round_values(ratios, blocks, "log")
+    logs, counts = round_values(ratios, blocks, "log")
     mean, var = _mean_var(logs, counts)
     with np.errstate(invalid="ignore", divide="ignore"):
         se = np.sqrt(var / counts)
@@ -287,8 +287,8 @@ def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, run_noise: float |
     `run_shift_variance`, added to every item of the group, unbounded. Zero when the identical items
     agree with the variances already used: it never makes a test bolder.
     """
-    base_logs, base_counts = _round_values([b for b, _ in items], blocks, "log")
-    head_logs, head_counts = _round_values([h for _, h in items], blocks, "log")
+    base_logs, base_counts = round_values([b for b, _ in items], blocks, "log")
+    head_logs, head_counts = round_values([h for _, h in items], blocks, "log")
     base_mean, base_var = _mean_var(base_logs, base_counts)
     head_mean, head_var = _mean_var(head_logs, head_counts)
     run_var = np.square(np.asarray(_per_item(run_noise, len(items)), dtype=float))   # nan where unknown
