@@ -48,7 +48,7 @@ if not (CHROMIUM and CHROMEDRIVER):
     pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)",
                 allow_module_level=True)
 webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.common.exceptions import WebDriverException
+from selenium.common.exceptions import TimeoutException, WebDriverException
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
@@ -130,7 +130,11 @@ def sign_in(driver: Any, url: str, next_path: str) -> None:
     driver.find_element(By.NAME, "name").send_keys("ada")
     driver.find_element(By.NAME, "password").send_keys("correct horse")
     submit(driver, driver.find_element(By.CSS_SELECTOR, "#login button[type=submit]"))
-    wait(driver).until(signed_in_at(next_path))
+    try:
+        wait(driver).until(signed_in_at(next_path))
+    except TimeoutException:   # say where the browser is and what the page says (CI once: no clue)
+        text = driver.find_element(By.TAG_NAME, "body").text[:500]
+        raise AssertionError(f"not signed in for {next_path}: at {driver.current_url}, page says: {text!r}") from None
 
 
 def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo_store.Demo], browser: Any) -> None:
@@ -356,10 +360,8 @@ def embedded(tmp_path: Path) -> Iterator[str]:
             except requests.ConnectionError:
                 time.sleep(0.2)
         yield url
-    except BaseException:
-        print(log_path.read_text())
-        raise
     finally:
+        print(log_path.read_text()[-6000:])   # the service's log, shown with a failing test's report
         proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=20)
