@@ -42,6 +42,7 @@ import math
 import sys
 from itertools import pairwise
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 from scipy.stats import kstest
@@ -99,9 +100,12 @@ def _kinds(cases: list[str]) -> list[str]:
 
 Side = tuple[np.ndarray, list[int]]
 """One case's samples in one job and its round sizes."""
+Job = tuple[dict[str, Side], dict[str, str | None]]
+"""One job's cases: their sides, and the digest of each binary timed (None: not recorded)."""
+T = TypeVar("T")
 
 
-def load_unpaired(path: Path) -> tuple[dict[str, Side], dict[str, str | None]]:
+def load_unpaired(path: Path) -> Job:
     """One job's dump: per case, its samples and rounds, and the digest of the binary timed."""
     dump = np.load(path)
     meta = json.loads(str(dump["meta"]))
@@ -109,9 +113,8 @@ def load_unpaired(path: Path) -> tuple[dict[str, Side], dict[str, str | None]]:
             {m["case"]: m.get("digest") for m in meta})
 
 
-def recompute_unpaired(name: str, base: tuple[dict[str, Side], dict[str, str | None]],
-                       head: tuple[dict[str, Side], dict[str, str | None]],
-                       rows: list[dict[str, object]] | None = None) -> dict[str, object]:
+def recompute_unpaired(name: str, base: Job, head: Job, rows: list[dict[str, object]] | None = None
+                       ) -> dict[str, object]:
     """The summary of the head job's cases judged unpaired against the base job's (fresh series)."""
     cases = sorted(set(base[0]) & set(head[0]))
     # as compare.py: identical binaries in both runs carry a shift the runs share. Dumps written before
@@ -143,9 +146,9 @@ def write_rounds(jobs: list[tuple[str, Path]], path: Path) -> None:
                 writer.writerow([name, case, digests[case] or "", " ".join(f"{v:.10g}" for v in chunk)])
 
 
-def load_rounds(path: Path) -> list[tuple[str, tuple[dict[str, Side], dict[str, str | None]]]]:
+def load_rounds(path: Path) -> list[tuple[str, Job]]:
     """A `write_rounds` file's jobs in their order, each with rounds rebuilt from their values."""
-    jobs: dict[str, tuple[dict[str, Side], dict[str, str | None]]] = {}
+    jobs: dict[str, Job] = {}
     with path.open() as source:
         for row in csv.DictReader(source):
             sides, digests = jobs.setdefault(row["job"], ({}, {}))
@@ -155,9 +158,9 @@ def load_rounds(path: Path) -> list[tuple[str, tuple[dict[str, Side], dict[str, 
     return list(jobs.items())
 
 
-def _chains(jobs: list[tuple[str, Path]]) -> list[list[tuple[str, Path]]]:
+def _chains(jobs: list[tuple[str, T]]) -> list[list[tuple[str, T]]]:
     """Jobs named CHAIN/JOB (a folder per chain, as several GPUs of one host return them) kept apart."""
-    chains: dict[str, list[tuple[str, Path]]] = {}
+    chains: dict[str, list[tuple[str, T]]] = {}
     for name, job in jobs:
         chains.setdefault(name.rpartition("/")[0], []).append((name, job))
     return list(chains.values())
