@@ -168,7 +168,7 @@ def test_a_3x_slowdown_in_commit_11_seen_only_at_commits_1_and_16_is_bisected_to
     assert (history["before_sha"], history["after_sha"]) == (bisected.shas[1], bisected.shas[16])
     assert b["requested_by"] == "benchfarm bisect"   # started when the change point was confirmed
     steps = [(bisected.label(s["commit"]), s["verdict"], s["change"]) for s in b["steps"]]
-    assert b["outcome"] == "culprit" and b["culprit"] == bisected.shas[11], (b["summary"], steps)
+    assert b["outcome"] == "culprit" and b["culprit"] == bisected.shas[11], f"{b['summary']}: {steps}"
     assert len(b["steps"]) <= 5, steps
     assert all(s["paired"] and s["ci_low"] <= s["change"] <= s["ci_high"] for s in b["steps"]), steps
     # the bad commit first: several times its base (3x to 4.5x as the agent times it on this VM)
@@ -183,8 +183,8 @@ def test_a_3x_slowdown_in_commit_11_seen_only_at_commits_1_and_16_is_bisected_to
 def test_a_slowdown_spread_over_two_commits_is_reported_as_both(bisected: Bisected) -> None:
     b = bisected.of(BETA)
     steps = [(bisected.label(s["commit"]), s["verdict"], s["change"]) for s in b["steps"]]
-    assert b["outcome"] == "several commits", (b["summary"], steps)
-    assert [c["sha"] for c in b["result"]["culprits"]] == [bisected.shas[6], bisected.shas[11]], steps
+    assert b["outcome"] == "several commits", f"{b['summary']}: {steps}"
+    assert [c["sha"] for c in b["result"]["culprits"]] == [bisected.shas[6], bisected.shas[11]], f"{steps}"
     assert "not attributable to one commit" in b["summary"]
     assert "in between" in {v for _, v, _ in steps}
 
@@ -192,7 +192,7 @@ def test_a_slowdown_spread_over_two_commits_is_reported_as_both(bisected: Bisect
 def test_an_unbuildable_commit_is_skipped_and_named(bisected: Bisected) -> None:
     b = bisected.of(GAMMA)
     steps = [(bisected.label(s["commit"]), s["state"], s["verdict"]) for s in b["steps"]]
-    assert b["outcome"] == "culprit" and b["culprit"] == bisected.shas[11], (b["summary"], steps)
+    assert b["outcome"] == "culprit" and b["culprit"] == bisected.shas[11], f"{b['summary']}: {steps}"
     assert ("c8", "skipped", "unbuildable") in steps
     skipped = b["result"]["skipped"]
     assert [s["sha"] for s in skipped] == [bisected.shas[8]] and "iree-compile" in skipped[0]["reason"]
