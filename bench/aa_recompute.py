@@ -54,6 +54,10 @@ from pipeline.analysis.stats import DEFAULT_BLOCKS, Verdict, paired_verdicts, ro
 from pipeline.config import CompareSettings  # noqa: E402
 
 
+ROUND_COPIES = 5
+"""Samples a round is rebuilt from (`recompute_csv`, `load_rounds`): all alike, so its trimmed mean is its value."""
+
+
 def recompute(path: Path, rows: list[dict[str, object]] | None = None) -> dict[str, object]:
     """The summary of one paired dump; each case's verdict appended to `rows` when given."""
     dump = np.load(path)
@@ -86,7 +90,8 @@ def recompute_csv(path: Path, rows: list[dict[str, object]] | None = None) -> li
             pattern = np.arange(count) - (count - 1) / 2
             pattern = pattern / pattern.std(ddof=1) if count > 1 else pattern
             levels = mean + sd * pattern
-            items.append((np.ones(5 * count), np.repeat(np.exp(levels), 5), [5] * count))
+            items.append((np.ones(ROUND_COPIES * count), np.repeat(np.exp(levels), ROUND_COPIES),
+                          [ROUND_COPIES] * count))
         cases = [row["case"] for row in table]
         found = paired_verdicts(items, min_change=CompareSettings().paired_min_change,
                                 calibration=[True] * len(items), groups=_kinds(cases))
@@ -126,10 +131,6 @@ def recompute_unpaired(name: str, base: Job, head: Job, rows: list[dict[str, obj
                      default_run_noise=settings.default_run_noise,
                      groups=_kinds(cases), calibration=same)   # as compare.py
     return _summary(name, cases, found, rows)
-
-
-ROUND_COPIES = 5
-"""Samples a round is rebuilt from in `load_rounds`: all alike, so its trimmed mean is its value."""
 
 
 def write_rounds(jobs: list[tuple[str, Path]], path: Path) -> None:

@@ -150,7 +150,7 @@ def _segment_centres(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
 
 
 def round_values(items: Sequence[tuple[Sequence[float], Rounds]], blocks: int,
-                  transform: Literal["log", "none"]) -> tuple[np.ndarray, np.ndarray]:
+                 transform: Literal["log", "none"]) -> tuple[np.ndarray, np.ndarray]:
     """Round-level values of each item (its samples cut into its rounds, the mean of each round's
     middle fifth, in logs when asked) flat, and the number of rounds of each item."""
     sizes = [_blocks(len(samples), blocks) if rounds is None
