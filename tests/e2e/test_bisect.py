@@ -126,10 +126,18 @@ def bisected(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bisected]:
     home = root / "service"   # the farm's service home: the history's store, bundles and build cache
     # A loaded 2-core machine now and then slows a whole run (separate runs of one binary differ by up
     # to 25 %: BENCHMARKS.md, "A/A on the CPU"); as a user would, rerun the history once more when its
-    # change points are not all confirmed over (c1, c16] (a commit's newest run replaces the earlier one).
+    # change points are not each confirmed over (c1, c16] (a commit's newest run replaces the earlier one).
     # Seen on CI: a slow c16 and c17 (+40 %) left out as outlier runs made the range (c1, c18], which
-    # holds the culprit but takes the search another way (and past c8).
-    expected = [("confirmed", shas[1], shas[16])] * 3
+    # holds the culprit but takes the search another way (and past c8). A slow run of the newest commits
+    # (CI: (c21, c22] suspected on all three cases after its second pass; here once +8 % at c23 on one) is an
+    # honest `suspected` change point after the range: not confirmed, so not bisected; it is allowed.
+    def usable(points: list[tuple[str, str, str, float]]) -> bool:
+        confirmed = [p[:3] for p in points if p[0] == "confirmed"]
+        later = {shas[i] for i in range(17, RANGE + 8)}
+        others_after = all(p[0] == "suspected" and p[1] in later | {shas[16]} and p[2] in later
+                           for p in points if p[0] != "confirmed")
+        return confirmed == [("confirmed", shas[1], shas[16])] * 3 and others_after
+
     for _attempt in range(2):
         for i in BENCHMARKED:
             local_run(home, repo, shas[i], root)
@@ -143,9 +151,9 @@ def bisected(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bisected]:
         for series, _commit, median in values:
             by_series.setdefault(series, []).append(f"{median * 1e6:.1f}")
         print(f"history pass {_attempt + 1}: points {points}; medians (us) per series {by_series}")
-        if [p[:3] for p in points] == expected:
+        if usable(points):
             break
-    assert [p[:3] for p in points] == expected, (points, values)
+    assert usable(points), (points, values)
     from pipeline.agents.devices import cpu_device
 
     local = cpu_device()
