@@ -37,7 +37,8 @@ class SettingsError(RuntimeError):
     """A setting with a wrong value; the message names the setting and where it came from."""
 
 
-GPU_MEASUREMENT: dict[str, float | int | str] = {"min_time_s": 0.2, "max_time_s": 15.0, "max_rel_noise": 0.005}
+GPU_MEASUREMENT: dict[str, float | int | str] = {"min_time_s": 0.2, "max_time_s": 15.0, "max_rel_noise": 0.005,
+                                                 "placement_total_bytes": 40 << 30}
 """GPU budget after NVBench's cold-measurement defaults (a 0.5 % noise target, a 15 s timeout), with
 0.2 s of kernel time per case instead of NVBench's 0.5 s: NVBench times one run, where a case here is
 timed in at least `min_rounds` rounds on other buffer copies and the verdict's replicate is the round
@@ -93,6 +94,12 @@ class MeasurementSettings(BaseModel):
     placement_bytes: int = Field(
         default=256 * 1024 * 1024, ge=0,
         description="byte budget for a case's copies: a case whose buffers are larger gets fewer (at least one)")
+    placement_total_bytes: int | None = Field(
+        default=None, ge=0,
+        description="byte budget for the copies of all of a job's timed cases together (they are held at once): "
+        "within it, cases that placement_bytes left on fewer copies get more, evenly, up to placements; a job "
+        "over it gives copies back from its largest cases first (at least one each). None: placement_bytes only "
+        "(`pipeline.agents.placement`)")
     unchanged_sentinels: int = Field(
         default=4, ge=0,
         description="pull-request jobs time the cases whose binary differs from the base's and this many unchanged "

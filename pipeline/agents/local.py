@@ -25,6 +25,7 @@ from pipeline.agents.measure import (
     measure_pairs,
     round_levels,
 )
+from pipeline.agents.placement import plan_placements
 from pipeline.agents.runners import CheckedKernel, Workspace
 from pipeline.agents.runners.iree_runner import IreeDevice, prepare_entry
 from pipeline.config import MeasurementSettings
@@ -177,6 +178,11 @@ def run_bundle(
     same = {i for i, e in enumerate(entries) if _same_binary(e, base_entries.get((e.case, e.target)))}
     untimed = set() if time_unchanged else same - _sentinels(run_id, entries, same, settings.unchanged_sentinels)
     references = _References(bundle_dir / manifest.suite_source)
+    # every timed case's buffer copies are held at once (round-robin), so they are planned for the job
+    timed_entries = [i for i, e in enumerate(entries)
+                     if i not in untimed and e.status == "built" and runner.for_entry(e) is not None]
+    copies = dict(zip(timed_entries, plan_placements(
+        [sum(t.nbytes for t in entries[i].tensors) for i in timed_entries], settings)))
     results: dict[int, CaseResult] = {}
     checked: dict[int, CheckedKernel] = {}
     checks = {"run": 0, "reused": 0}   # correctness checks made, and outcomes reused (cache, same binary)
@@ -190,7 +196,8 @@ def run_bundle(
             continue
         verified = check_cache.get(entry, device_class.name) if check_cache is not None else None
         checks["reused" if verified is not None else "run"] += entry.status == "built"
-        outcome = _prepare(runner, bundle_dir, entry, references, run_id, job_id, settings, verified=verified)
+        outcome = _prepare(runner, bundle_dir, entry, references, run_id, job_id, verified=verified,
+                           placements=copies.get(index, 1))
         if not isinstance(outcome, CaseResult):   # a checked kernel (IREE's or CUDA's), ready to time
             checked[index] = outcome
             if check_cache is not None:
@@ -201,7 +208,7 @@ def run_bundle(
             results[index] = outcome
         if progress:
             progress(f"checking: {entry.case} on {device_class.name}", index + 1, len(entries))
-    bases, notes = _prepare_bases(runner, checked, base_bundle_dir, base_manifest, run_id, job_id, settings,
+    bases, notes = _prepare_bases(runner, checked, base_bundle_dir, base_manifest, run_id, job_id,
                                   check_cache, device_class.name, progress, checks)
 
     # Round-robin timing: every checked case gets a share of its budget in each round, so a passing
@@ -328,7 +335,7 @@ class _Timed:
 
 def _prepare_bases(
     runner: _Runner, checked: dict[int, CheckedKernel], base_bundle_dir: Path | None,
-    base_manifest: BundleManifest | None, run_id: str, job_id: str, settings: MeasurementSettings,
+    base_manifest: BundleManifest | None, run_id: str, job_id: str,
     check_cache: CheckCache | None, device_class: str, progress: ProgressFn | None, checks: dict[str, int],
 ) -> tuple[dict[int, CheckedKernel], dict[int, dict[str, str]]]:
     """The base's checked kernel for every checked head case the base bundle has (same case and
@@ -359,8 +366,8 @@ def _prepare_bases(
             outcome: CheckedKernel | CaseResult = replace(head, release=lambda: None)
             notes[index] = {"paired_base": "the head's own graphs: a vendor control is the same call in both slots"}
         else:
-            outcome = _prepare(runner, Path(base_bundle_dir), entry, references, run_id, job_id, settings,
-                               verified=verified, workspace=shared)
+            outcome = _prepare(runner, Path(base_bundle_dir), entry, references, run_id, job_id,
+                               verified=verified, workspace=shared, placements=head.placements)
         if isinstance(outcome, CaseResult):
             notes[index] = {"unpaired": f"base {base_manifest.commit[:12]} is {outcome.status}: "
                                         f"{(outcome.reason or '')[:300]}"}
@@ -384,10 +391,11 @@ def _error(entry: BundleEntry, exc: Exception) -> CaseResult:
 
 def _prepare(
     runner: _Runner, bundle_dir: Path, entry: BundleEntry, references: _References,
-    run_id: str, job_id: str, settings: MeasurementSettings, *,
-    verified: Correctness | None = None, workspace: Workspace | None = None,
+    run_id: str, job_id: str, *,
+    verified: Correctness | None = None, workspace: Workspace | None = None, placements: int = 1,
 ) -> CheckedKernel | CaseResult:
-    """A kernel that passed its check, or the case's final result (skipped, wrong or error)."""
+    """A kernel that passed its check, or the case's final result (skipped, wrong or error); held on
+    `placements` buffer copies unless it times on `workspace`."""
     if entry.status == "failed":
         return CaseResult(case=entry.case, target=entry.target, status="skipped",
                           reason=f"not built: {entry.error}")
@@ -401,8 +409,7 @@ def _prepare(
         reference_fn = references.get(entry.reference.module, entry.reference.function)
         outcome = prepare(
             device=runner.device, bundle_dir=bundle_dir, entry=entry, reference_fn=reference_fn,
-            rng=np.random.default_rng(seed), placements=settings.placements,
-            placement_bytes=settings.placement_bytes, workspace=workspace, verified=verified,
+            rng=np.random.default_rng(seed), placements=placements, workspace=workspace, verified=verified,
         )
     except Exception as exc:  # one case's error is its result; the others go on
         log.warning("case %s on %s: %s", entry.case, entry.target, exc)

@@ -15,6 +15,7 @@ from pipeline.contracts.limits import Count32, Count64
 Sha = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")]
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 DType = Literal["f64", "f32", "f16", "bf16", "i64", "i32", "i8"]
+ITEM_BYTES: dict[str, int] = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i8": 1}
 
 
 class TensorSpec(BaseModel):
@@ -46,6 +47,13 @@ class TensorSpec(BaseModel):
             if self.low is not None or self.high is None or self.high < count:
                 raise ValueError("init=permutation needs high >= the element count (and no low)")
         return self
+
+    @property
+    def nbytes(self) -> int:
+        count = 1
+        for n in self.shape:
+            count *= n
+        return count * ITEM_BYTES[self.dtype]
 
 
 class KernelParam(BaseModel):

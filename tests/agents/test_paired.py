@@ -153,12 +153,23 @@ def test_a_paired_base_times_on_its_heads_buffers_and_reuses_its_reference(devic
     assert base.read().seconds > 0 and head.read().seconds > 0  # type: ignore[union-attr]
 
 
-def test_placements_respect_the_byte_budget() -> None:
-    from pipeline.agents.runners import placement_count
+def test_the_job_plans_its_buffer_copies_and_each_case_is_held_on_its_share(
+    bundles: tuple[Path, tuple[Path, BundleManifest], tuple[Path, BundleManifest]], device: LocalDevice,
+) -> None:
+    from pipeline.agents.placement import plan_placements
 
-    assert placement_count(10 << 20, 4, 256 << 20) == 4
-    assert placement_count(100 << 20, 4, 256 << 20) == 2
-    assert placement_count(1 << 30, 4, 256 << 20) == 1          # always one copy
+    _, _, (head_dir, head) = bundles
+    # alpha holds 192 KiB of buffers, beta and gamma 188 KiB, delta 48 KiB: 100 KiB a case gives [1, 1, 1, 2]
+    # (664 KiB); within a 1 MiB job beta has a second copy (852 KiB; gamma's would make 1040) and delta a
+    # third and a fourth (948 KiB)
+    settings = SETTINGS.model_copy(update={"rounds": 2, "min_rounds": 2, "placement_bytes": 100 << 10,
+                                           "placement_total_bytes": 1 << 20})
+    document = run_bundle(bundle_dir=head_dir, manifest=head, device=device, run_id="r", job_id="j", settings=settings)
+    held = {r.case: int(r.environment["placements"]) for r in document.results}
+    assert held == {case_id(CASES[0]): 1, case_id(CASES[1]): 2, case_id(CASES[2]): 1, case_id(ONLY_HEAD): 4}
+    sizes = {e.case: sum(t.nbytes for t in e.tensors) for e in head.entries}
+    assert held == dict(zip(sizes, plan_placements(list(sizes.values()), settings)))
+    assert sum(held[c] * sizes[c] for c in held) <= 1 << 20
 
 
 def test_rounds_are_recorded_and_checks_are_cached_across_jobs(

@@ -5,10 +5,10 @@ Each runner's `prepare_entry` returns either the case's final result (wrong) or 
 that the agent then times; timing policy (rounds, stopping, throttling) lives in the agent, not here.
 
 Every runner takes the same keyword arguments beside the entry:
-- `placements`, `placement_bytes`: how many copies of the case's buffers (inputs and outputs, the
-  same values in each) to hold, at most, and the byte budget for them all. Placement moves latency
-  by several percent on memory-bound shapes (DESIGN.md, "Measurement"), so the agent times each
-  round on the next copy and a run's level averages several placements instead of carrying one;
+- `placements`: how many copies of the case's buffers (inputs and outputs, the same values in each)
+  to hold, at least one; the agent plans them for the whole job (`pipeline.agents.placement`).
+  Placement moves latency by several percent on memory-bound shapes (DESIGN.md, "Measurement"), so
+  the agent times each round on the next copy and a run's level averages several placements;
 - `workspace`: another kernel's `Workspace` to time on instead of making one (a paired base times
   on its head's buffers: same data, same addresses, so the two slots of a pair are equal);
 - `verified`: a correctness outcome already known for this binary, reference and input policy on
@@ -46,11 +46,6 @@ class Workspace:
 
     def select(self, placement: int) -> None:
         self.current = placement % len(self.sets)
-
-
-def placement_count(set_bytes: int, placements: int, placement_bytes: int) -> int:
-    """How many copies of a `set_bytes` buffer set to hold: as many as asked, within the budget, at least one."""
-    return max(1, min(placements, placement_bytes // max(set_bytes, 1)))
 
 
 @dataclass

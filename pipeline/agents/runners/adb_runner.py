@@ -231,7 +231,6 @@ def prepare_entry(
     reference_fn: Callable[..., Any],
     rng: np.random.Generator,
     placements: int = 1,
-    placement_bytes: int = 1 << 62,
     workspace: Workspace | None = None,
     verified: Correctness | None = None,
 ) -> CheckedKernel | CaseResult:

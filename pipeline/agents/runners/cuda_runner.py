@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.agents.runners import CheckedKernel, Workspace, placement_count
+from pipeline.agents.runners import CheckedKernel, Workspace
 from pipeline.agents.runners.checking import check_against_reference
 from pipeline.agents.runners.inputs import bf16_bits, bf16_values, random_bf16, random_values
 from pipeline.agents.runners.iree_runner import verify_artifact
@@ -39,7 +39,6 @@ __all__ = [
 POISON_BYTE = 0xFF          # every float width: all-ones is a NaN
 L2_FLUSH_FACTOR = 2         # flush with a buffer twice the L2 size
 MAX_STATIC_SHARED = 48 * 1024
-_ITEM_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i8": 1}
 HOST_DTYPES = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "bf16": np.uint16,
                 "i64": np.int64, "i32": np.int32, "i8": np.int8}
 _SCALAR_CTYPES = {"i32": ctypes.c_int32, "i64": ctypes.c_int64, "fp32": ctypes.c_float}
@@ -63,10 +62,6 @@ def make_inputs(tensors: Sequence[TensorSpec], rng: np.random.Generator) -> dict
             host = np.ascontiguousarray(values.astype(HOST_DTYPES[spec.dtype]))
             arrays[spec.name] = (host, host)
     return arrays
-
-
-def _nbytes(spec: TensorSpec) -> int:
-    return int(np.prod(spec.shape)) * _ITEM_BYTES[spec.dtype]
 
 
 # ---- the device ---------------------------------------------------------------------------------
@@ -318,10 +313,9 @@ def finite(correctness: Correctness) -> Correctness:
 # ---- one entry ----------------------------------------------------------------------------------
 
 def _workspace(device: CudaDevice, entry: BundleEntry, inputs: dict[str, tuple[np.ndarray, np.ndarray]],
-               placements: int, placement_bytes: int) -> Workspace:
+               placements: int) -> Workspace:
     """Copies of every tensor of the entry on the device, each with the same input values."""
     specs = {t.name: t for t in entry.tensors}
-    count = placement_count(sum(_nbytes(s) for s in specs.values()), placements, placement_bytes)
     sets: list[dict[str, int]] = []
 
     def release() -> None:
@@ -331,8 +325,8 @@ def _workspace(device: CudaDevice, entry: BundleEntry, inputs: dict[str, tuple[n
         sets.clear()
 
     try:
-        for _ in range(count):
-            pointers = {name: device.alloc(_nbytes(spec)) for name, spec in specs.items()}
+        for _ in range(max(1, placements)):
+            pointers = {name: device.alloc(spec.nbytes) for name, spec in specs.items()}
             sets.append(pointers)
             for name, (host, _) in inputs.items():
                 device.upload(pointers[name], host)
@@ -352,7 +346,6 @@ def prepare_entry(
     reference_fn: Callable[..., Any],
     rng: np.random.Generator,
     placements: int = 1,
-    placement_bytes: int = 1 << 62,
     workspace: Workspace | None = None,
     verified: Correctness | None = None,
 ) -> CheckedKernel | CaseResult:
@@ -368,7 +361,7 @@ def prepare_entry(
     specs = {t.name: t for t in entry.tensors}
     own = workspace is None
     if workspace is None:
-        workspace = _workspace(device, entry, make_inputs(entry.tensors, rng), placements, placement_bytes)
+        workspace = _workspace(device, entry, make_inputs(entry.tensors, rng), placements)
     params = [_params(entry, pointers) for pointers in workspace.sets]
     ws = workspace
 
@@ -385,7 +378,7 @@ def prepare_entry(
         pointers = ws.sets[0]
         for name, spec in specs.items():
             if spec.role == "output":
-                device.poison(pointers[name], _nbytes(spec))
+                device.poison(pointers[name], spec.nbytes)
         ws.select(0)
         run()
         device.synchronize()

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.agents.runners import CheckedKernel, Workspace, placement_count
+from pipeline.agents.runners import CheckedKernel, Workspace
 from pipeline.agents.runners.inputs import random_values
 from pipeline.contracts import BundleEntry, CaseResult, Correctness, TensorSpec
 from pipeline.contracts.manifest import ReferenceSpec
@@ -122,7 +122,6 @@ def prepare_entry(
     reference_fn: Callable[..., Any],
     rng: np.random.Generator,
     placements: int = 1,
-    placement_bytes: int = 1 << 62,
     workspace: Workspace | None = None,
     verified: Correctness | None = None,
 ) -> CheckedKernel | CaseResult:
@@ -137,8 +136,7 @@ def prepare_entry(
     if workspace is None:
         inputs = make_inputs(entry.tensors, rng)
         args = [inputs[name] for name in entry.launch.arguments]
-        count = placement_count(sum(a.nbytes for a in args), placements, placement_bytes)
-        workspace = Workspace(sets=[[device.upload(a) for a in args] for _ in range(count)])
+        workspace = Workspace(sets=[[device.upload(a) for a in args] for _ in range(max(1, placements))])
         workspace.memo["arguments"] = args
         workspace.release = workspace.sets.clear
     ws = workspace

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.agents.runners import CheckedKernel, Workspace, placement_count
+from pipeline.agents.runners import CheckedKernel, Workspace
 from pipeline.agents.runners.checking import check_against_reference
 from pipeline.agents.runners.cuda_runner import (
     HOST_DTYPES,
@@ -200,15 +200,13 @@ def _to_host(tensor: Any, dtype: str) -> np.ndarray:
 # ---- one entry ----------------------------------------------------------------------------------
 
 def _workspace(entry: BundleEntry, inputs: dict[str, tuple[np.ndarray, np.ndarray]], gpu: Any,
-               placements: int, placement_bytes: int) -> Workspace:
+               placements: int) -> Workspace:
     """Copies of every tensor of the entry on the GPU (inputs with the same values, outputs poisoned)."""
     import torch
 
     specs = {t.name: t for t in entry.tensors}
-    set_bytes = sum(int(np.prod(s.shape)) * torch.empty((), dtype=_torch_dtype(s.dtype)).element_size()
-                    for s in specs.values())
     sets: list[dict[str, Any]] = []
-    for _ in range(placement_count(set_bytes, placements, placement_bytes)):
+    for _ in range(max(1, placements)):
         tensors = {name: _to_device(host, specs[name].dtype, gpu) for name, (host, _) in inputs.items()}
         for name, spec in specs.items():
             if spec.role == "output":   # poisoned: NaN in every float width
@@ -229,7 +227,6 @@ def prepare_entry(
     reference_fn: Callable[..., Any],
     rng: np.random.Generator,
     placements: int = 1,
-    placement_bytes: int = 1 << 62,
     workspace: Workspace | None = None,
     verified: Correctness | None = None,
 ) -> CheckedKernel | CaseResult:
@@ -251,7 +248,7 @@ def prepare_entry(
     own = workspace is None
     with torch.cuda.device(gpu), torch.cuda.stream(stream):
         if workspace is None:
-            workspace = _workspace(entry, make_inputs(entry.tensors, rng), gpu, placements, placement_bytes)
+            workspace = _workspace(entry, make_inputs(entry.tensors, rng), gpu, placements)
         ops = []
         for tensors in workspace.sets:
             params = {**launch.torch.params, CHOICE: workspace.memo.get(CHOICE)}

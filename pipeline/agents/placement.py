@@ -1,0 +1,41 @@
+"""How many buffer copies each case of a job is timed on (DESIGN.md, "Measurement": placement).
+
+Placement moves latency by 0.2-2 % on memory-bound shapes, so round r is timed on copy r mod n and
+a run's level averages n placements. A case with one copy carries that copy's offset into the run
+as if it were the code's, and fresh series see it as run-to-run noise their thresholds do not know
+(unpaired GPU A/A, 2026-11-25: the 32 cases over the per-case budget carried 36 of the 74 p-values
+under 0.05). The job holds every timed case's copies at once (round-robin), so the copies are planned
+for the job as a whole: each case within `placement_bytes`, and, with `placement_total_bytes`, the
+cases that budget left on fewer copies raised evenly (every one to two before any to three) while
+the job's total stays within it; a total over it is brought down from the largest sets, never under
+one copy each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pipeline.config import MeasurementSettings
+
+__all__ = ["plan_placements"]
+
+
+def plan_placements(set_bytes: Sequence[int], settings: MeasurementSettings) -> list[int]:
+    """Copies per case, in the order of `set_bytes` (each case's buffers, inputs and outputs, in bytes)."""
+    wanted = settings.placements
+    counts = [max(1, min(wanted, settings.placement_bytes // max(size, 1))) for size in set_bytes]
+    budget = settings.placement_total_bytes
+    if budget is None:
+        return counts
+    total = sum(c * s for c, s in zip(counts, set_bytes))
+    by_size = sorted(range(len(set_bytes)), key=lambda i: (set_bytes[i], i))
+    for largest in reversed(by_size):          # over the total: the largest sets give copies back first
+        while total > budget and counts[largest] > 1:
+            counts[largest] -= 1
+            total -= set_bytes[largest]
+    for level in range(2, wanted + 1):         # then fill evenly, the smallest sets first at each level
+        for i in by_size:
+            if counts[i] == level - 1 and total + set_bytes[i] <= budget:
+                counts[i] = level
+                total += set_bytes[i]
+    return counts
