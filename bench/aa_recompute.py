@@ -27,6 +27,11 @@ change of that rule can be judged on the GPU measurements already taken:
 
     .venv/bin/python bench/aa_recompute.py --from-csv docs/benchmarks/aa-h100-2026-11-25-paired-3reps.csv
 
+`--by-family` adds the p-values of all comparisons pooled per family and kind (GEMM's Triton cases,
+attention's vendor controls, ...): how many fall under 0.05 and over 0.95 (5 % each expected) and
+their KS test, which tells a family whose intervals are too narrow (p piled near 0) from one whose
+are too wide (near 1), where the pooled test sees only a U.
+
 Prints, per dump: cases flagged at the paired floor (`CompareSettings.paired_min_change`, the
 smallest threshold a case can have: a case's noise only raises it), the largest |change|, and a
 Kolmogorov-Smirnov test of the p-values against uniform, for the suite's own cases, the vendor
@@ -194,6 +199,18 @@ def _summary(name: str, cases: list[str], found: list[Verdict], rows: list[dict[
     return report
 
 
+def family_table(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The rows' p-values pooled per family and kind (a case id's first and last parts)."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for row in rows:
+        if row["pvalue"] is not None:
+            parts = str(row["case"]).split("/")
+            groups.setdefault((parts[0], parts[-1]), []).append(float(row["pvalue"]))  # type: ignore[arg-type]
+    return [{"family": family, "kind": kind, "pvalues": len(p), "under_0.05": sum(v < 0.05 for v in p),
+             "over_0.95": sum(v > 0.95 for v in p), "ks_p": float(kstest(p, "uniform").pvalue)}
+            for (family, kind), p in sorted(groups.items())]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dumps", nargs="+", type=Path)
@@ -207,6 +224,8 @@ def main() -> None:
                         help="the arguments are paired A/A CSVs (this script's --csv), not dumps: rebuild and recompute")
     parser.add_argument("--from-rounds", action="store_true",
                         help="the arguments are unpaired round files (--rounds-csv), not dumps: recompute each chain")
+    parser.add_argument("--by-family", action="store_true",
+                        help="also pool the p-values of all comparisons per family and kind")
     args = parser.parse_args()
     if args.unpaired and len(args.dumps) < 2:
         parser.error("--unpaired takes two or more dumps: the first base job's, then each later job's")
@@ -238,6 +257,10 @@ def main() -> None:
     pvalues = [float(r["pvalue"]) for r in rows if r["pvalue"] is not None]  # type: ignore[arg-type]
     pooled = kstest(pvalues, "uniform")
     print(f"pooled: {len(pvalues)} p-values, KS D {pooled.statistic:.3f} p {pooled.pvalue:.3g}")
+    if args.by_family:
+        for g in family_table(rows):
+            print(f"  {g['family']:15} {g['kind']:8} {g['pvalues']:4} p-values, under 0.05: {g['under_0.05']:3}, "
+                  f"over 0.95: {g['over_0.95']:3}, KS p {g['ks_p']:.3g}")
     if args.csv:
         with args.csv.open("w", newline="") as out:
             writer = csv.DictWriter(out, fieldnames=list(rows[0]))

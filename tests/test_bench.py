@@ -91,8 +91,15 @@ def test_aa_recompute_reads_the_acceptance_dumps(tmp_path: Path) -> None:
     out = _bench("aa_recompute.py", "--unpaired", *dumps, "--csv", tmp_path / "chains.csv",
                  "--rounds-csv", tmp_path / "rounds.csv")
     assert "gpu0/readme: 48 cases" in out and "gpu1/readme: 48 cases" in out and "gpu1/base:" not in out
-    _bench("aa_recompute.py", "--from-rounds", tmp_path / "rounds.csv", "--csv", tmp_path / "from-rounds.csv")
+    families = _bench("aa_recompute.py", "--from-rounds", tmp_path / "rounds.csv", "--csv", tmp_path / "from-rounds.csv",
+                      "--by-family")
     live = list(csv.DictReader((tmp_path / "chains.csv").open()))
+    # per family and kind: every p-value counted once, those under 0.05 as the per-case CSV has them
+    table = [line.split() for line in families.splitlines() if line.startswith("  ") and "p-values, under" in line]
+    assert sum(int(cols[2]) for cols in table) == len(live) and len(table) >= 2, families
+    for cols in table:
+        mine = [r for r in live if r["case"].startswith(cols[0] + "/") and r["case"].endswith("/" + cols[1])]
+        assert int(cols[2]) == len(mine) and int(cols[6].rstrip(",")) == sum(float(r["pvalue"]) < 0.05 for r in mine)
     again_rows = list(csv.DictReader((tmp_path / "from-rounds.csv").open()))
     assert [(r["run"], r["case"]) for r in again_rows] == [(r["run"], r["case"]) for r in live] and len(live) == 96
     for row, redo in zip(live, again_rows, strict=True):
