@@ -32,6 +32,11 @@ attention's vendor controls, ...): how many fall under 0.05 and over 0.95 (5 % e
 their KS test, which tells a family whose intervals are too narrow (p piled near 0) from one whose
 are too wide (near 1), where the pooled test sees only a U.
 
+`--leave-out-over BYTES` judges the chains without the cases whose buffers (inputs and outputs, as
+kernels/ declares them now) are larger than BYTES: the cases that the per-case budget left on one
+buffer copy (over 128 MiB at 256 MiB a case), so what the rest would say on their own, their run
+level pooled without them, can be read off measurements taken before they got their copies.
+
 Prints, per dump: cases flagged at the paired floor (`CompareSettings.paired_min_change`, the
 smallest threshold a case can have: a case's noise only raises it), the largest |change|, and a
 Kolmogorov-Smirnov test of the p-values against uniform, for the suite's own cases, the vendor
@@ -211,6 +216,18 @@ def family_table(rows: list[dict[str, object]]) -> list[dict[str, object]]:
             for (family, kind), p in sorted(groups.items())]
 
 
+def buffer_bytes(suite: Path) -> dict[str, int]:
+    """Each case of the suite (every target) -> the bytes of its tensors."""
+    from pipeline.build.suite_loader import load_suite
+
+    return {str(c.case_id): sum(t.nbytes for t in c.tensors) for c in load_suite(suite)}
+
+
+def leave_out(job: Job, cases: set[str]) -> Job:
+    sides, digests = job
+    return ({c: v for c, v in sides.items() if c not in cases}, {c: v for c, v in digests.items() if c not in cases})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dumps", nargs="+", type=Path)
@@ -224,6 +241,8 @@ def main() -> None:
                         help="the arguments are paired A/A CSVs (this script's --csv), not dumps: rebuild and recompute")
     parser.add_argument("--from-rounds", action="store_true",
                         help="the arguments are unpaired round files (--rounds-csv), not dumps: recompute each chain")
+    parser.add_argument("--leave-out-over", type=int, metavar="BYTES",
+                        help="with --unpaired or --from-rounds: judge without the cases whose buffers are larger")
     parser.add_argument("--by-family", action="store_true",
                         help="also pool the p-values of all comparisons per family and kind")
     args = parser.parse_args()
@@ -231,11 +250,19 @@ def main() -> None:
         parser.error("--unpaired takes two or more dumps: the first base job's, then each later job's")
     if args.rounds_csv and not args.unpaired:
         parser.error("--rounds-csv goes with --unpaired")
+    if args.leave_out_over is not None and not (args.unpaired or args.from_rounds):
+        parser.error("--leave-out-over goes with --unpaired or --from-rounds")
+    sizes = buffer_bytes(Path(__file__).resolve().parents[1] / "kernels") if args.leave_out_over is not None else {}
+    large = {case for case, size in sizes.items() if size > (args.leave_out_over or 0)}
+    if large:
+        print(f"left out where they appear: the {len(large)} cases of kernels/ (every target) with buffers over "
+              f"{args.leave_out_over} bytes")
     rows: list[dict[str, object]] = []
     if args.from_csv:
         reports = [report for path in args.dumps for report in recompute_csv(path, rows)]
     elif args.from_rounds:
         jobs = [job for path in args.dumps for job in load_rounds(path)]
+        jobs = [(name, leave_out(job, large)) for name, job in jobs]
         reports = [recompute_unpaired(name, base, head, rows)
                    for chain in _chains(jobs) for (_, base), (name, head) in pairwise(chain)]
     elif args.unpaired:
@@ -243,7 +270,8 @@ def main() -> None:
         named = [(f"{p.parent.name}/{p.stem}" if several_folders else p.stem, p) for p in args.dumps]
         if args.rounds_csv:
             write_rounds(named, args.rounds_csv)
-        reports = [recompute_unpaired(name, load_unpaired(base), load_unpaired(head), rows)
+        reports = [recompute_unpaired(name, leave_out(load_unpaired(base), large), leave_out(load_unpaired(head), large),
+                                      rows)
                    for chain in _chains(named) for (_, base), (name, head) in pairwise(chain)]
     else:
         reports = [recompute(p, rows) for p in args.dumps]

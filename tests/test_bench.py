@@ -106,6 +106,15 @@ def test_aa_recompute_reads_the_acceptance_dumps(tmp_path: Path) -> None:
         assert float(redo["pvalue"]) == pytest.approx(float(row["pvalue"]), rel=1e-5, abs=1e-8)
         assert float(redo["change"]) == pytest.approx(float(row["change"]), abs=1e-8)
 
+    # a case of the real suite with 1 GB of buffers among them: left out over 128 MiB, kept under 2 GB
+    large = "gather-scatter/llama3-8b-embedding/128256x4096x4096/bf16/triton"
+    text = (tmp_path / "rounds.csv").read_text().replace("gemm/shape-3/256x64x64/bf16/triton", large)
+    (tmp_path / "with-large.csv").write_text(text)
+    out = _bench("aa_recompute.py", "--from-rounds", tmp_path / "with-large.csv", "--leave-out-over", str(128 << 20))
+    assert "gpu0/readme: 47 cases" in out and "gpu1/readme: 47 cases" in out, out
+    out = _bench("aa_recompute.py", "--from-rounds", tmp_path / "with-large.csv", "--leave-out-over", str(2 << 30))
+    assert "gpu0/readme: 48 cases" in out, out
+
     _dump(tmp_path / "cpu-a.npz", {}, seed=6, paired=False, controls=False)
     _dump(tmp_path / "cpu-b.npz", {}, seed=7, paired=False, controls=False)
     out = _bench("aa_recompute.py", "--unpaired", tmp_path / "cpu-a.npz", tmp_path / "cpu-b.npz")
