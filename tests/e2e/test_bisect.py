@@ -191,6 +191,7 @@ def test_a_3x_slowdown_in_commit_11_seen_only_at_commits_1_and_16_is_bisected_to
 def test_a_slowdown_spread_over_two_commits_is_reported_as_both(bisected: Bisected) -> None:
     b = bisected.of(BETA)
     steps = [(bisected.label(s["commit"]), s["verdict"], s["change"]) for s in b["steps"]]
+    print(f"beta: {len(steps)} steps {steps}")   # with -s: how far from its 16-job limit a passing search is
     assert b["outcome"] == "several commits", f"{b['summary']}: {steps}"
     assert [c["sha"] for c in b["result"]["culprits"]] == [bisected.shas[6], bisected.shas[11]], f"{steps}"
     assert "not attributable to one commit" in b["summary"]
