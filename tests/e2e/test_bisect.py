@@ -188,12 +188,31 @@ def test_a_3x_slowdown_in_commit_11_seen_only_at_commits_1_and_16_is_bisected_to
     assert shown.returncode == 0 and f"commit {bisected.shas[11][:10]} made the change" in shown.stdout, shown
 
 
+def timed_binaries(bisected: Bisected, b: dict[str, Any], case: str) -> list[str]:
+    """For a failing search: each step's run commit, head bundle and the case's artifact in it (a clean-clone
+    CI run once read c8, the 8x2 tile, exactly as the bad commit's 4x2: the same binary, or noise?)."""
+    seen = []
+    for s in b["steps"]:
+        try:
+            run = bisected.farm.api("GET", f"runs/{s['run_id']}")
+            digest = run["jobs"][0]["bundle_digest"]
+            manifest = bisected.farm.api("GET", f"bundles/{digest}/files/manifest.json")
+            artifact = [e["artifact"]["sha256"][:12] for e in manifest["entries"] if e["case"] == case and e.get("artifact")]
+            seen.append(f"{bisected.label(s['commit'])}: run of {run['run']['commit_sha'][:10]}, bundle {digest[:12]}, "
+                        f"artifact {artifact}, change {s['change']}")
+        except Exception as exc:   # a diagnosis, not the test: say what could not be read
+            seen.append(f"{bisected.label(s['commit'])}: {type(exc).__name__}: {exc}"[:300])
+    return seen
+
+
 def test_a_slowdown_spread_over_two_commits_is_reported_as_both(bisected: Bisected) -> None:
     b = bisected.of(BETA)
     steps = [(bisected.label(s["commit"]), s["verdict"], s["change"]) for s in b["steps"]]
-    print(f"beta: {len(steps)} steps {steps}")   # with -s: how far from its 16-job limit a passing search is
-    assert b["outcome"] == "several commits", f"{b['summary']}: {steps}"
-    assert [c["sha"] for c in b["result"]["culprits"]] == [bisected.shas[6], bisected.shas[11]], f"{steps}"
+    # with -s: how far from its 16-job limit a passing search is, and what each step timed
+    print(f"beta: {len(steps)} steps {steps}; timed {timed_binaries(bisected, b, BETA)}")
+    assert b["outcome"] == "several commits", f"{b['summary']}: {steps}; {timed_binaries(bisected, b, BETA)}"
+    assert [c["sha"] for c in b["result"]["culprits"]] == [bisected.shas[6], bisected.shas[11]], \
+        f"{steps}; {timed_binaries(bisected, b, BETA)}"
     assert "not attributable to one commit" in b["summary"]
     assert "in between" in {v for _, v, _ in steps}
 
