@@ -106,7 +106,9 @@ class MeasurementSettings(BaseModel):
         "ones (rotating with the run, as drift sentinels); the rest are reported unchanged, not timed")
     device_overrides: dict[str, dict[str, float | int | str]] = Field(
         default_factory=lambda: {"gpu": dict(GPU_MEASUREMENT)},
-        description="device class name or kind -> settings that differ there; a class's name wins over its kind",
+        description="device class name or kind -> settings that differ there; a class's name wins over its kind. "
+        "Configured ones (file, environment) are laid over the defaults key by key: setting one GPU class's "
+        "value keeps the GPU defaults; given to MeasurementSettings itself, they replace them ({}: none)",
     )
 
     @field_validator("device_overrides")
@@ -464,6 +466,20 @@ class Settings(BaseSettings):
         pydantic-settings merges the sources' values deeply, so `BENCHFARM_MEASUREMENT__MIN_SAMPLES`
         replaces `min_samples` of the file's `[measurement]` and keeps its other keys."""
         return init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=_CONFIG_FILE.get())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _device_overrides_over_the_defaults(cls, data: Any) -> Any:
+        """A configured `[measurement.device_overrides.X]` (or its environment variable) would replace the
+        whole default dict, so setting one class's placement budget dropped the GPU's timing defaults."""
+        measurement = data.get("measurement") if isinstance(data, dict) else None
+        given = measurement.get("device_overrides") if isinstance(measurement, dict) else None
+        if not isinstance(given, dict):
+            return data
+        merged: dict[str, Any] = {"gpu": dict(GPU_MEASUREMENT)}
+        for key, changes in given.items():
+            merged[key] = {**merged.get(key, {}), **changes} if isinstance(changes, dict) else changes
+        return {**data, "measurement": {**measurement, "device_overrides": merged}}
 
     @field_validator("database_url")
     @classmethod

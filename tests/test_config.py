@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import Settings, SettingsError, WebSettings, load_settings
+from pipeline.config import (
+    GPU_MEASUREMENT,
+    MeasurementSettings,
+    Settings,
+    SettingsError,
+    WebSettings,
+    load_settings,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -115,7 +122,22 @@ def test_nested_environment_beats_the_file(monkeypatch: pytest.MonkeyPatch, tmp_
     assert settings.measurement.rounds == 3                # the file's, beside it in the same table
     gpu = settings.measurement.for_device("nvidia-h100-sxm", "gpu")
     assert (gpu.min_time_s, gpu.max_time_s) == (1.0, 9.0)  # both tables' keys, merged
+    assert gpu.max_rel_noise == GPU_MEASUREMENT["max_rel_noise"]   # and the GPU default neither sets, kept
     assert load_settings(port=9200).port == 9200           # explicit overrides beat both
+
+
+def test_one_device_class_configured_keeps_the_gpu_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Setting a smaller GPU's placement budget once replaced the whole default dict: every GPU lost its
+    timing defaults (0.3 s, not 0.2 s; a 1 % noise target, not 0.5 %) and its copy budget."""
+    monkeypatch.setenv("BENCHFARM_MEASUREMENT__DEVICE_OVERRIDES__NVIDIA_L4__PLACEMENT_TOTAL_BYTES", str(12 << 30))
+    measurement = load_settings().measurement
+    l4, h100 = measurement.for_device("nvidia_l4", "gpu"), measurement.for_device("nvidia-h100", "gpu")
+    assert l4.placement_total_bytes == 12 << 30 and h100.placement_total_bytes == GPU_MEASUREMENT["placement_total_bytes"]
+    for gpu in (l4, h100):
+        assert (gpu.min_time_s, gpu.max_rel_noise) == (GPU_MEASUREMENT["min_time_s"], GPU_MEASUREMENT["max_rel_noise"])
+    # given to MeasurementSettings itself, overrides are exactly what is given (benches time GPUs with {})
+    assert MeasurementSettings(device_overrides={}).for_device("nvidia-h100", "gpu") == MeasurementSettings(
+        device_overrides={})
 
 
 def test_wrong_nested_value_names_its_source(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
