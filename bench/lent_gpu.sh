@@ -10,7 +10,8 @@
 #
 # A command runs under setsid in its own copy of the tree (/tmp/NAME-repo) with RUN_OUT=/tmp/NAME-out,
 # so it outlives the device call that started it and a later call (carrying only this script) can wait
-# on it. Versions of the wheels are the venv's, so they follow pyproject's resolution.
+# on it; beside it, the GPUs' memory in use every 5 s (RUN_OUT/gpu-memory.csv). Versions of the
+# wheels are the venv's, so they follow pyproject's resolution.
 set -u
 SITE=${LENT_GPU_SITE:-/tmp/site}   # where the wheels are installed, once per machine
 
@@ -43,6 +44,11 @@ launch() {
     nvidia-smi > "/tmp/$name-out/nvidia-smi.txt" 2>&1
     (cd "/tmp/$name-repo" && PYTHONPATH="$SITE:/tmp/$name-repo" RUN_OUT="/tmp/$name-out" \
         setsid nohup bash -c "( $cmd ); echo \$? > /tmp/$name-out/rc" > "/tmp/$name-out/log" 2>&1 < /dev/null &)
+    # device memory every 5 s while it runs: the headroom of the job's buffer copies (placement_total_bytes)
+    if command -v nvidia-smi > /dev/null; then
+        (setsid nohup bash -c "while [ -d /tmp/$name-out ] && [ ! -f /tmp/$name-out/rc ]; do nvidia-smi --query-gpu=timestamp,index,memory.used,memory.total \
+            --format=csv,noheader >> /tmp/$name-out/gpu-memory.csv 2>&1; sleep 5; done" > /dev/null 2>&1 < /dev/null &)
+    fi
 }
 
 # The device tool returns at most 8 files: a NAME's small files travel as one NAME.tar.gz, its array

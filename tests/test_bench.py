@@ -164,7 +164,11 @@ def test_lent_gpu_script_runs_detached_and_reports_each_exit(tmp_path: Path) -> 
     tree.mkdir()
     (tree / "marker.txt").write_text("the tree")
     names = [f"bf-test-{tmp_path.name}-{i}" for i in (1, 2)]
-    env = {"PATH": "/usr/bin:/bin", "OUT": str(out), "LENT_GPU_SITE": str(site)}
+    tools = tmp_path / "tools"   # an nvidia-smi that answers the memory query as the real one does
+    tools.mkdir()
+    (tools / "nvidia-smi").write_text('#!/bin/sh\necho "2026/11/26 01:00:00.000, 0, 41234 MiB, 81559 MiB"\n')
+    (tools / "nvidia-smi").chmod(0o755)
+    env = {"PATH": f"{tools}:/usr/bin:/bin", "OUT": str(out), "LENT_GPU_SITE": str(site)}
 
     def script(*args: str) -> str:
         done = subprocess.run(["bash", str(BENCH / "lent_gpu.sh"), *args], cwd=tree, env=env, capture_output=True,
@@ -187,6 +191,9 @@ def test_lent_gpu_script_runs_detached_and_reports_each_exit(tmp_path: Path) -> 
             assert archive.extractfile("./sens/a.json").read() == b"1\n"      # type: ignore[union-attr]
             log = archive.extractfile("./log").read().decode()              # type: ignore[union-attr]
         assert f"path {site}:/tmp/{names[0]}-repo" in log
+        with tarfile.open(out / f"{names[1]}.tar.gz") as archive:   # sampled while it ran (1 s: once or more)
+            memory = archive.extractfile("./gpu-memory.csv").read().decode().splitlines()  # type: ignore[union-attr]
+        assert memory and all(line.endswith("41234 MiB, 81559 MiB") for line in memory), memory
     finally:
         for name in names:
             for suffix in ("repo", "out", "small.tar.gz"):
