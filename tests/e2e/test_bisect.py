@@ -125,21 +125,27 @@ def bisected(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bisected]:
     repo, shas = make_repo(root)
     home = root / "service"   # the farm's service home: the history's store, bundles and build cache
     # A loaded 2-core machine now and then slows a whole run (separate runs of one binary differ by up
-    # to 25 %: BENCHMARKS.md, "A/A on the CPU"); as a user would, rerun the history once more when its
-    # change points are not each confirmed over (c1, c16] (a commit's newest run replaces the earlier one).
-    # Seen on CI: a slow c16 and c17 (+40 %) left out as outlier runs made the range (c1, c18], which
-    # holds the culprit but takes the search another way (and past c8). A slow run of the newest commits
-    # (CI: (c21, c22] suspected on all three cases after its second pass; here once +8 % at c23 on one) is an
-    # honest `suspected` change point after the range: not confirmed, so not bisected; it is allowed.
-    def usable(points: list[tuple[str, str, str, float]]) -> bool:
-        confirmed = [p[:3] for p in points if p[0] == "confirmed"]
-        later = {shas[i] for i in range(17, RANGE + 8)}
-        others_after = all(p[0] == "suspected" and p[1] in later | {shas[16]} and p[2] in later
-                           for p in points if p[0] != "confirmed")
-        return confirmed == [("confirmed", shas[1], shas[16])] * 3 and others_after
+    # to 25 %: BENCHMARKS.md, "A/A on the CPU"). A run at either end of the step that is off its level
+    # is left out as an outlier run, which honestly widens the range: c16 at +2.5 % over a level whose runs
+    # agree within 0.5 % made it (c1, c17]; a slow c16 and c17 (+40 %, CI) (c1, c18]. Such a range holds
+    # the culprit but takes the search elsewhere than these tests follow, so, as a user would, the runs at
+    # the range's ends and those named by an unexpected change point are run again (a commit's newest run
+    # replaces the earlier one) until each series has its one confirmed change point over (c1, c16].
+    # A slow run of the newest commits (CI: (c21, c22] suspected on all three cases; here once +8 % at c23
+    # on one) is an honest `suspected` change point after the range: not confirmed, not bisected: allowed.
+    index = {sha: i for i, sha in shas.items()}
+    later = {shas[i] for i in range(17, RANGE + 8)}
 
-    for _attempt in range(2):
-        for i in BENCHMARKED:
+    def unexpected(points: list[tuple[str, str, str, float]]) -> list[tuple[str, str, str, float]]:
+        confirmed = [p for p in points if p[0] == "confirmed"]
+        wrong = [p for p in confirmed if p[1:3] != (shas[1], shas[16])]
+        if len(confirmed) != 3 and not wrong:
+            wrong = confirmed or [("missing", shas[1], shas[16], 0.0)]
+        return wrong + [p for p in points if p[0] != "confirmed" and not (p[1] in later | {shas[16]} and p[2] in later)]
+
+    rerun: list[int] = list(BENCHMARKED)
+    for attempt in range(5):
+        for i in rerun:
             local_run(home, repo, shas[i], root)
         with sqlite3.connect(home / "benchfarm.db") as db:   # fail now, not after waiting, when too noisy
             points = db.execute(
@@ -150,10 +156,13 @@ def bisected(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bisected]:
         by_series: dict[int, list[str]] = {}
         for series, _commit, median in values:
             by_series.setdefault(series, []).append(f"{median * 1e6:.1f}")
-        print(f"history pass {_attempt + 1}: points {points}; medians (us) per series {by_series}")
-        if usable(points):
+        print(f"history pass {attempt + 1} ({len(rerun)} runs): points {points}; medians (us) per series {by_series}")
+        off = unexpected(points)
+        if not off:
             break
-    assert usable(points), (points, values)
+        named = {index[sha] for p in off for sha in p[1:3] if sha in index}
+        rerun = sorted(({0, 1, 16, 17} | named) & set(BENCHMARKED))
+    assert not unexpected(points), (points, values)
     from pipeline.agents.devices import cpu_device
 
     local = cpu_device()
