@@ -47,6 +47,11 @@ The noise statistic is `MeasurementSettings.noise` (the median's relative standa
 not NVBench's relative standard deviation: set `noise = "rel_stdev"` for NVBench's own rule."""
 
 
+def default_device_overrides() -> dict[str, dict[str, float | int | str]]:
+    """`MeasurementSettings.device_overrides` unless configured: the GPU kind's budget."""
+    return {"gpu": dict(GPU_MEASUREMENT)}
+
+
 NO_NOISE_CRITERION = 0.999
 """max_rel_noise inside a round: the time and sample minimums alone end it."""
 
@@ -105,7 +110,7 @@ class MeasurementSettings(BaseModel):
         description="pull-request jobs time the cases whose binary differs from the base's and this many unchanged "
         "ones (rotating with the run, as drift sentinels); the rest are reported unchanged, not timed")
     device_overrides: dict[str, dict[str, float | int | str]] = Field(
-        default_factory=lambda: {"gpu": dict(GPU_MEASUREMENT)},
+        default_factory=default_device_overrides,
         description="device class name or kind -> settings that differ there; a class's name wins over its kind. "
         "Configured ones (file, environment) are laid over the defaults key by key: setting one GPU class's "
         "value keeps the GPU defaults; given to MeasurementSettings itself, they replace them ({}: none)",
@@ -476,7 +481,7 @@ class Settings(BaseSettings):
         given = measurement.get("device_overrides") if isinstance(measurement, dict) else None
         if not isinstance(given, dict):
             return data
-        merged: dict[str, Any] = {"gpu": dict(GPU_MEASUREMENT)}
+        merged: dict[str, Any] = default_device_overrides()
         for key, changes in given.items():
             merged[key] = {**merged.get(key, {}), **changes} if isinstance(changes, dict) else changes
         return {**data, "measurement": {**measurement, "device_overrides": merged}}

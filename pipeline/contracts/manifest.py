@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -41,19 +42,18 @@ class TensorSpec(BaseModel):
         if self.init == "randint" and (self.low is None or self.high is None or self.high <= self.low):
             raise ValueError("init=randint needs low < high")
         if self.init == "permutation":
-            count = 1
-            for n in self.shape:
-                count *= n
-            if self.low is not None or self.high is None or self.high < count:
+            if self.low is not None or self.high is None or self.high < self.count:
                 raise ValueError("init=permutation needs high >= the element count (and no low)")
         return self
 
     @property
+    def count(self) -> int:
+        """Elements (C order)."""
+        return math.prod(self.shape)
+
+    @property
     def nbytes(self) -> int:
-        count = 1
-        for n in self.shape:
-            count *= n
-        return count * ITEM_BYTES[self.dtype]
+        return self.count * ITEM_BYTES[self.dtype]
 
 
 class KernelParam(BaseModel):
