@@ -84,16 +84,17 @@ def test_paired_results_carry_the_base_samples_and_the_verdict_is_paired(
     with session_scope(engine) as session:   # judged as if they differed, they are similar (A/A)
         judged = compare(session, repository=head.repository, head_sha=head.commit,
                          device_class=device.device_class.name, settings=CompareSettings(same_binary_shortcut=False))
+    beta_change = rows[case_id(CASES[1])].change
+    assert beta_change is not None and beta_change > 0.5, rows[case_id(CASES[1])]
     for row in judged.rows:
         if str(row.case_id) in (case_id(CASES[0]), case_id(CASES[2])):
-            # A 95 % interval misses 0 in one A/A of twenty by design (CI saw [-0.11 %, -0.04 %]): what
-            # must hold is that the change is small and its interval narrow around it, not that it holds 0.
-            # Narrow on a shared 2-core CI machine is a few percent (CI saw [-1.7 %, +2.7 %] for these
-            # ~10-sample rounds), far inside the beta case's +50 %.
+            # What must hold is the verdict and a resolution that sees beta's change, not a tight interval
+            # around 0: a 95 % interval misses 0 in one A/A of twenty by design (CI saw [-0.11 %, -0.04 %]),
+            # and these three ~12-sample rounds on a shared 2-core CI machine have read from [-1.7 %, +2.7 %]
+            # to +3.9 % with an upper bound of +11 %. Such a reading is judged "similar" and is still far from beta's +50 %.
             assert row.status == "similar" and row.ci_low is not None and row.ci_high is not None, row
-            assert row.ci_low <= row.change <= row.ci_high and abs(row.change) < 0.02, row
-            assert max(abs(row.ci_low), abs(row.ci_high)) < 0.05, row
-
+            assert row.ci_low <= row.change <= row.ci_high, row
+            assert max(abs(row.ci_low), abs(row.ci_high)) < beta_change / 2, (row, beta_change)
 
 def test_a_base_of_the_same_commit_is_refused(
     bundles: tuple[Path, tuple[Path, BundleManifest], tuple[Path, BundleManifest]], device: LocalDevice,
