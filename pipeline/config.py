@@ -30,6 +30,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from pipeline.host_lock import DEFAULT_HOST_LOCK
+
 ENV_PREFIX = "BENCHFARM_"
 
 
@@ -109,6 +111,10 @@ class MeasurementSettings(BaseModel):
         default=4, ge=0,
         description="pull-request jobs time the cases whose binary differs from the base's and this many unchanged "
         "ones (rotating with the run, as drift sentinels); the rest are reported unchanged, not timed")
+    host_lock: str = Field(
+        default=DEFAULT_HOST_LOCK,
+        description="file lock this host's benchfarm processes share: timing on a CPU device holds it alone and "
+        "compiles hold it together, so no build runs beside CPU timing (`pipeline.host_lock`); '': no lock")
     device_overrides: dict[str, dict[str, float | int | str]] = Field(
         default_factory=default_device_overrides,
         description="device class name or kind -> settings that differ there; a class's name wins over its kind. "

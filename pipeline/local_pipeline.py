@@ -151,6 +151,7 @@ def _build_and_run(settings: Settings, engine: Engine, *, location: SuiteLocatio
         bundle_dir, manifest = build_bundle(
             location=location, sha=sha, targets=chosen, out_dir=settings.bundles_dir,
             cache_dir=settings.cache_dir, workers=settings.build_workers, progress=progress, repository=repo,
+            host_lock=settings.measurement.host_lock,
         )
         with session_scope(engine) as session:
             ingest.ingest_manifest(session, manifest=manifest, path=str(bundle_dir))

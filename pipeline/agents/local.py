@@ -39,6 +39,7 @@ from pipeline.contracts import (
 )
 from pipeline.contracts.bundle_dir import load_bundle, load_suite_module
 from pipeline.contracts.result import AgentInfo, PairedBase, summarize
+from pipeline.host_lock import cpu_timing
 
 log = logging.getLogger(__name__)
 
@@ -218,39 +219,48 @@ def run_bundle(
     round_settings = settings.per_round()
     active = dict(checked)
     steps, step = settings.rounds * len(checked), 0
-    try:
-        for round_number in range(1, settings.rounds + 1):
-            for index, kernel in list(active.items()):
-                base = bases.get(index)
-                kernel.select(round_number - 1)
-                try:
-                    if base is None:
-                        timed[index].add(measure(kernel.read, round_settings, default_clock_mhz=kernel.default_clock_mhz))
-                    else:
-                        pairs = measure_pairs(base.read, kernel.read, round_settings,
-                                              first_pair=len(timed[index].head.readings),
-                                              default_clock_mhz=kernel.default_clock_mhz)
-                        timed[index].add(pairs[1], base=pairs[0])
-                except Exception as exc:  # a kernel that fails while timed is an error; the others go on
-                    log.warning("case %s timing failed: %s", kernel.entry.case, exc)
-                    results[index] = _error(kernel.entry, exc)
-                    del active[index]
-                    del checked[index]
-                    if base is not None:
-                        base.release()
-                        del bases[index]
-                    kernel.release()
-                step += 1
-                if progress:
-                    progress(f"timing: round {round_number}/{settings.rounds} {kernel.entry.case}", step, steps)
-            if round_number >= settings.min_rounds:
-                for index in [i for i in active if timed[i].settled(settings.round_ci_target, paired=i in bases)]:
-                    del active[index]
-                    step += settings.rounds - round_number
-            if not active:
-                break
+
+    def waiting(message: str) -> None:
+        log.info("%s: %s", device_class.name, message)
         if progress:
-            progress("timing: done", steps, steps)
+            progress(f"timing: {message}", step, steps)
+
+    # a compile beside CPU timing reads as a change (pipeline.host_lock): timing waits for it, and holds it off
+    lock = settings.host_lock if device_class.kind == "cpu" and checked else ""
+    try:
+        with cpu_timing(lock, on_wait=waiting):
+            for round_number in range(1, settings.rounds + 1):
+                for index, kernel in list(active.items()):
+                    base = bases.get(index)
+                    kernel.select(round_number - 1)
+                    try:
+                        if base is None:
+                            timed[index].add(measure(kernel.read, round_settings, default_clock_mhz=kernel.default_clock_mhz))
+                        else:
+                            pairs = measure_pairs(base.read, kernel.read, round_settings,
+                                                  first_pair=len(timed[index].head.readings),
+                                                  default_clock_mhz=kernel.default_clock_mhz)
+                            timed[index].add(pairs[1], base=pairs[0])
+                    except Exception as exc:  # a kernel that fails while timed is an error; the others go on
+                        log.warning("case %s timing failed: %s", kernel.entry.case, exc)
+                        results[index] = _error(kernel.entry, exc)
+                        del active[index]
+                        del checked[index]
+                        if base is not None:
+                            base.release()
+                            del bases[index]
+                        kernel.release()
+                    step += 1
+                    if progress:
+                        progress(f"timing: round {round_number}/{settings.rounds} {kernel.entry.case}", step, steps)
+                if round_number >= settings.min_rounds:
+                    for index in [i for i in active if timed[i].settled(settings.round_ci_target, paired=i in bases)]:
+                        del active[index]
+                        step += settings.rounds - round_number
+                if not active:
+                    break
+            if progress:
+                progress("timing: done", steps, steps)
     finally:
         for kernel in [*bases.values(), *checked.values()]:   # bases first: they time on their head's buffers
             kernel.release()

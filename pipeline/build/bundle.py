@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import multiprocessing
 import os
 import shutil
@@ -55,6 +56,9 @@ from pipeline.contracts import (
 )
 from pipeline.contracts.bundle_dir import MANIFEST, load_bundle
 from pipeline.contracts.manifest import ArtifactRef
+from pipeline.host_lock import compiling
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ALL_TARGETS", "BuildCounts", "build_bundle", "load_bundle", "MANIFEST", "SUITE_DIR"]
 
@@ -235,6 +239,12 @@ _VENDOR = CompiledArtifact(data=b"", stats=CompileStats(compiler="none", compile
                                                           binary_bytes=0))   # stands for "nothing compiled"
 
 
+def _report_wait(message: str, progress: ProgressFn | None) -> None:
+    log.info("build: %s", message)
+    if progress:
+        progress(f"build: {message}", 0, 1)
+
+
 def _compile_all(
     jobs: list[_Job], cache_dir: Path, suite_dir: Path, workers: int, progress: ProgressFn | None,
     counts: BuildCounts,
@@ -311,6 +321,7 @@ def build_bundle(
     progress: ProgressFn | None = None,
     repository: str | None = None,
     counts: BuildCounts | None = None,
+    host_lock: str = "",
 ) -> tuple[Path, BundleManifest]:
     """Export the suite at `sha`, compile every case x supported target, write the bundle.
 
@@ -318,6 +329,8 @@ def build_bundle(
     already exists (complete, since it only ever appears by rename) it is returned as is. A case
     that fails to compile becomes a `failed` entry with the compiler's error. `workers=0` means one
     compile process per core. `counts`, when given, is filled with what was compiled / cached.
+    The compiles hold `host_lock` shared (`pipeline.host_lock`): they wait while a CPU device on this
+    host is timed, and hold off its timing while they run.
 
     Compiles run in *spawned* processes (safe beside runtime threads), so a script calling this
     needs the usual `if __name__ == "__main__":` guard.
@@ -342,7 +355,8 @@ def build_bundle(
         cases = load_suite(tmp / SUITE_DIR, digest=digest)
         suite_dir = (tmp / SUITE_DIR).resolve()
         jobs = _plan(cases, [Target.parse(t) for t in target_names], versions, suite_dir)
-        results = _compile_all(jobs, cache_dir, suite_dir, workers, progress, counts)
+        with compiling(host_lock, on_wait=lambda message: _report_wait(message, progress)):
+            results = _compile_all(jobs, cache_dir, suite_dir, workers, progress, counts)
         entries = []
         for i, job in enumerate(jobs):
             outcome = results[i]

@@ -112,6 +112,7 @@ def cmd_build(args: argparse.Namespace, settings: Settings) -> int:
         bundle_dir, manifest = build_bundle(
             location=location, sha=sha, targets=targets, out_dir=out, cache_dir=settings.cache_dir,
             workers=settings.build_workers, progress=progress, repository=settings.repository or None,
+            host_lock=settings.measurement.host_lock,
         )
     failed = [e for e in manifest.entries if e.status == "failed"]
     out_console.print(f"bundle {bundle_dir}: {len(manifest.entries) - len(failed)} built, {len(failed)} failed")

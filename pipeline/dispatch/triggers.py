@@ -241,7 +241,8 @@ class Builder(Loop):
                 log.info("building %s@%s for %s", repository, commit[:10], ", ".join(targets))
                 bundle_dir, manifest = build_bundle(
                     location=locate_suite(self.suite), sha=commit, targets=targets, out_dir=self.settings.bundles_dir,
-                    cache_dir=self.settings.cache_dir, workers=self.settings.build_workers, repository=repository)
+                    cache_dir=self.settings.cache_dir, workers=self.settings.build_workers, repository=repository,
+                    host_lock=self.settings.measurement.host_lock)
                 with session_scope(self.engine) as session:
                     digests.append(ingest.ingest_manifest(session, manifest=manifest,
                                                           path=str(Path(bundle_dir).resolve())).digest)

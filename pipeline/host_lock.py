@@ -1,0 +1,79 @@
+"""One lock per host between benchfarm's compiles and its CPU timing.
+
+A CPU device times on the cores a builder compiles on: a build beside it (the embedded service's
+builder thread, a `benchfarm builder` or `benchfarm run` on the same host) slows whichever rounds
+it overlaps, and an identical binary reads as changed. So timing on a CPU device holds the host's
+lock alone, and compiles hold it together (several builds may share the cores, never with timing).
+The lock is an `flock` on a file every process on the host opens (`MeasurementSettings.host_lock`),
+so it needs no server and goes with the process that held it, however that process ends.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+DEFAULT_HOST_LOCK = "/tmp/benchfarm-host.lock"
+"""In /tmp, not a user's data dir: the processes that contend for the cores may belong to several
+users and configurations."""
+
+_POLL_S = 0.1
+
+
+@contextmanager
+def cpu_timing(path: str, *, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold the host's lock alone while timing on a CPU device ('' : no lock)."""
+    with _held(path, fcntl.LOCK_EX, "a compile on this host", on_wait):
+        yield
+
+
+@contextmanager
+def compiling(path: str, *, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold the host's lock, shared with other compiles, while compiling ('' : no lock)."""
+    with _held(path, fcntl.LOCK_SH, "CPU timing on this host", on_wait):
+        yield
+
+
+@contextmanager
+def _held(path: str, mode: int, holder: str, on_wait: Callable[[str], None] | None) -> Iterator[None]:
+    if not path:
+        yield
+        return
+    fd = _open(path)
+    try:
+        # Polled, not blocking: a waiting thread stays interruptible and an agent that gives up its job
+        # (lease lost, stop) is not stuck in the kernel.
+        waited = False
+        while True:
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not waited and on_wait is not None:
+                    on_wait(f"waiting for {holder} to finish ({path})")
+                waited = True
+                time.sleep(_POLL_S)
+        yield
+    finally:
+        os.close(fd)   # closing the descriptor releases the lock
+
+
+def _open(path: str) -> int:
+    # Read-only is enough for flock. The file may belong to another user: in a sticky directory such as
+    # /tmp an O_CREAT open of someone else's file is refused (protected_regular), so open first, create after.
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        pass
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except PermissionError:   # another user's process created it meanwhile
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fchmod(fd, 0o644)   # readable by the other users' processes whatever our umask
+    except OSError:
+        pass
+    return fd

@@ -1,0 +1,131 @@
+"""The host lock between compiles and CPU timing (pipeline.host_lock), held by real processes: a
+CPU job's timing waits while another process compiles, a build waits while another process times
+on the CPU, and compiles share the lock with each other. Each test uses a lock file of its own."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.agents.devices import LocalDevice, cpu_device
+from pipeline.agents.local import run_bundle
+from pipeline.build.bundle import build_bundle
+from pipeline.build.suite_loader import locate_suite, resolve_commit
+from pipeline.config import MeasurementSettings
+from pipeline.host_lock import cpu_timing
+from tests.helpers.suite_repo import GemmCase, gemm_suite_files, make_suite_repo
+
+HOLD_S = 1.5
+_HOLDER = """
+import sys
+from pipeline import host_lock
+with getattr(host_lock, sys.argv[1])(sys.argv[2]):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+class Holder:
+    """Another process holding the lock (`compiling` or `cpu_timing`) until `release`."""
+
+    def __init__(self, kind: str, lock: Path) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", _HOLDER, kind, str(lock)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "held"
+        self.released_at = float("inf")
+
+    def release(self) -> None:
+        assert self.proc.stdin is not None
+        self.released_at = time.monotonic()
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        assert self.proc.wait(timeout=10) == 0
+
+
+def _build(repo: Path, tmp: Path, lock: Path, progress) -> tuple[Path, object]:  # type: ignore[no-untyped-def]
+    location = locate_suite(repo / "kernels")
+    return build_bundle(location=location, sha=resolve_commit(location), targets=["llvm-cpu:x86_64"],
+                        out_dir=tmp / "bundles", cache_dir=tmp / "cache", workers=1, progress=progress,
+                        host_lock=str(lock))
+
+
+@pytest.fixture(scope="module")
+def device() -> LocalDevice:
+    found = cpu_device()
+    if found is None or found.device_class.targets != ["llvm-cpu:x86_64"]:
+        pytest.skip("needs an x86_64 host")
+    return found
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_suite_repo(tmp_path_factory.mktemp("lock-repo"), gemm_suite_files([GemmCase("alpha", 64, 64, 64)]))
+
+
+def test_a_build_waits_while_another_process_times_on_the_cpu(repo: Path, tmp_path: Path) -> None:
+    lock = tmp_path / "host.lock"
+    timing = Holder("cpu_timing", lock)
+    seen: list[tuple[float, str]] = []
+    done: list[float] = []
+
+    def build() -> None:
+        _build(repo, tmp_path, lock, lambda message, *_: seen.append((time.monotonic(), message)))
+        done.append(time.monotonic())
+
+    builder = threading.Thread(target=build)
+    builder.start()
+    time.sleep(HOLD_S)
+    assert not done, "the build finished while another process timed on the CPU"
+    timing.release()
+    builder.join(timeout=120)
+    assert done and done[0] > timing.released_at
+    waits = [message for _, message in seen if "waiting for CPU timing on this host" in message]
+    assert waits and str(lock) in waits[0], seen
+    compiled = [at for at, message in seen if not message.startswith("build: waiting")]
+    assert compiled and min(compiled) > timing.released_at, seen
+
+
+def test_cpu_timing_waits_while_another_process_compiles(repo: Path, device: LocalDevice, tmp_path: Path) -> None:
+    lock = tmp_path / "host.lock"
+    bundle_dir, manifest = _build(repo, tmp_path, lock, None)
+    compiles = Holder("compiling", lock)
+    seen: list[tuple[float, str]] = []
+    settings = MeasurementSettings(warmup_s=0.01, min_samples=4, min_time_s=0.02, max_time_s=0.2, rounds=2,
+                                   min_rounds=2, device_overrides={}, host_lock=str(lock))
+    documents: list[object] = []
+
+    def run() -> None:
+        documents.append(run_bundle(bundle_dir=bundle_dir, manifest=manifest, device=device, run_id="r", job_id="j",  # type: ignore[arg-type]
+                                    settings=settings, progress=lambda message, *_: seen.append((time.monotonic(), message))))
+
+    job = threading.Thread(target=run)
+    job.start()
+    time.sleep(HOLD_S)
+    assert not documents, "the job finished its timing while another process compiled"
+    compiles.release()
+    job.join(timeout=120)
+    assert documents and all(r.status == "ok" for r in documents[0].results)  # type: ignore[attr-defined]
+    waits = [message for _, message in seen if "waiting for a compile on this host" in message]
+    assert waits and str(lock) in waits[0], seen
+    rounds = [at for at, message in seen if message.startswith("timing: round")]
+    assert rounds and min(rounds) > compiles.released_at, seen
+
+
+def test_compiles_share_the_lock_and_an_empty_path_takes_none(tmp_path: Path) -> None:
+    lock = tmp_path / "host.lock"
+    first, second = Holder("compiling", lock), Holder("compiling", lock)   # both hold it at once
+    try:
+        blocked = subprocess.run([sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+                                  "try:\n fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError:\n"
+                                  " sys.exit(3)", str(lock)], timeout=10)
+        assert blocked.returncode == 3, "an exclusive lock was granted beside two compiles"
+        with cpu_timing(""):   # no lock at all: does not wait for the compiles
+            pass
+    finally:
+        first.release()
+        second.release()
