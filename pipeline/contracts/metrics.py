@@ -12,10 +12,13 @@ class Metric:
     lower_is_better: bool
 
 
+LATENCY = "latency"
+"""The metric the agents time and verdicts judge; the others come from the build."""
+
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
-        Metric("latency", "s", lower_is_better=True),
+        Metric(LATENCY, "s", lower_is_better=True),
         Metric("compile_time", "s", lower_is_better=True),
         Metric("binary_size", "B", lower_is_better=True),
         Metric("registers", "regs", lower_is_better=True),

@@ -31,6 +31,7 @@ from pipeline.contracts import (
     bundle_digest,
 )
 from pipeline.contracts.arrays import to_blob
+from pipeline.contracts.metrics import LATENCY
 from pipeline.store.analysis import analyze_after_ingest, learn_paired_noise
 from pipeline.store.models import (
     JOB_STATUSES,
@@ -51,8 +52,6 @@ from pipeline.store.models import (
     Series,
     utcnow,
 )
-
-LATENCY = "latency"
 
 
 class IngestError(ValueError):

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.contracts.arrays import from_blob
 from pipeline.contracts.ids import CaseId
+from pipeline.contracts.metrics import LATENCY
 from pipeline.store.compare import CONTROL_IMPL
 from pipeline.store.models import (
     Bundle,
@@ -27,7 +28,6 @@ from pipeline.store.models import (
 )
 from pipeline.store.triage import TriageEventOut, event_out
 
-LATENCY = "latency"
 SHORT_ID_MIN = 4
 """Shortest id prefix a page accepts for a run or a job (pages show their first 12 characters)."""
 
