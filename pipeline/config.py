@@ -107,6 +107,11 @@ class MeasurementSettings(BaseModel):
         "within it, cases that placement_bytes left on fewer copies get more, evenly, up to placements; a job "
         "over it gives copies back from its largest cases first (at least one each). None: placement_bytes only "
         "(`pipeline.agents.placement`)")
+    placement_memory_fraction: float = Field(
+        default=0.6, gt=0, le=1,
+        description="with placement_total_bytes, the job's copies also stay within this fraction of the device "
+        "memory free when the job starts (a runner that can tell: CUDA), so a smaller GPU than the budget was "
+        "set for is not run out of memory: 0.6 keeps 40 GiB on an 80 GiB H100, ~13 GiB on a 24 GiB L4")
     unchanged_sentinels: int = Field(
         default=4, ge=0,
         description="pull-request jobs time the cases whose binary differs from the base's and this many unchanged "

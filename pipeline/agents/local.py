@@ -25,7 +25,7 @@ from pipeline.agents.measure import (
     measure_pairs,
     round_levels,
 )
-from pipeline.agents.placement import plan_placements
+from pipeline.agents.placement import job_budget, plan_placements
 from pipeline.agents.runners import CheckedKernel, Workspace
 from pipeline.agents.runners.iree_runner import IreeDevice, prepare_entry
 from pipeline.config import MeasurementSettings
@@ -114,6 +114,12 @@ def _runner(device: LocalDevice) -> _Runner:
     raise ValueError(f"device class {device_class.name} runs {device_class.runtime}, which this agent cannot run")
 
 
+def _free_bytes(runner: _Runner) -> int | None:
+    """The device memory free now, where the runner's device can tell (CUDA), else None."""
+    free = getattr(runner.device, "free_bytes", None)
+    return free() if callable(free) else None
+
+
 class _References:
     """Reference functions imported once per module from the bundle's shipped suite copy."""
 
@@ -182,8 +188,10 @@ def run_bundle(
     # every timed case's buffer copies are held at once (round-robin), so they are planned for the job
     timed_entries = [i for i, e in enumerate(entries)
                      if i not in untimed and e.status == "built" and runner.for_entry(e) is not None]
+    free_bytes = _free_bytes(runner) if timed_entries else None
     copies = dict(zip(timed_entries, plan_placements(
-        [sum(t.nbytes for t in entries[i].tensors) for i in timed_entries], settings)))
+        [sum(t.nbytes for t in entries[i].tensors) for i in timed_entries], settings, free_bytes=free_bytes)))
+    budget = job_budget(settings, free_bytes)
     results: dict[int, CaseResult] = {}
     checked: dict[int, CheckedKernel] = {}
     checks = {"run": 0, "reused": 0}   # correctness checks made, and outcomes reused (cache, same binary)
@@ -274,7 +282,8 @@ def run_bundle(
         # the whole bundle's digest: `manifest` may be a selection of its entries
         bundle_digest=bundle_digest(load_bundle(bundle_dir)), device=device.info, agent=agent_info(),
         started_at=started, finished_at=datetime.now(timezone.utc),
-        environment={**_environment(device), "checks_run": str(checks["run"]), "checks_reused": str(checks["reused"])},
+        environment={**_environment(device), "checks_run": str(checks["run"]), "checks_reused": str(checks["reused"]),
+                     **({"placement_budget_bytes": str(budget)} if budget is not None and timed_entries else {})},
         results=[results[index] for index in range(len(entries))],
     )
 

@@ -8,7 +8,8 @@ under 0.05). The job holds every timed case's copies at once (round-robin), so t
 for the job as a whole: each case within `placement_bytes`, and, with `placement_total_bytes`, the
 cases that budget left on fewer copies raised evenly (every one to two before any to three) while
 the job's total stays within it; a total over it is brought down from the largest sets, never under
-one copy each.
+one copy each. Where the runner can tell the device memory free at the job's start, the total is
+also kept within `placement_memory_fraction` of it (`job_budget`).
 """
 
 from __future__ import annotations
@@ -17,14 +18,25 @@ from collections.abc import Sequence
 
 from pipeline.config import MeasurementSettings
 
-__all__ = ["plan_placements"]
+__all__ = ["job_budget", "plan_placements"]
 
 
-def plan_placements(set_bytes: Sequence[int], settings: MeasurementSettings) -> list[int]:
-    """Copies per case, in the order of `set_bytes` (each case's buffers, inputs and outputs, in bytes)."""
+def job_budget(settings: MeasurementSettings, free_bytes: int | None = None) -> int | None:
+    """Bytes all of a job's copies may take: `placement_total_bytes`, within `placement_memory_fraction`
+    of `free_bytes` (the device's free memory) when known. None: no job budget (per case only)."""
+    budget = settings.placement_total_bytes
+    if budget is None or free_bytes is None:
+        return budget
+    return min(budget, int(settings.placement_memory_fraction * free_bytes))
+
+
+def plan_placements(set_bytes: Sequence[int], settings: MeasurementSettings, *,
+                    free_bytes: int | None = None) -> list[int]:
+    """Copies per case, in the order of `set_bytes` (each case's buffers, inputs and outputs, in bytes),
+    on a device with `free_bytes` of memory free (None: unknown)."""
     wanted = settings.placements
     counts = [max(1, min(wanted, settings.placement_bytes // max(size, 1))) for size in set_bytes]
-    budget = settings.placement_total_bytes
+    budget = job_budget(settings, free_bytes)
     if budget is None:
         return counts
     total = sum(c * s for c, s in zip(counts, set_bytes))

@@ -158,3 +158,18 @@ def test_a_slow_host_stays_out_of_the_sample(device: LocalDevice) -> None:
     cuda.free(target)
     assert gated[25] < 50e-6, gated[25]
     assert ungated[25] > 200e-6, ungated[25]
+
+
+@pytest.mark.gpu
+def test_free_memory_is_read_from_the_device(device: LocalDevice) -> None:
+    """The job's copy plan reads the free memory (`CudaDevice.free_bytes`): a 1 GiB allocation shows in it."""
+    from pipeline.agents.runners.cuda_runner import CudaDevice
+
+    gpu = CudaDevice(device.info.uid)
+    before = gpu.free_bytes()
+    ptr = gpu.alloc(1 << 30)
+    try:
+        after = gpu.free_bytes()
+    finally:
+        gpu.free(ptr)
+    assert 0 < after < before and before - after >= 1 << 30, (before, after)

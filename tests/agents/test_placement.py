@@ -50,3 +50,36 @@ def test_the_gpu_default_gives_every_case_of_the_cuda_suite_two_copies_at_least(
     assert min(plan) >= 2, sorted(zip(plan, sizes))[:5]
     assert gpu.placement_total_bytes is not None
     assert sum(c * s for c, s in zip(plan, sizes)) <= gpu.placement_total_bytes
+
+
+def test_the_job_budget_keeps_within_a_share_of_the_device_memory_free() -> None:
+    from pipeline.agents.placement import job_budget
+
+    gpu = MeasurementSettings().for_device("nvidia-l4", "gpu")
+    assert gpu.placement_total_bytes == 40 << 30
+    assert job_budget(gpu) == job_budget(gpu, free_bytes=None) == 40 << 30    # the runner cannot tell: as set
+    assert job_budget(gpu, free_bytes=79 << 30) == 40 << 30                    # an 80 GiB H100: the 40 GiB hold
+    l4_free = 22 << 30
+    assert job_budget(gpu, free_bytes=l4_free) == int(0.6 * l4_free)          # a 24 GiB L4: 13.2 GiB
+    assert job_budget(settings(), free_bytes=l4_free) is None                  # no job budget: per case only
+    # [4, 4] at 200 and 100 MiB = 1200 MiB; 1 GiB free gives 614 MiB: the larger case goes down to one copy
+    plan = plan_placements([200 * MiB, 100 * MiB], settings(per_case=1024 * MiB, total=8 << 30), free_bytes=1024 * MiB)
+    assert plan == [1, 4]
+
+
+def test_the_cuda_suite_on_smaller_gpus_keeps_its_copies_within_the_share() -> None:
+    from pipeline.build.suite_loader import load_suite
+    from pipeline.contracts import Target
+
+    gpu = MeasurementSettings().for_device("nvidia-l40s", "gpu")
+    cuda = Target.parse("cuda:sm_90")
+    sizes = [sum(t.nbytes for t in c.tensors) for c in load_suite("kernels") if c.supports(cuda)]
+    on_h100 = plan_placements(sizes, gpu, free_bytes=79 << 30)
+    assert on_h100 == plan_placements(sizes, gpu)                # 0.6 x 79 GiB is over 40 GiB: as set
+    free = 44 << 30                                              # a 48 GiB L40S
+    plan = plan_placements(sizes, gpu, free_bytes=free)
+    total = sum(c * s for c, s in zip(plan, sizes))
+    assert min(plan) >= 1 and total <= 0.6 * free, (total, 0.6 * free)
+    assert total < sum(c * s for c, s in zip(on_h100, sizes)) and max(plan) == gpu.placements
+    # on a 24 GiB L4 one copy of every case (16.4 GiB) is over the share already: one each, never fewer
+    assert plan_placements(sizes, gpu, free_bytes=22 << 30) == [1] * len(sizes)

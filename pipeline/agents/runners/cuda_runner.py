@@ -125,6 +125,11 @@ class CudaDevice:
     def alloc(self, nbytes: int) -> int:
         return int(self._call(self._cu.cuMemAlloc, max(nbytes, 1)))   # 256-byte aligned
 
+    def free_bytes(self) -> int:
+        """Device memory free now (cuMemGetInfo), for the job's plan of buffer copies."""
+        free, _total = self._call(self._cu.cuMemGetInfo)
+        return int(free)
+
     def free(self, ptr: int) -> None:
         self._call(self._cu.cuMemFree, self._cu.CUdeviceptr(ptr))
 
