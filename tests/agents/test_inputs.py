@@ -70,3 +70,19 @@ def test_bf16_draws_depend_on_the_seed_only() -> None:
     host, reference = cuda_runner.make_inputs([x], np.random.default_rng(11))["x"]
     np.testing.assert_array_equal(host, a)
     assert reference.dtype == np.float32 and np.all(reference != 0)
+
+
+def test_index_inputs_are_the_same_in_every_run_and_values_fresh() -> None:
+    """Index inputs are the kernel's access pattern: two runs (two generators) time the same work,
+    while the values they move differ; another index spec gets another pattern."""
+    specs = [TensorSpec(name="pos", role="input", shape=[64], dtype="i32", init="permutation", high=256),
+             TensorSpec(name="idx", role="input", shape=[32], dtype="i32", init="randint", low=0, high=1000),
+             TensorSpec(name="table", role="input", shape=[16, 8], dtype="f32", init="normal")]
+    first = cuda_runner.make_inputs(specs, np.random.default_rng(1))
+    second = cuda_runner.make_inputs(specs, np.random.default_rng(2))
+    for name in ("pos", "idx"):
+        np.testing.assert_array_equal(first[name][0], second[name][0])
+    assert not np.array_equal(first["table"][0], second["table"][0])
+    one = random_values(spec(shape=[64], init="permutation", high=256), np.random.default_rng(1))
+    other = random_values(spec(shape=[64], init="permutation", high=512), np.random.default_rng(1))
+    assert not np.array_equal(one, other) and len(set(one.tolist())) == 64

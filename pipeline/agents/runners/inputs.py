@@ -8,10 +8,21 @@ bf16 inputs (`random_bf16`) are drawn as 16-bit codes looked up in a table of th
 float32 normals and rounding them cost ~40 ns per element on the agents' hosts, most of an unpaired
 GPU job's check phase (a 128256 x 4096 embedding table alone took 20 s). The values are those of
 the continuous draw rounded to bf16, with the normal's tails cut at +-4.3 (probability 2e-5).
+
+Index inputs (`PATTERN_INITS`: randint, permutation) say which rows a kernel reads and writes: its
+memory access pattern, so its timing. They are drawn from their spec alone (`pattern_seed`), the
+same in every run, on every commit and for a case's vendor control, so that two runs of a gather or
+a MoE dispatch time the same work; the values they move stay fresh per run. Drawn per run, the
+pattern is a level of variation of its own, and the likeliest one behind what an H100 showed
+(2026-11-25, before this): in unpaired A/A, Triton MoE dispatch/combine cases of 64 tokens moved by
+1-2 % between runs, outside their 95 % intervals (half-widths 0.4-0.7 %), on several buffer copies;
+never in paired A/A, where the base reads its head's buffers, so the same indices.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from functools import cache
 from statistics import NormalDist
 
@@ -19,10 +30,12 @@ import numpy as np
 
 from pipeline.contracts import TensorSpec
 
-__all__ = ["random_values", "random_bf16", "bf16_bits", "bf16_values"]
+__all__ = ["PATTERN_INITS", "bf16_bits", "bf16_values", "pattern_seed", "random_bf16", "random_values"]
 
 CODES = 1 << 16
 """Equal-probability bins of a bf16 draw (`random_bf16`)."""
+PATTERN_INITS = ("randint", "permutation")
+"""Inits whose values are indices: drawn from the spec, not the run's generator (module doc)."""
 
 
 def bf16_bits(values: np.ndarray) -> np.ndarray:
@@ -40,17 +53,25 @@ def bf16_values(bits: np.ndarray) -> np.ndarray:
 def random_values(spec: TensorSpec, rng: np.random.Generator, *, normal_dtype: type = np.float64) -> np.ndarray:
     """Values for input `spec` (never zeros): normal N(0, 1), uniform [-1, 1), randint [low, high), or
     permutation (the first N of a random permutation of range(high), N the element count, C order).
-    `normal_dtype` is the precision normal values are drawn in (float32 or float64)."""
-    if spec.init == "randint":
-        return rng.integers(spec.low, spec.high, size=spec.shape)  # type: ignore[arg-type]
-    if spec.init == "permutation":
+    `normal_dtype` is the precision normal values are drawn in (float32 or float64). Index inits
+    (`PATTERN_INITS`) ignore `rng`: they are the same for the same spec (module doc)."""
+    if spec.init in PATTERN_INITS:
+        pattern = np.random.default_rng(pattern_seed(spec))
+        if spec.init == "randint":
+            return pattern.integers(spec.low, spec.high, size=spec.shape)  # type: ignore[arg-type]
         count = int(np.prod(spec.shape))
-        return rng.permutation(spec.high)[:count].reshape(spec.shape)  # type: ignore[arg-type]
+        return pattern.permutation(spec.high)[:count].reshape(spec.shape)  # type: ignore[arg-type]
     if spec.init == "uniform":
         return rng.uniform(-1.0, 1.0, size=spec.shape)
     if spec.init == "normal":
         return rng.standard_normal(size=spec.shape, dtype=normal_dtype)
     raise ValueError(f"input {spec.name} has init={spec.init}; an input needs random values")
+
+
+def pattern_seed(spec: TensorSpec) -> int:
+    """The seed of an index input's values: its name, shape, dtype, init and range, nothing of the run."""
+    text = json.dumps([spec.name, list(spec.shape), spec.dtype, spec.init, spec.low, spec.high])
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
 
 
 @cache
