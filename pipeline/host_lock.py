@@ -15,12 +15,59 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 DEFAULT_HOST_LOCK = "/tmp/benchfarm-host.lock"
 """In /tmp, not a user's data dir: the processes that contend for the cores may belong to several
 users and configurations."""
 
 _POLL_S = 0.1
+
+
+class HostLockError(OSError):
+    """The lock file cannot be opened; the message names it and the setting."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A process holding the lock, from /proc/locks (Linux)."""
+
+    pid: int
+    exclusive: bool
+    command: str
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} ({self.command or '?'}, {'timing' if self.exclusive else 'compiling'})"
+
+
+def holders(path: str) -> list[Holder]:
+    """Who holds the lock now (empty where nobody does, or /proc/locks cannot be read)."""
+    try:
+        stat = os.stat(path)
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return []
+    key = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+    found = []
+    for line in table.splitlines():
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF"; waiters are listed with "->" and are not holders
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == key and fields[4].isdigit():
+            pid = int(fields[4])
+            found.append(Holder(pid, fields[3] == "WRITE", _command(pid)))
+    return found
+
+
+def _command(pid: int) -> str:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return ""
+    words = [Path(a.decode(errors="replace")).name if i == 0 else a.decode(errors="replace")
+             for i, a in enumerate(argv[:3]) if a]
+    text = " ".join(" ".join(words).split())
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 @contextmanager
@@ -53,7 +100,8 @@ def _held(path: str, mode: int, holder: str, on_wait: Callable[[str], None] | No
                 break
             except BlockingIOError:
                 if not waited and on_wait is not None:
-                    on_wait(f"waiting for {holder} to finish ({path})")
+                    held_by = ", ".join(str(h) for h in holders(path))
+                    on_wait(f"waiting for {holder} to finish ({path}{': ' + held_by if held_by else ''})")
                 waited = True
                 time.sleep(_POLL_S)
         yield
@@ -62,6 +110,22 @@ def _held(path: str, mode: int, holder: str, on_wait: Callable[[str], None] | No
 
 
 def _open(path: str) -> int:
+    try:
+        return _open_or_create(path)
+    except OSError as exc:
+        raise HostLockError(
+            f"cannot open the host lock {path}: {exc.strerror}; set BENCHFARM_MEASUREMENT__HOST_LOCK "
+            "(measurement.host_lock) to a file every benchfarm process on this host can open, or to '' for none"
+        ) from None
+
+
+def open_check(path: str) -> None:
+    """Open (or create) the lock file and close it again: raises HostLockError as timing would."""
+    if path:
+        os.close(_open(path))
+
+
+def _open_or_create(path: str) -> int:
     # Read-only is enough for flock. The file may belong to another user: in a sticky directory such as
     # /tmp an O_CREAT open of someone else's file is refused (protected_regular), so open first, create after.
     try:

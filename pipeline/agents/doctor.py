@@ -3,7 +3,8 @@ it fails, what to do. Failing checks make the command exit 1; warnings (a phone'
 not `performance`, a hot device) are printed but do not.
 
 Checks: the service answers at the agent's URL; the token is known there and holds the agent
-scope; the agent's work folder has room for bundles; NVIDIA GPUs (driver, NVML, clocks) where
+scope; the agent's work folder has room for bundles; the host lock between compiles and CPU timing
+can be opened (and who holds it now); NVIDIA GPUs (driver, NVML, clocks) where
 nvidia-smi exists; phones over adb (state, CPU governor, temperature) where adb exists.
 """
 
@@ -65,6 +66,22 @@ def _disk(settings: Settings, min_free_gb: float) -> Check:
         return Check("disk", "fail", f"{free_gb:.1f} GB free under {folder} (bundles and spool need {min_free_gb:g})",
                      "free space there, or point agent.work_dir (BENCHFARM_AGENT__WORK_DIR) at a larger disk")
     return Check("disk", "ok", f"{free_gb:.1f} GB free under {folder}")
+
+
+def _host_lock(settings: Settings) -> Check:
+    from pipeline.host_lock import HostLockError, holders, open_check
+
+    path = settings.measurement.host_lock
+    if not path:
+        return Check("host lock", "warn", "none (measurement.host_lock is ''): compiles may run beside CPU timing",
+                     "set BENCHFARM_MEASUREMENT__HOST_LOCK to a file every benchfarm process on this host opens")
+    try:
+        open_check(path)
+    except HostLockError as exc:
+        return Check("host lock", "fail", str(exc), "point it at a file this user can open (or remove the other "
+                                                    "user's file when no benchfarm process runs)")
+    held = holders(path)
+    return Check("host lock", "ok", f"{path}: " + (f"held by {', '.join(str(h) for h in held)}" if held else "free"))
 
 
 def _run(args: list[str], timeout_s: float = 20) -> subprocess.CompletedProcess[str] | None:
@@ -136,4 +153,5 @@ def _phones(max_temp_c: float) -> list[Check]:
 
 def run_checks(settings: Settings, *, min_free_gb: float = 5.0, max_phone_temp_c: float = 45.0) -> list[Check]:
     """Every check of the module doc, in order."""
-    return [*_service(settings), _disk(settings, min_free_gb), *_nvidia(), *_phones(max_phone_temp_c)]
+    return [*_service(settings), _disk(settings, min_free_gb), _host_lock(settings), *_nvidia(),
+            *_phones(max_phone_temp_c)]

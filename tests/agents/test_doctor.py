@@ -1,5 +1,6 @@
 """`benchfarm doctor` as a host runs it (a subprocess), against a real service on loopback: ready,
-unreachable, a token without the agent scope, an unknown token, too little disk."""
+unreachable, a token without the agent scope, an unknown token, too little disk, a host lock
+that cannot be opened."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ def service(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     engine.dispose()
 
 
-def doctor(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
+def doctor(tmp_path: Path, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")} | settings
     empty = tmp_path / "no-tools"
     empty.mkdir(exist_ok=True)   # a PATH with no nvidia-smi and no adb (CI installs adb for the phone tests)
     env.update(BENCHFARM_HOME=str(tmp_path / "host"), PATH=str(empty), COLUMNS="200")
@@ -43,6 +44,7 @@ def test_a_ready_host(service: tuple[str, dict[str, str]], tmp_path: Path) -> No
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ok  service:" in proc.stdout and "'agent-host' with scopes agent" in proc.stdout
     assert "skip  nvidia" in proc.stdout and "skip  adb" in proc.stdout
+    assert "ok  host lock: /tmp/benchfarm-host.lock" in proc.stdout
 
 
 def test_each_problem_is_named_with_its_fix(service: tuple[str, dict[str, str]], tmp_path: Path) -> None:
@@ -56,3 +58,7 @@ def test_each_problem_is_named_with_its_fix(service: tuple[str, dict[str, str]],
     assert unknown.returncode == 1 and "FAIL  token: refused by the service: HTTP 401" in unknown.stdout
     full = doctor(tmp_path, "--server", url, "--token", tokens["agent"], "--min-free-gb", "1000000")
     assert full.returncode == 1 and "FAIL  disk" in full.stdout and "agent.work_dir" in full.stdout
+    locked_out = doctor(tmp_path, "--server", url, "--token", tokens["agent"], "--min-free-gb", "0.001",
+                        BENCHFARM_MEASUREMENT__HOST_LOCK=str(tmp_path / "no-such-dir" / "host.lock"))
+    assert locked_out.returncode == 1 and "FAIL  host lock: cannot open the host lock" in locked_out.stdout
+    assert "BENCHFARM_MEASUREMENT__HOST_LOCK" in locked_out.stdout

@@ -17,7 +17,7 @@ from pipeline.agents.local import run_bundle
 from pipeline.build.bundle import build_bundle
 from pipeline.build.suite_loader import locate_suite, resolve_commit
 from pipeline.config import MeasurementSettings
-from pipeline.host_lock import cpu_timing
+from pipeline.host_lock import cpu_timing, holders
 from tests.helpers.suite_repo import GemmCase, gemm_suite_files, make_suite_repo
 
 HOLD_S = 1.5
@@ -85,7 +85,7 @@ def test_a_build_waits_while_another_process_times_on_the_cpu(repo: Path, tmp_pa
     builder.join(timeout=120)
     assert done and done[0] > timing.released_at
     waits = [message for _, message in seen if "waiting for CPU timing on this host" in message]
-    assert waits and str(lock) in waits[0], seen
+    assert waits and str(lock) in waits[0] and f"pid {timing.proc.pid} (python" in waits[0], seen
     compiled = [at for at, message in seen if not message.startswith("build: waiting")]
     assert compiled and min(compiled) > timing.released_at, seen
 
@@ -111,7 +111,7 @@ def test_cpu_timing_waits_while_another_process_compiles(repo: Path, device: Loc
     job.join(timeout=120)
     assert documents and all(r.status == "ok" for r in documents[0].results)  # type: ignore[attr-defined]
     waits = [message for _, message in seen if "waiting for a compile on this host" in message]
-    assert waits and str(lock) in waits[0], seen
+    assert waits and str(lock) in waits[0] and f"pid {compiles.proc.pid} (python" in waits[0], seen
     rounds = [at for at, message in seen if message.startswith("timing: round")]
     assert rounds and min(rounds) > compiles.released_at, seen
 
@@ -124,8 +124,22 @@ def test_compiles_share_the_lock_and_an_empty_path_takes_none(tmp_path: Path) ->
                                   "try:\n fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError:\n"
                                   " sys.exit(3)", str(lock)], timeout=10)
         assert blocked.returncode == 3, "an exclusive lock was granted beside two compiles"
+        assert sorted((h.pid, h.exclusive) for h in holders(str(lock))) == sorted(
+            [(first.proc.pid, False), (second.proc.pid, False)])
         with cpu_timing(""):   # no lock at all: does not wait for the compiles
             pass
     finally:
         first.release()
         second.release()
+
+
+def test_a_lock_that_cannot_be_opened_fails_the_job_naming_it(repo: Path, device: LocalDevice, tmp_path: Path) -> None:
+    from pipeline.host_lock import HostLockError
+
+    bundle_dir, manifest = _build(repo, tmp_path, tmp_path / "host.lock", None)
+    unopenable = tmp_path / "no-such-dir" / "host.lock"
+    settings = MeasurementSettings(warmup_s=0.01, min_samples=4, min_time_s=0.02, max_time_s=0.2, rounds=2,
+                                   min_rounds=2, device_overrides={}, host_lock=str(unopenable))
+    with pytest.raises(HostLockError, match=f"cannot open the host lock {unopenable}.*BENCHFARM_MEASUREMENT__HOST_LOCK"):
+        run_bundle(bundle_dir=bundle_dir, manifest=manifest, device=device, run_id="r", job_id="j",  # type: ignore[arg-type]
+                   settings=settings)
