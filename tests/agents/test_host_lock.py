@@ -18,35 +18,10 @@ from pipeline.build.bundle import build_bundle
 from pipeline.build.suite_loader import locate_suite, resolve_commit
 from pipeline.config import MeasurementSettings
 from pipeline.host_lock import cpu_timing, holders
+from tests.helpers.host_lock import Holder
 from tests.helpers.suite_repo import GemmCase, gemm_suite_files, make_suite_repo
 
 HOLD_S = 1.5
-_HOLDER = """
-import sys
-from pipeline import host_lock
-with getattr(host_lock, sys.argv[1])(sys.argv[2]):
-    print("held", flush=True)
-    sys.stdin.readline()
-"""
-
-
-class Holder:
-    """Another process holding the lock (`compiling` or `cpu_timing`) until `release`."""
-
-    def __init__(self, kind: str, lock: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", _HOLDER, kind, str(lock)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
-        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "held"
-        self.released_at = float("inf")
-
-    def release(self) -> None:
-        assert self.proc.stdin is not None
-        self.released_at = time.monotonic()
-        self.proc.stdin.write("\n")
-        self.proc.stdin.flush()
-        assert self.proc.wait(timeout=10) == 0
-
-
 def _build(repo: Path, tmp: Path, lock: Path, progress) -> tuple[Path, object]:  # type: ignore[no-untyped-def]
     location = locate_suite(repo / "kernels")
     return build_bundle(location=location, sha=resolve_commit(location), targets=["llvm-cpu:x86_64"],

@@ -1,7 +1,7 @@
 """The builder as a process of its own (the compose file's `builder` service): the service, told not
 to build (dispatch.builder=false), leaves a triggered run's build waiting; `benchfarm builder` on the
 same store and home builds it, the agent runs the job, and a stop (SIGTERM, as `docker stop` sends)
-ends the builder with one line."""
+ends the builder with one line. A builder on a host where a CPU device is being timed waits for it."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.farm import Farm, wait_for
+from tests.helpers.host_lock import Holder
 from tests.helpers.suite_repo import GemmCase, gemm_suite_files, make_suite_repo
 from tests.helpers.stores import database_url  # noqa: F401  (the fixture: SQLite and PostgreSQL)
 
@@ -42,4 +43,31 @@ def test_a_builder_process_builds_what_the_service_leaves(tmp_path: Path, databa
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{farm.logs()}") from None
     finally:
+        farm.stop()
+
+
+def test_a_builder_waits_while_a_cpu_device_of_its_host_is_timed(tmp_path: Path) -> None:
+    repo = make_suite_repo(tmp_path, gemm_suite_files([GemmCase("alpha", 16, 16, 16)]), name="suite-repo")
+    farm = Farm(root=tmp_path, suite=repo / "kernels")
+    lock = tmp_path / "host.lock"
+    timing = Holder("cpu_timing", lock)   # another process times on this host's CPU
+    try:
+        farm.service({"BENCHFARM_DISPATCH__BUILDER": "false"})
+        farm.register_device_class()
+        (job_id,) = farm.trigger()["jobs"].values()
+        builder = farm.builder({"BENCHFARM_MEASUREMENT__HOST_LOCK": str(lock)})
+        wait_for(lambda: "waiting for CPU timing on this host" in builder.output(), 60, "the builder to wait")
+        assert f"pid {timing.proc.pid}" in builder.output()
+        time.sleep(2)
+        assert farm.query("SELECT status FROM build_requests") == [("building",)]   # taken, not compiled
+        timing.release()
+        wait_for(lambda: farm.query("SELECT status FROM build_requests") == [("done",)], 120, "the build")
+        farm.agent("agent-1", {"BENCHFARM_MEASUREMENT__HOST_LOCK": str(lock)})
+        job = wait_for(lambda: (j := farm.job(job_id))["status"] in ("done", "failed") and j, 120, "the job to end")
+        assert job["status"] == "done", job
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{farm.logs()}") from None
+    finally:
+        if timing.proc.poll() is None:
+            timing.release()
         farm.stop()

@@ -120,13 +120,14 @@ class Farm:
         wait_for(lambda: self._up(proc), 60, "the service to answer")
         return proc
 
-    def builder(self) -> Proc:
+    def builder(self, extra_env: dict[str, str] | None = None) -> Proc:
         """`benchfarm builder` beside a service started with BENCHFARM_DISPATCH__BUILDER=false: the same
         store and home (the service serves the bundles it writes), as the compose file runs them."""
         env = base_env(self.root / "service")
         env.update(BENCHFARM_BUILD_WORKERS="2")
         if self.database_url:
             env["BENCHFARM_DATABASE_URL"] = self.database_url
+        env.update(extra_env or {})
         proc = Proc("builder", ["builder", "--suite", str(self.suite)], env, self.root / "builder.log", self.root).start()
         self.procs.append(proc)
         return proc
