@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.agents.devices import LocalDevice, cpu_device
+from pipeline.agents.devices import LocalDevice
 from pipeline.agents.local import run_bundle
 from pipeline.build.bundle import build_bundle
 from pipeline.build.suite_loader import locate_suite, resolve_commit
 from pipeline.config import MeasurementSettings
 from pipeline.host_lock import cpu_timing, holders
+from tests.helpers.cpu import x86_64_cpu
 from tests.helpers.host_lock import Holder
 from tests.helpers.suite_repo import GemmCase, gemm_suite_files, make_suite_repo
 
@@ -31,10 +32,7 @@ def _build(repo: Path, tmp: Path, lock: Path, progress) -> tuple[Path, object]: 
 
 @pytest.fixture(scope="module")
 def device() -> LocalDevice:
-    found = cpu_device()
-    if found is None or found.device_class.targets != ["llvm-cpu:x86_64"]:
-        pytest.skip("needs an x86_64 host")
-    return found
+    return x86_64_cpu()
 
 
 @pytest.fixture(scope="module")

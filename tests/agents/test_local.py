@@ -8,14 +8,20 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from pipeline.agents.devices import LocalDevice, cpu_device
+from pipeline.agents.devices import LocalDevice
 from pipeline.agents.local import run_bundle
 from pipeline.build.bundle import build_bundle
 from pipeline.build.suite_loader import commit_history, locate_suite, resolve_commit
 from pipeline.config import MeasurementSettings
 from pipeline.contracts import BundleManifest, ResultDocument, parse_result
-from tests.helpers.suite_repo import GemmCase, case_id, gemm_suite_files, make_suite_repo
+from tests.helpers.cpu import x86_64_cpu
 from tests.helpers.stores import database_url, engine  # noqa: F401  (fixtures: SQLite and PostgreSQL)
+from tests.helpers.suite_repo import (
+    GemmCase,
+    case_id,
+    gemm_suite_files,
+    make_suite_repo,
+)
 
 FAST = MeasurementSettings(warmup_s=0.0, min_samples=5, min_time_s=0.0, max_time_s=0.2, max_rel_noise=0.5, rounds=2,
                            min_rounds=2)
@@ -24,10 +30,7 @@ GOOD, WRONG, BROKEN = GemmCase("good"), GemmCase("wrong", variant="wrong"), Gemm
 
 @pytest.fixture(scope="module")
 def device() -> LocalDevice:
-    found = cpu_device()
-    if found is None or found.device_class.targets != ["llvm-cpu:x86_64"]:
-        pytest.skip("needs an x86_64 host")
-    return found
+    return x86_64_cpu()
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.agents.devices import LocalDevice, cpu_device
+from pipeline.agents.devices import LocalDevice
 from pipeline.agents.local import run_bundle
 from pipeline.build.bundle import build_bundle
 from pipeline.build.suite_loader import commit_history, locate_suite, resolve_commit
@@ -17,7 +17,15 @@ from pipeline.contracts import BundleManifest, ResultDocument, parse_result
 from pipeline.store import ingest
 from pipeline.store.compare import compare
 from pipeline.store.db import open_store, session_scope
-from tests.helpers.suite_repo import GemmCase, case_id, commit_all, gemm_suite_files, make_suite_repo, write_files
+from tests.helpers.cpu import x86_64_cpu
+from tests.helpers.suite_repo import (
+    GemmCase,
+    case_id,
+    commit_all,
+    gemm_suite_files,
+    make_suite_repo,
+    write_files,
+)
 
 # ~1 ms a call on one core; "slow" makes beta several times slower
 CASES = [GemmCase("alpha", 128, 128, 128), GemmCase("beta", 96, 128, 160), GemmCase("gamma", 160, 96, 128)]
@@ -28,10 +36,7 @@ SETTINGS = MeasurementSettings(warmup_s=0.02, min_samples=12, min_time_s=0.05, m
 
 @pytest.fixture(scope="module")
 def device() -> LocalDevice:
-    found = cpu_device()
-    if found is None or found.device_class.targets != ["llvm-cpu:x86_64"]:
-        pytest.skip("needs an x86_64 host")
-    return found
+    return x86_64_cpu()
 
 
 @pytest.fixture(scope="module")
