@@ -10,13 +10,17 @@ so it needs no server and goes with the process that held it, however that proce
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:   # not a POSIX host: no flock, so no lock (benchfarm's hosts are Linux)
+    fcntl = None  # type: ignore[assignment]
 
 DEFAULT_HOST_LOCK = "/tmp/benchfarm-host.lock"
 """In /tmp, not a user's data dir: the processes that contend for the cores may belong to several
@@ -73,22 +77,23 @@ def _command(pid: int) -> str:
 @contextmanager
 def cpu_timing(path: str, *, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
     """Hold the host's lock alone while timing on a CPU device ('' : no lock)."""
-    with _held(path, fcntl.LOCK_EX, "a compile on this host", on_wait):
+    with _held(path, True, "a compile on this host", on_wait):
         yield
 
 
 @contextmanager
 def compiling(path: str, *, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
     """Hold the host's lock, shared with other compiles, while compiling ('' : no lock)."""
-    with _held(path, fcntl.LOCK_SH, "CPU timing on this host", on_wait):
+    with _held(path, False, "CPU timing on this host", on_wait):
         yield
 
 
 @contextmanager
-def _held(path: str, mode: int, holder: str, on_wait: Callable[[str], None] | None) -> Iterator[None]:
-    if not path:
+def _held(path: str, exclusive: bool, holder: str, on_wait: Callable[[str], None] | None) -> Iterator[None]:
+    if not path or fcntl is None:
         yield
         return
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     fd = _open(path)
     try:
         # Polled, not blocking: a waiting thread stays interruptible and an agent that gives up its job
