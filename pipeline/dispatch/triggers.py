@@ -4,8 +4,9 @@
 bundle of that commit covering the classes' targets is known the jobs get it at once (claimable),
 otherwise a build request waits for `Builder`, a thread of the service that builds the commit
 from the suite checkout it was given (`dispatch.suite_path`; `benchfarm up` passes its suite),
-ingests the manifest and hands the digest to the jobs. `Reaper`, another thread, requeues jobs
-whose lease expired and marks silent agents offline.
+ingests the manifest and hands the digest to the jobs, renewing the build's heartbeat meanwhile.
+`Reaper`, another thread, requeues jobs whose lease expired and builds whose builder went silent
+for as long, and marks silent agents offline.
 
 Paired runs (a pull request: `base_sha` given): each job runs the head's bundle and the base's,
 interleaved on its device. The base's bundle is reused when one covering the targets is known,
@@ -20,7 +21,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -43,7 +44,8 @@ from pipeline.store.models import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Builder", "Loop", "Nightly", "Reaper", "TriggerError", "TriggerResult", "queue_run", "resolve_commit_for_trigger"]
+__all__ = ["Builder", "Loop", "Nightly", "Reaper", "TriggerError", "TriggerResult", "queue_run", "requeue_silent_builds",
+           "resolve_commit_for_trigger"]
 
 
 class TriggerError(ValueError):
@@ -194,7 +196,23 @@ class Reaper(Loop):
                 log.warning("job %s: lease expired, now %s", job_id, status)
             for name in dispatch.mark_silent_agents_offline(session, silent_s=self.settings.dispatch.agent_offline_s):
                 log.warning("agent %s: no heartbeat for %.0f s, offline", name, self.settings.dispatch.agent_offline_s)
+            for build_id, run_id in requeue_silent_builds(session, silent_s=self.settings.dispatch.lease_s):
+                log.warning("build %s of run %s: its builder was silent for %.0f s, queued again", build_id, run_id,
+                            self.settings.dispatch.lease_s)
         return False
+
+
+def requeue_silent_builds(session: Session, *, silent_s: float) -> list[tuple[int, str]]:
+    """Builds whose builder stopped renewing their heartbeat (it died without putting them back) go
+    back to pending; (build id, run id) of each."""
+    cutoff = utcnow() - timedelta(seconds=silent_s)
+    last = sa.func.coalesce(BuildRequest.heartbeat_at, BuildRequest.started_at)
+    silent = [(build_id, run_id) for build_id, run_id in session.execute(
+        sa.select(BuildRequest.id, BuildRequest.run_id).where(BuildRequest.status == "building", last < cutoff))]
+    for build_id, _ in silent:
+        session.execute(sa.update(BuildRequest).where(BuildRequest.id == build_id, BuildRequest.status == "building")
+                        .values(status="pending", started_at=None, heartbeat_at=None))
+    return silent
 
 
 class Builder(Loop):
@@ -217,8 +235,20 @@ class Builder(Loop):
                 return None
             won = dispatch.rowcount(session.execute(
                 sa.update(BuildRequest).where(BuildRequest.id == row[0], BuildRequest.status == "pending")
-                .values(status="building", started_at=utcnow())))
+                .values(status="building", started_at=utcnow(), heartbeat_at=utcnow())))
             return (row[0], row[1], row[2], list(row[3]), row[4]) if won == 1 else None
+
+    def _beat(self, build_id: int, done: threading.Event) -> None:
+        """Renew the build's heartbeat until `done` (a thread of its own: a build may wait for the host
+        lock or compile for minutes)."""
+        while not done.wait(max(0.2, self.settings.dispatch.lease_s / 4)):
+            try:
+                with session_scope(self.engine) as session:
+                    session.execute(sa.update(BuildRequest)
+                                    .where(BuildRequest.id == build_id, BuildRequest.status == "building")
+                                    .values(heartbeat_at=utcnow()))
+            except Exception:   # noqa: BLE001 - a missed beat is retried; the lease allows several
+                log.exception("build %s: heartbeat failed", build_id)
 
     def step(self) -> bool:
         from pipeline.build.bundle import build_bundle
@@ -228,6 +258,10 @@ class Builder(Loop):
         if taken is None:
             return False
         build_id, repository, sha, targets, base_sha = taken
+        done = threading.Event()
+        beats = threading.Thread(target=self._beat, args=(build_id, done), name=f"build-{build_id}-heartbeat",
+                                 daemon=True)
+        beats.start()
         try:
             digests = []
             for commit in (sha, base_sha) if base_sha else (sha,):
@@ -253,12 +287,15 @@ class Builder(Loop):
             # this builder stops (Ctrl-C, SIGTERM): the request goes back to wait for the next builder
             with session_scope(self.engine) as session:
                 session.execute(sa.update(BuildRequest).where(BuildRequest.id == build_id)
-                                .values(status="pending", started_at=None))
+                                .values(status="pending", started_at=None, heartbeat_at=None))
             raise
         except Exception as exc:
             log.exception("build of %s failed", sha[:10])
             with session_scope(self.engine) as session:
                 fail_build(session, build_id=build_id, error=f"build failed: {exc}")
+        finally:
+            done.set()
+            beats.join()
         return True
 
 

@@ -522,6 +522,9 @@ class BuildRequest(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    heartbeat_at: Mapped[datetime | None]
+    """While building: renewed by its builder; one older than the dispatch lease is a builder that died
+    without putting the build back (SIGKILL, a reboot), and the reaper queues it again."""
     base_sha: Mapped[str | None] = mapped_column(sa.String(40))
     """Paired runs: the base commit, built too (or its bundle reused); its digest goes to the jobs'
     `base_bundle_digest`, and the jobs become claimable once both bundles exist."""

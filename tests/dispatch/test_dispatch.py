@@ -190,3 +190,29 @@ def test_concurrent_claims_take_each_job_exactly_once(seeded: Engine) -> None:
     assert sorted(claimed) == sorted(jobs)          # every job once, none twice
     with session_scope(seeded) as s:
         assert set(s.scalars(sa.select(Job.attempts).where(Job.id.in_(jobs)))) == {1}
+
+
+def test_a_build_whose_builder_went_silent_is_queued_again(seeded: Engine) -> None:
+    """`requeue_silent_builds`: a build whose heartbeat (or, from before heartbeats, whose start) is
+    older than the lease goes back to pending; one renewed within it, and finished ones, stay."""
+    from pipeline.dispatch.triggers import requeue_silent_builds
+    from pipeline.store.models import BuildRequest
+
+    now = utcnow()
+    with session_scope(seeded) as s:
+        runs = [ingest.create_run(s, repository=f.REPO, commit_sha=f.sha(i), kind="adhoc",
+                                  device_classes=[f.DEVICE_CLASS]).id for i in range(4)]
+        old, recent = now - timedelta(seconds=120), now - timedelta(seconds=5)
+        s.add_all([
+            BuildRequest(run_id=runs[0], targets=["llvm-cpu:x86_64"], status="building", started_at=old, heartbeat_at=old),
+            BuildRequest(run_id=runs[1], targets=["llvm-cpu:x86_64"], status="building", started_at=old, heartbeat_at=recent),
+            BuildRequest(run_id=runs[2], targets=["llvm-cpu:x86_64"], status="building", started_at=old),
+            BuildRequest(run_id=runs[3], targets=["llvm-cpu:x86_64"], status="done", started_at=old, heartbeat_at=old),
+        ])
+    with session_scope(seeded) as s:
+        requeued = requeue_silent_builds(s, silent_s=60)
+    assert sorted(run for _, run in requeued) == sorted([runs[0], runs[2]])
+    with session_scope(seeded) as s:
+        rows = {r.run_id: (r.status, r.started_at, r.heartbeat_at) for r in s.scalars(sa.select(BuildRequest))}
+    assert rows[runs[0]] == ("pending", None, None) and rows[runs[2]] == ("pending", None, None)
+    assert rows[runs[1]][0] == "building" and rows[runs[3]][0] == "done"

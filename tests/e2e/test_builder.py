@@ -71,3 +71,35 @@ def test_a_builder_waits_while_a_cpu_device_of_its_host_is_timed(tmp_path: Path)
         if timing.proc.poll() is None:
             timing.release()
         farm.stop()
+
+
+def test_a_build_whose_builder_died_is_built_by_the_next_one(tmp_path: Path) -> None:
+    """A builder killed outright (SIGKILL, the OOM killer, a reboot) cannot put its build back: the
+    service's reaper does, once the build's heartbeat is older than the lease, and the next builder
+    builds it; the run's job then runs."""
+    repo = make_suite_repo(tmp_path, gemm_suite_files([GemmCase("alpha", 16, 16, 16)]), name="suite-repo")
+    farm = Farm(root=tmp_path, suite=repo / "kernels")
+    lock = tmp_path / "host.lock"
+    lease = {"BENCHFARM_DISPATCH__LEASE_S": "3", "BENCHFARM_MEASUREMENT__HOST_LOCK": str(lock)}
+    timing = Holder("cpu_timing", lock)   # holds the first builder inside its build until it is killed
+    try:
+        farm.service({"BENCHFARM_DISPATCH__BUILDER": "false", **lease})
+        farm.register_device_class()
+        (job_id,) = farm.trigger()["jobs"].values()
+        first = farm.builder(lease)
+        wait_for(lambda: "waiting for CPU timing on this host" in first.output(), 60, "the first builder to build")
+        first.kill(signal.SIGKILL)
+        timing.release()
+        time.sleep(4)   # past the lease
+        farm.builder(lease)
+        wait_for(lambda: farm.query("SELECT status FROM build_requests") == [("done",)], 120, "the build")
+        assert "queued again" in farm.logs()
+        farm.agent("agent-1", {"BENCHFARM_MEASUREMENT__HOST_LOCK": str(lock)})
+        job = wait_for(lambda: (j := farm.job(job_id))["status"] in ("done", "failed") and j, 120, "the job to end")
+        assert job["status"] == "done", job
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{farm.logs()}") from None
+    finally:
+        if timing.proc.poll() is None:
+            timing.release()
+        farm.stop()
