@@ -133,6 +133,7 @@ class DeviceAgent:
         self.lost: set[str] = set()
         self.claim_wait_s = 20.0
         self._unreachable = False
+        self._send_progress = True   # the running job's stage in each heartbeat (a service that refuses it: off)
         self.log.update(agent=self.name, server=self.server)
 
     # --- devices and the service ---------------------------------------------------------------
@@ -188,9 +189,19 @@ class DeviceAgent:
         try:
             if came:
                 self.register()
-            reply = self.client.post(f"agents/{self.name}/heartbeat",
-                                     {"devices": sorted(self.devices), "running": [self.current] if self.current else []},
-                                     retries=0)
+            beat: dict[str, Any] = {"devices": sorted(self.devices), "running": [self.current] if self.current else []}
+            if self._send_progress:
+                beat["progress"] = self._progress()
+            try:
+                reply = self.client.post(f"agents/{self.name}/heartbeat", beat, retries=0)
+            except ServiceError as exc:
+                if not (exc.status == 422 and "progress" in exc.message and self._send_progress):
+                    raise
+                # a service older than its agents knows no progress: beat without it from now on
+                self._send_progress = False
+                self.log.event("progress_not_accepted", error=str(exc))
+                reply = self.client.post(f"agents/{self.name}/heartbeat", {k: v for k, v in beat.items() if k != "progress"},
+                                         retries=0)
         except Unreachable as exc:
             if not self._unreachable:
                 self.log.event("service_unreachable", error=str(exc))
@@ -209,6 +220,14 @@ class DeviceAgent:
             if job_id not in self.lost:
                 self.lost.add(job_id)
                 self.log.event("lease_lost", job=job_id)
+
+    def _progress(self) -> dict[str, str]:
+        """The running job's stage as the service shows it: "timing: round 3/8 gemm/... (45/160)"."""
+        job, stage = self.current, self.log.state.get("progress")
+        if job is None or not stage:
+            return {}
+        description, done, total = stage
+        return {job: (f"{description} ({done}/{total})" if total else description)[:300]}
 
     def _heartbeats(self) -> None:
         while not self.stop.wait(self.settings.agent.heartbeat_s):

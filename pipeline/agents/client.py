@@ -43,7 +43,14 @@ def _error_of(response: requests.Response) -> str:
         body = response.json()
     except ValueError:
         return response.text[:500] or response.reason
-    return str(body.get("error", body.get("message", body))) if isinstance(body, dict) else str(body)
+    if not isinstance(body, dict):
+        return str(body)
+    message = str(body.get("error", body.get("message", body)))
+    fields = body.get("errors")   # our 4xx bodies name each field at fault: keep them in the message
+    if isinstance(fields, list) and fields:
+        message += ": " + "; ".join(f"{e.get('field')}: {e.get('reason')}" if isinstance(e, dict) else str(e)
+                                    for e in fields[:5])
+    return message
 
 
 class ServiceClient:

@@ -19,12 +19,12 @@ Beside the queue: `triggers` (ad-hoc runs, the service's builder, the reaper, th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
 import sqlalchemy as sa
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from pipeline.contracts import DeviceClass, DeviceInfo
@@ -110,6 +110,8 @@ class JobRow(BaseModel):
     cases: str | None
     bundle_digest: str | None
     waiting_for: str | None
+    progress: str | None = Field(default=None, description="a running job: what its agent is doing now, as its "
+                                 "last heartbeat said (stage, and steps done of all)")
     error: str | None
     created_at: datetime
     started_at: datetime | None
@@ -179,12 +181,13 @@ def _set_presence(session: Session, agent: Agent, online_uids: Sequence[str], no
 
 def heartbeat(
     session: Session, *, agent_name: str, device_uids: Sequence[str], running: Sequence[str], lease_s: float,
-    now: datetime | None = None,
+    now: datetime | None = None, progress: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Record that the agent is alive with these devices, renew the leases of the jobs it runs.
 
     `running`: the jobs the agent believes it runs. Returns those it no longer holds (lease lost:
-    requeued, claimed by another agent, or ended), so that it stops working on them.
+    requeued, claimed by another agent, or ended), so that it stops working on them. `progress`:
+    job id -> what it is doing, kept on the jobs it holds (`Job.progress`).
     """
     now = now or utcnow()
     agent = _agent(session, agent_name)
@@ -193,6 +196,9 @@ def heartbeat(
     held = set(session.scalars(sa.select(Job.id).where(Job.lease_owner == agent_name, Job.status == "running")))
     if held:
         session.execute(sa.update(Job).where(Job.id.in_(held)).values(lease_expires_at=now + timedelta(seconds=lease_s)))
+    for job_id, stage in (progress or {}).items():
+        if job_id in held:
+            session.execute(sa.update(Job).where(Job.id == job_id).values(progress=stage[:300]))
     return [job_id for job_id in running if job_id not in held]
 
 
@@ -258,7 +264,7 @@ def claim_job(
         won = rowcount(session.execute(
             sa.update(Job).where(Job.id == job_id, Job.status == "queued")
             .values(status="running", lease_owner=agent_name, lease_expires_at=now + timedelta(seconds=lease_s),
-                    device_id=device_id)
+                    device_id=device_id, progress=None)
             .execution_options(synchronize_session=False)
         ))
         if won != 1:
@@ -432,7 +438,8 @@ def list_jobs(session: Session, *, status: str | None = None, run_id: str | None
             id=job.id, run_id=run_id_, repository=repo, commit=sha, device_class=class_name, status=job.status,
             attempts=job.attempts, max_attempts=job.max_attempts, agent=job.agent, device_uid=uid,
             lease_expires_at=job.lease_expires_at, cases=job.cases, bundle_digest=job.bundle_digest,
-            waiting_for=waiting, error=job.error, created_at=job.created_at, started_at=job.started_at,
+            waiting_for=waiting, progress=job.progress if job.status == "running" else None, error=job.error,
+            created_at=job.created_at, started_at=job.started_at,
             finished_at=job.finished_at,
         ))
     return rows

@@ -322,6 +322,9 @@ class Job(Base):
     lease_expires_at: Mapped[datetime | None]
     device_id: Mapped[int | None] = mapped_column(sa.ForeignKey("devices.id", ondelete="SET NULL"))
     """The device that runs (or ran) the job's latest attempt."""
+    progress: Mapped[str | None] = mapped_column(sa.String(300))
+    """What the running attempt is doing, as its agent's last heartbeat said ("timing: round 3/8 ...",
+    "timing: waiting for a compile on this host ..."); cleared when the job is claimed."""
 
     run: Mapped[Run] = relationship(back_populates="jobs")
     device_class: Mapped[DeviceClassRow] = relationship()

@@ -214,3 +214,68 @@ def test_trigger_and_jobs_commands(service: Service, capsys: pytest.CaptureFixtu
     assert "queued (waiting for an agent)" in capsys.readouterr().out
     assert cli.main(["trigger", "--ref", "main", "--device-class", f.DEVICE_CLASS, *flags]) == 1
     assert "no suite checkout" in capsys.readouterr().err
+
+
+class _OlderService(threading.Thread):
+    """Stands in for a service of an earlier version in front of the real one (HTTP on loopback): it
+    answers a heartbeat that carries `progress` as such a service did, 422 naming the extra field, and
+    forwards every other request to the real service unchanged."""
+
+    def __init__(self, upstream: str) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.upstream, self.refused = upstream, 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path.endswith("/heartbeat") and b'"progress"' in body:
+                    outer.refused += 1
+                    self._answer(422, b'{"error":"invalid request","errors":[{"field":"body.progress",'
+                                      b'"reason":"Extra inputs are not permitted"}]}', "application/json")
+                    return
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                reply = requests.request(self.command, outer.upstream + self.path, data=body, headers=headers, timeout=30)
+                self._answer(reply.status_code, reply.content, reply.headers.get("Content-Type", "application/json"))
+
+            def _answer(self, status: int, content: bytes, content_type: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+            do_GET = do_POST = do_PUT = _forward
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        super().__init__(target=self.server.serve_forever, daemon=True)
+
+
+def test_an_agent_stops_sending_progress_to_a_service_that_refuses_it(service: Service, tmp_path: Path) -> None:
+    older = _OlderService(service.url)
+    older.start()
+    try:
+        job_id = _queue(service)
+        beats = threading.Event()
+
+        def execute(work: Work, progress) -> ResultDocument:  # type: ignore[no-untyped-def]
+            progress("timing: round 1/2 gemm", 1, 2)
+            time.sleep(1.0)   # ten heartbeats: the first refused, the rest without progress
+            beats.set()
+            return _document(work)
+
+        agent = _agent(Service(older.url, service.engine, service.settings, service.bundle), tmp_path,
+                       lambda: [_device()], execute)
+        assert agent.run(max_jobs=1) == 1
+        agent.stop.set()
+        assert beats.is_set() and _job(service, job_id)["status"] == "done"   # leases renewed all along
+        assert older.refused == 1
+        log = (tmp_path / "agent.log").read_text()
+        assert '"progress_not_accepted"' in log and "body.progress: Extra inputs are not permitted" in log
+    finally:
+        older.server.shutdown()

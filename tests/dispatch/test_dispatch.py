@@ -216,3 +216,25 @@ def test_a_build_whose_builder_went_silent_is_queued_again(seeded: Engine) -> No
         rows = {r.run_id: (r.status, r.started_at, r.heartbeat_at) for r in s.scalars(sa.select(BuildRequest))}
     assert rows[runs[0]] == ("pending", None, None) and rows[runs[2]] == ("pending", None, None)
     assert rows[runs[1]][0] == "building" and rows[runs[3]][0] == "done"
+
+
+def test_heartbeats_keep_the_progress_of_the_jobs_the_agent_holds(seeded: Engine) -> None:
+    """What a running job is doing (`JobRow.progress`) comes from its agent's heartbeat; another
+    agent's word about it is ignored, a new claim starts without one, a finished job shows none."""
+    _register(seeded, "a1", "dev-1")
+    _register(seeded, "a2", "dev-2")
+    (job_id,) = _queue(seeded, max_attempts=3)
+    assert _claim(seeded, "a1") is not None
+    with session_scope(seeded) as s:
+        dispatch.heartbeat(s, agent_name="a1", device_uids=["dev-1"], running=[job_id], lease_s=60,
+                           progress={job_id: "timing: round 2/8 gemm/x (12/80)"})
+        dispatch.heartbeat(s, agent_name="a2", device_uids=["dev-2"], running=[], lease_s=60,
+                           progress={job_id: "not mine"})
+    with session_scope(seeded) as s:
+        assert dispatch.get_job(s, job_id).progress == "timing: round 2/8 gemm/x (12/80)"  # type: ignore[union-attr]
+        assert dispatch.requeue_expired(s, now=utcnow() + timedelta(seconds=120))   # a1 went silent
+    assert _claim(seeded, "a2", uid="dev-2") is not None
+    with session_scope(seeded) as s:
+        assert dispatch.get_job(s, job_id).progress is None  # type: ignore[union-attr]
+        ingest.set_job_status(s, job_id=job_id, status="done")
+        assert dispatch.get_job(s, job_id).progress is None  # type: ignore[union-attr]

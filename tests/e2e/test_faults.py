@@ -52,12 +52,16 @@ def test_an_agent_killed_mid_job_is_replaced_by_another(farm: Farm) -> None:
                  "agent-a to run the job")
         wait_for(lambda: any(e["event"] == "progress" and "timing" in e.get("stage", "") for e in farm.events("agent-a")),
                  20, "agent-a to start timing")
+        # the service shows what the job is doing, from the agent's heartbeats
+        wait_for(lambda: (farm.job(job_id)["progress"] or "").startswith("timing: round"), 10, "the job's progress")
+        assert "/" in farm.job(job_id)["progress"]
         first.kill(signal.SIGKILL)
         farm.agent("agent-b")
         job = wait_for(lambda: (j := farm.job(job_id))["status"] in ("done", "failed") and j, 40, "the job to end")
     except AssertionError:
         raise AssertionError(farm.logs()) from None
     assert job["status"] == "done" and job["agent"] == "agent-b" and job["attempts"] == 2, job
+    assert job["progress"] is None   # a finished job is doing nothing
     assert not list(farm.spool("agent-a").glob("*.json"))   # agent-a never got as far as its results
     stored = _samples_per_result(farm, job_id)
     assert len(stored) == len(CASES) and all(n == count and n > 0 for n, count in stored)

@@ -48,6 +48,9 @@ class Heartbeat(BaseModel):
     model_config = ConfigDict(extra="forbid")
     devices: list[str] = Field(default_factory=list, description="uids of the devices the agent has now")
     running: list[str] = Field(default_factory=list, description="jobs the agent is working on")
+    progress: dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=300)]] = Field(
+        default_factory=dict, max_length=16,
+        description="job id -> what the agent is doing on it now (kept on the jobs it holds: the job's `progress`)")
 
 
 class HeartbeatReply(BaseModel):
@@ -111,7 +114,7 @@ def heartbeat(name: str, body: Heartbeat, session: SessionDep, settings: Setting
     check_agent_token(session, name, principal)
     with dispatch_errors():
         lost = dispatch.heartbeat(session, agent_name=name, device_uids=body.devices, running=body.running,
-                                  lease_s=settings.dispatch.lease_s)
+                                  lease_s=settings.dispatch.lease_s, progress=body.progress)
     return HeartbeatReply(lost=lost, lease_s=settings.dispatch.lease_s)
 
 
