@@ -62,14 +62,11 @@ def test_a_builder_waits_while_a_cpu_device_of_its_host_is_timed(tmp_path: Path)
         assert farm.query("SELECT status FROM build_requests") == [("building",)]   # taken, not compiled
         timing.release()
         wait_for(lambda: farm.query("SELECT status FROM build_requests") == [("done",)], 120, "the build")
-        farm.agent("agent-1", {"BENCHFARM_MEASUREMENT__HOST_LOCK": str(lock)})
-        job = wait_for(lambda: (j := farm.job(job_id))["status"] in ("done", "failed") and j, 120, "the job to end")
-        assert job["status"] == "done", job
+        _the_job_runs(farm, job_id, lock)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{farm.logs()}") from None
     finally:
-        if timing.proc.poll() is None:
-            timing.release()
+        timing.release_if_held()
         farm.stop()
 
 
@@ -94,12 +91,15 @@ def test_a_build_whose_builder_died_is_built_by_the_next_one(tmp_path: Path) -> 
         farm.builder(lease)
         wait_for(lambda: farm.query("SELECT status FROM build_requests") == [("done",)], 120, "the build")
         assert "queued again" in farm.logs()
-        farm.agent("agent-1", {"BENCHFARM_MEASUREMENT__HOST_LOCK": str(lock)})
-        job = wait_for(lambda: (j := farm.job(job_id))["status"] in ("done", "failed") and j, 120, "the job to end")
-        assert job["status"] == "done", job
+        _the_job_runs(farm, job_id, lock)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{farm.logs()}") from None
     finally:
-        if timing.proc.poll() is None:
-            timing.release()
+        timing.release_if_held()
         farm.stop()
+
+
+def _the_job_runs(farm: Farm, job_id: str, lock: Path) -> None:
+    farm.agent("agent-1", {"BENCHFARM_MEASUREMENT__HOST_LOCK": str(lock)})
+    job = wait_for(lambda: (j := farm.job(job_id))["status"] in ("done", "failed") and j, 120, "the job to end")
+    assert job["status"] == "done", job

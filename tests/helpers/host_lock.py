@@ -32,3 +32,8 @@ class Holder:
         self.proc.stdin.write("\n")
         self.proc.stdin.flush()
         assert self.proc.wait(timeout=10) == 0
+
+    def release_if_held(self) -> None:
+        """For a test's cleanup: release unless released already."""
+        if self.proc.poll() is None:
+            self.release()
