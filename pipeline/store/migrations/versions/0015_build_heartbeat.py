@@ -29,5 +29,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("build_requests") as batch:
-        batch.drop_column("heartbeat_at")
+    # ALTER TABLE ... DROP COLUMN, also on SQLite (3.35+), not batch mode's copy of the table: with foreign
+    # keys on, dropping the old build_requests table would delete what references it (ON DELETE CASCADE)
+    op.drop_column("build_requests", "heartbeat_at")

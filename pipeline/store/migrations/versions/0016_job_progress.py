@@ -27,5 +27,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("jobs") as batch:
-        batch.drop_column("progress")
+    # ALTER TABLE ... DROP COLUMN, also on SQLite (3.35+), not batch mode's copy of the table: with foreign
+    # keys on, dropping the old jobs table would delete what references it (ON DELETE CASCADE)
+    op.drop_column("jobs", "progress")
