@@ -30,6 +30,12 @@ def _build(repo: Path, tmp: Path, lock: Path, progress) -> tuple[Path, object]: 
                         host_lock=str(lock))
 
 
+def _quick(lock: Path) -> MeasurementSettings:
+    """Two short rounds, timed under `lock`."""
+    return MeasurementSettings(warmup_s=0.01, min_samples=4, min_time_s=0.02, max_time_s=0.2, rounds=2,
+                               min_rounds=2, device_overrides={}, host_lock=str(lock))
+
+
 @pytest.fixture(scope="module")
 def device() -> LocalDevice:
     return x86_64_cpu()
@@ -68,8 +74,7 @@ def test_cpu_timing_waits_while_another_process_compiles(repo: Path, device: Loc
     bundle_dir, manifest = _build(repo, tmp_path, lock, None)
     compiles = Holder("compiling", lock)
     seen: list[tuple[float, str]] = []
-    settings = MeasurementSettings(warmup_s=0.01, min_samples=4, min_time_s=0.02, max_time_s=0.2, rounds=2,
-                                   min_rounds=2, device_overrides={}, host_lock=str(lock))
+    settings = _quick(lock)
     documents: list[object] = []
 
     def run() -> None:
@@ -111,8 +116,7 @@ def test_a_lock_that_cannot_be_opened_fails_the_job_naming_it(repo: Path, device
 
     bundle_dir, manifest = _build(repo, tmp_path, tmp_path / "host.lock", None)
     unopenable = tmp_path / "no-such-dir" / "host.lock"
-    settings = MeasurementSettings(warmup_s=0.01, min_samples=4, min_time_s=0.02, max_time_s=0.2, rounds=2,
-                                   min_rounds=2, device_overrides={}, host_lock=str(unopenable))
+    settings = _quick(unopenable)
     with pytest.raises(HostLockError, match=f"cannot open the host lock {unopenable}.*BENCHFARM_MEASUREMENT__HOST_LOCK"):
         run_bundle(bundle_dir=bundle_dir, manifest=manifest, device=device, run_id="r", job_id="j",  # type: ignore[arg-type]
                    settings=settings)
