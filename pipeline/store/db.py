@@ -16,7 +16,7 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.orm import Session
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -75,14 +75,54 @@ def alembic_config(engine: Engine | None = None) -> Config:
     return config
 
 
+class MigrationError(RuntimeError):
+    """A migration left rows that reference nothing; it was rolled back where the backend can."""
+
+
+@contextmanager
+def migration_connection(engine: Engine) -> Iterator[Connection]:
+    """A connection in a transaction for migrations: on PostgreSQL holding the advisory lock that
+    serialises concurrent `migrate` calls; on SQLite with foreign keys off, because SQLite alters a
+    table by copying it and dropping the old one, and with them on that drop deletes every row that
+    references the table (ON DELETE CASCADE). They are checked before the commit and on again after."""
+    with engine.connect() as connection:
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:
+            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")  # a no-op inside a transaction
+            connection.commit()
+        try:
+            with connection.begin():
+                if connection.dialect.name == "postgresql":
+                    connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+                yield connection
+                if sqlite:
+                    dangling = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+                    if dangling:
+                        tables = sorted({str(row[0]) for row in dangling})
+                        raise MigrationError(f"the migration left {len(dangling)} rows referencing nothing "
+                                             f"in {', '.join(tables)}")
+        finally:
+            if sqlite:
+                connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+                connection.commit()
+                if connection.exec_driver_sql("PRAGMA foreign_keys").scalar() != 1:
+                    connection.invalidate()  # never back into the pool without its foreign keys
+
+
 def migrate(engine: Engine, revision: str = "head") -> None:
     """Upgrade the database to `revision` (the newest by default); safe to call on every start."""
     config = alembic_config(engine)
-    with engine.begin() as connection:
-        if connection.dialect.name == "postgresql":
-            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+    with migration_connection(engine) as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    """Downgrade the database to `revision` (rolling a release back)."""
+    config = alembic_config(engine)
+    with migration_connection(engine) as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)
 
 
 def open_store(url: str | URL) -> Engine:

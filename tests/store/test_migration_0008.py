@@ -4,12 +4,10 @@ PostgreSQL, and the downgrade moves them back."""
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import command
 from sqlalchemy import Engine
 
 from pipeline.contracts.arrays import from_blob
-from pipeline.store.db import alembic_config, migrate
-
+from pipeline.store.db import downgrade, migrate
 from tests.helpers import factories as f
 
 CLOCKS = [1980.0, 1965.0, 1950.0]
@@ -61,10 +59,7 @@ def test_0008_moves_sample_rows_into_arrays_and_back(blank_engine: Engine) -> No
         pairs = dict(c.execute(sa.text("SELECT id, paired_samples FROM case_results")).all())
         assert from_blob(pairs[paired]) == [1.1e-3, 2.1e-3, 3.1e-3] and pairs[11] is None
 
-    with blank_engine.begin() as connection:
-        config = alembic_config(blank_engine)
-        config.attributes["connection"] = connection
-        command.downgrade(config, "0007")
+    downgrade(blank_engine, "0007")
     with blank_engine.connect() as c:
         assert c.execute(sa.text("SELECT measurement_id, idx, value, clock_mhz FROM samples "
                                  "ORDER BY measurement_id, idx")).all() == [

@@ -9,7 +9,7 @@ import os
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from pipeline.store.db import make_engine
+from pipeline.store.db import make_engine, migration_connection
 from pipeline.store.models import Base
 
 config = context.config
@@ -48,7 +48,7 @@ def run_migrations_online() -> None:
         return
     engine = make_engine(_url())
     try:
-        with engine.begin() as connection:
+        with migration_connection(engine) as connection:
             _configure_and_run(connection)
     finally:
         engine.dispose()
