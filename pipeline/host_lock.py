@@ -5,7 +5,8 @@ builder thread, a `benchfarm builder` or `benchfarm run` on the same host) slows
 it overlaps, and an identical binary reads as changed. So timing on a CPU device holds the host's
 lock alone, and compiles hold it together (several builds may share the cores, never with timing).
 The lock is an `flock` on a file every process on the host opens (`MeasurementSettings.host_lock`),
-so it needs no server and goes with the process that held it, however that process ends.
+so it needs no server and goes with the process that held it, however that process ends. Timing
+waits its turn: compiles that start while it waits queue behind it (`turnstile`).
 """
 
 from __future__ import annotations
@@ -88,30 +89,58 @@ def compiling(path: str, *, on_wait: Callable[[str], None] | None = None) -> Ite
         yield
 
 
+def turnstile(path: str) -> str:
+    """The second file of the lock: timing takes it before the lock and keeps it, and compiles pass
+    through it, so compiles that come while timing waits queue behind it instead of joining the
+    compiles it waits for (flock has no queue: a stream of overlapping compiles would starve it)."""
+    return path + ".turnstile"
+
+
 @contextmanager
 def _held(path: str, exclusive: bool, holder: str, on_wait: Callable[[str], None] | None) -> Iterator[None]:
     if not path or fcntl is None:
         yield
         return
-    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-    fd = _open(path)
+    gate, fd = _open(turnstile(path)), None
     try:
+        wait = _Waiting(path, holder, on_wait)
+        if exclusive:
+            wait.acquire(gate, fcntl.LOCK_EX)
+            fd = _open(path)
+            wait.acquire(fd, fcntl.LOCK_EX)
+        else:
+            wait.acquire(gate, fcntl.LOCK_SH)
+            fd = _open(path)
+            wait.acquire(fd, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
+    finally:
+        for descriptor in (fd, gate):   # closing a descriptor releases its lock
+            if descriptor is not None:
+                os.close(descriptor)
+
+
+@dataclass
+class _Waiting:
+    path: str
+    holder: str
+    on_wait: Callable[[str], None] | None
+    said: bool = False
+
+    def acquire(self, fd: int, mode: int) -> None:
         # Polled, not blocking: a waiting thread stays interruptible and an agent that gives up its job
         # (lease lost, stop) is not stuck in the kernel.
-        waited = False
         while True:
             try:
                 fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                break
+                return
             except BlockingIOError:
-                if not waited and on_wait is not None:
-                    held_by = ", ".join(str(h) for h in holders(path))
-                    on_wait(f"waiting for {holder} to finish ({path}{': ' + held_by if held_by else ''})")
-                waited = True
+                if not self.said and self.on_wait is not None:
+                    by_pid = {h.pid: h for h in holders(turnstile(self.path)) + holders(self.path)}
+                    held_by = ", ".join(str(h) for h in by_pid.values())
+                    self.on_wait(f"waiting for {self.holder} to finish ({self.path}{': ' + held_by if held_by else ''})")
+                self.said = True
                 time.sleep(_POLL_S)
-        yield
-    finally:
-        os.close(fd)   # closing the descriptor releases the lock
 
 
 def _open(path: str) -> int:
@@ -125,9 +154,10 @@ def _open(path: str) -> int:
 
 
 def open_check(path: str) -> None:
-    """Open (or create) the lock file and close it again: raises HostLockError as timing would."""
+    """Open (or create) the lock's files and close them again: raises HostLockError as timing would."""
     if path:
-        os.close(_open(path))
+        for name in (path, turnstile(path)):
+            os.close(_open(name))
 
 
 def _open_or_create(path: str) -> int:

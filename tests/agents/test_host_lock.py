@@ -94,6 +94,40 @@ def test_cpu_timing_waits_while_another_process_compiles(repo: Path, device: Loc
     assert rounds and min(rounds) > compiles.released_at, seen
 
 
+def test_timing_that_waits_for_compiles_is_not_passed_by_later_compiles(tmp_path: Path) -> None:
+    """flock has no queue: without the turnstile a compile that starts while timing waits would join
+    the running ones, and a stream of overlapping builds would keep timing out for good."""
+    lock = tmp_path / "host.lock"
+    first = Holder("compiling", lock)
+    timed: list[float] = []
+    later: list[tuple[Holder, float]] = []   # the compile, when it got the lock
+
+    def time_it() -> None:
+        with cpu_timing(str(lock)):
+            timed.append(time.monotonic())
+            time.sleep(HOLD_S / 3)
+        timed.append(time.monotonic())
+
+    timing = threading.Thread(target=time_it)
+    timing.start()
+    time.sleep(HOLD_S / 3)   # timing waits for the first compile now
+    compile_later = threading.Thread(target=lambda: later.append((Holder("compiling", lock), time.monotonic())))
+    compile_later.start()
+    try:
+        time.sleep(HOLD_S)
+        assert not later, "a compile joined the running one while timing waited for it"
+        first.release()
+        timing.join(timeout=30)
+        compile_later.join(timeout=30)
+        assert len(timed) == 2 and timed[0] > first.released_at
+        assert later and later[0][1] >= timed[1], "the later compile ran beside the timing"
+    finally:
+        first.release_if_held()
+        compile_later.join(timeout=30)
+        for holder, _ in later:
+            holder.release_if_held()
+
+
 def test_compiles_share_the_lock_and_an_empty_path_takes_none(tmp_path: Path) -> None:
     lock = tmp_path / "host.lock"
     first, second = Holder("compiling", lock), Holder("compiling", lock)   # both hold it at once
