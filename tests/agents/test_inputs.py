@@ -35,7 +35,7 @@ def test_runners_draw_the_same_indices() -> None:
     specs = [spec(shape=[16], init="permutation", high=16), spec(shape=[16], init="randint", low=0, high=5)]
     cuda = cuda_runner.make_inputs(specs, np.random.default_rng(7))
     iree = iree_runner.make_inputs(specs, np.random.default_rng(7))
-    for name, (host, _) in cuda.items():
+    for name, host in cuda.items():
         np.testing.assert_array_equal(host, iree[name])
 
 
@@ -61,15 +61,17 @@ def test_bf16_draws_follow_their_distribution_and_are_never_zero() -> None:
 
 
 def test_bf16_draws_depend_on_the_seed_only() -> None:
-    from pipeline.agents.runners.inputs import random_bf16
+    from pipeline.agents.runners.inputs import bf16_bits, random_bf16
 
     x = TensorSpec(name="x", role="input", dtype="bf16", shape=[64, 64])
     a, b = (random_bf16(x, np.random.default_rng(11)) for _ in range(2))
     np.testing.assert_array_equal(a, b)
     assert np.mean(a != random_bf16(x, np.random.default_rng(12))) > 0.9
-    host, reference = cuda_runner.make_inputs([x], np.random.default_rng(11))["x"]
+    host = cuda_runner.make_inputs([x], np.random.default_rng(11))["x"]
     np.testing.assert_array_equal(host, a)
+    reference = cuda_runner.reference_view(x, host)
     assert reference.dtype == np.float32 and np.all(reference != 0)
+    np.testing.assert_array_equal(bf16_bits(reference), host)   # the same values, exactly
 
 
 def test_index_inputs_are_the_same_in_every_run_and_values_fresh() -> None:
@@ -81,8 +83,8 @@ def test_index_inputs_are_the_same_in_every_run_and_values_fresh() -> None:
     first = cuda_runner.make_inputs(specs, np.random.default_rng(1))
     second = cuda_runner.make_inputs(specs, np.random.default_rng(2))
     for name in ("pos", "idx"):
-        np.testing.assert_array_equal(first[name][0], second[name][0])
-    assert not np.array_equal(first["table"][0], second["table"][0])
+        np.testing.assert_array_equal(first[name], second[name])
+    assert not np.array_equal(first["table"], second["table"])
     one = random_values(spec(shape=[64], init="permutation", high=256), np.random.default_rng(1))
     other = random_values(spec(shape=[64], init="permutation", high=512), np.random.default_rng(1))
     assert not np.array_equal(one, other) and len(set(one.tolist())) == 64

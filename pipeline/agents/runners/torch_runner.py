@@ -34,6 +34,7 @@ from pipeline.agents.runners.cuda_runner import (
     bf16_values,
     finite,
     make_inputs,
+    reference_view,
 )
 from pipeline.contracts import BundleEntry, CaseResult, Correctness
 
@@ -199,7 +200,7 @@ def _to_host(tensor: Any, dtype: str) -> np.ndarray:
 
 # ---- one entry ----------------------------------------------------------------------------------
 
-def _workspace(entry: BundleEntry, inputs: dict[str, tuple[np.ndarray, np.ndarray]], gpu: Any,
+def _workspace(entry: BundleEntry, inputs: dict[str, np.ndarray], gpu: Any,
                placements: int) -> Workspace:
     """Copies of every tensor of the entry on the GPU (inputs with the same values, outputs poisoned)."""
     import torch
@@ -207,7 +208,7 @@ def _workspace(entry: BundleEntry, inputs: dict[str, tuple[np.ndarray, np.ndarra
     specs = {t.name: t for t in entry.tensors}
     sets: list[dict[str, Any]] = []
     for _ in range(max(1, placements)):
-        tensors = {name: _to_device(host, specs[name].dtype, gpu) for name, (host, _) in inputs.items()}
+        tensors = {name: _to_device(host, specs[name].dtype, gpu) for name, host in inputs.items()}
         for name, spec in specs.items():
             if spec.role == "output":   # poisoned: NaN in every float width
                 out = torch.empty(spec.shape, dtype=_torch_dtype(spec.dtype), device=gpu)
@@ -266,7 +267,8 @@ def prepare_entry(
     if correctness is None:
         inputs = ws.memo["inputs"]
         correctness = finite(check_against_reference(
-            got, [inputs[name][1] for name in launch.arguments], reference_fn, launch.results, entry.reference, rng,
+            got, [reference_view(specs[name], inputs[name]) for name in launch.arguments], reference_fn,
+            launch.results, entry.reference, rng,
             memo=ws.memo))
     if not correctness.passed:
         if own:
