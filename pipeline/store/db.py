@@ -94,8 +94,10 @@ def migration_connection(engine: Engine) -> Iterator[Connection]:
             with connection.begin():
                 if connection.dialect.name == "postgresql":
                     connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+                before = _sqlite_revision(connection) if sqlite else None
                 yield connection
-                if sqlite:
+                # the check reads every referencing row: only after a migration ran, not at every start
+                if sqlite and _sqlite_revision(connection) != before:
                     dangling = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
                     if dangling:
                         tables = sorted({str(row[0]) for row in dangling})
@@ -107,6 +109,13 @@ def migration_connection(engine: Engine) -> Iterator[Connection]:
                 connection.commit()
                 if connection.exec_driver_sql("PRAGMA foreign_keys").scalar() != 1:
                     connection.invalidate()  # never back into the pool without its foreign keys
+
+
+def _sqlite_revision(connection: Connection) -> str | None:
+    if not connection.exec_driver_sql(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'").first():
+        return None
+    return connection.exec_driver_sql("SELECT group_concat(version_num) FROM alembic_version").scalar()
 
 
 def migrate(engine: Engine, revision: str = "head") -> None:

@@ -118,9 +118,31 @@ def test_a_migration_that_leaves_dangling_rows_is_refused(tmp_path: Path) -> Non
     engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
     try:
         migrate(engine)
+        head = _revisions()[-1]
         with pytest.raises(MigrationError, match="jobs"), migration_connection(engine) as c:
             c.execute(sa.text("INSERT INTO jobs (id, run_id, device_class_id, status, attempts, max_attempts, "
                               "created_at) VALUES ('orphan', 'no-such-run', 1, 'queued', 0, 3, :t)"), {"t": f.T0})
+            c.execute(sa.text("UPDATE alembic_version SET version_num = 'next'"))   # as a migration step does
         assert _counts(engine)["jobs"] == 0
+        with engine.connect() as c:
+            assert c.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == head
+    finally:
+        engine.dispose()
+
+
+def test_alembics_own_command_keeps_the_rows_too(tmp_path: Path) -> None:
+    """`alembic upgrade` without benchfarm's connection (env.py makes its own engine) goes through the
+    same guarded connection."""
+    from alembic import command
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
+    try:
+        migrate(engine, "0002")
+        _seed_0002(engine)
+        migrate(engine, "0003")
+        _seed_0003(engine)
+        command.upgrade(alembic_config(engine), "head")
+        counts = {t: n for t, n in _counts(engine).items() if t not in MOVED}
+        assert counts == _expected(counts)
     finally:
         engine.dispose()
