@@ -103,15 +103,12 @@ def _held(path: str, exclusive: bool, holder: str, on_wait: Callable[[str], None
         return
     gate, fd = _open(turnstile(path)), None
     try:
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
         wait = _Waiting(path, holder, on_wait)
-        if exclusive:
-            wait.acquire(gate, fcntl.LOCK_EX)
-            fd = _open(path)
-            wait.acquire(fd, fcntl.LOCK_EX)
-        else:
-            wait.acquire(gate, fcntl.LOCK_SH)
-            fd = _open(path)
-            wait.acquire(fd, fcntl.LOCK_SH)
+        wait.acquire(gate, mode)
+        fd = _open(path)
+        wait.acquire(fd, mode)
+        if not exclusive:   # compiles only pass through the turnstile
             fcntl.flock(gate, fcntl.LOCK_UN)
         yield
     finally:
