@@ -8,7 +8,7 @@ SQLite (the embedded one-machine mode) and PostgreSQL (a farm) are both first-cl
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -120,18 +120,19 @@ def _sqlite_revision(connection: Connection) -> str | None:
 
 def migrate(engine: Engine, revision: str = "head") -> None:
     """Upgrade the database to `revision` (the newest by default); safe to call on every start."""
-    config = alembic_config(engine)
-    with migration_connection(engine) as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
+    _alembic(engine, command.upgrade, revision)
 
 
 def downgrade(engine: Engine, revision: str) -> None:
     """Downgrade the database to `revision` (rolling a release back)."""
+    _alembic(engine, command.downgrade, revision)
+
+
+def _alembic(engine: Engine, step: Callable[[Config, str], None], revision: str) -> None:
     config = alembic_config(engine)
     with migration_connection(engine) as connection:
         config.attributes["connection"] = connection
-        command.downgrade(config, revision)
+        step(config, revision)
 
 
 def open_store(url: str | URL) -> Engine:

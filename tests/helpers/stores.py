@@ -12,12 +12,12 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from sqlalchemy import Engine
+import sqlalchemy as sa
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from pipeline.store.db import make_engine, open_store, session_scope
-
 from tests.helpers import factories as f
 
 POSTGRES_ADMIN_URL = os.environ.get("BENCHFARM_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test")
@@ -93,3 +93,21 @@ def seed(engine: Engine) -> Engine:
 def session(seeded: Engine) -> Iterator[Session]:
     with session_scope(seeded) as s:
         yield s
+
+
+def insert_early_rows(c: Connection) -> None:
+    """Rows every revision since 0001 stores in the same shape, by raw SQL (the migration tests seed a
+    store at an old revision, which today's models do not fit): repository 1, commits 1 and 2 (shas
+    1 and 0), device class 1, cases 1 and 2 with their latency series 1 and 2, run 'run' at commit 1."""
+    c.execute(sa.text("INSERT INTO repositories (id, name, default_branch) VALUES (1, 'r', 'main')"))
+    c.execute(sa.text("INSERT INTO commits (id, repository_id, sha, message, author, committed_at) "
+                      "VALUES (1, 1, :a, '', '', :t), (2, 1, :b, '', '', :t)"),
+              {"a": f.sha(1), "b": f.sha(0), "t": f.T0})
+    c.execute(sa.text("INSERT INTO device_classes (id, name, kind, targets, runtime, description) "
+                      "VALUES (1, 'dc', 'cpu', '[]', 'iree', '')"))
+    c.execute(sa.text("INSERT INTO cases (id, case_id, family, name, shape, dtype, impl, model) VALUES "
+                      "(1, 'g/a/1/f32/x', 'g', 'a', '1', 'f32', 'x', ''), (2, 'g/b/1/f32/x', 'g', 'b', '1', 'f32', 'x', '')"))
+    c.execute(sa.text("INSERT INTO series (id, case_id, device_class_id, metric) VALUES (1, 1, 1, 'latency'), "
+                      "(2, 2, 1, 'latency')"))
+    c.execute(sa.text("INSERT INTO runs (id, repository_id, commit_id, kind, status, created_at) "
+                      "VALUES ('run', 1, 1, 'adhoc', 'done', :t)"), {"t": f.T0})

@@ -9,6 +9,7 @@ from sqlalchemy import Engine
 from pipeline.contracts.arrays import from_blob
 from pipeline.store.db import downgrade, migrate
 from tests.helpers import factories as f
+from tests.helpers.stores import insert_early_rows
 
 CLOCKS = [1980.0, 1965.0, 1950.0]
 
@@ -17,18 +18,7 @@ def _seed_0007(engine: Engine) -> tuple[int, int, int]:
     """Rows as revision 0007 stored them: a measurement with 3 samples and clocks, one with 2 samples
     and no clocks, a paired case result with 3 base samples. Returns (measurement ids, paired result id)."""
     with engine.begin() as c:
-        c.execute(sa.text("INSERT INTO repositories (id, name, default_branch) VALUES (1, 'r', 'main')"))
-        c.execute(sa.text("INSERT INTO commits (id, repository_id, sha, message, author, committed_at) "
-                          "VALUES (1, 1, :a, '', '', :t), (2, 1, :b, '', '', :t)"),
-                  {"a": f.sha(1), "b": f.sha(0), "t": f.T0})
-        c.execute(sa.text("INSERT INTO device_classes (id, name, kind, targets, runtime, description) "
-                          "VALUES (1, 'dc', 'cpu', '[]', 'iree', '')"))
-        c.execute(sa.text("INSERT INTO cases (id, case_id, family, name, shape, dtype, impl, model) VALUES "
-                          "(1, 'g/a/1/f32/x', 'g', 'a', '1', 'f32', 'x', ''), (2, 'g/b/1/f32/x', 'g', 'b', '1', 'f32', 'x', '')"))
-        c.execute(sa.text("INSERT INTO series (id, case_id, device_class_id, metric) VALUES (1, 1, 1, 'latency'), "
-                          "(2, 2, 1, 'latency')"))
-        c.execute(sa.text("INSERT INTO runs (id, repository_id, commit_id, kind, status, created_at) "
-                          "VALUES ('run', 1, 1, 'adhoc', 'done', :t)"), {"t": f.T0})
+        insert_early_rows(c)
         c.execute(sa.text("INSERT INTO jobs (id, run_id, device_class_id, status, attempts, max_attempts, created_at) "
                           "VALUES ('job', 'run', 1, 'done', 1, 3, :t)"), {"t": f.T0})
         c.execute(sa.text("INSERT INTO case_results (id, job_id, case_id, target, status, paired_base_commit_id) "

@@ -21,6 +21,7 @@ from pipeline.store.db import (
     migration_connection,
 )
 from tests.helpers import factories as f
+from tests.helpers.stores import insert_early_rows
 
 # the rows each table holds once seeded; a table a revision does not have yet is skipped there
 SEEDED = {"repositories": 1, "commits": 2, "runs": 1, "jobs": 1, "case_results": 2, "measurements": 2,
@@ -31,18 +32,7 @@ MOVED = {"samples"}
 
 def _seed_0002(engine: Engine) -> None:
     with engine.begin() as c:
-        c.execute(sa.text("INSERT INTO repositories (id, name, default_branch) VALUES (1, 'r', 'main')"))
-        c.execute(sa.text("INSERT INTO commits (id, repository_id, sha, message, author, committed_at) "
-                          "VALUES (1, 1, :a, '', '', :t), (2, 1, :b, '', '', :t)"),
-                  {"a": f.sha(1), "b": f.sha(0), "t": f.T0})
-        c.execute(sa.text("INSERT INTO device_classes (id, name, kind, targets, runtime, description) "
-                          "VALUES (1, 'dc', 'cpu', '[]', 'iree', '')"))
-        c.execute(sa.text("INSERT INTO cases (id, case_id, family, name, shape, dtype, impl, model) VALUES "
-                          "(1, 'g/a/1/f32/x', 'g', 'a', '1', 'f32', 'x', ''), (2, 'g/b/1/f32/x', 'g', 'b', '1', 'f32', 'x', '')"))
-        c.execute(sa.text("INSERT INTO series (id, case_id, device_class_id, metric) VALUES (1, 1, 1, 'latency'), "
-                          "(2, 2, 1, 'latency')"))
-        c.execute(sa.text("INSERT INTO runs (id, repository_id, commit_id, kind, status, created_at) "
-                          "VALUES ('run', 1, 1, 'adhoc', 'done', :t)"), {"t": f.T0})
+        insert_early_rows(c)
         c.execute(sa.text("INSERT INTO jobs (id, run_id, device_class_id, status, attempts, created_at) "
                           "VALUES ('job', 'run', 1, 'done', 1, :t)"), {"t": f.T0})
         c.execute(sa.text("INSERT INTO case_results (id, job_id, case_id, target, status) "

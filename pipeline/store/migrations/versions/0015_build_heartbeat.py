@@ -29,6 +29,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    # ALTER TABLE ... DROP COLUMN, also on SQLite (3.35+), not batch mode's copy of the table: with foreign
-    # keys on, dropping the old build_requests table would delete what references it (ON DELETE CASCADE)
+    # ALTER TABLE ... DROP COLUMN, also on SQLite (3.35+): no copy of the table, as batch mode would make
     op.drop_column("build_requests", "heartbeat_at")
