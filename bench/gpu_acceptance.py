@@ -24,7 +24,8 @@ that the A/A runs are judged as if the binaries differed) and runs `benchfarm ru
 After each job: GET /api/v1/compare; everything is written to OUT/acceptance.json as it goes (a
 run longer than one device call can be read by the next), and each A/A job's samples to
 OUT/<label>.npz (float32, per case: round sizes, head and paired base samples; unpaired jobs: no base)
-so that the verdicts can be recomputed from the same measurements.
+so that the verdicts can be recomputed from the same measurements. `ACCEPTANCE_AGENT_ENV` (a JSON object
+of BENCHFARM_* settings) is given to the run-job processes alone.
 """
 
 from __future__ import annotations
@@ -104,17 +105,21 @@ def run(bundles: Path, out: Path) -> None:
     report: dict[str, Any] = {"device_class": device_class, "shas": shas, "jobs": []}
     farm = GpuFarm(scratch("bf-acceptance"), {"BENCHFARM_COMPARE__SAME_BINARY_SHORTCUT": "false"})
     only = os.environ.get("ACCEPTANCE_STEPS", "nightly,aa,pr,unpaired").split(",")
+    # settings of the run-job processes only (BENCHFARM_* as JSON), e.g. a lower placement budget that
+    # makes a large GPU time the suite in groups as a small one would
+    agent_env: dict[str, str] = json.loads(os.environ.get("ACCEPTANCE_AGENT_ENV", "{}"))
+    report["agent_env"] = agent_env
     try:
         def job(label: str, head: str, base: str | None, pr: bool = False, compare_with: str | None = None) -> None:
             started = time.perf_counter()
             info = farm.run_job(bundles / head, device_class, base=bundles / base if base else None, pr=pr,
-                                name=label)
+                                name=label, extra_env=agent_env)
             body, compare_s = farm.compare(shas[head], shas[compare_with] if compare_with else None)
             rows = [r for c in body["comparisons"] for r in c["rows"]]
             report["jobs"].append({
                 "label": label, "head": head, "base": base, "pr": pr, "wall_s": round(info["wall_s"], 1),
                 "claim_to_comparison_s": round(time.perf_counter() - started, 1), "compare_s": round(compare_s, 2),
-                "phases": info["phases"], "verdict": body["verdict"],
+                "phases": info["phases"], "verdict": body["verdict"], "summary": info["stdout"].strip()[-300:],
                 "counts": {k: v for k, v in body.get("counts", {}).items() if v},
                 "flagged": [{k: r.get(k) for k in ("case_id", "change", "ci_low", "ci_high", "pvalue", "status")}
                             for r in rows if r["status"] in ("regressed", "improved") and not r.get("is_control")],

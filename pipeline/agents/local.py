@@ -25,7 +25,7 @@ from pipeline.agents.measure import (
     measure_pairs,
     round_levels,
 )
-from pipeline.agents.placement import job_budget, plan_placements
+from pipeline.agents.placement import job_budget, plan_placements, timing_groups
 from pipeline.agents.runners import CheckedKernel, Workspace
 from pipeline.agents.runners.iree_runner import IreeDevice, prepare_entry
 from pipeline.config import MeasurementSettings
@@ -34,6 +34,7 @@ from pipeline.contracts import (
     BundleManifest,
     CaseResult,
     Correctness,
+    DeviceClass,
     ResultDocument,
     bundle_digest,
 )
@@ -160,7 +161,9 @@ def run_bundle(
     Timing: round-robin over the cases, at least `min_rounds` and at most `rounds` rounds; after
     `min_rounds` a case stops once the 95% interval of its round levels (`measure.round_levels`)
     is within `round_ci_target`. Round r is timed on buffer copy r mod n (`placements`), so the run
-    averages several placements. The result records the samples of each round (`rounds`).
+    averages several placements. The result records the samples of each round (`rounds`). Where one
+    copy of every timed case is over the job's placement budget (a small GPU), the cases are checked
+    and timed in groups that fit (`placement.timing_groups`), each released before the next is checked.
 
     Paired (DESIGN.md, "Measurement": pair what is compared): with `base_bundle_dir` and
     `base_manifest`, every case that both bundles have and that passes its check in both is timed
@@ -185,107 +188,173 @@ def run_bundle(
     same = {i for i, e in enumerate(entries) if _same_binary(e, base_entries.get((e.case, e.target)))}
     untimed = set() if time_unchanged else same - _sentinels(run_id, entries, same, settings.unchanged_sentinels)
     references = _References(bundle_dir / manifest.suite_source)
-    # every timed case's buffer copies are held at once (round-robin), so they are planned for the job
+    # every timed case of a group holds its buffer copies at once (round-robin): planned per group
     timed_entries = [i for i, e in enumerate(entries)
                      if i not in untimed and e.status == "built" and runner.for_entry(e) is not None]
     free_bytes = _free_bytes(runner) if timed_entries else None
-    copies = dict(zip(timed_entries, plan_placements(
-        [sum(t.nbytes for t in entries[i].tensors) for i in timed_entries], settings, free_bytes=free_bytes)))
     budget = job_budget(settings, free_bytes)
+    sizes = {i: sum(t.nbytes for t in entries[i].tensors) for i in timed_entries}
+    groups = [[timed_entries[k] for k in group]
+              for group in timing_groups([sizes[i] for i in timed_entries], budget)] if timed_entries else []
     results: dict[int, CaseResult] = {}
-    checked: dict[int, CheckedKernel] = {}
     checks = {"run": 0, "reused": 0}   # correctness checks made, and outcomes reused (cache, same binary)
-    for index, entry in enumerate(entries):
+    steps = _Steps(progress, checks=len(entries), rounds=settings.rounds * len(timed_entries))
+    for index, entry in enumerate(entries):   # what is not timed: its result now, no buffers held
+        if index in sizes:
+            continue
         if index in untimed:
             assert base_manifest is not None
             results[index] = CaseResult(
                 case=entry.case, target=entry.target, status="skipped", binary_digest=entry.binary_digest(),
                 reason=f"not timed: same binary as base {base_manifest.commit[:12]} (drift sentinels and "
                        "full runs time it)")
-            continue
-        verified = check_cache.get(entry, device_class.name) if check_cache is not None else None
-        checks["reused" if verified is not None else "run"] += entry.status == "built"
-        outcome = _prepare(runner, bundle_dir, entry, references, run_id, job_id, verified=verified,
-                           placements=copies.get(index, 1))
-        if not isinstance(outcome, CaseResult):   # a checked kernel (IREE's or CUDA's), ready to time
-            checked[index] = outcome
-            if check_cache is not None:
-                check_cache.put(entry, device_class.name, outcome.correctness)
-            if outcome.workspace is not None and (base_entries.get((entry.case, entry.target)) is None):
-                outcome.workspace.memo.clear()   # no base will be checked on these inputs: free the host copies
         else:
+            outcome = _prepare(runner, bundle_dir, entry, references, run_id, job_id)
+            assert isinstance(outcome, CaseResult)   # not built, or no runner for it here
             results[index] = outcome
-        if progress:
-            progress(f"checking: {entry.case} on {device_class.name}", index + 1, len(entries))
-    bases, notes = _prepare_bases(runner, checked, base_bundle_dir, base_manifest, run_id, job_id,
-                                  check_cache, device_class.name, progress, checks)
-
-    # Round-robin timing: every checked case gets a share of its budget in each round, so a passing
-    # disturbance on the host lands on every case a little rather than on one case entirely.
-    timed = {index: _Timed() for index in checked}
-    placements = {index: kernel.placements for index, kernel in checked.items()}
-    round_settings = settings.per_round()
-    active = dict(checked)
-    steps, step = settings.rounds * len(checked), 0
-
-    def waiting(message: str) -> None:
-        log.info("%s: %s", device_class.name, message)
-        if progress:
-            progress(f"timing: {message}", step, steps)
-
-    # a compile beside CPU timing reads as a change (pipeline.host_lock): timing waits for it, and holds it off
-    lock = settings.host_lock if device_class.kind == "cpu" and checked else ""
-    try:
-        with cpu_timing(lock, on_wait=waiting):
-            for round_number in range(1, settings.rounds + 1):
-                for index, kernel in list(active.items()):
-                    base = bases.get(index)
-                    kernel.select(round_number - 1)
-                    try:
-                        if base is None:
-                            timed[index].add(measure(kernel.read, round_settings, default_clock_mhz=kernel.default_clock_mhz))
-                        else:
-                            pairs = measure_pairs(base.read, kernel.read, round_settings,
-                                                  first_pair=len(timed[index].head.readings),
-                                                  default_clock_mhz=kernel.default_clock_mhz)
-                            timed[index].add(pairs[1], base=pairs[0])
-                    except Exception as exc:  # a kernel that fails while timed is an error; the others go on
-                        log.warning("case %s timing failed: %s", kernel.entry.case, exc)
-                        results[index] = _error(kernel.entry, exc)
-                        del active[index]
-                        del checked[index]
-                        if base is not None:
-                            base.release()
-                            del bases[index]
-                        kernel.release()
-                    step += 1
-                    if progress:
-                        progress(f"timing: round {round_number}/{settings.rounds} {kernel.entry.case}", step, steps)
-                if round_number >= settings.min_rounds:
-                    for index in [i for i in active if timed[i].settled(settings.round_ci_target, paired=i in bases)]:
-                        del active[index]
-                        step += settings.rounds - round_number
-                if not active:
-                    break
-            if progress:
-                progress("timing: done", steps, steps)
-    finally:
-        for kernel in [*bases.values(), *checked.values()]:   # bases first: they time on their head's buffers
-            kernel.release()
-    for index, kernel in checked.items():
-        seed = input_seed(run_id, job_id, kernel.entry)
-        environment = {**kernel.environment, "input_seed": str(seed), "placements": str(placements[index]),
-                       **notes.get(index, {})}
-        results[index] = timed[index].result(kernel, environment, bases.get(index), base_manifest)
+        steps.check(f"checking: {entry.case} on {device_class.name}")
+    job = _Job(runner=runner, device_class=device_class, settings=settings, run_id=run_id, job_id=job_id,
+               check_cache=check_cache, checks=checks, steps=steps)
+    for number, group in enumerate(groups, start=1):
+        copies = dict(zip(group, plan_placements([sizes[i] for i in group], settings, free_bytes=free_bytes)))
+        checked: dict[int, CheckedKernel] = {}
+        for index in group:
+            outcome = job.check(bundle_dir, entries[index], references, copies[index],
+                                keep_inputs=(entries[index].case, entries[index].target) in base_entries)
+            if isinstance(outcome, CaseResult):
+                results[index] = outcome
+            else:
+                checked[index] = outcome
+        bases, notes = _prepare_bases(runner, checked, base_bundle_dir, base_manifest, run_id, job_id,
+                                      check_cache, device_class.name, progress, checks)
+        held = {index: kernel.placements for index, kernel in checked.items()}   # before they are released
+        timed = job.time(checked, bases, results)
+        for index, kernel in checked.items():
+            seed = input_seed(run_id, job_id, kernel.entry)
+            environment = {**kernel.environment, "input_seed": str(seed), "placements": str(held[index]),
+                           **({"timing_group": f"{number}/{len(groups)}"} if len(groups) > 1 else {}),
+                           **notes.get(index, {})}
+            results[index] = timed[index].result(kernel, environment, bases.get(index), base_manifest)
+    if progress:
+        progress("timing: done", steps.rounds, steps.rounds)
     return ResultDocument(
         run_id=run_id, job_id=job_id, repository=manifest.repository, commit=manifest.commit,
         # the whole bundle's digest: `manifest` may be a selection of its entries
         bundle_digest=bundle_digest(load_bundle(bundle_dir)), device=device.info, agent=agent_info(),
         started_at=started, finished_at=datetime.now(timezone.utc),
         environment={**_environment(device), "checks_run": str(checks["run"]), "checks_reused": str(checks["reused"]),
-                     **({"placement_budget_bytes": str(budget)} if budget is not None and timed_entries else {})},
+                     **({"placement_budget_bytes": str(budget)} if budget is not None and timed_entries else {}),
+                     **({"timing_groups": str(len(groups))} if len(groups) > 1 else {})},
         results=[results[index] for index in range(len(entries))],
     )
+
+
+@dataclass
+class _Steps:
+    """The job's progress: entries checked of `checks`, timing steps (a case's round) of `rounds`, the
+    rounds of the cases still to be timed (a case that fails its check takes its rounds off)."""
+
+    progress: ProgressFn | None
+    checks: int
+    rounds: int
+    checked: int = 0
+    timed: int = 0
+
+    def check(self, message: str) -> None:
+        self.checked += 1
+        if self.progress:
+            self.progress(message, self.checked, self.checks)
+
+    def time(self, message: str | None, steps: int = 1) -> None:
+        self.timed += steps
+        if self.progress and message:
+            self.progress(message, self.timed, self.rounds)
+
+
+@dataclass
+class _Job:
+    """What checking and timing one group of a job's cases needs from the job around it."""
+
+    runner: _Runner
+    device_class: DeviceClass
+    settings: MeasurementSettings
+    run_id: str
+    job_id: str
+    check_cache: CheckCache | None
+    checks: dict[str, int]
+    steps: _Steps
+
+    def check(self, bundle_dir: Path, entry: BundleEntry, references: _References, placements: int, *,
+              keep_inputs: bool) -> CheckedKernel | CaseResult:
+        """The case checked (or its check's outcome reused) and held on `placements` copies; the host
+        copies of its inputs kept only where a base will be checked on them (`keep_inputs`)."""
+        verified = self.check_cache.get(entry, self.device_class.name) if self.check_cache is not None else None
+        self.checks["reused" if verified is not None else "run"] += 1
+        outcome = _prepare(self.runner, bundle_dir, entry, references, self.run_id, self.job_id, verified=verified,
+                           placements=placements)
+        if isinstance(outcome, CaseResult):
+            self.steps.rounds -= self.settings.rounds   # never timed
+        else:
+            if self.check_cache is not None:
+                self.check_cache.put(entry, self.device_class.name, outcome.correctness)
+            if outcome.workspace is not None and not keep_inputs:
+                outcome.workspace.memo.clear()
+        self.steps.check(f"checking: {entry.case} on {self.device_class.name}")
+        return outcome
+
+    def time(self, checked: dict[int, CheckedKernel], bases: dict[int, CheckedKernel],
+             results: dict[int, CaseResult]) -> dict[int, _Timed]:
+        """Round-robin timing of the checked cases (each with its base where paired), then every kernel
+        released. A case whose timing fails gets its error in `results` and leaves `checked`."""
+        # Round-robin: every checked case gets a share of its budget in each round, so a passing
+        # disturbance on the host lands on every case a little rather than on one case entirely.
+        settings, steps = self.settings, self.steps
+        timed = {index: _Timed() for index in checked}
+        round_settings = settings.per_round()
+        active = dict(checked)
+
+        def waiting(message: str) -> None:
+            log.info("%s: %s", self.device_class.name, message)
+            steps.time(f"timing: {message}", 0)
+
+        # a compile beside CPU timing reads as a change (pipeline.host_lock): timing waits for it, and holds it off
+        lock = settings.host_lock if self.device_class.kind == "cpu" and checked else ""
+        try:
+            with cpu_timing(lock, on_wait=waiting):
+                for round_number in range(1, settings.rounds + 1):
+                    for index, kernel in list(active.items()):
+                        base = bases.get(index)
+                        kernel.select(round_number - 1)
+                        try:
+                            if base is None:
+                                timed[index].add(measure(kernel.read, round_settings,
+                                                         default_clock_mhz=kernel.default_clock_mhz))
+                            else:
+                                pairs = measure_pairs(base.read, kernel.read, round_settings,
+                                                      first_pair=len(timed[index].head.readings),
+                                                      default_clock_mhz=kernel.default_clock_mhz)
+                                timed[index].add(pairs[1], base=pairs[0])
+                        except Exception as exc:  # a kernel that fails while timed is an error; the others go on
+                            log.warning("case %s timing failed: %s", kernel.entry.case, exc)
+                            results[index] = _error(kernel.entry, exc)
+                            del active[index]
+                            del checked[index]
+                            if base is not None:
+                                base.release()
+                                del bases[index]
+                            kernel.release()
+                            steps.time(None, settings.rounds - round_number)
+                        steps.time(f"timing: round {round_number}/{settings.rounds} {kernel.entry.case}")
+                    if round_number >= settings.min_rounds:
+                        for index in [i for i in active if timed[i].settled(settings.round_ci_target, paired=i in bases)]:
+                            del active[index]
+                            steps.time(None, settings.rounds - round_number)
+                    if not active:
+                        break
+        finally:
+            for kernel in [*bases.values(), *checked.values()]:   # bases first: they time on their head's buffers
+                kernel.release()
+        return timed
 
 
 def _is_vendor(entry: BundleEntry) -> bool:

@@ -10,6 +10,10 @@ cases that budget left on fewer copies raised evenly (every one to two before an
 the job's total stays within it; a total over it is brought down from the largest sets, never under
 one copy each. Where the runner can tell the device memory free at the job's start, the total is
 also kept within `placement_memory_fraction` of it (`job_budget`).
+
+Where one copy of every case is over that budget (the CUDA suite's 16.4 GiB on a 24 GiB GPU), the job
+is timed in groups (`timing_groups`): consecutive cases whose single copies fit, each group checked,
+timed round-robin and released before the next; the copies are then planned per group.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections.abc import Sequence
 
 from pipeline.config import MeasurementSettings
 
-__all__ = ["job_budget", "plan_placements"]
+__all__ = ["job_budget", "plan_placements", "timing_groups"]
 
 
 def job_budget(settings: MeasurementSettings, free_bytes: int | None = None) -> int | None:
@@ -51,3 +55,17 @@ def plan_placements(set_bytes: Sequence[int], settings: MeasurementSettings, *,
                 counts[i] = level
                 total += set_bytes[i]
     return counts
+
+
+def timing_groups(set_bytes: Sequence[int], budget: int | None) -> list[list[int]]:
+    """Positions in `set_bytes` of the cases held and timed together, in order: consecutive cases whose
+    one copy each fits `budget`, a case over it on its own. No budget, or all fit: one group."""
+    groups: list[list[int]] = []
+    total = 0
+    for i, size in enumerate(set_bytes):
+        if not groups or (budget is not None and total + size > budget):
+            groups.append([])
+            total = 0
+        groups[-1].append(i)
+        total += size
+    return groups

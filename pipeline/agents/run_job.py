@@ -112,6 +112,7 @@ def run_job(settings: Settings, *, bundle: Path, device_class: str, base_bundle:
                               f"{resend_command(kept, agent.server)}")
         statuses = [r.status for r in document.results]
         return {"run_id": run_id, "job_id": job_id, "results": len(statuses),
-                "ok": statuses.count("ok"), "not_ok": len(statuses) - statuses.count("ok")}
+                "ok": statuses.count("ok"), "not_ok": len(statuses) - statuses.count("ok"),
+                "timing_groups": int(document.environment.get("timing_groups", "1"))}
     finally:
         agent.log.close()

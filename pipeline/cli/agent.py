@@ -54,7 +54,10 @@ def cmd_run_job(args: argparse.Namespace, settings: Settings) -> int:
                       base_bundle=Path(args.base_bundle) if args.base_bundle else None, cases=args.cases,
                       kind=args.kind)
     out_console.print(f"job {summary['job_id']} of run {summary['run_id']}: {summary['results']} results, "
-                      f"{summary['ok']} ok, {summary['not_ok']} not ok", markup=False, highlight=False)
+                      f"{summary['ok']} ok, {summary['not_ok']} not ok"
+                      + (f"; timed in {summary['timing_groups']} groups, one copy of every case being over the "
+                         "device's placement budget" if summary["timing_groups"] > 1 else ""),
+                      markup=False, highlight=False)
     return 0
 
 

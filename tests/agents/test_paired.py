@@ -178,6 +178,35 @@ def test_the_job_plans_its_buffer_copies_and_each_case_is_held_on_its_share(
     assert sum(held[c] * sizes[c] for c in held) <= 1 << 20
 
 
+def test_a_job_over_its_budget_at_one_copy_each_is_checked_and_timed_group_by_group(
+    bundles: tuple[Path, tuple[Path, BundleManifest], tuple[Path, BundleManifest]], device: LocalDevice,
+) -> None:
+    _, (base_dir, base), (head_dir, head) = bundles
+    # alpha 192 KiB + beta 188 KiB fit 400 KiB, gamma's 188 would not: groups [alpha, beta] and [gamma, delta];
+    # per group within 400 KiB: [1, 1] (380 KiB), then [1, 4] (gamma 188 + delta 4 x 48 = 380 KiB)
+    settings = SETTINGS.model_copy(update={"rounds": 2, "min_rounds": 2, "placement_bytes": 100 << 10,
+                                           "placement_total_bytes": 400 << 10})
+    seen: list[str] = []
+    document = run_bundle(bundle_dir=head_dir, manifest=head, device=device, run_id="r", job_id="j", settings=settings,
+                          base_bundle_dir=base_dir, base_manifest=base, progress=lambda d, *_: seen.append(d))
+    results = {r.case: r for r in document.results}
+    alpha, beta, gamma, delta = (case_id(c) for c in [*CASES, ONLY_HEAD])
+    assert document.environment["timing_groups"] == "2"
+    assert {c: results[c].environment["timing_group"] for c in results} == {alpha: "1/2", beta: "1/2", gamma: "2/2",
+                                                                            delta: "2/2"}
+    assert {c: results[c].environment["placements"] for c in results} == {alpha: "1", beta: "1", gamma: "1",
+                                                                           delta: "4"}
+    for c in (alpha, beta, gamma):   # paired in either group
+        assert results[c].status == "ok" and results[c].paired_base is not None, results[c]
+        assert len(results[c].paired_base.samples) == len(results[c].samples) > 0   # type: ignore[union-attr]
+    # the first group is timed (and its buffers released) before the second is checked
+    first_timed = next(i for i, d in enumerate(seen) if d.startswith("timing: round"))
+    gamma_checked = next(i for i, d in enumerate(seen) if d.startswith(f"checking: {gamma}"))
+    assert first_timed < gamma_checked, seen
+    assert any(d.startswith(f"timing: round 1/2 {alpha}") for d in seen[:gamma_checked])
+    assert seen[-1] == "timing: done"
+
+
 def test_rounds_are_recorded_and_checks_are_cached_across_jobs(
     bundles: tuple[Path, tuple[Path, BundleManifest], tuple[Path, BundleManifest]], device: LocalDevice, tmp_path: Path,
 ) -> None:

@@ -83,3 +83,32 @@ def test_the_cuda_suite_on_smaller_gpus_keeps_its_copies_within_the_share() -> N
     assert total < sum(c * s for c, s in zip(on_h100, sizes)) and max(plan) == gpu.placements
     # on a 24 GiB L4 one copy of every case (16.4 GiB) is over the share already: one each, never fewer
     assert plan_placements(sizes, gpu, free_bytes=22 << 30) == [1] * len(sizes)
+
+
+def test_cases_whose_single_copies_are_over_the_budget_are_timed_in_groups_that_fit() -> None:
+    from pipeline.agents.placement import timing_groups
+
+    sizes = [300 * MiB, 300 * MiB, 500 * MiB, 2048 * MiB, 100 * MiB, 100 * MiB]
+    assert timing_groups(sizes, None) == [list(range(6))]             # no budget: one group
+    assert timing_groups(sizes, 8 << 30) == [list(range(6))]          # all fit: one group
+    # within 1 GiB: consecutive cases while they fit, a case over the budget on its own
+    assert timing_groups(sizes, 1024 * MiB) == [[0, 1], [2], [3], [4, 5]]
+    assert timing_groups([], 1024 * MiB) == []
+
+
+def test_the_cuda_suite_on_a_24_gib_gpu_is_timed_in_groups_within_the_share() -> None:
+    from pipeline.agents.placement import job_budget, timing_groups
+    from pipeline.build.suite_loader import load_suite
+    from pipeline.contracts import Target
+
+    gpu = MeasurementSettings().for_device("nvidia-l4", "gpu")
+    cuda = Target.parse("cuda:sm_90")
+    sizes = [sum(t.nbytes for t in c.tensors) for c in load_suite("kernels") if c.supports(cuda)]
+    budget = job_budget(gpu, free_bytes=22 << 30)
+    assert budget is not None and sum(sizes) > budget                 # one copy each is over the share
+    groups = timing_groups(sizes, budget)
+    assert len(groups) >= 2 and sorted(i for g in groups for i in g) == list(range(len(sizes)))
+    for group in groups:
+        plan = plan_placements([sizes[i] for i in group], gpu, free_bytes=22 << 30)
+        assert sum(c * sizes[i] for c, i in zip(plan, group)) <= budget   # every group's copies within it
+    assert timing_groups(sizes, job_budget(gpu, free_bytes=79 << 30)) == [list(range(len(sizes)))]   # an H100: one
