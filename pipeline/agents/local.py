@@ -121,6 +121,14 @@ def _free_bytes(runner: _Runner) -> int | None:
     return free() if callable(free) else None
 
 
+def _trim(runner: _Runner) -> None:
+    """Memory a framework keeps of released buffers given back, where the runner's device has a cache
+    (CUDA: torch's): the next group's buffers, or the next job's, need it."""
+    trim = getattr(runner.device, "trim", None)
+    if callable(trim):
+        trim()
+
+
 class _References:
     """Reference functions imported once per module from the bundle's shipped suite copy."""
 
@@ -229,6 +237,7 @@ def run_bundle(
                                       check_cache, device_class.name, progress, checks)
         held = {index: kernel.placements for index, kernel in checked.items()}   # before they are released
         timed = job.time(checked, bases, results)
+        _trim(runner)
         for index, kernel in checked.items():
             seed = input_seed(run_id, job_id, kernel.entry)
             environment = {**kernel.environment, "input_seed": str(seed), "placements": str(held[index]),

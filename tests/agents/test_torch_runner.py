@@ -157,3 +157,29 @@ def test_controls_choose_the_same_implementation_every_time(device: LocalDevice)
     conv_tensors = {n: torch.randn(s, dtype=torch.bfloat16, device=gpu) for n, s in conv_shapes.items()}
     torch_runner.OPS["conv2d"](conv_tensors, conv, {"stride": 1, "padding": 1}).run()
     assert torch.backends.cudnn.benchmark is False
+
+
+@pytest.mark.gpu
+def test_a_job_timed_in_groups_gives_torchs_cached_memory_back(bundle: tuple[Path, BundleManifest],
+                                                                device: LocalDevice) -> None:
+    """A budget under one copy of every case (a small GPU's) times the bundle in groups, each released
+    before the next; what torch's cache kept of the vendor controls is given back after each (the next
+    group's cuMemAlloc cannot take it from that cache)."""
+    import torch
+
+    from pipeline.agents.local import run_bundle
+
+    bundle_dir, manifest = bundle
+    largest = max(sum(t.nbytes for t in e.tensors) for e in manifest.entries)
+    settings = FAST.model_copy(update={"device_overrides": {"gpu": {"placement_total_bytes": 2 * largest}}})
+    torch.cuda.empty_cache()
+    reserved = torch.cuda.memory_reserved()
+    document = run_bundle(bundle_dir=bundle_dir, manifest=manifest, device=device, run_id="gpu-4", job_id="job-4",
+                          settings=settings)
+    groups = int(document.environment["timing_groups"])
+    assert groups >= 2, document.environment
+    statuses = {r.case: r.status for r in document.results}
+    assert list(statuses.values()).count("wrong") == 3 and set(statuses.values()) == {"ok", "wrong"}, statuses
+    labels = {r.environment.get("timing_group") for r in document.results if r.status == "ok"}
+    assert len(labels) >= 2 and labels <= {f"{g}/{groups}" for g in range(1, groups + 1)}, labels
+    assert torch.cuda.memory_reserved() <= reserved, (torch.cuda.memory_reserved(), reserved)

@@ -18,6 +18,7 @@ discards throttled samples against.
 from __future__ import annotations
 
 import ctypes
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,6 +135,19 @@ class CudaDevice:
         """Device memory free now (cuMemGetInfo), for the job's plan of buffer copies."""
         free, _total = self._call(self._cu.cuMemGetInfo)
         return int(free)
+
+    def trim(self) -> None:
+        """Give back to the device what torch's caching allocator keeps of released tensors (vendor
+        controls, references): buffers here come from cuMemAlloc, which that cache never yields to, so a
+        job timed in groups (or an agent's next job) would find the memory taken."""
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+            # cuBLAS keeps a workspace per stream, and each job's device has a stream of its own
+            clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+            if callable(clear_workspaces):
+                clear_workspaces()
+            torch.cuda.empty_cache()
 
     def free(self, ptr: int) -> None:
         self._call(self._cu.cuMemFree, self._cu.CUdeviceptr(ptr))
