@@ -174,6 +174,9 @@ def test_a_job_timed_in_groups_gives_torchs_cached_memory_back(bundle: tuple[Pat
     settings = FAST.model_copy(update={"device_overrides": {"gpu": {"placement_total_bytes": 2 * largest}}})
     torch.cuda.empty_cache()
     reserved = torch.cuda.memory_reserved()
+    kept = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")   # released: torch's cache keeps it
+    del kept
+    assert torch.cuda.memory_reserved() >= reserved + (256 << 20)
     document = run_bundle(bundle_dir=bundle_dir, manifest=manifest, device=device, run_id="gpu-4", job_id="job-4",
                           settings=settings)
     groups = int(document.environment["timing_groups"])
@@ -182,4 +185,5 @@ def test_a_job_timed_in_groups_gives_torchs_cached_memory_back(bundle: tuple[Pat
     assert list(statuses.values()).count("wrong") == 3 and set(statuses.values()) == {"ok", "wrong"}, statuses
     labels = {r.environment.get("timing_group") for r in document.results if r.status == "ok"}
     assert len(labels) >= 2 and labels <= {f"{g}/{groups}" for g in range(1, groups + 1)}, labels
-    assert torch.cuda.memory_reserved() <= reserved, (torch.cuda.memory_reserved(), reserved)
+    # given back; torch may keep one small segment of its own state made during the job (H100: 2 MiB)
+    assert torch.cuda.memory_reserved() <= reserved + (2 << 20), (torch.cuda.memory_reserved(), reserved)
