@@ -13,7 +13,9 @@ also kept within `placement_memory_fraction` of it (`job_budget`).
 
 Where one copy of every case is over that budget (the CUDA suite's 16.4 GiB on a 24 GiB GPU), the job
 is timed in groups (`timing_groups`): consecutive cases whose single copies fit, each group checked,
-timed round-robin and released before the next; the copies are then planned per group.
+timed round-robin and released before the next; the copies are then planned per group. The budget
+counts the declared buffers only: the checks' references and the vendor controls' graph pools come on
+top (an H100 at 6 GiB a group peaked 2-10 GiB over it), which the share of free memory must absorb.
 """
 
 from __future__ import annotations
