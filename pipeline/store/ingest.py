@@ -495,8 +495,11 @@ def ingest_result(
         "paired_samples": to_blob(r.paired_base.samples) if r.paired_base is not None else None,
         "binary_digest": r.binary_digest,
         "paired_binary_digest": r.paired_base.binary_digest if r.paired_base is not None else None,
+        "environment": r.environment or None,
     } for r in new]
     result_ids = _insert_returning_ids(session, CaseResultRow.__table__, result_rows)  # type: ignore[arg-type]
+    if document.environment:
+        job.environment = dict(document.environment)
 
     ok = [(result_id, r) for result_id, r in zip(result_ids, new, strict=True) if r.status == "ok"]
     if not ok:

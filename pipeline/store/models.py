@@ -325,6 +325,9 @@ class Job(Base):
     progress: Mapped[str | None] = mapped_column(sa.String(300))
     """What the running attempt is doing, as its agent's last heartbeat said ("timing: round 3/8 ...",
     "timing: waiting for a compile on this host ..."); cleared when the job is claimed."""
+    environment: Mapped[dict[str, str] | None] = mapped_column(sa.JSON, deferred=True)
+    """The result document's `environment` (host, runtime versions, checks run and reused, placement
+    budget, timing groups), from the job's latest upload that stored results."""
 
     run: Mapped[Run] = relationship(back_populates="jobs")
     device_class: Mapped[DeviceClassRow] = relationship()
@@ -358,6 +361,8 @@ class CaseResultRow(Base):
     """What was timed (`BundleEntry.binary_digest`); None where the agent did not say."""
     paired_binary_digest: Mapped[str | None] = mapped_column(sa.String(64))
     """The paired base's binary digest: equal to `binary_digest`, the pair timed identical code."""
+    environment: Mapped[dict[str, str] | None] = mapped_column(sa.JSON, deferred=True)
+    """The result's `environment` as the agent sent it (input seed, copies, how the pair was timed...)."""
 
 
 class Measurement(Base):

@@ -29,6 +29,7 @@ from pipeline.store.models import (
     LIFECYCLE,
     OPEN_STATES,
     Case,
+    CaseResultRow,
     ChangePoint,
     Commit,
     CommitParent,
@@ -106,6 +107,57 @@ class HistoryPointOut(BaseModel):
     min: float
     max: float
     n: int
+
+
+class CaseResultOut(BaseModel):
+    """One case result of a job as stored: its outcome, its statistics when ok, what it was timed against
+    (the paired base), and the environment the agent measured it in."""
+
+    model_config = ConfigDict(frozen=True)
+
+    case_id: CaseIdAsText
+    target: str
+    status: str
+    reason: str | None
+    max_abs_error: float | None
+    max_rel_error: float | None
+    median: float | None
+    n: int | None
+    round_sizes: list[int] | None
+    binary_digest: str | None
+    paired_base_sha: str | None
+    paired_binary_digest: str | None
+    environment: dict[str, str]
+
+
+class JobResultsOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    device_class: str
+    environment: dict[str, str] = Field(description="the job's: host, runtime versions, checks, placement budget")
+    results: list[CaseResultOut]
+
+
+def job_results(session: Session, job_id: str) -> JobResultsOut | None:
+    """A job's stored case results, by case and target; None when there is no such job."""
+    job = session.execute(
+        sa.select(Job.environment, DeviceClassRow.name).join(DeviceClassRow, Job.device_class_id == DeviceClassRow.id)
+        .where(Job.id == job_id)).one_or_none()
+    if job is None:
+        return None
+    base = sa.orm.aliased(Commit)
+    rows = session.execute(
+        sa.select(Case.case_id, CaseResultRow.target, CaseResultRow.status, CaseResultRow.reason,
+                  CaseResultRow.max_abs_error, CaseResultRow.max_rel_error, Measurement.median, Measurement.n,
+                  Measurement.round_sizes, CaseResultRow.binary_digest, base.sha, CaseResultRow.paired_binary_digest,
+                  CaseResultRow.environment)
+        .join(Case, CaseResultRow.case_id == Case.id)
+        .outerjoin(Measurement, Measurement.case_result_id == CaseResultRow.id)
+        .outerjoin(base, CaseResultRow.paired_base_commit_id == base.id)
+        .where(CaseResultRow.job_id == job_id).order_by(Case.case_id, CaseResultRow.target))
+    return JobResultsOut(job_id=job_id, device_class=job[1], environment=job[0] or {},
+                         results=[_from_row(CaseResultOut, (*row[:-1], row[-1] or {})) for row in rows])
 
 
 def _run_query() -> sa.Select[tuple[Run, str, str, int]]:

@@ -44,6 +44,7 @@ PRODUCERS: dict[tuple[str, str], Callable[..., Any]] = {
     ("GET", "/bisections/{bisection_id}"): bisect_views.get_bisection,
     ("GET", "/jobs"): dispatch.list_jobs,
     ("GET", "/jobs/{job_id}"): dispatch.get_job,
+    ("GET", "/jobs/{job_id}/results"): queries.job_results,
     ("GET", "/tokens"): auth.list_tokens,
     ("DELETE", "/tokens/{name}"): auth.revoke_token,
     ("GET", "/users"): users.list_users,

@@ -402,3 +402,20 @@ def test_an_agent_cannot_redefine_a_device_class_by_registering(service: Service
     assert snapshot(service.engine) == before
     assert register(same, service.tokens["agent"]).status_code == 200
     assert register(redefined, service.tokens["admin"]).status_code == 200
+
+
+def test_a_jobs_results_come_back_with_the_environment_they_were_measured_in(service: Service) -> None:
+    data = document(service.engine, environment={"input_seed": "7", "placements": "3", "timing_group": "2/3"})
+    data["environment"] = {"torch": "2.11.0", "placement_budget_bytes": str(6 << 30), "timing_groups": "3"}
+    assert post(service.url, "/api/v1/results", json.dumps(data), service.tokens["agent"]).status_code == 200
+    response = requests.get(f"{service.url}/api/v1/jobs/{data['job_id']}/results", timeout=10)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["job_id"] == data["job_id"] and body["device_class"] == f.DEVICE_CLASS
+    assert body["environment"] == data["environment"]
+    (result,) = body["results"]
+    assert result["case_id"] == f.GEMM and result["status"] == "ok" and result["n"] == 10
+    assert result["median"] == pytest.approx(1e-3, rel=0.1) and result["paired_base_sha"] is None
+    assert result["environment"] == {"input_seed": "7", "placements": "3", "timing_group": "2/3"}
+    missing = requests.get(f"{service.url}/api/v1/jobs/no-such-job/results", timeout=10)
+    assert_refused(missing, 404, "no job no-such-job")

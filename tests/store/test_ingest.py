@@ -233,3 +233,25 @@ def test_failure_after_writes_rolls_everything_back(seeded: Engine) -> None:
         raise RuntimeError("the caller's next step failed")
     with session_scope(seeded) as s:
         assert f.snapshot(s) == before
+
+
+def test_the_environment_of_each_result_and_of_the_job_is_kept(seeded: Engine) -> None:
+    from pipeline.store.queries import job_results
+
+    run_id, (job_id,) = _run(seeded)
+    paired = f.ok(f.GEMM, f.series_samples(1e-3)).model_copy(update={"environment": {
+        "input_seed": "11", "paired_base": "the head's own graphs"}})
+    doc = f.result_document(run_id=run_id, job_id=job_id, commit_sha=f.sha(1),
+                            results=[paired, f.failed(f.CONV, "wrong")]).model_copy(
+        update={"environment": {"host": "bench-1", "checks_run": "2"}})
+    with session_scope(seeded) as s:
+        ingest.ingest_result(s, document=doc)
+    with session_scope(seeded) as s:
+        found = job_results(s, job_id)
+        assert found is not None and found.environment == {"host": "bench-1", "checks_run": "2"}
+        results = {str(r.case_id): r for r in found.results}
+        assert results[f.GEMM].environment == {"input_seed": "11", "paired_base": "the head's own graphs"}
+        assert results[f.GEMM].median == pytest.approx(1e-3, rel=0.1) and results[f.GEMM].n == 10
+        assert results[f.CONV].environment == {} and results[f.CONV].median is None
+        assert results[f.CONV].reason == "wrong on purpose" and results[f.CONV].max_abs_error == 3.0
+        assert job_results(s, "no-such-job") is None

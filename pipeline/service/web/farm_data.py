@@ -154,6 +154,8 @@ class JobDetail:
     """the cases that did not pass: wrong results, errors, skips, with their reasons"""
     siblings: list[JobRow] = field(default_factory=list)
     """the other jobs of the run"""
+    environment: dict[str, str] = field(default_factory=dict)
+    """what the agent's result document said of the job (host, versions, checks, placement budget)"""
 
 
 def job_detail(session: Session, job_id: str) -> JobDetail | None:
@@ -187,7 +189,8 @@ def job_detail(session: Session, job_id: str) -> JobDetail | None:
         if status != "ok":
             problems.append(CaseOutcome(case_id, target, status, reason))
     siblings = [j for j in dispatch.list_jobs(session, run_id=job.run_id) if j.id != job_id]
-    return JobDetail(job, events, counts, problems, siblings)
+    environment = session.scalar(sa.select(Job.environment).where(Job.id == job_id)) or {}
+    return JobDetail(job, events, counts, problems, siblings, environment)
 
 
 def trigger_classes(session: Session) -> list[tuple[str, int]]:

@@ -64,6 +64,33 @@ def test_jobs_page_and_a_jobs_events_and_error(service: Service) -> None:
     assert requests.get(f"{service.url}/jobs/no-such-job", timeout=30).status_code == 404
 
 
+def test_a_jobs_page_shows_its_environment_as_text_and_links_its_results(service: Service) -> None:
+    from pipeline.store import ingest
+    from tests.helpers import factories as f
+
+    with session_scope(service.engine) as s:
+        run = ingest.create_run(s, repository=demo_store.REPO, commit_sha=demo_store.main_sha(3), kind="adhoc",
+                                device_classes=[service.demo.device_classes[0]])
+        job = run.jobs[0]
+        result = f.ok(service.demo.cases[0], f.series_samples(1e-3)).model_copy(
+            update={"environment": {"input_seed": "5"}})
+        document = f.result_document(run_id=run.id, job_id=job.id, commit_sha=demo_store.main_sha(3),
+                                     repository=demo_store.REPO, results=[result],
+                                     device_class=job.device_class.name).model_copy(update={"environment": {
+                                         "placement_budget_bytes": "6442450944",
+                                         "host": "<script>window.__xss = 5</script>"}})
+        ingest.ingest_result(s, document=document, analysis=None)
+        job_id = job.id
+    page = requests.get(f"{service.url}/jobs/{job_id}", timeout=30)
+    assert page.status_code == 200
+    text = _text(page.text)
+    assert "Environment" in text and "placement_budget_bytes 6442450944" in text, text
+    assert "<script>window.__xss = 5" not in page.text and "&lt;script&gt;window.__xss = 5" in page.text
+    assert f'href="/api/v1/jobs/{job_id}/results"' in page.text
+    results = requests.get(f"{service.url}/api/v1/jobs/{job_id}/results", timeout=30).json()
+    assert results["results"][0]["environment"] == {"input_seed": "5"}
+
+
 def test_adhoc_form_needs_a_user_and_posts_to_the_api_with_the_csrf_header(service: Service) -> None:
     demo_store.add_farm(service.engine, service.demo)
     gone = requests.get(f"{service.url}/runs/new", params={"cases": "gemm/*"}, timeout=30, allow_redirects=False)

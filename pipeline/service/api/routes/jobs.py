@@ -27,8 +27,9 @@ from pipeline.service.api.routes.agents import (
     check_agent_token,
     check_job_holder,
 )
-from pipeline.service.api.schemas import CONFLICT, ERROR_RESPONSES
+from pipeline.service.api.schemas import CONFLICT, ERROR_RESPONSES, ErrorBody
 from pipeline.service.api.strict_route import StrictJsonRoute
+from pipeline.store import queries
 from pipeline.store.db import session_scope
 from pipeline.store.models import JOB_STATUSES, Agent, Job, Repository
 
@@ -148,6 +149,15 @@ def list_jobs(session: SessionDep, status: str | None = Query(None, description=
 @router.get("/jobs/{job_id}", response_model=JobOut, summary="One job and its state")
 def get_job(job_id: str, session: SessionDep) -> JobOut:
     return _job_out(session, job_id)
+
+
+@router.get("/jobs/{job_id}/results", response_model=queries.JobResultsOut, responses={404: {"model": ErrorBody}},
+            summary="One job's case results as stored, with the environment each was measured in")
+def get_job_results(job_id: str, session: SessionDep) -> queries.JobResultsOut:
+    found = queries.job_results(session, job_id)
+    if found is None:
+        raise HTTPException(404, f"no job {job_id}")
+    return found
 
 
 @router.post("/runs", response_model=TriggerOut, status_code=201,
