@@ -201,14 +201,14 @@ def run_bundle(
                      if i not in untimed and e.status == "built" and runner.for_entry(e) is not None]
     free_bytes = _free_bytes(runner) if timed_entries else None
     budget = job_budget(settings, free_bytes)
-    sizes = {i: sum(t.nbytes for t in entries[i].tensors) for i in timed_entries}
+    buffer_bytes = {i: sum(t.nbytes for t in entries[i].tensors) for i in timed_entries}   # one copy of each
     groups = [[timed_entries[k] for k in group]
-              for group in timing_groups([sizes[i] for i in timed_entries], budget)] if timed_entries else []
+              for group in timing_groups([buffer_bytes[i] for i in timed_entries], budget)] if timed_entries else []
     results: dict[int, CaseResult] = {}
     checks = {"run": 0, "reused": 0}   # correctness checks made, and outcomes reused (cache, same binary)
     steps = _Steps(progress, checks=len(entries), rounds=settings.rounds * len(timed_entries))
     for index, entry in enumerate(entries):   # what is not timed: its result now, no buffers held
-        if index in sizes:
+        if index in buffer_bytes:   # timed: checked with its group below
             continue
         if index in untimed:
             assert base_manifest is not None
@@ -224,7 +224,7 @@ def run_bundle(
     job = _Job(runner=runner, device_class=device_class, settings=settings, run_id=run_id, job_id=job_id,
                check_cache=check_cache, checks=checks, steps=steps)
     for number, group in enumerate(groups, start=1):
-        copies = dict(zip(group, plan_placements([sizes[i] for i in group], settings, free_bytes=free_bytes)))
+        copies = dict(zip(group, plan_placements([buffer_bytes[i] for i in group], settings, free_bytes=free_bytes)))
         checked: dict[int, CheckedKernel] = {}
         for index in group:
             outcome = job.check(bundle_dir, entries[index], references, copies[index],
