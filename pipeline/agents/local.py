@@ -244,8 +244,7 @@ def run_bundle(
                            **({"timing_group": f"{number}/{len(groups)}"} if len(groups) > 1 else {}),
                            **notes.get(index, {})}
             results[index] = timed[index].result(kernel, environment, bases.get(index), base_manifest)
-    if progress:
-        progress("timing: done", steps.rounds, steps.rounds)
+    steps.done()
     return ResultDocument(
         run_id=run_id, job_id=job_id, repository=manifest.repository, commit=manifest.commit,
         # the whole bundle's digest: `manifest` may be a selection of its entries
@@ -278,6 +277,10 @@ class _Steps:
         self.timed += steps
         if self.progress and message:
             self.progress(message, self.timed, self.rounds)
+
+    def done(self) -> None:
+        if self.progress:
+            self.progress("timing: done", self.rounds, self.rounds)
 
 
 @dataclass

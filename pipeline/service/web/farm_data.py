@@ -12,12 +12,11 @@ from sqlalchemy.orm import Session
 from pipeline import dispatch
 from pipeline.contracts.ids import CaseId
 from pipeline.dispatch import JobRow
+from pipeline.store import queries
 from pipeline.store.models import (
     JOB_STATUSES,
     Agent,
     BuildRequest,
-    Case,
-    CaseResultRow,
     Device,
     DeviceClassRow,
     Job,
@@ -179,18 +178,16 @@ def job_detail(session: Session, job_id: str) -> JobDetail | None:
     elif job.error:  # a requeue keeps its reason on the queued job
         events.append(Event(job.started_at or job.created_at, f"now {job.status}", job.error))
     events.sort(key=lambda e: e.at)
+    stored = queries.job_results(session, job_id)   # the job exists: found above
+    assert stored is not None
     counts: dict[str, int] = {}
     problems = []
-    for case_id, target, status, reason in session.execute(
-            sa.select(Case.case_id, CaseResultRow.target, CaseResultRow.status, CaseResultRow.reason)
-            .join(Case, CaseResultRow.case_id == Case.id).where(CaseResultRow.job_id == job_id)
-            .order_by(Case.case_id, CaseResultRow.target)):
-        counts[status] = counts.get(status, 0) + 1
-        if status != "ok":
-            problems.append(CaseOutcome(case_id, target, status, reason))
+    for r in stored.results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+        if r.status != "ok":
+            problems.append(CaseOutcome(r.case_id, r.target, r.status, r.reason))
     siblings = [j for j in dispatch.list_jobs(session, run_id=job.run_id) if j.id != job_id]
-    environment = session.scalar(sa.select(Job.environment).where(Job.id == job_id)) or {}
-    return JobDetail(job, events, counts, problems, siblings, environment)
+    return JobDetail(job, events, counts, problems, siblings, stored.environment)
 
 
 def trigger_classes(session: Session) -> list[tuple[str, int]]:
