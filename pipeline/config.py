@@ -30,6 +30,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from pipeline.contracts.rounds import MAX_PVALUE, PAIRED_MIN_CHANGE
 from pipeline.host_lock import DEFAULT_HOST_LOCK
 
 ENV_PREFIX = "BENCHFARM_"
@@ -40,18 +41,24 @@ class SettingsError(RuntimeError):
 
 
 GPU_MEASUREMENT: dict[str, float | int | str] = {"min_time_s": 0.2, "max_time_s": 15.0, "max_rel_noise": 0.005,
-                                                 "placement_total_bytes": 40 << 30}
-"""GPU budget after NVBench's cold-measurement defaults (a 0.5 % noise target, a 15 s timeout), with
-0.2 s of kernel time per case instead of NVBench's 0.5 s: NVBench times one run, where a case here is
-timed in at least `min_rounds` rounds on other buffer copies and the verdict's replicate is the round
-(50 ms of kernel time in each of 4 rounds gives thousands of samples per round to a 10 us decode GEMM).
-The noise statistic is `MeasurementSettings.noise` (the median's relative standard error by default),
-not NVBench's relative standard deviation: set `noise = "rel_stdev"` for NVBench's own rule."""
+                                                 "placement_total_bytes": 40 << 30, "max_samples": 3000,
+                                                 "rounds": 16, "timing_budget_s": 300.0}
+"""GPU budget after NVBench's cold-measurement defaults (a 15 s timeout), with 0.2 s of kernel time per
+case instead of NVBench's 0.5 s: NVBench times one run, where a case here is timed in at least
+`min_rounds` rounds on other buffer copies and the verdict's replicate is the round. At most 3000
+samples a case over its first rounds (1000 a round): a 5 us kernel's 0.2 s would be 40,000 samples,
+each with an L2 flush, a gate and a clock reading around it, for a round level that a thousand pairs
+already give to a few hundredths of a percent. Undecided cases take up to 16 rounds, within 300 s of
+timing a job."""
+
+PHONE_MEASUREMENT: dict[str, float | int | str] = {"rounds": 8, "timing_budget_s": 900.0}
+"""Phones: each round pushes and starts IREE's tools over adb (seconds, not milliseconds) and cools
+down between cases, so fewer extra rounds and a longer job."""
 
 
 def default_device_overrides() -> dict[str, dict[str, float | int | str]]:
-    """`MeasurementSettings.device_overrides` unless configured: the GPU kind's budget."""
-    return {"gpu": dict(GPU_MEASUREMENT)}
+    """`MeasurementSettings.device_overrides` unless configured: the GPU and phone kinds' budgets."""
+    return {"gpu": dict(GPU_MEASUREMENT), "phone": dict(PHONE_MEASUREMENT)}
 
 
 NO_NOISE_CRITERION = 0.999
@@ -81,19 +88,28 @@ class MeasurementSettings(BaseModel):
         "0: never")
     throttle_backoff_s: float = Field(
         default=0.05, ge=0, description="pause after a throttled sample; grows while throttling goes on (NVBench)")
+    max_samples: int = Field(
+        default=0, ge=0,
+        description="most samples (paired: pairs) a case takes over its first min_rounds rounds, split evenly over "
+        "them, even when min_time_s is not reached yet (0: no cap): a microsecond kernel's time budget would be "
+        "tens of thousands of samples whose per-sample overhead is most of the job")
     rounds: int = Field(
-        default=8, ge=1, le=100,
-        description="cases are timed round-robin in at most this many rounds, so a passing disturbance on the host "
-        "lands on every case a little instead of on one case entirely; the round is the verdict's unit of replication",
-    )
+        default=12, ge=1, le=100,
+        description="the most rounds a case is timed in (cases go round-robin, so a passing disturbance on the host "
+        "lands on every case a little); a case takes more than min_rounds only while undecided")
     min_rounds: int = Field(
-        default=4, ge=1, le=100,
-        description="rounds every timed case gets; after them a case stops once its round-level 95% interval is "
-        "within round_ci_target (the sample budget above is spread over these rounds)")
+        default=3, ge=1, le=100,
+        description="rounds every timed case gets; after them a case stops once decided: paired, once its verdict "
+        "(pipeline.contracts.rounds.classify, with the case's threshold) is same or different; unpaired, once the "
+        "95% interval of its own level is within round_ci_target (the sample budget is spread over these rounds)")
     round_ci_target: float = Field(
         default=0.005, gt=0, lt=1,
-        description="stop timing a case when the half-width of the 95% interval of its round-level level (paired: "
-        "the log ratio head/base; unpaired: the log median) is at most this")
+        description="unpaired cases: stop timing once the half-width of the 95% interval of the case's round-level "
+        "log level is at most this")
+    timing_budget_s: float = Field(
+        default=120.0, gt=0,
+        description="seconds of timing a job spends before it stops giving undecided cases more rounds (each case "
+        "still gets min_rounds); what is left undecided is reported inconclusive")
     placements: int = Field(
         default=4, ge=1, le=16,
         description="buffer copies each case holds (same values); round r is timed on copy r mod n, so a run "
@@ -144,16 +160,17 @@ class MeasurementSettings(BaseModel):
         return MeasurementSettings.model_validate({**self.model_dump(), **changes})
 
     def per_round(self) -> MeasurementSettings:
-        """The budget of one round: time and sample minimums split evenly over the rounds every case
-        gets (`min_rounds`); warm-up repeated each round."""
+        """The budget of one round: time and sample minimums (and the sample cap) split evenly over the
+        rounds every case gets (`min_rounds`); warm-up repeated each round."""
         rounds = min(self.min_rounds, self.rounds)
         return self.model_copy(update={
             "min_samples": max(2, -(-self.min_samples // rounds)),
+            "max_samples": -(-self.max_samples // rounds) if self.max_samples else 0,
             "min_time_s": self.min_time_s / rounds,
             "max_time_s": self.max_time_s / rounds,
-            # The noise criterion judges the rounds (round_ci_target), not the samples inside one: within a
-            # round, samples are serially correlated and a vendor graph's pairs spread by a few percent, which
-            # kept every such round running to its timeout (3.8 s instead of 0.3 s on an H100).
+            # The noise criterion judges the rounds (round_ci_target, the verdict), not the samples inside one:
+            # within a round, samples are serially correlated and a vendor graph's pairs spread by a few percent,
+            # which kept every such round running to its timeout (3.8 s instead of 0.3 s on an H100).
             "max_rel_noise": NO_NOISE_CRITERION,
         })
 
@@ -163,11 +180,18 @@ class CompareSettings(BaseModel):
 
     min_change: float = Field(default=0.05, gt=0, lt=1, description="smallest relative change called a regression")
     paired_min_change: float = Field(
-        default=0.02, gt=0, lt=1,
-        description="the same for paired results (base and head interleaved in one job): their ratios spread ~0.1% "
-        "on an H200 (BENCHMARKS.md, Measurement quality), so 3% changes are called where unpaired runs cannot")
-    max_pvalue: float = Field(default=0.01, gt=0, lt=1,
-                              description="largest p-value (a t-test over timing rounds) called significant")
+        default=PAIRED_MIN_CHANGE, gt=0, lt=1,
+        description="the same for paired results (base and head interleaved in one job) of a case whose paired noise "
+        "on the device class is not learned yet (fewer than 5 A/A calibrations): its threshold")
+    paired_floor: float = Field(
+        default=0.005, gt=0, lt=1,
+        description="the least a paired case's threshold goes down to once its noise is learned: threshold = "
+        "max(paired_floor, noise_factor x noise). Paired A/A of the CUDA suite on an H100 (4 jobs, 656 rows): "
+        "largest |change| per case median 0.12 %, 90th percentile 0.37 %; at 0.5 %, 0 of 656 rows would have "
+        "been different (BENCHMARKS.md, issue 30)")
+    max_pvalue: float = Field(default=MAX_PVALUE, gt=0, lt=1,
+                              description="largest p-value (a t-test over timing rounds) of a change called regressed "
+                              "or improved")
     min_samples: int = Field(default=5, ge=2, description="fewer samples on a side: insufficient data")
     min_rounds: int = Field(default=3, ge=2, description="fewer timing rounds on a side: insufficient data")
     noise_factor: float = Field(

@@ -29,7 +29,7 @@ from pipeline.config import Settings
 from pipeline.contracts import Target
 from pipeline.contracts.ids import CaseId, selects_case
 from pipeline.store import ingest
-from pipeline.store.compare import ComparisonOut, choose_base, compare, only_cases
+from pipeline.store.compare import ComparisonOut, choose_base, compare, decision_rule, only_cases
 from pipeline.store.compile_stats import CompileComparisonOut, compare_compile
 from pipeline.store.db import session_scope
 from pipeline.store.models import Job
@@ -176,11 +176,13 @@ def _build_and_run(settings: Settings, engine: Engine, *, location: SuiteLocatio
         stage[0] = "running"
         try:
             base_dir = _base_bundle(engine, settings, repo, sha, device, bundle_dir) if paired else None
+            with session_scope(engine) as session:
+                rule = decision_rule(session, device_class=device.device_class.name, settings=settings.compare).rule()
             document = run_bundle(
                 bundle_dir=bundle_dir, manifest=manifest, device=device, run_id=run_id, job_id=job_id,
                 settings=settings.measurement, progress=progress,
                 base_bundle_dir=base_dir, base_manifest=load_bundle(base_dir) if base_dir else None,
-                check_cache=CheckCache(settings.agent_dir / "checked"),
+                check_cache=CheckCache(settings.agent_dir / "checked"), rule=rule,
             )
             with session_scope(engine) as session:
                 ingest.ingest_result(session, document=document)

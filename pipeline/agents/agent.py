@@ -16,12 +16,14 @@ one at a time, so that two measurements on one host never disturb each other.
 from __future__ import annotations
 
 import inspect
+import logging
 import socket
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from pipeline import __version__
 from pipeline.agents.agent_log import AgentLog
@@ -33,10 +35,13 @@ from pipeline.agents.upload import deliver, resend_command
 from pipeline.config import MeasurementSettings, Settings
 from pipeline.contracts import BundleManifest, ResultDocument
 from pipeline.contracts.ids import selects_case
+from pipeline.contracts.rounds import DecisionRule
 
 __all__ = ["DeviceAgent", "JobRefused", "Work", "map_devices", "run_locally", "select_cases"]
 
 ProgressFn = Callable[[str, int, int], None]
+log = logging.getLogger(__name__)
+
 DiscoverFn = Callable[[], list[LocalDevice]]
 
 
@@ -53,6 +58,8 @@ class Work:
     base_manifest: BundleManifest | None = None
     time_unchanged: bool = True
     """False for pull requests: binaries equal to the base's are not timed, but a few sentinels"""
+    rule: DecisionRule | None = None
+    """what a paired case's rounds stop on (`fetch_decision_rule`); None: the defaults"""
 
 
 ExecuteFn = Callable[[Work, ProgressFn], ResultDocument]
@@ -78,9 +85,23 @@ def run_locally(measurement: MeasurementSettings, check_dir: Path | None = None)
             extra = {"base_bundle_dir": work.base_bundle_dir, "base_manifest": work.base_manifest}
         return run_bundle(bundle_dir=work.bundle_dir, manifest=work.manifest, device=work.device, run_id=work.run_id,
                           job_id=work.job_id, settings=measurement, progress=progress, check_cache=check_cache,
-                          time_unchanged=work.time_unchanged, **extra)
+                          time_unchanged=work.time_unchanged, rule=work.rule, **extra)
 
     return execute
+
+
+def fetch_decision_rule(client: ServiceClient, device_class: str) -> DecisionRule:
+    """The thresholds the service will judge a paired job on `device_class` by (its learned noise per
+    case), for the rounds to stop on; the defaults from a service too old to say (404)."""
+    try:
+        body = client.get(f"compare/decision-rule?{urlencode({'device_class': device_class})}")
+    except ServiceError as exc:
+        if exc.status != 404:
+            raise
+        log.warning("the service gives no decision rule (%s): rounds stop on the default thresholds", exc)
+        return DecisionRule()
+    return DecisionRule(max_pvalue=float(body["max_pvalue"]), default_threshold=float(body["default_threshold"]),
+                        thresholds={str(k): float(v) for k, v in body["thresholds"].items()})
 
 
 def map_devices(devices: Sequence[LocalDevice], mapping: dict[str, str], only: Sequence[str]) -> list[LocalDevice]:
@@ -328,9 +349,11 @@ class DeviceAgent:
             self.log.event("bundle_refused", job=job["job_id"], error=str(exc))
             raise BundleRefused(f"bundle refused: {exc}") from None
         self.log.event("bundle_verified", job=job["job_id"], digest=job["bundle_digest"], path=str(bundle_dir))
+        rule = (self._until_reachable(lambda: fetch_decision_rule(self.client, job["device_class"]))
+                if base_dir is not None else None)
         return Work(job_id=job["job_id"], run_id=job["run_id"], device=device, bundle_dir=bundle_dir,
                     manifest=select_cases(manifest, device, job.get("cases")), base_bundle_dir=base_dir,
-                    base_manifest=base_manifest, time_unchanged=job.get("kind") != "pr")
+                    base_manifest=base_manifest, time_unchanged=job.get("kind") != "pr", rule=rule)
 
     def _execute(self, work: Work) -> ResultDocument | None:
         """Run the job in a worker thread, watching its device and its lease; None: abandoned."""

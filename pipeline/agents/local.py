@@ -7,6 +7,7 @@ import importlib.metadata
 import logging
 import platform
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -18,13 +19,7 @@ import numpy as np
 from pipeline.agents.adb import AdbTransport
 from pipeline.agents.check_cache import CheckCache
 from pipeline.agents.devices import LocalDevice
-from pipeline.agents.measure import (
-    Measured,
-    interval_halfwidth,
-    measure,
-    measure_pairs,
-    round_levels,
-)
+from pipeline.agents.measure import Measured, measure, measure_pairs
 from pipeline.agents.placement import job_budget, plan_placements, timing_groups
 from pipeline.agents.runners import CheckedKernel, Workspace
 from pipeline.agents.runners.iree_runner import IreeDevice, prepare_entry
@@ -40,6 +35,7 @@ from pipeline.contracts import (
 )
 from pipeline.contracts.bundle_dir import load_bundle, load_suite_module
 from pipeline.contracts.result import AgentInfo, PairedBase, summarize
+from pipeline.contracts.rounds import DecisionRule, level_halfwidth, paired_change
 from pipeline.host_lock import cpu_timing
 
 log = logging.getLogger(__name__)
@@ -158,6 +154,7 @@ def run_bundle(
     base_manifest: BundleManifest | None = None,
     check_cache: CheckCache | None = None,
     time_unchanged: bool = True,
+    rule: DecisionRule | None = None,
 ) -> ResultDocument:
     """Check and time every entry of the bundle whose target this device runs.
 
@@ -166,9 +163,12 @@ def run_bundle(
     stops the others. `settings` are taken for the device's class (`MeasurementSettings.for_device`).
     A binary whose check passed on this device class before (`check_cache`) is not checked again.
 
-    Timing: round-robin over the cases, at least `min_rounds` and at most `rounds` rounds; after
-    `min_rounds` a case stops once the 95% interval of its round levels (`measure.round_levels`)
-    is within `round_ci_target`. Round r is timed on buffer copy r mod n (`placements`), so the run
+    Timing: round-robin over the cases, at least `min_rounds` and at most `rounds` rounds, and no
+    more than `min_rounds` once the job's timing has run `timing_budget_s`. After `min_rounds` a case
+    stops once decided (`pipeline.contracts.rounds`, the analysis's own statistic): paired, once its
+    verdict under `rule` is same or different; unpaired, once the 95 % interval of its own level is
+    within `round_ci_target`. Each result's environment says how many rounds it took and why it
+    stopped (`stopped`). Round r is timed on buffer copy r mod n (`placements`), so the run
     averages several placements. The result records the samples of each round (`rounds`). Where one
     copy of every timed case is over the job's placement budget (a small GPU), the cases are checked
     and timed in groups that fit (`placement.timing_groups`), each released before the next is checked.
@@ -222,7 +222,7 @@ def run_bundle(
             results[index] = outcome
         steps.check(f"checking: {entry.case} on {device_class.name}")
     job = _Job(runner=runner, device_class=device_class, settings=settings, run_id=run_id, job_id=job_id,
-               check_cache=check_cache, checks=checks, steps=steps)
+               check_cache=check_cache, checks=checks, steps=steps, rule=rule or DecisionRule())
     for number, group in enumerate(groups, start=1):
         copies = dict(zip(group, plan_placements([buffer_bytes[i] for i in group], settings, free_bytes=free_bytes)))
         checked: dict[int, CheckedKernel] = {}
@@ -295,6 +295,9 @@ class _Job:
     check_cache: CheckCache | None
     checks: dict[str, int]
     steps: _Steps
+    rule: DecisionRule
+    timing_started: float | None = None
+    """monotonic time the job's first round began (the budget counts across its timing groups)"""
 
     def check(self, bundle_dir: Path, entry: BundleEntry, references: _References, placements: int, *,
               keep_inputs: bool) -> CheckedKernel | CaseResult:
@@ -333,6 +336,8 @@ class _Job:
         lock = settings.host_lock if self.device_class.kind == "cpu" and checked else ""
         try:
             with cpu_timing(lock, on_wait=waiting):
+                if self.timing_started is None:
+                    self.timing_started = time.monotonic()
                 for round_number in range(1, settings.rounds + 1):
                     for index, kernel in list(active.items()):
                         base = bases.get(index)
@@ -358,9 +363,16 @@ class _Job:
                             steps.time(None, settings.rounds - round_number)
                         steps.time(f"timing: round {round_number}/{settings.rounds} {kernel.entry.case}")
                     if round_number >= settings.min_rounds:
-                        for index in [i for i in active if timed[i].settled(settings.round_ci_target, paired=i in bases)]:
-                            del active[index]
-                            steps.time(None, settings.rounds - round_number)
+                        over_budget = time.monotonic() - self.timing_started >= settings.timing_budget_s
+                        for index in list(active):
+                            reason = timed[index].decided(self.rule, settings.round_ci_target, paired=index in bases,
+                                                          case=str(checked[index].entry.case))
+                            if reason is None and (over_budget or round_number == settings.rounds):
+                                reason = "timing budget" if over_budget else "round cap"
+                            if reason is not None:
+                                timed[index].stopped = reason
+                                del active[index]
+                                steps.time(None, settings.rounds - round_number)
                     if not active:
                         break
         finally:
@@ -393,6 +405,8 @@ class _Timed:
     base: Measured = field(default_factory=Measured)
     rounds: list[int] = field(default_factory=list)
     """samples kept in each round (a round that kept none is not listed)"""
+    stopped: str | None = None
+    """why no more rounds were taken (`decided`, the round cap, the job's timing budget)"""
 
     def add(self, head: Measured, base: Measured | None = None) -> None:
         if head.readings:
@@ -402,15 +416,22 @@ class _Timed:
         if base is not None:
             self.base.readings.extend(base.readings)
 
-    def settled(self, target: float, *, paired: bool) -> bool:
-        """The 95% interval of the round levels is within `target` (relative, as a log difference)."""
-        head = self.head.samples
-        levels = round_levels(head, self.rounds, self.base.samples if paired else None)
-        return interval_halfwidth(levels) <= target
+    def decided(self, rule: DecisionRule, target: float, *, paired: bool, case: str) -> str | None:
+        """Why this case needs no more rounds, or None: paired, its verdict under `rule` is same or
+        different; unpaired, the 95 % interval of its level is within `target` (in logs)."""
+        if not self.rounds:
+            return None
+        if paired:
+            answer = rule.answer(case, paired_change(self.base.samples, self.head.samples, self.rounds))
+            return None if answer == "unknown" else f"decided: {answer}"
+        return "precise" if level_halfwidth(self.head.samples, self.rounds) <= target else None
 
     def result(self, kernel: CheckedKernel, environment: dict[str, str], base: CheckedKernel | None,
                base_manifest: BundleManifest | None) -> CaseResult:
         entry, readings = kernel.entry, self.head.readings
+        environment["rounds"] = str(len(self.rounds))
+        if self.stopped is not None:
+            environment["stopped"] = self.stopped
         if kernel.default_clock_mhz is not None:   # throttling could be judged: say how often it was seen
             environment["throttled_samples_discarded"] = str(self.head.throttled)
             environment["default_sm_clock_mhz"] = f"{kernel.default_clock_mhz:g}"

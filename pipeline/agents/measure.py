@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pipeline.config import MeasurementSettings
 
 __all__ = ["Reading", "Measured", "measure", "measure_pairs", "sample", "pair_order", "noise", "median_rel_stderr", "rel_stdev",
-           "MEDIAN_STDERR_FACTOR", "MAX_BACKOFF_STEP_S", "round_levels", "interval_halfwidth", "T_975"]
+           "MEDIAN_STDERR_FACTOR", "MAX_BACKOFF_STEP_S"]
 
 MEDIAN_STDERR_FACTOR = math.sqrt(math.pi / 2)
 """Standard error of the median = sqrt(pi/2) * stdev / sqrt(n) for normal samples (1.2533)."""
@@ -77,36 +77,6 @@ def noise(samples: Sequence[float], statistic: str) -> float:
     return rel_stdev(samples) if statistic == "rel_stdev" else median_rel_stderr(samples)
 
 
-T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-         2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086)
-"""Student's t 97.5% quantiles for 1..20 degrees of freedom (two-sided 95% intervals); 1.96 beyond."""
-
-
-def round_levels(head: Sequence[float], rounds: Sequence[int], base: Sequence[float] | None = None) -> list[float]:
-    """One value per round: the median of log(head/base) over the round's pairs when paired, else
-    the log of the round's median. These are the replicates of the agent's stopping rule (the
-    samples inside a round are serially correlated; rounds, taken minutes apart on other buffer
-    copies, are the independent units: Kalibera and Jones, ISMM 2013)."""
-    levels, start = [], 0
-    for size in rounds:
-        end = start + size
-        if base is None:
-            levels.append(math.log(statistics.median(head[start:end])))
-        else:
-            levels.append(statistics.median(math.log(h / b) for h, b in zip(head[start:end], base[start:end])))
-        start = end
-    return levels
-
-
-def interval_halfwidth(levels: Sequence[float]) -> float:
-    """Half-width of the two-sided 95% t-interval of the mean of `levels` (infinite below 2)."""
-    n = len(levels)
-    if n < 2:
-        return math.inf
-    t = T_975[n - 2] if n - 2 < len(T_975) else 1.96
-    return t * statistics.stdev(levels) / math.sqrt(n)
-
-
 def _throttled(reading: Reading, settings: MeasurementSettings, default_clock_mhz: float | None) -> bool:
     return (
         settings.throttle_threshold > 0 and default_clock_mhz is not None and reading.sm_clock_mhz is not None
@@ -126,8 +96,8 @@ def measure(
 
     1. Warm-up: call `read_once` (results discarded) until `settings.warmup_s` of wall time passed.
     2. Sample until n >= min_samples AND the samples' sum >= min_time_s AND the noise statistic
-       (`settings.noise`) <= max_rel_noise; or until the sampling phase's wall time reaches
-       max_time_s. A sample whose SM clock is under `throttle_threshold` x `default_clock_mhz` is
+       (`settings.noise`) <= max_rel_noise; or until n reaches `max_samples` (when set) or the
+       sampling phase's wall time reaches max_time_s. A sample whose SM clock is under `throttle_threshold` x `default_clock_mhz` is
        discarded and followed by a pause of `throttle_backoff_s`, which grows after more than two
        such samples in a row (NVBench's rule); it is counted in `Measured.throttled`. With no
        default clock or no clock reading, nothing is discarded. Every accepted sample is kept; with
@@ -154,6 +124,8 @@ def measure(
             measured.readings.append(reading)
             total += reading.seconds
             samples = measured.samples
+            if settings.max_samples and len(samples) >= max(settings.max_samples, settings.min_samples):
+                return measured
             if (
                 len(samples) >= settings.min_samples
                 and total >= settings.min_time_s
@@ -187,7 +159,7 @@ def measure_pairs(
     Warm-up alternates the two for `warmup_s`. Stops when n >= min_samples pairs AND each side's
     samples sum to min_time_s AND the noise statistic of the ratios head[i] / base[i] is at most
     max_rel_noise (the paired verdict reads the ratios, and slow drift that makes each side noisy
-    cancels in them); or at max_time_s. A pair with either sample throttled is discarded (both
+    cancels in them); or at `max_samples` pairs (when set), or max_time_s. A pair with either sample throttled is discarded (both
     sides count it) with `measure`'s back-off.
     """
     readers = (read_base, read_head)
@@ -220,6 +192,8 @@ def measure_pairs(
             totals[0] += pair[0].seconds
             totals[1] += pair[1].seconds
             ratios.append(pair[1].seconds / pair[0].seconds)
+            if settings.max_samples and len(ratios) >= max(settings.max_samples, settings.min_samples):
+                return base, head
             if (
                 len(ratios) >= settings.min_samples and min(totals) >= settings.min_time_s
                 and noise(ratios, settings.noise) <= settings.max_rel_noise

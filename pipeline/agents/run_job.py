@@ -18,7 +18,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.agents.agent import DeviceAgent, JobRefused, Work, map_devices, run_locally, select_cases
+from pipeline.agents.agent import (
+    DeviceAgent,
+    JobRefused,
+    Work,
+    fetch_decision_rule,
+    map_devices,
+    run_locally,
+    select_cases,
+)
 from pipeline.agents.agent_log import AgentLog
 from pipeline.agents.devices import discover_local_devices
 from pipeline.agents.upload import resend_command
@@ -101,8 +109,9 @@ def run_job(settings: Settings, *, bundle: Path, device_class: str, base_bundle:
             "kind": kind, "device_class": device.device_class.model_dump(mode="json"),
             "manifest": manifest.model_dump(mode="json"),
             "base_manifest": base_manifest.model_dump(mode="json") if base_manifest else None})
+        rule = fetch_decision_rule(agent.client, device_class) if base_manifest is not None else None
         work = Work(job_id=job_id, run_id=run_id, device=device, bundle_dir=bundle, manifest=timed,
-                    base_bundle_dir=base_bundle, base_manifest=base_manifest, time_unchanged=kind != "pr")
+                    base_bundle_dir=base_bundle, base_manifest=base_manifest, time_unchanged=kind != "pr", rule=rule)
         document = run_locally(settings.measurement, settings.agent_dir / "checked")(work, agent.log.progress)
         spooled = agent.spool.put(job_id=job_id, agent=name, document=document)
         if not agent.send(spooled):

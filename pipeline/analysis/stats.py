@@ -38,8 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache, partial
-from itertools import chain
+from functools import partial
 from typing import Literal
 
 import numpy as np
@@ -47,23 +46,25 @@ from scipy.stats import f as f_distribution
 from scipy.stats import t as student_t
 
 from pipeline.contracts.result import summarize  # noqa: F401  (re-exported: stats is where callers look)
+from pipeline.contracts.rounds import (  # noqa: F401  (ROUND_TRIM re-exported with the rest of the rules)
+    CONFIDENCE,
+    DEFAULT_BLOCKS,
+    MAX_PVALUE,
+    ROUND_TRIM,
+    block_sizes,
+    classify,
+    round_values,
+    t_pvalue,
+    t_quantile,
+)
 
 MIN_CHANGE = 0.05
 """Smallest relative change of the median called a regression or an improvement (the floor)."""
-MAX_PVALUE = 0.01
-"""Largest p-value called significant."""
 MIN_ROUNDS = 3
 """Fewer rounds on a side (paired: pairs of rounds): insufficient data. With 2 rounds a t-test has
 one degree of freedom and its 95 % interval is +-12.7 standard errors: no answer worth giving."""
 MIN_SAMPLES = 5
 """Fewer samples on a side: insufficient data, whatever the rounds."""
-ROUND_TRIM = 0.4
-"""Share of a round's values left out at each end before its mean (0.5 would be the median)."""
-DEFAULT_BLOCKS = 5
-"""Rounds made of a result that does not report its rounds: that many consecutive equal blocks (the
-agents time 5 rounds by default)."""
-CONFIDENCE = 0.95
-"""Coverage of the reported interval of a change."""
 NOISE_FACTOR = 3.0
 """k in threshold = max(floor, k x noise): see `threshold`."""
 MAD_TO_SD = 1.4826
@@ -71,7 +72,7 @@ MAD_TO_SD = 1.4826
 NOISE_MIN_POINTS = 5
 """Fewest changes a noise is learned from (`paired_noise`, `run_to_run_noise`); fewer: unknown."""
 
-VerdictStatus = Literal["regressed", "improved", "similar", "insufficient data"]
+VerdictStatus = Literal["regressed", "improved", "similar", "inconclusive", "insufficient data"]
 Rounds = Sequence[int] | None
 """Samples per round, in order (sum = number of samples); None: not reported."""
 
@@ -84,13 +85,7 @@ def round_sizes(n: int, rounds: Rounds, blocks: int = DEFAULT_BLOCKS) -> list[in
         if sum(rounds) != n or any(r < 1 for r in rounds):
             raise ValueError(f"rounds {list(rounds)} do not split {n} samples")
         return list(rounds)
-    return list(_blocks(n, blocks))
-
-
-@lru_cache(maxsize=4096)
-def _blocks(n: int, blocks: int) -> tuple[int, ...]:
-    count = min(blocks, n)  # cached: a comparison asks for the same few sizes thousands of times
-    return tuple(n // count + (1 if i < n % count else 0) for i in range(count)) if count else ()
+    return list(block_sizes(n, blocks))
 
 
 @dataclass(frozen=True)
@@ -121,51 +116,6 @@ class Verdict:
     rounds: int = 0
 
 
-def _flat(groups: Sequence[Sequence[float]]) -> np.ndarray:
-    if not groups:
-        return np.empty(0)
-    if isinstance(groups[0], np.ndarray):
-        return np.concatenate(groups).astype(float, copy=False)
-    return np.fromiter(chain.from_iterable(groups), dtype=float, count=sum(map(len, groups)))
-
-
-def _trimmed_count(size: int) -> int:
-    """Values left out at each end of a round of `size`: `ROUND_TRIM` of them, rounded down (small
-    rounds keep their median: 1 of 3, the middle 2 of 4)."""
-    return int(size * ROUND_TRIM)
-
-
-def _segment_centres(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """The mean of the middle fifth of each consecutive segment of `values` (segment i has sizes[i] >= 1
-    values): the segments of one size as the rows of one matrix, one sort each, so 20,000 results
-    of 5 rounds cost milliseconds (rounds come in a few sizes)."""
-    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(int)
-    out = np.empty(len(sizes))
-    for size in np.unique(sizes):
-        which = np.flatnonzero(sizes == size)
-        rows = np.sort(values[starts[which][:, None] + np.arange(size)], axis=1)
-        cut = _trimmed_count(int(size))
-        out[which] = rows[:, cut:int(size) - cut].mean(axis=1)
-    return out
-
-
-def round_values(items: Sequence[tuple[Sequence[float], Rounds]], blocks: int,
-                 transform: Literal["log", "none"]) -> tuple[np.ndarray, np.ndarray]:
-    """Round-level values of each item (its samples cut into its rounds, the mean of each round's
-    middle fifth, in logs when asked) flat, and the number of rounds of each item."""
-    sizes = [_blocks(len(samples), blocks) if rounds is None
-             else rounds if sum(rounds) == len(samples) and min(rounds, default=1) >= 1
-             else round_sizes(len(samples), rounds)  # raises
-             for samples, rounds in items]
-    counts = np.fromiter(map(len, sizes), dtype=int, count=len(sizes))
-    if not counts.sum():
-        return np.empty(0), counts
-    values = _flat([samples for samples, _ in items])
-    # the centre of the logs, not the log of a centre: a mean of ratios is not symmetric in them
-    return _segment_centres(np.log(values) if transform == "log" else values,
-                            np.fromiter(chain.from_iterable(sizes), dtype=int, count=int(counts.sum()))), counts
-
-
 def _mean_var(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per item (values flat, counts per item): the mean (nan for none) and the sample variance
     (n - 1; nan for fewer than 2)."""
@@ -181,11 +131,19 @@ def _mean_var(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.nd
 def _t_interval(mean: np.ndarray, se: np.ndarray, df: np.ndarray, confidence: float
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Two-sided t-test of mean = 0 and the interval mean +- t(df) se, on the log scale. A zero
-    standard error (every round alike) gives p 1 for a zero mean, 0 otherwise, and a point interval."""
+    standard error (every round alike) gives p 1 for a zero mean, 0 otherwise, and a point interval.
+    Whole degrees of freedom (the paired test's rounds - 1) read Student's t through
+    `pipeline.contracts.rounds`, as the agent's stop rule does; others (Welch's) through scipy."""
+    df = np.where(df >= 1, df, 1)   # below 1: not tested (`_estimates`); any value keeps the arithmetic quiet
     with np.errstate(invalid="ignore", divide="ignore"):
         statistic = np.where(se > 0, np.abs(mean) / np.where(se > 0, se, 1), np.where(mean == 0, 0.0, np.inf))
-        pvalue = 2 * student_t.sf(statistic, np.where(df > 0, df, 1))
-        half = student_t.ppf(0.5 + confidence / 2, np.where(df > 0, df, 1)) * np.where(se > 0, se, 0)
+        pvalue = 2 * student_t.sf(statistic, df)
+        quantile = student_t.ppf(0.5 + confidence / 2, df)
+        whole = (df == np.round(df)) & ~np.isnan(statistic)
+        if whole.any():
+            pvalue[whole] = t_pvalue(statistic[whole], df[whole].astype(int))
+            quantile[whole] = [t_quantile(confidence, int(v)) for v in df[whole].tolist()]
+        half = quantile * np.where(se > 0, se, 0)
     return np.minimum(pvalue, 1.0), mean - half, mean + half
 
 
@@ -465,17 +423,22 @@ def _per_item(value: float | Sequence[float | None] | None, count: int) -> list[
     return [math.nan if v is None else float(v) for v in value]
 
 
-def threshold(floor: float, noise: float | None, factor: float = NOISE_FACTOR) -> float:
-    """The smallest |change| a case's verdict counts: max(floor, factor x noise).
+def threshold(minimum: float, noise: float | None, factor: float = NOISE_FACTOR, floor: float | None = None) -> float:
+    """The smallest |change| a case's verdict counts (`pipeline.contracts.rounds.classify`): `minimum`
+    while the case's noise is not measured (None), else max(floor, factor x noise), `floor` being
+    `minimum` unless given lower: a case whose measured noise is small gets a threshold under the
+    minimum assumed for an unknown one (paired GPU cases: `CompareSettings.paired_floor`).
 
     `noise` is the case's measured standard deviation of a change between identical code on its
-    device class (relative; None: not measured yet, the floor alone). A round-level test cannot
-    see an offset that a whole job shares; history can. With normal noise, |change| > 3 sd happens
-    0.27 % of the time between identical binaries: about one false alarm in 8 runs of a 42-case
-    suite if the p-value were fooled every time, far fewer since it must also be significant; and
-    a robust sd from 5 to 30 points is itself uncertain by +-15 to 35 %, which 3 (not 2) absorbs.
+    device class (relative). A round-level test cannot see an offset that a whole job shares;
+    history can. With normal noise, |change| > 3 sd happens 0.27 % of the time between identical
+    binaries: about one false alarm in 8 runs of a 42-case suite if the p-value were fooled every
+    time, far fewer since it must also be significant; and a robust sd from 5 to 30 points is itself
+    uncertain by +-15 to 35 %, which 3 (not 2) absorbs.
     """
-    return max(floor, factor * noise) if noise is not None else floor
+    if noise is None:
+        return minimum
+    return max(minimum if floor is None else floor, factor * noise)
 
 
 def robust_sd(values: Sequence[float], *, center: float | None = 0.0) -> float | None:
@@ -521,14 +484,20 @@ def run_to_run_noise(medians: Sequence[float], digests: Sequence[str | None], mi
 
 def _decide(estimate: Estimate, threshold_: float, *, lower_is_better: bool, max_pvalue: float,
             enough: bool) -> Verdict:
+    """The three-way verdict (`pipeline.contracts.rounds.classify`): different is regressed or
+    improved, same is similar, unknown is inconclusive; insufficient data when not testable."""
     change, pvalue = estimate.change, estimate.pvalue
     status: VerdictStatus
-    if not enough or change is None or pvalue is None:
+    if not enough or change is None or pvalue is None or estimate.ci_low is None or estimate.ci_high is None:
         status, pvalue = "insufficient data", None
-    elif pvalue > max_pvalue or abs(change) < threshold_:
-        status = "similar"
     else:
-        status = "regressed" if (change > 0 if lower_is_better else change < 0) else "improved"
+        answer = classify(change, estimate.ci_low, estimate.ci_high, pvalue, threshold_, max_pvalue)
+        if answer == "same":
+            status = "similar"
+        elif answer == "unknown":
+            status = "inconclusive"
+        else:
+            status = "regressed" if (change > 0 if lower_is_better else change < 0) else "improved"
     return Verdict(status, change, pvalue, estimate.ci_low, estimate.ci_high, threshold_, estimate.rounds)
 
 
@@ -554,9 +523,11 @@ def paired_verdicts(
     """Is head worse, better or the same as its paired base? (`paired_estimates`, with its
     `calibration` and `groups`)
 
-    A change counts only when it is both significant (p <= max_pvalue) and at least `min_change`
-    (one threshold for all, or one per item: `threshold`). Fewer than `min_rounds` rounds or
-    `min_samples` pairs: insufficient data (the point change is still reported).
+    Three answers (`pipeline.contracts.rounds.classify`) with each item's threshold `min_change` (one
+    for all, or one per item: `threshold`): regressed or improved when the change is significant
+    (p <= max_pvalue) and at least the threshold; similar when its whole interval lies within
+    +-threshold; else inconclusive. Fewer than `min_rounds` rounds or `min_samples` pairs:
+    insufficient data (the point change is still reported).
     """
     limits = _thresholds(len(items), min_change)
     return [_decide(e, limit, lower_is_better=lower_is_better, max_pvalue=max_pvalue,

@@ -28,6 +28,7 @@ from pipeline.pr_comments.table import (
     row_change,
     row_status,
     summary_line,
+    undecided_hint,
     verdict_line,
 )
 from pipeline.store.compare import STATUSES, ComparisonOut, ComparisonRowOut, counted_status
@@ -37,7 +38,7 @@ __all__ = ["MARKER", "CommentSettings", "comment_marker", "render_comment"]
 MARKER = "<!-- benchfarm:pr-comment -->"
 SeriesIds = Mapping[tuple[CaseId, str], int]  # (case id, device class) -> series id
 
-_SECTIONS = ("Regressed", "Improved", "Other cases")
+_SECTIONS = ("Regressed", "Improved", "Inconclusive", "Other cases")
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,8 @@ def _row_view(row: ComparisonRowOut, comparison: ComparisonOut, settings: Commen
     notes = ["probable device drift"] if row.drift else []
     if row.is_control:
         notes.append("vendor control")
-    if note := getattr(row, "note", None):  # a field the analysis may add to rows later
-        notes.append(str(note))
+    if row.status == "inconclusive" and not row.is_control:
+        notes.append(undecided_hint(row))
     return {
         "case": row.case_id, "device_class": comparison.device_class, "status": Md(row_status(row)),
         "base": Md(format_seconds(row.base_median)), "head": Md(format_seconds(row.head_median)),
@@ -90,7 +91,7 @@ def _row_view(row: ComparisonRowOut, comparison: ComparisonOut, settings: Commen
 def _sections(comparisons: Sequence[ComparisonOut], settings: CommentSettings, series_ids: SeriesIds,
               limit: int) -> list[_Section]:
     pairs = [(row, c) for c in comparisons for row in c.rows]
-    section_of = {"regressed": "Regressed", "improved": "Improved"}
+    section_of = {"regressed": "Regressed", "improved": "Improved", "inconclusive": "Inconclusive"}
     out = []
     for title in _SECTIONS:
         folded = title == "Other cases"
@@ -144,8 +145,9 @@ def render_comment(
         "device_lines": [summary_line(c) for c in comparisons],
         "full_link": full_link,
         "footer": Md("benchfarm · regressed / improved: significant over the timing rounds (p) and at least the "
-                     "case's threshold (the larger of the minimum change and a multiple of its measured noise); change with its "
-                     "95 % interval; unchanged (same binary): identical code, never a change; controls and device "
+                     "case's threshold (the minimum change, or a multiple of its measured noise once learned); "
+                     "similar: the whole 95 % interval within ±threshold; inconclusive: neither, so not known to be "
+                     "the same; unchanged (same binary): identical code, never a change; controls and device "
                      "drift do not count"),
     }
     tail = Md(f"\n\n**Truncated** to fit GitHub's comment size; see the {full_link}.\n")

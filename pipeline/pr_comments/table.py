@@ -25,6 +25,7 @@ STATUS_STYLE = {
     "regressed": "bold red",
     "improved": "bold green",
     "similar": "dim",
+    "inconclusive": "bold yellow",
     "unchanged": "dim",
     "insufficient data": "yellow",
     "errored": "bold magenta",
@@ -68,9 +69,17 @@ def format_pvalue(pvalue: float | None) -> str:
     return "-" if pvalue is None else f"{pvalue:.2g}"
 
 
+def format_threshold(threshold: float | None) -> str:
+    """"+-0.5 %": the band a change must leave to count and a same must stay within."""
+    return "-" if threshold is None else f"±{threshold * 100:.2g} %"
+
+
 def row_status(row: ComparisonRowOut) -> str:
-    """A row's status as shown: its label, and why it does not count when it does not."""
+    """A row's status as shown: its label, and why it does not count when it does not; an inconclusive
+    row with the threshold band its interval did not fit."""
     label = status_label(row.status)
+    if row.status == "inconclusive" and row.threshold is not None:
+        label = f"{label} ({format_threshold(row.threshold)})"
     if row.is_control:
         return f"{label} (control)"
     return f"{label} (device drift)" if row.drift else label
@@ -87,6 +96,19 @@ def counts_text(rows: Iterable[ComparisonRowOut]) -> str:
     text = ", ".join(parts) or "no cases"
     controls = sum(r.is_control for r in rows)
     return text + (f"; {controls} control{'s' if controls != 1 else ''}" if controls else "")
+
+
+def undecided_hint(row: ComparisonRowOut) -> str:
+    """What would decide an inconclusive row: why its interval says neither, and what narrows it."""
+    if row.ci_low is None or row.ci_high is None or row.threshold is None:
+        return "not tested"
+    width = (row.ci_high - row.ci_low) * 100
+    band = format_threshold(row.threshold)
+    if width > 2 * row.threshold * 100:
+        return (f"interval {width:.2g} points wide, wider than the {band} band: more rounds (measurement.rounds, "
+                "timing_budget_s) or a quieter device would decide it")
+    return (f"interval reaches past {band} though the change is not significant or under it: more rounds "
+            "would decide it")
 
 
 def verdict_line(comparisons: Sequence[ComparisonOut]) -> str:

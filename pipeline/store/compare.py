@@ -9,10 +9,13 @@ its timing rounds (`stats`: the round, not the sample, is the unit of replicatio
   more identical binaries (of the row's kind: suite case or vendor control), their spread calibrates
   every row's variance (`stats.paired_estimates`' `calibration`);
 - unpaired: `stats.verdicts`, Welch's t-test over each side's log round levels (the mean of each round's middle fifth).
-A change counts when it is significant (p <= max_pvalue) and at least the case's threshold:
-`stats.threshold(floor, noise, noise_factor)`, the floor being `paired_min_change` (2 %: paired
-ratios are far less noisy than unpaired medians) or `min_change`, the noise the series' learned
-one on that device class (`Series.noise_paired`: the sd of a paired A/A change; for unpaired
+Three answers (`pipeline.contracts.rounds.classify`, the rule the agent's rounds stop on too), with
+the case's threshold t: regressed or improved when the change is significant (p <= max_pvalue) and
+|change| >= t; similar when its whole 95 % interval lies within [-t, +t]; inconclusive otherwise
+(not significant is not the same). t = `stats.threshold(minimum, noise, noise_factor, floor)`:
+the minimum (`paired_min_change`, 2 %, or `min_change`) while the series' noise is not learned, else
+max(floor, noise_factor x noise), the paired floor (`paired_floor`, 0.5 %) under the minimum where
+the learned noise is that low. The noise is the series' learned one on that device class (`Series.noise_paired`: the sd of a paired A/A change; for unpaired
 rows the sd of a change between two runs, sqrt(2) x `Series.noise_unpaired`, which is one run's).
 Unpaired rows also carry the run level of variation in their test (`stats.unpaired_estimates`'
 `run_noise`): one run's rounds cannot show how much two runs of one binary differ. A series with no
@@ -34,8 +37,8 @@ result "skipped" because its binary is the base's (the agent does not time it ag
 unchanged row showing the base's median. Other skipped results are left out.
 
 Statuses (`STATUSES`, the one vocabulary, in the order rows and counts are shown everywhere):
-regressed / errored (head wrong or error) / improved / insufficient data / no baseline (no base, or
-the base has no ok result of the case) / similar / unchanged.
+regressed / errored (head wrong or error) / improved / inconclusive / insufficient data / no baseline
+(no base, or the base has no ok result of the case) / similar / unchanged.
 
 Vendor controls: a case whose impl is `vendor` (cuBLAS, cuDNN, SDPA through torch) is the control
 of the suite cases with its family, shape and dtype (its name too, when several match). A
@@ -45,8 +48,8 @@ change): the PR cannot have changed the vendor library, so the device did.
 
 The verdict (`overall_verdict`, the only one: terminal, API, pages, PR comment and check use it)
 counts each row as `counted_status` says: controls do not count, drift-marked and unchanged rows
-count as similar. Regressed if any regressed, else improved if any improved, else similar if any
-similar, else insufficient data if any, else no baseline. Errored rows are counted apart
+count as similar. Regressed if any regressed, else improved if any improved, else inconclusive if any,
+else insufficient data if any, else similar if any similar, else no baseline. Errored rows are counted apart
 (`errored`), never hidden in the verdict's word.
 """
 
@@ -73,6 +76,7 @@ from pipeline.config import CompareSettings
 from pipeline.contracts import METRICS
 from pipeline.contracts.ids import CaseId, CaseIdAsText
 from pipeline.contracts.metrics import LATENCY
+from pipeline.contracts.rounds import DecisionRule
 from pipeline.store.base_choice import (
     BaseChoice,
     CompareError,
@@ -96,17 +100,20 @@ from pipeline.store.models import (
 
 __all__ = [
     "DRIFT_RATIO", "STATUSES", "STATUS_LABELS", "VERDICTS", "BaseChoice", "CompareError", "ComparisonOut",
+    "DecisionRuleOut", "decision_rule",
     "ComparisonRowOut", "PRVerdictOut", "choose_base", "combine", "compare", "compare_all", "counted_status", "find_base", "only_cases", "overall_verdict",
     "paired_changes",
     "result_device_classes", "results_version", "status_label", "verdict_counts",
 ]
 
 METRIC = LATENCY
-STATUSES = ("regressed", "errored", "improved", "insufficient data", "no baseline", "similar", "unchanged")
+STATUSES = ("regressed", "errored", "improved", "inconclusive", "insufficient data", "no baseline", "similar",
+            "unchanged")
 """A row's status, in the order rows and counts are shown (terminal, PR comment, pages): what needs a
 look first."""
-VERDICTS = ("regressed", "improved", "similar", "insufficient data", "no baseline")
-"""The verdict's words, by precedence."""
+VERDICTS = ("regressed", "improved", "inconclusive", "insufficient data", "similar", "no baseline")
+"""The verdict's words, by precedence: a change found, else what could not be decided (never hidden
+behind similar), else similar."""
 STATUS_LABELS = {"unchanged": "unchanged (same binary)"}
 """How a status is shown where it needs saying why (the others are shown as they are)."""
 SAME_BINARY_SKIP = "not timed: same binary"
@@ -138,7 +145,8 @@ class ComparisonRowOut(BaseModel):
                                  "Welch's over both sides' rounds")
     threshold: float | None = Field(description="smallest |change| counted for this case: the minimum change, or "
                                     "noise_factor x its measured noise on the device class when larger")
-    status: str = Field(description="regressed | improved | similar | unchanged (identical binaries: never a change) "
+    status: str = Field(description="regressed | improved | similar (the interval within +-threshold) | inconclusive "
+                                    "(neither a change nor the same) | unchanged (identical binaries: never a change) "
                                     "| insufficient data | errored | no baseline")
     paired: bool = Field(description="decided by the paired test (base and head interleaved in one job)")
     same_binary: bool = Field(description="head and base timed identical binaries (equal binary digests)")
@@ -184,7 +192,7 @@ class PRVerdictOut(BaseModel):
 
     repository: str
     head_sha: str
-    verdict: str = Field(description="regressed | improved | similar | insufficient data | no baseline, over "
+    verdict: str = Field(description="regressed | improved | inconclusive | insufficient data | similar | no baseline, over "
                                      "every device class; controls left out, drift-marked and unchanged rows "
                                      "counted as similar")
     errored: int = Field(description="rows whose head result was wrong or an error (counted apart from the verdict)")
@@ -454,8 +462,8 @@ def compare(
     # The tests run batched: thousands of cases on a page cost milliseconds, not seconds.
     pairs = [(paired[head_results[k].result_id], samples[head_results[k].measurement_id],  # type: ignore[index]
               head_results[k].round_sizes) for k in to_pair]
-    limits = [threshold(settings.paired_min_change, head_results[k].noise_paired, settings.noise_factor)
-              for k in to_pair]
+    limits = [threshold(settings.paired_min_change, head_results[k].noise_paired, settings.noise_factor,
+                        floor=settings.paired_floor) for k in to_pair]
     # identical binaries timed in the same job calibrate its paired noise (stats.paired_estimates)
     calibration = [same(head_results[k].binary_digest, head_results[k].paired_binary_digest) for k in to_pair]
     kinds = ["control" if cases[k[0]][0].impl == CONTROL_IMPL else "suite" for k in to_pair]
@@ -506,6 +514,36 @@ def _timed_row(case: tuple[CaseId, str], target: str, base_median: float, head_m
     return _row(case, target, status, base_median=base_median, head_median=head_median, change=v.change,
                 pvalue=v.pvalue, ci_low=v.ci_low, ci_high=v.ci_high, threshold=v.threshold, paired=paired,
                 same_binary=same_binary)
+
+
+class DecisionRuleOut(BaseModel):
+    """What an agent decides a paired job's rounds against (`pipeline.contracts.rounds.DecisionRule`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    device_class: str
+    max_pvalue: float = Field(description="largest p-value of a change called regressed or improved")
+    default_threshold: float = Field(description="threshold of a case whose paired noise is not learned yet")
+    thresholds: dict[str, float] = Field(description="case id -> its threshold, for the cases whose paired noise on "
+                                                     "the device class is learned (stats.threshold)")
+
+    def rule(self) -> DecisionRule:
+        return DecisionRule(max_pvalue=self.max_pvalue, default_threshold=self.default_threshold,
+                            thresholds=dict(self.thresholds))
+
+
+def decision_rule(session: Session, *, device_class: str, settings: CompareSettings) -> DecisionRuleOut:
+    """The thresholds the comparison will judge a paired job on this device class with (module doc),
+    for the agent to stop each case's rounds by: every latency series of the class whose paired noise
+    is learned, and the minimum for the others. An unknown device class has no learned noise."""
+    rows = session.execute(
+        sa.select(Case.case_id, Series.noise_paired).join(Series, Series.case_id == Case.id)
+        .join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
+        .where(DeviceClassRow.name == device_class, Series.metric == METRIC, Series.noise_paired.is_not(None)))
+    return DecisionRuleOut(
+        device_class=device_class, max_pvalue=settings.max_pvalue, default_threshold=settings.paired_min_change,
+        thresholds={str(case): threshold(settings.paired_min_change, noise, settings.noise_factor,
+                                         floor=settings.paired_floor) for case, noise in rows})
 
 
 def result_device_classes(session: Session, *, repository: str, head_sha: str) -> list[str]:

@@ -248,3 +248,36 @@ def test_a_pull_request_times_changed_binaries_and_sentinels_only(
     skipped = next(r for r in unchanged if r.status == "skipped")
     assert skipped.reason is not None and skipped.reason.startswith("not timed: same binary")
     assert skipped.binary_digest == next(e for e in base.entries if e.case == skipped.case).binary_digest()
+
+
+def test_adaptive_rounds_stop_decided_cases_and_extend_undecided_ones_to_their_cap(
+    bundles: tuple[Path, tuple[Path, BundleManifest], tuple[Path, BundleManifest]], device: LocalDevice,
+) -> None:
+    """After min_rounds a paired case stops as soon as its verdict (the analysis's own rule) is same or
+    different; an undecided one takes rounds up to the cap; the job's timing budget stops extending.
+    How many rounds each case took, and why it stopped, is in its result's environment."""
+    from pipeline.contracts.rounds import DecisionRule
+
+    _, (base_dir, base), (head_dir, head) = bundles
+    settings = SETTINGS.model_copy(update={"rounds": 5, "min_rounds": 3})
+    paired = {c: case_id(c) for c in CASES}
+
+    def run(rule: DecisionRule, **changes: float) -> dict[str, tuple[int, str, str]]:
+        document = run_bundle(bundle_dir=head_dir, manifest=head, device=device, run_id="r", job_id="j",
+                              settings=settings.model_copy(update=changes), base_bundle_dir=base_dir,
+                              base_manifest=base, rule=rule)
+        return {r.case: (len(r.rounds or []), r.environment["rounds"], r.environment.get("stopped", ""))
+                for r in document.results if r.case in paired.values()}
+
+    # identical binaries within +-50 %, beta several times slower: all decided at the third round
+    decided = run(DecisionRule(max_pvalue=0.01, default_threshold=0.5))
+    assert {c: (n, text) for c, (n, text, _) in decided.items()} == {c: (3, "3") for c in paired.values()}
+    alpha, beta, gamma = (paired[c] for c in CASES)
+    assert decided[alpha][2] == decided[gamma][2] == "decided: same"
+    assert decided[beta][2] == "decided: different"
+    # nothing can be decided (a band no interval fits, a p-value no test reaches): every case to the cap
+    undecided = run(DecisionRule(max_pvalue=1e-300, default_threshold=1e-12))
+    assert undecided == {c: (5, "5", "round cap") for c in paired.values()}
+    # the job's timing budget spent: min_rounds each, then no more
+    spent = run(DecisionRule(max_pvalue=1e-300, default_threshold=1e-12), timing_budget_s=1e-9)
+    assert spent == {c: (3, "3", "timing budget") for c in paired.values()}

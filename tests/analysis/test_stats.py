@@ -30,6 +30,10 @@ from pipeline.analysis.stats import (
 )
 
 
+FLAGGED = ("regressed", "improved")
+"""Different: what a verdict may never say of identical code."""
+
+
 def test_summarize_known_answer() -> None:
     s = summarize([2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0])
     assert (s.n, s.median, s.mean, s.min, s.max) == (8, 4.5, 5.0, 2.0, 9.0)
@@ -100,7 +104,8 @@ def test_verdicts_follow_threshold_significance_and_direction() -> None:
     # large but not significant: round changes of -10 % .. +30 %
     noisy = [1e-3 * v for v in _rounds_at([-0.1, 0.3, 0.0, 0.25, -0.05])]
     [v] = paired_verdicts([(base, noisy, [3] * 5)], min_change=0.05)
-    assert v.status == "similar" and v.pvalue is not None and v.pvalue > 0.01 and v.change > 0.05
+    # not significant is not the same: an interval this wide cannot tell
+    assert v.status == "inconclusive" and v.pvalue is not None and v.pvalue > 0.01 and v.change > 0.05
 
 
 def test_too_few_rounds_or_samples_is_insufficient_data() -> None:
@@ -126,7 +131,7 @@ def test_paired_sees_a_small_change_under_drift_that_unpaired_rounds_hide() -> N
     assert paired.status == "regressed" and paired.change == pytest.approx(0.03, abs=0.002)
     assert paired.ci_low is not None and paired.ci_high is not None and 0.025 < paired.ci_low < paired.ci_high < 0.035
     [unpaired] = verdicts([((base, [8] * 5), (head, [8] * 5))], min_change=0.02)
-    assert unpaired.status == "similar"
+    assert unpaired.status == "inconclusive"   # the drift hides it: unknown, never "the same"
 
 
 def test_batched_verdicts_equal_one_call_per_item() -> None:
@@ -148,7 +153,7 @@ def test_batched_verdicts_equal_one_call_per_item() -> None:
     assert (verdicts(unpaired, min_change=0.02, run_noise=0.0)
             == [verdicts([u], min_change=0.02, run_noise=0.0)[0] for u in unpaired])
     statuses = {v.status for v in paired_verdicts(paired, min_change=0.02)}
-    assert statuses == {"regressed", "improved", "similar", "insufficient data"}
+    assert statuses == {"regressed", "improved", "similar", "inconclusive", "insufficient data"}
     constant = paired_verdicts([([2e-3] * 10, [2e-3] * 10, None)])[0]
     assert (constant.status, constant.pvalue, constant.ci_low, constant.ci_high) == ("similar", 1.0, 0.0, 0.0)
 
@@ -291,7 +296,7 @@ def test_unpaired_aa_with_a_run_effect_is_uniform_only_with_the_run_noise() -> N
     assert kstest(with_runs, "uniform").pvalue > 0.05
     limit = threshold(0.05, learned * math.sqrt(2))
     # p <= 0.01 and |change| >= 3 sd of a change between runs: ~0.3 % of identical-code comparisons
-    flagged = [v for v in verdicts(aa, min_change=limit, run_noise=learned) if v.status != "similar"]
+    flagged = [v for v in verdicts(aa, min_change=limit, run_noise=learned) if v.status in FLAGGED]
     assert len(flagged) <= 0.01 * len(aa)
     real = [_runs(rng, run_sd, change=0.30) for _ in range(20)]
     assert all(v.status == "regressed" for v in verdicts(real, min_change=limit, run_noise=learned))
@@ -336,7 +341,7 @@ def test_a_fresh_series_pools_the_run_level_from_the_comparison() -> None:
     by_default = verdicts(most, min_change=0.05, run_noise=0.03)
     found = sum(v.status == "regressed" for v in bounded[:70])
     assert found >= 60 and abs(found - sum(v.status == "regressed" for v in by_default[:70])) <= 3
-    assert all(v.status == "similar" for v in bounded[70:])
+    assert all(v.status not in FLAGGED for v in bounded[70:])
     few = _suite_of_runs(rng, POOLED_MIN_ITEMS - 1)
     assert unpaired_estimates(few, default_run_noise=0.03) == unpaired_estimates(few, run_noise=0.03)
 
@@ -405,7 +410,7 @@ def test_identical_binaries_carry_a_shift_the_whole_run_shares() -> None:
     blind = verdicts(shifted, min_change=limit, default_run_noise=0.03)
     assert sum(v.status == "regressed" for v in blind) >= 8
     carried = verdicts(shifted, min_change=limit, default_run_noise=0.03, calibration=[True] * 20)
-    assert all(v.status == "similar" for v in carried)
+    assert all(v.status not in FLAGGED for v in carried)
 
     quiet = _shifted_runs(rng, 20, shift=0.0, spread=0.003, change=0.25, changed=1)
     marks = [False] + [True] * 19
@@ -445,7 +450,7 @@ def test_identical_binaries_of_a_paired_job_calibrate_its_noise() -> None:
     job = _paired_job(rng, 40, offset=2.0, change=0.10, changed=8)
     found = paired_verdicts(job, min_change=0.02, calibration=[False] * 8 + [True] * 32)
     assert [v.status for v in found[:8]] == ["regressed"] * 8
-    assert all(v.status == "similar" for v in found[8:])
+    assert all(v.status not in FLAGGED for v in found[8:])
     few = [False] * (41 - POOLED_MIN_ITEMS) + [True] * (POOLED_MIN_ITEMS - 1)
     assert paired_estimates(job, calibration=few) == paired_estimates(job)
     with pytest.raises(ValueError, match="2 calibration marks for 40"):

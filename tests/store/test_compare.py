@@ -86,6 +86,7 @@ def test_compare_gives_each_status(history: Engine) -> None:
     assert rows[GATHER].base_median is None and rows[GATHER].head_median == pytest.approx(1e-3)
     assert rows[BROKEN].head_median is None
     assert result.counts == {"regressed": 1, "improved": 1, "similar": 1, "unchanged": 0, "insufficient data": 1,
+                             "inconclusive": 0,
                              "errored": 1, "no baseline": 1}
 
 

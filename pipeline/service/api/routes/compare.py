@@ -8,7 +8,15 @@ from pipeline.service.api.deps import SessionDep, SettingsDep
 from pipeline.service.api.schemas import ErrorBody
 from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store.commit_refs import FULL_SHA_LENGTH, CommitRefError, resolve_commit
-from pipeline.store.compare import CompareError, PRVerdictOut, combine, compare, compare_all
+from pipeline.store.compare import (
+    CompareError,
+    DecisionRuleOut,
+    PRVerdictOut,
+    combine,
+    compare,
+    compare_all,
+    decision_rule,
+)
 from pipeline.store.compile_stats import compare_compile
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["compare"])
@@ -53,3 +61,14 @@ def compare_commits(
                                latency_bases=(c.base_sha for c in result.comparisons),
                                walk=settings.compare.ancestor_walk)
     return result.model_copy(update={"compile": compiled})
+
+
+@router.get(
+    "/compare/decision-rule", response_model=DecisionRuleOut,
+    summary="The thresholds a paired job on a device class is judged by, for an agent to stop its rounds on",
+    description="Each case is timed until its three-way verdict is decided (regressed or improved: significant, p <= "
+                "max_pvalue, and at least its threshold; similar: the change's 95 % interval within +-threshold), up "
+                "to a cap: an agent asks this before a paired job. `thresholds` lists the cases whose paired noise "
+                "on the class is learned; the others take `default_threshold`.")
+def compare_decision_rule(session: SessionDep, settings: SettingsDep, device_class: str) -> DecisionRuleOut:
+    return decision_rule(session, device_class=device_class, settings=settings.compare)

@@ -1,0 +1,285 @@
+"""How a result's timing rounds are read, and the three-way verdict on a change: one statistic for the
+agent (which decides, round by round, whether a case needs more rounds) and the analysis (which
+judges the stored rounds). numpy only, so the agent stays light.
+
+A round's level is the mean of its middle fifth (`ROUND_TRIM` cut at each end), in logs: latency is
+skewed to the right and a median is a step function of the timer's ticks (`pipeline.analysis.stats`
+says why, with the measurements behind it). The rounds are the replicates (Kalibera and Jones,
+ISMM 2013): a change's interval is Student's t over them.
+
+The verdict (Pinpoint's and NVBench's robust compare's three answers) with the case's threshold t
+(the smallest change that matters, never 0):
+- different: the change is significant (p <= max_pvalue) and |change| >= t;
+- same: the whole interval lies inside [-t, +t] (an equivalence test: TOST at half the interval's
+  miss rate on each side);
+- unknown: neither. Not significant is not the same: an interval too wide to tell says unknown.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from itertools import chain
+from typing import Literal
+
+import numpy as np
+
+__all__ = [
+    "CONFIDENCE",
+    "DEFAULT_BLOCKS",
+    "MAX_PVALUE",
+    "PAIRED_MIN_CHANGE",
+    "ROUND_TRIM",
+    "Answer",
+    "DecisionRule",
+    "RoundChange",
+    "block_sizes",
+    "classify",
+    "level_halfwidth",
+    "paired_change",
+    "round_values",
+    "segment_centres",
+    "t_pvalue",
+    "t_quantile",
+]
+
+ROUND_TRIM = 0.4
+"""Share of a round's values left out at each end before its mean (0.5 would be the median)."""
+DEFAULT_BLOCKS = 5
+"""Rounds made of a result that does not report its rounds: that many consecutive equal blocks."""
+CONFIDENCE = 0.95
+"""Coverage of a change's interval, the one shown and the one the equivalence test reads."""
+
+MAX_PVALUE = 0.01
+"""Largest p-value of a change called different."""
+PAIRED_MIN_CHANGE = 0.02
+"""Threshold of a paired case whose noise on its device class is not known yet."""
+
+Answer = Literal["different", "same", "unknown"]
+
+
+def block_sizes(n: int, blocks: int = DEFAULT_BLOCKS) -> tuple[int, ...]:
+    """`blocks` consecutive blocks of n samples, of nearly equal size (larger first; n blocks of one
+    when n < blocks): the rounds of a result that does not report its own."""
+    return _blocks(n, blocks)
+
+
+@lru_cache(maxsize=4096)
+def _blocks(n: int, blocks: int) -> tuple[int, ...]:
+    count = min(blocks, n)  # cached: a comparison asks for the same few sizes thousands of times
+    return tuple(n // count + (1 if i < n % count else 0) for i in range(count)) if count else ()
+
+
+def _trimmed_count(size: int) -> int:
+    """Values left out at each end of a round of `size` (small rounds keep their median)."""
+    return int(size * ROUND_TRIM)
+
+
+def segment_centres(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The mean of the middle fifth of each consecutive segment of `values` (segment i has sizes[i] >= 1
+    values): the segments of one size as the rows of one matrix, one sort each."""
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(int)
+    out = np.empty(len(sizes))
+    for size in np.unique(sizes):
+        which = np.flatnonzero(sizes == size)
+        rows = np.sort(values[starts[which][:, None] + np.arange(size)], axis=1)
+        cut = _trimmed_count(int(size))
+        out[which] = rows[:, cut:int(size) - cut].mean(axis=1)
+    return out
+
+
+def round_values(items: Sequence[tuple[Sequence[float], Sequence[int] | None]], blocks: int = DEFAULT_BLOCKS,
+                 transform: Literal["log", "none"] = "log") -> tuple[np.ndarray, np.ndarray]:
+    """Round-level values of each item ((samples, samples per round or None), the samples cut into
+    their rounds, each round's middle-fifth mean, of the logs when asked) flat, and each item's
+    number of rounds. Raises ValueError when reported rounds do not split their samples."""
+    sizes: list[Sequence[int]] = []
+    for samples, rounds in items:
+        if rounds is None:
+            sizes.append(_blocks(len(samples), blocks))
+        elif sum(rounds) != len(samples) or min(rounds, default=1) < 1:
+            raise ValueError(f"rounds {list(rounds)} do not split {len(samples)} samples")
+        else:
+            sizes.append(rounds)
+    counts = np.fromiter(map(len, sizes), dtype=int, count=len(sizes))
+    if not counts.sum():
+        return np.empty(0), counts
+    values = _flat([samples for samples, _ in items])
+    # the centre of the logs, not the log of a centre: a mean of ratios is not symmetric in them
+    return segment_centres(np.log(values) if transform == "log" else values,
+                           np.fromiter(chain.from_iterable(sizes), dtype=int, count=int(counts.sum()))), counts
+
+
+def _flat(groups: Sequence[Sequence[float]]) -> np.ndarray:
+    if isinstance(groups[0], np.ndarray):
+        return np.concatenate(groups).astype(float, copy=False)
+    return np.fromiter(chain.from_iterable(groups), dtype=float, count=sum(map(len, groups)))
+
+
+# Student's t for whole degrees of freedom (rounds - 1), in closed form (Abramowitz and Stegun 26.7.3
+# and 26.7.4, with the tail summed directly where the closed form would cancel): exact to rounding,
+# so the agent's stop rule and the analysis read the same p-values and intervals without scipy.
+NORMAL_DF = 400
+"""Beyond this many degrees of freedom Student's t is taken as the normal (their quantiles differ by < 0.3 %)."""
+
+
+def t_pvalue(statistic: np.ndarray | float, df: np.ndarray | int) -> np.ndarray:
+    """Two-sided p-value P(|T| >= |statistic|) of Student's t with `df` (whole, >= 1) degrees of
+    freedom, element-wise; inf gives 0."""
+    t = np.abs(np.asarray(statistic, dtype=float))
+    nu = np.broadcast_to(np.asarray(df), t.shape).astype(int)
+    if np.any(nu < 1):
+        raise ValueError("degrees of freedom must be whole numbers >= 1")
+    out = np.empty(t.shape)
+    normal = nu > NORMAL_DF
+    if normal.any():
+        out[normal] = [math.erfc(x / math.sqrt(2)) for x in t[normal]]
+    for v in np.unique(nu[~normal]):
+        which = (nu == v) & ~normal
+        out[which] = _t_tail(t[which], int(v))
+    return np.clip(out, 0.0, 1.0)
+
+
+def _t_tail(t: np.ndarray, nu: int) -> np.ndarray:
+    """P(|T| >= t), nu degrees of freedom: with x = nu / (nu + t^2) = cos^2 theta, the series of A&S
+    26.7.3-4 summed up to nu terms for large p, and its remainder (the same series past nu) for small p,
+    which has no cancellation."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.where(np.isinf(t), 0.0, nu / (nu + np.square(t)))
+    sin = np.sqrt(1.0 - x)
+    theta = np.arctan2(sin, np.sqrt(x))
+    odd = nu % 2 == 1
+    # head: the first terms of the series (A = P(|T| < t)); coefficient c_k and power x^k
+    head = np.zeros_like(t)
+    term = np.ones_like(t)
+    terms = (nu - 1) // 2 if odd else nu // 2
+    for k in range(terms):
+        head += term
+        term = term * x * ((2 * k + 2) / (2 * k + 3) if odd else (2 * k + 1) / (2 * k + 2))
+    inside = (2 / math.pi) * (theta + sin * np.sqrt(x) * head) if odd else sin * head
+    out = 1.0 - inside
+    small = inside > 1 - SMALL_P   # 1 - inside would keep few digits: the remainder of the series instead
+    if small.any():
+        tail = _series_remainder(x[small], term[small], terms, odd)
+        out[small] = ((2 / math.pi) * sin[small] * np.sqrt(x[small]) * tail) if odd else sin[small] * tail
+    return out
+
+
+SMALL_P = 1e-3
+"""p-values under this are summed as the series' remainder (at most ~4 nu terms there)."""
+
+
+def _series_remainder(x: np.ndarray, term: np.ndarray, start: int, odd: bool) -> np.ndarray:
+    """The rest of the series from term `start` (whose value is `term`), each element summed until
+    its terms no longer change it (so an element's sum does not depend on the others beside it); it
+    converges like x^k, quickly wherever the p-value is small enough to need it."""
+    total = np.zeros_like(x)
+    current = term.copy()
+    active = np.ones(x.shape, dtype=bool)
+    k = start
+    while active.any():
+        total[active] += current[active]
+        active &= current > 1e-17 * total
+        current = current * x * ((2 * k + 2) / (2 * k + 3) if odd else (2 * k + 1) / (2 * k + 2))
+        k += 1
+    return total
+
+
+@lru_cache(maxsize=1024)
+def t_quantile(confidence: float, df: int) -> float:
+    """q with P(|T| <= q) = confidence for Student's t with `df` whole degrees of freedom (the
+    half-width of a `confidence` interval in standard errors)."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence {confidence} is not in (0, 1)")
+    miss = 1.0 - confidence
+    low, high = 0.0, 1.0
+    while float(t_pvalue(high, df)) > miss:
+        high *= 2
+    for _ in range(200):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if float(t_pvalue(middle, df)) > miss else (low, middle)
+        if high - low <= 1e-13 * high:
+            break
+    return 0.5 * (low + high)
+
+
+@dataclass(frozen=True)
+class RoundChange:
+    """A relative change from round-level log values: exp(mean) - 1, its interval and p-value
+    (None below 2 rounds)."""
+
+    change: float
+    low: float | None
+    high: float | None
+    pvalue: float | None
+    rounds: int
+
+
+def paired_change(base: Sequence[float], head: Sequence[float], rounds: Sequence[int],
+                  confidence: float = CONFIDENCE) -> RoundChange:
+    """The change of head over base timed pair by pair in `rounds` (samples per round): each round's
+    middle-fifth mean of log(head / base), their mean, and Student's t over the rounds. What the
+    analysis computes for one paired result before its job-wide calibration (`stats.paired_estimates`)."""
+    if len(base) != len(head):
+        raise ValueError(f"paired samples differ in length: {len(base)} base, {len(head)} head")
+    ratios = np.asarray(head, dtype=float) / np.asarray(base, dtype=float)
+    levels, _ = round_values([(ratios, rounds)])
+    return _change(levels, confidence)
+
+
+def _change(levels: np.ndarray, confidence: float) -> RoundChange:
+    n = len(levels)
+    if n == 0:
+        raise ValueError("no rounds")
+    mean = float(levels.mean())
+    if n < 2:
+        return RoundChange(math.expm1(mean), None, None, None, n)
+    se = float(levels.std(ddof=1)) / math.sqrt(n)
+    if se == 0:
+        return RoundChange(math.expm1(mean), math.expm1(mean), math.expm1(mean), 1.0 if mean == 0 else 0.0, n)
+    half = t_quantile(confidence, n - 1) * se
+    pvalue = float(t_pvalue(abs(mean) / se, n - 1))
+    return RoundChange(math.expm1(mean), math.expm1(mean - half), math.expm1(mean + half), pvalue, n)
+
+
+def classify(change: float, low: float, high: float, pvalue: float, threshold: float, max_pvalue: float) -> Answer:
+    """The three-way verdict on a relative change with its interval and p-value (module doc):
+    different, same or unknown, for the case's threshold (> 0)."""
+    if threshold <= 0:
+        raise ValueError(f"a threshold must be positive, not {threshold}")
+    if pvalue <= max_pvalue and abs(change) >= threshold:
+        return "different"
+    if -threshold <= low and high <= threshold:
+        return "same"
+    return "unknown"
+
+
+@dataclass(frozen=True)
+class DecisionRule:
+    """What the agent decides a paired case against, round by round: the analysis's `max_pvalue` and
+    each case's threshold (by case id; `default_threshold` for the others), as the service computes
+    them from the case's learned noise (`CompareSettings`)."""
+
+    max_pvalue: float = MAX_PVALUE
+    default_threshold: float = PAIRED_MIN_CHANGE
+    thresholds: Mapping[str, float] = field(default_factory=dict)
+
+    def threshold(self, case: str) -> float:
+        return self.thresholds.get(case, self.default_threshold)
+
+    def answer(self, case: str, change: RoundChange) -> Answer:
+        """`classify` of a change on the case's threshold; unknown below 2 rounds."""
+        if change.low is None or change.high is None or change.pvalue is None:
+            return "unknown"
+        return classify(change.change, change.low, change.high, change.pvalue, self.threshold(case), self.max_pvalue)
+
+
+def level_halfwidth(samples: Sequence[float], rounds: Sequence[int], confidence: float = CONFIDENCE) -> float:
+    """Half-width of the `confidence` interval of an unpaired result's level (the mean of its rounds'
+    log levels), in logs: how precisely one run knows its own level; inf below 2 rounds."""
+    levels, _ = round_values([(samples, rounds)])
+    if len(levels) < 2:
+        return math.inf
+    return t_quantile(confidence, len(levels) - 1) * float(levels.std(ddof=1)) / math.sqrt(len(levels))

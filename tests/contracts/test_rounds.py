@@ -1,0 +1,85 @@
+"""The statistic the agent stops on and the analysis judges with (`pipeline.contracts.rounds`): Student's t
+without scipy, the round levels, and the three-way verdict on known intervals."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import t as student_t
+
+from pipeline.contracts.rounds import (
+    DecisionRule,
+    classify,
+    level_halfwidth,
+    paired_change,
+    t_pvalue,
+    t_quantile,
+)
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 4, 7, 10, 11, 30, 99, 400])
+def test_students_t_without_scipy_equals_scipys(df: int) -> None:
+    statistic = np.concatenate([np.linspace(0.0, 12.0, 121), [25.0, 80.0, 1e3, 1e6]])
+    expected = 2 * student_t.sf(statistic, df)
+    got = t_pvalue(statistic, df)
+    keep = expected > 1e-280
+    assert np.allclose(got[keep], expected[keep], rtol=1e-9, atol=0.0)
+    assert t_pvalue(np.inf, df) == 0.0 and t_pvalue(0.0, df) == 1.0
+    for confidence in (0.9, 0.95, 0.99):
+        assert t_quantile(confidence, df) == pytest.approx(student_t.ppf(0.5 + confidence / 2, df), rel=1e-10)
+
+
+def test_degrees_of_freedom_must_be_whole_and_positive() -> None:
+    with pytest.raises(ValueError, match="degrees of freedom"):
+        t_pvalue(1.0, 0)
+
+
+@pytest.mark.parametrize(("change", "low", "high", "pvalue", "threshold", "answer"), [
+    (0.001, -0.002, 0.004, 0.5, 0.005, "same"),            # inside the band
+    (0.0, -0.005, 0.005, 1.0, 0.005, "same"),              # touching it
+    (0.348, -0.333, 1.724, 0.41, 0.02, "unknown"),          # the 2.7x slowdown a loaded CPU hid (issue 30)
+    (0.004, -0.001, 0.009, 0.12, 0.005, "unknown"),         # straddles +t, not significant
+    (0.004, 0.001, 0.007, 0.003, 0.005, "unknown"),         # significant, under t, not inside the band
+    (0.012, 0.010, 0.014, 1e-6, 0.005, "different"),        # beyond the band
+    (-0.12, -0.134, -0.106, 1e-9, 0.02, "different"),       # beyond, the other side
+    (0.03, -0.01, 0.07, 0.2, 0.02, "unknown"),              # large but not significant: not a change, not the same
+])
+def test_the_three_answers_on_known_intervals(change: float, low: float, high: float, pvalue: float, threshold: float,
+                                              answer: str) -> None:
+    assert classify(change, low, high, pvalue, threshold, max_pvalue=0.01) == answer
+
+
+def test_a_threshold_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        classify(0.0, 0.0, 0.0, 1.0, 0.0, 0.01)
+
+
+def _rounds_of(levels: list[float], size: int = 11) -> list[float]:
+    """Samples whose rounds (of `size`) have these log levels exactly (every sample of a round alike)."""
+    return [math.exp(level) for level in levels for _ in range(size)]
+
+
+def test_a_paired_change_is_students_t_over_the_rounds() -> None:
+    levels = [0.010, 0.012, 0.009, 0.011]
+    base = [1.0] * 44
+    change = paired_change(base, _rounds_of(levels), [11] * 4)
+    mean, sd = float(np.mean(levels)), float(np.std(levels, ddof=1))
+    half = student_t.ppf(0.975, 3) * sd / 2
+    assert change.change == pytest.approx(math.expm1(mean))
+    assert (change.low, change.high) == (pytest.approx(math.expm1(mean - half)), pytest.approx(math.expm1(mean + half)))
+    assert change.pvalue == pytest.approx(2 * student_t.sf(mean / (sd / 2), 3))
+    assert change.rounds == 4
+    one = paired_change([1.0] * 11, _rounds_of([0.01]), [11])
+    assert (one.low, one.high, one.pvalue) == (None, None, None)
+    rule = DecisionRule(max_pvalue=0.01, default_threshold=0.02, thresholds={"c": 0.005})
+    assert rule.answer("c", change) == "different" and rule.answer("other", change) == "same"
+    assert rule.answer("c", one) == "unknown"
+
+
+def test_an_unpaired_level_knows_its_own_precision() -> None:
+    samples = _rounds_of([0.0, 0.002, -0.002, 0.0])
+    half = level_halfwidth(samples, [11] * 4)
+    assert half == pytest.approx(student_t.ppf(0.975, 3) * float(np.std([0, 0.002, -0.002, 0], ddof=1)) / 2)
+    assert level_halfwidth(samples[:11], [11]) == math.inf
