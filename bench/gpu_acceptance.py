@@ -8,14 +8,17 @@ Two steps (the GPU host has no Triton 3.9 and no network):
 
 `build` clones this checkout and commits, in order: `base` (HEAD), `readme` (README only: the
 identical-code head of the A/A runs), `one-tile` (one GEMM shape's tile changed: PR (a)),
-`all-tiles` (every Triton GEMM tile's pipeline depth changed, prefill, decode and small: PR (b)); each built for cuda:sm_90.
+`all-tiles` (every Triton GEMM tile's pipeline depth changed, prefill, decode and small: PR (b)), `rename`
+(on top of all-tiles, every Triton kernel function renamed: 82 changed binaries, no changed code);
+each built for cuda:sm_90.
 
 `run` starts `benchfarm serve` (SQLite, default settings but the identical-binary shortcut off, so
 that the A/A runs are judged as if the binaries differed) and runs `benchfarm run-job` steps against it:
 1. nightly paired (readme over base, every case timed): the PR latency's case (c), and A/A 1;
 2. PR (a) and (b): one-tile and all-tiles over base, as a pull request's step (changed binaries and
    4 rotating sentinels timed, the rest reported unchanged);
-3. A/A 2 and 3: the nightly's pairing again (the check cache now warm);
+3. A/A 2 and 3: the nightly's pairing again (the check cache now warm); `rename` (ACCEPTANCE_STEPS):
+   rename over all-tiles as a pull request, every Triton case and 4 sentinels timed (the PR latency);
 4. unpaired A/A: base alone, then readme alone, compared with an explicit base; with
    `ACCEPTANCE_UNPAIRED_RUNS=N` (default 2) a chain of N such jobs, base and readme in turn, each
    compared with the one before it (the other commit's newest run): N - 1 repetitions out of N jobs,
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -57,6 +61,24 @@ VARIANTS = {
         replace_in(GEMM, "num_stages=3)", "num_stages=4)"),
         replace_in(GEMM, "group_m=1, num_warps=4, num_stages=4)", "group_m=1, num_warps=4, num_stages=3)")),
 }
+
+
+def rename_kernels(repo: Path) -> None:
+    """Every Triton kernel function renamed (`_renamed` appended) wherever the suite names it: every
+    Triton binary differs from the base's (its symbol), none of their code does."""
+    files = sorted((repo / "kernels").rglob("*.py"))
+    names = sorted({m.group(1) for f in files for m in re.finditer(r"@triton\.jit\s*\ndef (\w+)\(", f.read_text())})
+    if not names:
+        raise SystemExit("no @triton.jit kernel found under kernels/")
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+    for f in files:
+        text = f.read_text()
+        renamed = pattern.sub(r"\1_renamed", text)
+        if renamed != text:
+            f.write_text(renamed)
+
+
+VARIANTS["rename"] = lambda repo: rename_kernels(repo)   # on top of all-tiles: compared with it, not with base
 
 
 def build(out: Path) -> None:
@@ -90,6 +112,19 @@ def _dump(farm: GpuFarm, head: str, path: Path) -> int:
                      "same_binary": digest is not None and digest == paired_digest, "digest": digest})
     np.savez_compressed(path, meta=json.dumps(meta), **arrays)
     return len(rows)
+
+
+def _stopped(farm: GpuFarm, head: str) -> dict[str, Any]:
+    """The newest job of `head`: how many of its timed cases took each number of rounds, and why they stopped."""
+    job = farm.query("SELECT j.id FROM jobs j JOIN runs r ON j.run_id = r.id JOIN commits c ON r.commit_id = c.id "
+                     "WHERE c.sha = ? ORDER BY j.finished_at DESC LIMIT 1", head)[0][0]
+    rounds: dict[str, int] = {}
+    reasons: dict[str, int] = {}
+    for (environment,) in farm.query("SELECT environment FROM case_results WHERE job_id = ? AND status = 'ok'", job):
+        env = json.loads(environment) if isinstance(environment, str) else (environment or {})
+        rounds[env.get("rounds", "?")] = rounds.get(env.get("rounds", "?"), 0) + 1
+        reasons[env.get("stopped", "?")] = reasons.get(env.get("stopped", "?"), 0) + 1
+    return {"rounds": dict(sorted(rounds.items(), key=lambda kv: (len(kv[0]), kv[0]))), "why": reasons}
 
 
 def run(bundles: Path, out: Path) -> None:
@@ -126,6 +161,7 @@ def run(bundles: Path, out: Path) -> None:
                 "rows": [{k: r.get(k) for k in ("case_id", "change", "ci_low", "ci_high", "pvalue", "status", "paired")}
                          for r in rows],
             })
+            report["jobs"][-1]["stopped"] = _stopped(farm, shas[head])
             if label.startswith(("aa", "nightly", "unpaired")):
                 report["jobs"][-1]["dumped"] = _dump(farm, shas[head], out / f"{label}.npz")
             _save(out, report)
@@ -136,6 +172,8 @@ def run(bundles: Path, out: Path) -> None:
         if "pr" in only:
             job("pr-a-one-tile", "one-tile", "base", pr=True)
             job("pr-b-all-tiles", "all-tiles", "base", pr=True)
+        if "rename" in only:   # a pull request whose every Triton binary changed, no code did: the PR latency
+            job("pr-rename", "rename", "all-tiles", pr=True)
         if "aa" in only:
             job("aa2", "readme", "base")
             job("aa3", "readme", "base")

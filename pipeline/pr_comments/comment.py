@@ -78,6 +78,8 @@ def _row_view(row: ComparisonRowOut, comparison: ComparisonOut, settings: Commen
     notes = ["probable device drift"] if row.drift else []
     if row.is_control:
         notes.append("vendor control")
+    if note := getattr(row, "note", None):  # a field the analysis may add to rows later
+        notes.append(str(note))
     if row.status == "inconclusive" and not row.is_control:
         notes.append(undecided_hint(row))
     return {

@@ -96,8 +96,9 @@ def test_paired_results_carry_the_base_samples_and_the_verdict_is_paired(
             # What must hold is the verdict and a resolution that sees beta's change, not a tight interval
             # around 0: a 95 % interval misses 0 in one A/A of twenty by design (CI saw [-0.11 %, -0.04 %]),
             # and these three ~12-sample rounds on a shared 2-core CI machine have read from [-1.7 %, +2.7 %]
-            # to +3.9 % with an upper bound of +11 %. Such a reading is judged "similar" and is still far from beta's +50 %.
-            assert row.status == "similar" and row.ci_low is not None and row.ci_high is not None, row
+            # to +3.9 % with an upper bound of +11 %. Such a reading is not a change and is still far from beta's +50 %.
+            # similar, or inconclusive where the 2-core machine's rounds spread past the 2 % threshold: never a change
+            assert row.status in ("similar", "inconclusive") and row.ci_low is not None and row.ci_high is not None, row
             assert row.ci_low <= row.change <= row.ci_high, row
             assert max(abs(row.ci_low), abs(row.ci_high)) < beta_change / 2, (row, beta_change)
 
