@@ -124,6 +124,13 @@ class GpuFarm:
         """One `benchfarm run-job` process; returns its summary, wall time and phases (s)."""
         env = self._env(name)
         env.update(BENCHFARM_AGENT__SERVER_URL=self.url, BENCHFARM_AGENT__TOKEN=TOKEN, **(extra_env or {}))
+        # one agent host: every job's check cache is the host's (an agent keeps it across jobs), so a binary
+        # checked on this device class by an earlier job is not checked again (`check_cache.CheckCache`)
+        checked = self.home / name / "agent" / "checked"
+        if not checked.exists():
+            checked.parent.mkdir(parents=True, exist_ok=True)
+            (self.home / "checked").mkdir(parents=True, exist_ok=True)
+            checked.symlink_to(self.home / "checked", target_is_directory=True)
         if pr:
             env.update(BUILDKITE_BUILD_ID=f"{name}-{time.time_ns()}", BUILDKITE_PULL_REQUEST="1")
         argv = [sys.executable, "-m", "pipeline.cli", "run-job", "--bundle", str(bundle), "--device-class",

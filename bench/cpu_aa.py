@@ -1,4 +1,4 @@
-"""A/A on this machine's CPU through `benchfarm run` (issue 11 acceptance): consecutive commits that
+"""A/A on this machine's CPU through `benchfarm run` (issues 11 and 30): consecutive commits that
 change no kernel, each benchmarked paired with the previous one, judged with the identical-binary
 shortcut off (so that identical code is tested as if it differed); then the same unpaired.
 
@@ -6,7 +6,8 @@ shortcut off (so that identical code is tested as if it differed); then the same
 
 A temporary clone of this checkout; `benchfarm run` in a subprocess with a fresh BENCHFARM_HOME and
 default settings (but the shortcut); after each run the store's comparison of the new commit with its
-base: how many cases were flagged, and every p-value. At the end a Kolmogorov-Smirnov test of all
+base: how many cases were flagged (different: regressed or improved), how many were similar and how
+many inconclusive, and every p-value. At the end a Kolmogorov-Smirnov test of all
 p-values against the uniform distribution (valid statistics give uniform p-values on A/A).
 """
 
@@ -76,6 +77,7 @@ def main() -> None:
                 "run": i, "kind": kind, "wall_s": round(time.perf_counter() - start, 1), "cases": len(rows),
                 "flagged": flagged, "max_abs_change": max((abs(r.change) for r in rows if r.change is not None), default=None),
                 "statuses": sorted({r.status for r in rows}),
+                "counts": {s: sum(r.status == s for r in rows) for s in sorted({r.status for r in rows})},
                 "pvalues": {str(r.case_id): r.pvalue for r in rows}, "changes": {str(r.case_id): r.change for r in rows}})
             print(json.dumps({k: v for k, v in report["runs"][-1].items() if k not in ("pvalues", "changes")}), flush=True)
     for kind, values in pvalues.items():
@@ -84,6 +86,8 @@ def main() -> None:
                                 "deciles": [sum(d / 10 <= p < (d + 1) / 10 or (d == 9 and p == 1.0) for p in values)
                                             for d in range(10)]}
     report["flagged_total"] = {k: sum(len(r["flagged"]) for r in report["runs"] if r["kind"] == k) for k in pvalues}
+    report["status_totals"] = {k: {s: sum(r["counts"].get(s, 0) for r in report["runs"] if r["kind"] == k)
+                                   for s in ("similar", "inconclusive", "regressed", "improved")} for k in pvalues}
     Path(args.out).write_text(json.dumps(report, indent=1))
     print(json.dumps({k: v for k, v in report.items() if k != "runs"}, indent=1))
     shutil.rmtree(work, ignore_errors=True)
