@@ -35,7 +35,7 @@ from pipeline.contracts import (
 )
 from pipeline.contracts.bundle_dir import load_bundle, load_suite_module
 from pipeline.contracts.result import AgentInfo, PairedBase, summarize
-from pipeline.contracts.rounds import DecisionRule, level_halfwidth, paired_change
+from pipeline.contracts.rounds import DecisionRule, RoundChange, level_halfwidth, paired_changes
 from pipeline.host_lock import cpu_timing
 
 log = logging.getLogger(__name__)
@@ -364,9 +364,10 @@ class _Job:
                         steps.time(f"timing: round {round_number}/{settings.rounds} {kernel.entry.case}")
                     if round_number >= settings.min_rounds:
                         over_budget = time.monotonic() - self.timing_started >= settings.timing_budget_s
+                        changes = _paired_changes(timed, checked, bases)
                         for index in list(active):
-                            reason = timed[index].decided(self.rule, settings.round_ci_target, paired=index in bases,
-                                                          case=str(checked[index].entry.case))
+                            reason = (self.rule.decided(str(checked[index].entry.case), changes[index])
+                                      if index in changes else timed[index].precise(settings.round_ci_target))
                             if reason is None and (over_budget or round_number == settings.rounds):
                                 reason = "timing budget" if over_budget else "round cap"
                             if reason is not None:
@@ -379,6 +380,21 @@ class _Job:
             for kernel in [*bases.values(), *checked.values()]:   # bases first: they time on their head's buffers
                 kernel.release()
         return timed
+
+
+def _paired_changes(timed: dict[int, _Timed], checked: dict[int, CheckedKernel], bases: dict[int, CheckedKernel]
+                    ) -> dict[int, RoundChange]:
+    """The change of every paired case timed so far, as the analysis will compute it: its identical
+    binaries (drift sentinels, nightlies' unchanged cases) calibrate the others' intervals, vendor
+    controls and suite cases apart (`pipeline.contracts.rounds.paired_changes`)."""
+    indices = [i for i in checked if i in bases and timed[i].rounds]
+    if not indices:
+        return {}
+    changes = paired_changes(
+        [(timed[i].base.samples, timed[i].head.samples, timed[i].rounds) for i in indices],
+        calibration=[_same_binary(checked[i].entry, bases[i].entry) for i in indices],
+        groups=["control" if _is_vendor(checked[i].entry) else "suite" for i in indices])
+    return dict(zip(indices, changes, strict=True))
 
 
 def _is_vendor(entry: BundleEntry) -> bool:
@@ -416,14 +432,10 @@ class _Timed:
         if base is not None:
             self.base.readings.extend(base.readings)
 
-    def decided(self, rule: DecisionRule, target: float, *, paired: bool, case: str) -> str | None:
-        """Why this case needs no more rounds, or None: paired, its verdict under `rule` is same or
-        different; unpaired, the 95 % interval of its level is within `target` (in logs)."""
+    def precise(self, target: float) -> str | None:
+        """"precise" once the 95 % interval of this unpaired case's level is within `target` (in logs)."""
         if not self.rounds:
             return None
-        if paired:
-            answer = rule.answer(case, paired_change(self.base.samples, self.head.samples, self.rounds))
-            return None if answer == "unknown" else f"decided: {answer}"
         return "precise" if level_halfwidth(self.head.samples, self.rounds) <= target else None
 
     def result(self, kernel: CheckedKernel, environment: dict[str, str], base: CheckedKernel | None,

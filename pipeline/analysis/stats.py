@@ -36,7 +36,7 @@ than `NOISE_FACTOR` times it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Literal
@@ -46,17 +46,25 @@ from scipy.stats import f as f_distribution
 from scipy.stats import t as student_t
 
 from pipeline.contracts.result import summarize  # noqa: F401  (re-exported: stats is where callers look)
-from pipeline.contracts.rounds import (  # noqa: F401  (ROUND_TRIM re-exported with the rest of the rules)
+from pipeline.contracts.rounds import (  # noqa: F401  (ROUND_TRIM and more re-exported with the rest of the rules)
     CONFIDENCE,
+    CHI2_1_MEDIAN,
     DEFAULT_BLOCKS,
     MAX_PVALUE,
+    PAIRED_DISPERSION_FLOOR,
+    POOLED_MIN_ITEMS,
     ROUND_TRIM,
+    PairedSamples,
     block_sizes,
     classify,
+    mean_var,
+    paired_levels,
+    per_group,
     round_values,
     t_pvalue,
     t_quantile,
 )
+from pipeline.contracts.rounds import run_dispersion as _run_dispersion
 
 MIN_CHANGE = 0.05
 """Smallest relative change of the median called a regression or an improvement (the floor)."""
@@ -116,18 +124,6 @@ class Verdict:
     rounds: int = 0
 
 
-def _mean_var(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per item (values flat, counts per item): the mean (nan for none) and the sample variance
-    (n - 1; nan for fewer than 2)."""
-    item = np.repeat(np.arange(len(counts)), counts)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.bincount(item, weights=values, minlength=len(counts)) / counts
-        deviation = values - mean[item]
-        var = np.bincount(item, weights=deviation ** 2, minlength=len(counts)) / (counts - 1)
-    var[counts < 2] = np.nan
-    return mean, var
-
-
 def _t_interval(mean: np.ndarray, se: np.ndarray, df: np.ndarray, confidence: float
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Two-sided t-test of mean = 0 and the interval mean +- t(df) se, on the log scale. A zero
@@ -162,11 +158,6 @@ def _estimates(mean: np.ndarray, pvalue: np.ndarray, low: np.ndarray, high: np.n
     return out
 
 
-PairedSamples = tuple[Sequence[float], Sequence[float], Rounds]
-"""(base samples, head samples, rounds): sample i of base and of head were timed back to back, in
-the rounds given (None: `DEFAULT_BLOCKS` blocks)."""
-
-
 def paired_estimates(items: Sequence[PairedSamples], *, calibration: Sequence[bool] | None = None,
                      groups: Sequence[str] | None = None, confidence: float = CONFIDENCE,
                      blocks: int = DEFAULT_BLOCKS) -> list[Estimate]:
@@ -189,21 +180,7 @@ def paired_estimates(items: Sequence[PairedSamples], *, calibration: Sequence[bo
     1 was raised and its p-values pushed up (three H100 A/A nightlies: mean 0.525, pooled KS p 0.039;
     as it comes: 0.510 and 0.48).
     """
-    ratios: list[tuple[Sequence[float], Rounds]] = []
-    for base, head, rounds in items:
-        if len(base) != len(head):
-            raise ValueError(f"paired samples differ in length: {len(base)} base, {len(head)} head")
-        ratios.append((np.asarray(head, dtype=float) / np.asarray(base, dtype=float), rounds))
-    logs, counts = round_values(ratios, blocks, "log")
-    mean, var = _mean_var(logs, counts)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        se = np.sqrt(var / counts)
-        if calibration is not None:
-            if len(calibration) != len(items):
-                raise ValueError(f"{len(calibration)} calibration marks for {len(items)} comparisons")
-            dispersion = _group_dispersions(mean, var / counts, (counts - 1).astype(float), groups,
-                                            pool=np.asarray(calibration, dtype=bool), floor=PAIRED_DISPERSION_FLOOR)
-            se = np.where(np.isnan(dispersion), se, se * np.sqrt(dispersion))
+    mean, se, counts = paired_levels(items, calibration=calibration, groups=groups, blocks=blocks)
     tested = counts >= 2
     pvalue, low, high = _t_interval(mean, se, counts - 1, confidence)
     return _estimates(mean, pvalue, low, high, tested, counts, [len(b) > 0 for b, _, _ in items])
@@ -247,8 +224,8 @@ def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, run_noise: float |
     """
     base_logs, base_counts = round_values([b for b, _ in items], blocks, "log")
     head_logs, head_counts = round_values([h for _, h in items], blocks, "log")
-    base_mean, base_var = _mean_var(base_logs, base_counts)
-    head_mean, head_var = _mean_var(head_logs, head_counts)
+    base_mean, base_var = mean_var(base_logs, base_counts)
+    head_mean, head_var = mean_var(head_logs, head_counts)
     run_var = np.square(np.asarray(_per_item(run_noise, len(items)), dtype=float))   # nan where unknown
     with np.errstate(invalid="ignore", divide="ignore"):
         vb, vh = base_var / base_counts, head_var / head_counts
@@ -281,7 +258,7 @@ def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, run_noise: float |
         if calibration is not None:
             if len(calibration) != len(items):
                 raise ValueError(f"{len(calibration)} calibration marks for {len(items)} comparisons")
-            shift = _per_group(run_shift_variance, diff, vb_total + vh_total, df, groups,
+            shift = per_group(run_shift_variance, diff, vb_total + vh_total, df, groups,
                                pool=np.asarray(calibration, dtype=bool), min_items=SHIFT_MIN_ITEMS)
             shift = np.where(np.isnan(shift), 0.0, shift)
             # a known variance: it adds to the total and to no side's degrees of freedom
@@ -299,49 +276,6 @@ def _welch_df(total: np.ndarray, dof_terms: np.ndarray, otherwise: np.ndarray) -
     `dof_terms` (sum of term^2 / df); `otherwise` where there is no such term or no variance."""
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where((total > 0) & (dof_terms > 0), total ** 2 / np.where(dof_terms > 0, dof_terms, 1), otherwise)
-
-
-POOLED_MIN_ITEMS = 20
-"""Fewest testable items of an unpaired comparison a run-level dispersion is pooled from."""
-CHI2_1_MEDIAN = 0.454936
-"""The median of a chi-square variable with one degree of freedom: of z^2 for a standard normal z."""
-
-
-PAIRED_DISPERSION_FLOOR = 0.5
-"""The least a paired job's calibration by identical binaries may scale its variances (`paired_estimates`).
-Below 1 the identical rows spread less than their rounds say, which with 20 to 80 of them happens by
-chance as often as the opposite (its 5th percentile for a true 1: ~0.4 with 20 rows, 0.6 with 80); the
-floor only keeps a degenerate median (half the rows' changes exactly 0) from making every test exact."""
-
-
-def run_dispersion(diffs: np.ndarray, variances: np.ndarray, min_items: int = POOLED_MIN_ITEMS,
-                   df: np.ndarray | None = None, floor: float = 1.0) -> float | None:
-    """How much more two runs differ than their rounds say, pooled over the items of one comparison
-    (log differences and their rounds' variances): max(floor, median(z^2) / CHI2_1_MEDIAN), z = diff / sd;
-    None with fewer than `min_items` items with a variance. The floor of 1 says runs differ at least
-    as much as their rounds (the unpaired pool, where real changes may be among the items); a paired
-    job's identical binaries take a lower one (`PAIRED_DISPERSION_FLOOR`). With `df` (each variance's degrees of
-    freedom: it is estimated from a few rounds), z is Student's t, not normal: each z^2 is divided
-    by the median of F(1, df) instead (median(z^2) / CHI2_1_MEDIAN is ~10 % too large with 5 rounds a
-    side, and the tests a little conservative), which makes half the items' z^2 / dispersion fall
-    under their own F median.
-
-    The rounds of one run cannot see what a whole run shares (its placement, clocks, load), and a
-    fresh series has no history to say. But the items of one comparison were timed by the same two
-    runs: on identical code their z would be standard normal if the rounds told everything, so the
-    median of z^2 says by how much they do not (a quasi-likelihood dispersion). The median ignores
-    real changes up to half of the items; more than that makes the tests conservative, not bold.
-    An H100 unpaired A/A of the suite (BENCHMARKS.md, issue 11): 2.9; the p-values uniform with it
-    (suite cases' KS p 0.40), piled at 1 with the 3 % run noise assumed before (KS p 1e-35).
-    """
-    usable = np.isfinite(diffs) & np.isfinite(variances) & (variances > 0)
-    if df is not None:
-        usable &= np.isfinite(df) & (df > 0)
-    if int(usable.sum()) < min_items:
-        return None
-    z2 = np.square(diffs[usable]) / variances[usable]
-    medians = f_distribution.median(1, df[usable]) if df is not None else CHI2_1_MEDIAN
-    return max(floor, float(np.median(z2 / medians)))
 
 
 SHIFT_MIN_ITEMS = 10
@@ -383,32 +317,22 @@ def run_shift_variance(diffs: np.ndarray, variances: np.ndarray, min_items: int 
     return high
 
 
+def run_dispersion(diffs: np.ndarray, variances: np.ndarray, min_items: int = POOLED_MIN_ITEMS,
+                   df: np.ndarray | None = None, floor: float = 1.0) -> float | None:
+    """`pipeline.contracts.rounds.run_dispersion` for any degrees of freedom (Welch's are fractional):
+    the medians of F(1, df) from scipy."""
+    return _run_dispersion(diffs, variances, min_items, df, floor, f1_median=_scipy_f1_median)
+
+
+def _scipy_f1_median(df: np.ndarray) -> np.ndarray:
+    return np.asarray(f_distribution.median(1, df), dtype=float)
+
+
 def _group_dispersions(diffs: np.ndarray, variances: np.ndarray, df: np.ndarray, groups: Sequence[str] | None,
                        pool: np.ndarray | None = None, floor: float = 1.0) -> np.ndarray:
     """Per item: `run_dispersion` (with `floor`) over its group (`_per_group`)."""
-    return _per_group(partial(run_dispersion, floor=floor), diffs, variances, df, groups, pool=pool,
-                      min_items=POOLED_MIN_ITEMS)
-
-
-def _per_group(estimate: Callable[..., float | None], diffs: np.ndarray, variances: np.ndarray, df: np.ndarray,
-               groups: Sequence[str] | None, *, pool: np.ndarray | None, min_items: int) -> np.ndarray:
-    """Per item: `estimate` over its group when the group is large enough, else over all items; nan
-    where neither is (too few items). Only items in `pool` (None: all) are estimated from; the
-    result applies to every item."""
-    pool = np.ones(diffs.size, dtype=bool) if pool is None else pool
-    overall = estimate(diffs[pool], variances[pool], min_items, df=df[pool])
-    out = np.full(diffs.size, np.nan if overall is None else overall)
-    if groups is None:
-        return out
-    if len(groups) != diffs.size:
-        raise ValueError(f"{len(groups)} groups for {diffs.size} comparisons")
-    labels = np.asarray(groups, dtype=object)
-    for label in set(groups):
-        members = labels == label
-        own = estimate(diffs[members & pool], variances[members & pool], min_items, df=df[members & pool])
-        if own is not None:
-            out[members] = own
-    return out
+    return per_group(partial(run_dispersion, floor=floor), diffs, variances, df, groups, pool=pool,
+                     min_items=POOLED_MIN_ITEMS)
 
 
 KNOWN_VARIANCE_DF = 1e6

@@ -18,9 +18,9 @@ The verdict (Pinpoint's and NVBench's robust compare's three answers) with the c
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import chain
 from typing import Literal
 
@@ -233,10 +233,14 @@ def _change(levels: np.ndarray, confidence: float) -> RoundChange:
     n = len(levels)
     if n == 0:
         raise ValueError("no rounds")
-    mean = float(levels.mean())
-    if n < 2:
+    return _from_se(float(levels.mean()), float(levels.std(ddof=1)) / math.sqrt(n) if n > 1 else math.nan, n,
+                    confidence)
+
+
+def _from_se(mean: float, se: float, n: int, confidence: float) -> RoundChange:
+    """The change exp(mean) - 1 of a mean of n round levels with standard error `se` (logs)."""
+    if n < 2 or math.isnan(se):
         return RoundChange(math.expm1(mean), None, None, None, n)
-    se = float(levels.std(ddof=1)) / math.sqrt(n)
     if se == 0:
         return RoundChange(math.expm1(mean), math.expm1(mean), math.expm1(mean), 1.0 if mean == 0 else 0.0, n)
     half = t_quantile(confidence, n - 1) * se
@@ -275,6 +279,11 @@ class DecisionRule:
             return "unknown"
         return classify(change.change, change.low, change.high, change.pvalue, self.threshold(case), self.max_pvalue)
 
+    def decided(self, case: str, change: RoundChange) -> str | None:
+        """"decided: same" or "decided: different" (why a case needs no more rounds), or None."""
+        answer = self.answer(case, change)
+        return None if answer == "unknown" else f"decided: {answer}"
+
 
 def level_halfwidth(samples: Sequence[float], rounds: Sequence[int], confidence: float = CONFIDENCE) -> float:
     """Half-width of the `confidence` interval of an unpaired result's level (the mean of its rounds'
@@ -283,3 +292,133 @@ def level_halfwidth(samples: Sequence[float], rounds: Sequence[int], confidence:
     if len(levels) < 2:
         return math.inf
     return t_quantile(confidence, len(levels) - 1) * float(levels.std(ddof=1)) / math.sqrt(len(levels))
+
+
+# ---- the paired estimate of a job's results, calibrated by its identical binaries --------------------
+# (the analysis's `stats.paired_estimates` and the agent's stop rule read these same numbers)
+
+PairedSamples = tuple[Sequence[float], Sequence[float], Sequence[int] | None]
+"""(base samples, head samples, rounds): sample i of base and of head were timed back to back, in
+the rounds given (None: `DEFAULT_BLOCKS` blocks)."""
+
+
+def mean_var(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per item (values flat, counts per item): the mean (nan for none) and the sample variance
+    (n - 1; nan for fewer than 2)."""
+    item = np.repeat(np.arange(len(counts)), counts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.bincount(item, weights=values, minlength=len(counts)) / counts
+        deviation = values - mean[item]
+        var = np.bincount(item, weights=deviation ** 2, minlength=len(counts)) / (counts - 1)
+    var[counts < 2] = np.nan
+    return mean, var
+
+
+POOLED_MIN_ITEMS = 20
+"""Fewest testable items of an unpaired comparison a run-level dispersion is pooled from."""
+CHI2_1_MEDIAN = 0.454936
+"""The median of a chi-square variable with one degree of freedom: of z^2 for a standard normal z."""
+
+
+PAIRED_DISPERSION_FLOOR = 0.5
+"""The least a paired job's calibration by identical binaries may scale its variances (`paired_estimates`).
+Below 1 the identical rows spread less than their rounds say, which with 20 to 80 of them happens by
+chance as often as the opposite (its 5th percentile for a true 1: ~0.4 with 20 rows, 0.6 with 80); the
+floor only keeps a degenerate median (half the rows' changes exactly 0) from making every test exact."""
+
+
+def whole_f1_median(df: np.ndarray) -> np.ndarray:
+    """The median of F(1, df) for whole df: the square of Student's t's 50 % two-sided quantile
+    (F(1, df) is T^2)."""
+    return np.array([t_quantile(0.5, int(v)) ** 2 for v in np.asarray(df).tolist()], dtype=float)
+
+
+def run_dispersion(diffs: np.ndarray, variances: np.ndarray, min_items: int = POOLED_MIN_ITEMS,
+                   df: np.ndarray | None = None, floor: float = 1.0,
+                   f1_median: Callable[[np.ndarray], np.ndarray] | None = None) -> float | None:
+    """How much more two runs differ than their rounds say, pooled over the items of one comparison
+    (log differences and their rounds' variances): max(floor, median(z^2) / CHI2_1_MEDIAN), z = diff / sd;
+    None with fewer than `min_items` items with a variance. The floor of 1 says runs differ at least
+    as much as their rounds (the unpaired pool, where real changes may be among the items); a paired
+    job's identical binaries take a lower one (`PAIRED_DISPERSION_FLOOR`). With `df` (each variance's degrees of
+    freedom: it is estimated from a few rounds), z is Student's t, not normal: each z^2 is divided
+    by the median of F(1, df) instead (median(z^2) / CHI2_1_MEDIAN is ~10 % too large with 5 rounds a
+    side, and the tests a little conservative), which makes half the items' z^2 / dispersion fall
+    under their own F median (`f1_median`: by default through Student's t, for whole df).
+
+    The rounds of one run cannot see what a whole run shares (its placement, clocks, load), and a
+    fresh series has no history to say. But the items of one comparison were timed by the same two
+    runs: on identical code their z would be standard normal if the rounds told everything, so the
+    median of z^2 says by how much they do not (a quasi-likelihood dispersion). The median ignores
+    real changes up to half of the items; more than that makes the tests conservative, not bold.
+    An H100 unpaired A/A of the suite (BENCHMARKS.md, issue 11): 2.9; the p-values uniform with it
+    (suite cases' KS p 0.40), piled at 1 with the 3 % run noise assumed before (KS p 1e-35).
+    """
+    usable = np.isfinite(diffs) & np.isfinite(variances) & (variances > 0)
+    if df is not None:
+        usable &= np.isfinite(df) & (df > 0)
+    if int(usable.sum()) < min_items:
+        return None
+    z2 = np.square(diffs[usable]) / variances[usable]
+    medians = (f1_median or whole_f1_median)(df[usable]) if df is not None else CHI2_1_MEDIAN
+    return max(floor, float(np.median(z2 / medians)))
+
+
+def per_group(estimate: Callable[..., float | None], diffs: np.ndarray, variances: np.ndarray, df: np.ndarray,
+               groups: Sequence[str] | None, *, pool: np.ndarray | None, min_items: int) -> np.ndarray:
+    """Per item: `estimate` over its group when the group is large enough, else over all items; nan
+    where neither is (too few items). Only items in `pool` (None: all) are estimated from; the
+    result applies to every item."""
+    pool = np.ones(diffs.size, dtype=bool) if pool is None else pool
+    overall = estimate(diffs[pool], variances[pool], min_items, df=df[pool])
+    out = np.full(diffs.size, np.nan if overall is None else overall)
+    if groups is None:
+        return out
+    if len(groups) != diffs.size:
+        raise ValueError(f"{len(groups)} groups for {diffs.size} comparisons")
+    labels = np.asarray(groups, dtype=object)
+    for label in set(groups):
+        members = labels == label
+        own = estimate(diffs[members & pool], variances[members & pool], min_items, df=df[members & pool])
+        if own is not None:
+            out[members] = own
+    return out
+
+
+def paired_levels(items: Sequence[PairedSamples], *, calibration: Sequence[bool] | None = None,
+                  groups: Sequence[str] | None = None, blocks: int = DEFAULT_BLOCKS
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per paired item, in logs: the mean of its rounds' levels (each round's middle-fifth mean of
+    log(head_i / base_i)), its standard error, and its number of rounds; the standard error scaled by
+    the job's identical binaries (`calibration`, by `groups`) as `stats.paired_estimates` says.
+    Raises ValueError when base and head differ in length or the rounds do not add up."""
+    ratios: list[tuple[Sequence[float], Sequence[int] | None]] = []
+    for base, head, rounds in items:
+        if len(base) != len(head):
+            raise ValueError(f"paired samples differ in length: {len(base)} base, {len(head)} head")
+        ratios.append((np.asarray(head, dtype=float) / np.asarray(base, dtype=float), rounds))
+    logs, counts = round_values(ratios, blocks, "log")
+    mean, var = mean_var(logs, counts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        se = np.sqrt(var / counts)
+        if calibration is not None:
+            if len(calibration) != len(items):
+                raise ValueError(f"{len(calibration)} calibration marks for {len(items)} comparisons")
+            dispersion = per_group(partial(run_dispersion, floor=PAIRED_DISPERSION_FLOOR), mean, var / counts,
+                                   (counts - 1).astype(float), groups, pool=np.asarray(calibration, dtype=bool),
+                                   min_items=POOLED_MIN_ITEMS)
+            se = np.where(np.isnan(dispersion), se, se * np.sqrt(dispersion))
+    return mean, se, counts
+
+
+def paired_changes(items: Sequence[PairedSamples], *, calibration: Sequence[bool] | None = None,
+                   groups: Sequence[str] | None = None, confidence: float = CONFIDENCE) -> list[RoundChange]:
+    """`paired_levels` as changes with their interval and p-value (Student's t over each item's
+    rounds); an item with no samples raises, one with fewer than 2 rounds has no interval."""
+    mean, se, counts = paired_levels(items, calibration=calibration, groups=groups)
+    out = []
+    for m, s, n in zip(mean.tolist(), se.tolist(), counts.tolist(), strict=True):
+        if n == 0:
+            raise ValueError("no rounds")
+        out.append(_from_se(m, s, n, confidence))
+    return out

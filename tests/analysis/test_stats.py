@@ -548,3 +548,24 @@ def test_run_to_run_noise_prefers_pairs_of_one_binary() -> None:
         run_to_run_noise(medians, digests[:3])
     assert paired_noise([0.01, -0.01, 0.02, -0.02]) is None
     assert paired_noise([0.01, 0.01, 0.01, 0.01, 0.01]) == pytest.approx(1.4826 * math.log(1.01))  # an offset is noise
+
+
+def test_the_agents_stop_rule_reads_the_analysis_numbers() -> None:
+    """Issue 30: the agent decides a paired case on `rounds.paired_changes` (numpy only); the analysis
+    judges the stored rounds with `paired_estimates`. With a job's identical binaries calibrating the
+    rest, both give the same change, interval and p-value."""
+    from pipeline.contracts.rounds import paired_changes
+
+    rng = np.random.default_rng(30)
+    job = _paired_job(rng, 40, offset=2.0, change=0.05, changed=6)
+    marks = [False] * 6 + [True] * 34
+    groups = ["suite"] * 20 + ["control"] * 20
+    agent = paired_changes(job, calibration=marks, groups=groups)
+    analysis = paired_estimates(job, calibration=marks, groups=groups)
+    for a, b in zip(agent, analysis, strict=True):
+        assert a.rounds == b.rounds
+        assert (a.change, a.low, a.high, a.pvalue) == pytest.approx((b.change, b.ci_low, b.ci_high, b.pvalue),
+                                                                     rel=1e-9, abs=1e-15)
+    uncalibrated = paired_changes(job)
+    assert any(abs((u.high - u.low) - (a.high - a.low)) > 1e-6 for u, a in zip(uncalibrated, agent, strict=True)), \
+        "the calibration must matter in this job, or the test shows nothing"
