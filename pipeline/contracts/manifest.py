@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from pipeline.contracts.ids import CaseIdStr, TargetStr
-from pipeline.contracts.limits import Count32, Count64, Int
+from pipeline.contracts.limits import NOT_BOOLEAN, Count32, Count64, Int
 
 Sha = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")]
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
@@ -104,8 +104,8 @@ class LaunchSpec(BaseModel):
     arguments: list[str] = Field(description="tensor names in argument order (the reference takes them so)")
     results: list[str] = Field(default_factory=list, description="tensor names returned, in order")
     grid: list[Annotated[int, Field(ge=1)]] | None = None
-    threads: Int | None = Field(default=None, ge=1)
-    shared_bytes: Int | None = Field(default=None, ge=0)
+    threads: Annotated[int, Field(ge=1), NOT_BOOLEAN] | None = None
+    shared_bytes: Annotated[int, Field(ge=0), NOT_BOOLEAN] | None = None
     parameters: list[KernelParam] | None = Field(
         default=None, description="driver-API launches: the kernel's parameters in order")
     null_pointers: Int = Field(default=0, ge=0, description="null pointer parameters after `parameters`")
