@@ -100,28 +100,28 @@ def _ignore(reason: str) -> Decision:
     return Decision("ignore", reason)
 
 
-class _Repo(BaseModel):
+class GitHubRepository(BaseModel):
     full_name: str | None = Field(None, max_length=200)
     clone_url: str | None = Field(None, max_length=1000)
     default_branch: str | None = Field(None, max_length=300)
 
 
-class _Label(BaseModel):
+class GitHubLabel(BaseModel):
     name: str | None = Field(None, max_length=300)
 
 
-class _Side(BaseModel):
+class PullRequestEnd(BaseModel):
     sha: str | None = Field(None, max_length=64)
     ref: str | None = Field(None, max_length=300)
-    repo: _Repo | None = None
+    repo: GitHubRepository | None = None
 
 
-class _Pull(BaseModel):
+class PullRequest(BaseModel):
     number: Int | None = None
     state: str | None = Field(None, max_length=50)
-    labels: list[_Label] | None = None
-    head: _Side | None = None
-    base: _Side | None = None
+    labels: list[GitHubLabel] | None = None
+    head: PullRequestEnd | None = None
+    base: PullRequestEnd | None = None
 
 
 class Payload(BaseModel):
@@ -131,9 +131,9 @@ class Payload(BaseModel):
 
     action: str | None = Field(None, max_length=50)
     number: Int | None = None
-    pull_request: _Pull | None = None
-    repository: _Repo | None = None
-    label: _Label | None = None
+    pull_request: PullRequest | None = None
+    repository: GitHubRepository | None = None
+    label: GitHubLabel | None = None
     ref: str | None = Field(None, max_length=300)
     after: str | None = Field(None, max_length=64)
     deleted: bool | None = None
@@ -153,11 +153,11 @@ def decide(event: str, payload: dict[str, Any], settings: GitHubSettings) -> Dec
     when a pull_request or push payload does not have the types GitHub sends (`Payload`)."""
     if event not in ("pull_request", "push"):
         return _ignore("ping" if event == "ping" else f"event {event!r} does not run benchmarks")
-    delivery = read_payload(payload)
-    repo = delivery.repository or _Repo()
+    delivery, absent = read_payload(payload), GitHubRepository()
+    repo = delivery.repository or absent
     repository, default_branch, clone_url = repo.full_name or "", repo.default_branch or "main", repo.clone_url or ""
     if event == "pull_request":
-        action, pull = delivery.action, delivery.pull_request or _Pull()
+        action, pull = delivery.action, delivery.pull_request or PullRequest()
         if action not in PR_ACTIONS:
             return _ignore(f"pull_request action {action!r} does not run benchmarks")
         if pull.state not in (None, "open"):
@@ -167,18 +167,20 @@ def decide(event: str, payload: dict[str, Any], settings: GitHubSettings) -> Dec
         added = delivery.label.name if delivery.label else None
         if action == "labeled" and added != label:
             return _ignore(f"label {added!r} is not {label!r}")
-        head, base = pull.head or _Side(), pull.base or _Side()
-        head_repo, base_repo = (head.repo or _Repo()).full_name, (base.repo or _Repo()).full_name or repository
-        if head_repo != base_repo and label not in labels:
-            return _ignore(f"pull request from a fork ({head_repo}) without the label {label!r}: not run on devices")
+        head, base = pull.head or PullRequestEnd(), pull.base or PullRequestEnd()
+        head_repo, base_repo = head.repo or absent, base.repo or absent
+        base_name = base_repo.full_name or repository
+        if head_repo.full_name != base_name and label not in labels:
+            return _ignore(f"pull request from a fork ({head_repo.full_name}) without the label {label!r}: not run "
+                           "on devices")
         number = pull.number if pull.number is not None else delivery.number
-        if not (number and head.sha and base.sha and base_repo):
+        if not (number and head.sha and base.sha and base_name):
             return _ignore("pull_request payload without number, head sha, base sha or repository")
         return Decision(
-            "pull_request", f"pull request #{number} {action}", repository=base_repo, pr=number, head_sha=head.sha,
-            head_ref=head.ref or "", head_clone_url=(head.repo or _Repo()).clone_url or "",
-            base_sha=base.sha, base_ref=base.ref or default_branch,
-            clone_url=(base.repo or _Repo()).clone_url or clone_url, default_branch=default_branch)
+            "pull_request", f"pull request #{number} {action}", repository=base_name, pr=number, head_sha=head.sha,
+            head_ref=head.ref or "", head_clone_url=head_repo.clone_url or "", base_sha=base.sha,
+            base_ref=base.ref or default_branch, clone_url=base_repo.clone_url or clone_url,
+            default_branch=default_branch)
     ref, after = delivery.ref or "", delivery.after or ""
     if ref != f"refs/heads/{default_branch}":
         return _ignore(f"push to {ref}, not to the default branch {default_branch}")
