@@ -13,18 +13,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 __all__ = ["ENVIRONMENT_KEY_MAX", "ENVIRONMENT_VALUE_MAX", "Environment", "find_bad_text", "text_problem"]
 
 ENVIRONMENT_KEY_MAX = 200
 ENVIRONMENT_VALUE_MAX = 10_000
 """An environment entry's value: a version, a setting, a count (the longest an agent sends is ~100)."""
-
-Environment = dict[Annotated[str, Field(min_length=1, max_length=ENVIRONMENT_KEY_MAX)],
-                   Annotated[str, Field(max_length=ENVIRONMENT_VALUE_MAX)]]
-"""What a result or case was measured with: name -> value, both bounded."""
-
 
 def text_problem(value: str) -> str | None:
     """Why `value` may not be stored, or None when it may."""
@@ -38,6 +33,19 @@ def text_problem(value: str) -> str | None:
             return (f"text must be valid Unicode: a lone surrogate (U+{ord(value[exc.start]):04X}) at character "
                     f"{exc.start}")
     return None
+
+
+def _checked(value: str) -> str:
+    if (problem := text_problem(value)) is not None:
+        raise ValueError(problem)
+    return value
+
+
+Environment = dict[Annotated[str, Field(min_length=1, max_length=ENVIRONMENT_KEY_MAX), AfterValidator(_checked)],
+                   Annotated[str, Field(max_length=ENVIRONMENT_VALUE_MAX), AfterValidator(_checked)]]
+"""What a result or case was measured with: name -> value, both bounded and checked here too, since
+documents made in process (`benchfarm run`, an import's converter) are not read by `strict_json`: a
+path decoded with surrogateescape, say, would otherwise be stored and then break every read."""
 
 
 def _shown(key: str) -> str:

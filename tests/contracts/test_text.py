@@ -56,9 +56,10 @@ def test_a_str_with_a_lone_surrogate_is_refused_as_not_utf8() -> None:
     assert strict_json.loads('{"a": "\\ud83d\\ude80"}') == {"a": "\U0001f680"}   # a surrogate pair is one character
 
 
-def test_environment_is_bounded() -> None:
+def test_environment_is_bounded_and_checked_in_process_too() -> None:
     adapter = TypeAdapter(Environment)
-    assert adapter.validate_python({"k" * 200: "v" * 10_000})
-    for bad in ({"k" * 201: "v"}, {"k": "v" * 10_001}, {"": "v"}):
+    assert adapter.validate_python({"k" * 200: "v" * 10_000, "path": "/tmp/Grüße"})
+    for bad in ({"k" * 201: "v"}, {"k": "v" * 10_001}, {"": "v"}, {"path": "/tmp/\udcff"}, {"k\x00": "v"},
+                {"k": "a\x00"}):
         with pytest.raises(ValidationError):
             adapter.validate_python(bad)
