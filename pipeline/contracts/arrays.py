@@ -35,6 +35,8 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from pipeline.contracts.limits import Int
+
 __all__ = ["PackedArray", "pack", "unpack", "to_blob", "from_blob", "SampleArray", "ReadingArray", "packed_or_list"]
 
 _DTYPES = {"f64": np.dtype("<f8"), "f32": np.dtype("<f4")}
@@ -49,7 +51,7 @@ class PackedArray(BaseModel):
 
     dtype: Literal["f64", "f32"] = Field(description="little-endian IEEE 754 float64 or float32")
     encoding: Literal["zlib+base64"] = Field(description="the bytes, zlib-compressed, then base64 (RFC 4648)")
-    count: int = Field(ge=0, description="how many numbers the data holds")
+    count: Int = Field(ge=0, description="how many numbers the data holds")
     data: str = Field(description="base64 of the zlib stream")
 
 

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from pipeline.contracts.ids import CaseIdStr, TargetStr
-from pipeline.contracts.limits import Count32, Count64
+from pipeline.contracts.limits import NOT_BOOLEAN, Count32, Count64, Int
 
 Sha = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")]
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
@@ -34,8 +34,8 @@ class TensorSpec(BaseModel):
                     "N (N = the element count, C order) of a random permutation of range(high); a [N] or "
                     "[N, 1] tensor is then a permutation along axis 0 when N == high (e.g. destination rows)",
     )
-    low: int | None = Field(default=None, description="randint: inclusive lower bound")
-    high: int | None = Field(default=None, description="randint: exclusive upper bound; permutation: range(high)")
+    low: Int | None = Field(default=None, description="randint: inclusive lower bound")
+    high: Int | None = Field(default=None, description="randint: exclusive upper bound; permutation: range(high)")
 
     @model_validator(mode="after")
     def _integer_bounds(self) -> TensorSpec:
@@ -104,11 +104,11 @@ class LaunchSpec(BaseModel):
     arguments: list[str] = Field(description="tensor names in argument order (the reference takes them so)")
     results: list[str] = Field(default_factory=list, description="tensor names returned, in order")
     grid: list[Annotated[int, Field(ge=1)]] | None = None
-    threads: int | None = Field(default=None, ge=1)
-    shared_bytes: int | None = Field(default=None, ge=0)
+    threads: Annotated[int, Field(ge=1), NOT_BOOLEAN] | None = None
+    shared_bytes: Annotated[int, Field(ge=0), NOT_BOOLEAN] | None = None
     parameters: list[KernelParam] | None = Field(
         default=None, description="driver-API launches: the kernel's parameters in order")
-    null_pointers: int = Field(default=0, ge=0, description="null pointer parameters after `parameters`")
+    null_pointers: Int = Field(default=0, ge=0, description="null pointer parameters after `parameters`")
     torch: TorchCall | None = Field(default=None, description="vendor control: the PyTorch call, no artifact")
 
     @model_validator(mode="after")
@@ -137,8 +137,8 @@ class ReferenceSubset(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    axis: int = Field(ge=0, description="the results' axis indices are drawn along (same for every result)")
-    count: int = Field(ge=1, description="how many indices are compared (all when the axis is shorter)")
+    axis: Int = Field(ge=0, description="the results' axis indices are drawn along (same for every result)")
+    count: Int = Field(ge=1, description="how many indices are compared (all when the axis is shorter)")
 
 
 class ReferenceSpec(BaseModel):
@@ -174,7 +174,7 @@ class ArtifactRef(BaseModel):
 
     path: str = Field(pattern=r"^[A-Za-z0-9_.\-/]+$", description="relative to the bundle root")
     sha256: Sha256
-    size_bytes: int = Field(ge=0)
+    size_bytes: Int = Field(ge=0)
 
     @model_validator(mode="after")
     def _stays_inside(self) -> ArtifactRef:

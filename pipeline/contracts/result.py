@@ -16,7 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pipeline.contracts.arrays import ReadingArray, SampleArray
 from pipeline.contracts.ids import CaseIdStr, DeviceClassName, TargetStr
+from pipeline.contracts.limits import Int
 from pipeline.contracts.manifest import Sha
+from pipeline.contracts.text import Environment
 
 BinaryDigest = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 """sha256 (hex) of what was timed: the artifact's bytes, the runner, the launch description and the
@@ -49,7 +51,7 @@ class SampleStats(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    n: int = Field(ge=1)
+    n: Int = Field(ge=1)
     median: PositiveSeconds
     mean: PositiveSeconds
     stdev: Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -106,7 +108,7 @@ class CaseResult(BaseModel):
     )
     stats: SampleStats | None = None
     correctness: Correctness | None = None
-    environment: dict[str, str] = Field(default_factory=dict)
+    environment: Environment = Field(default_factory=dict)
     paired_base: PairedBase | None = Field(
         default=None, description="when the job ran base and head interleaved: the base's samples, paired by index"
     )
@@ -163,7 +165,7 @@ class ResultDocument(BaseModel):
     agent: AgentInfo
     started_at: datetime
     finished_at: datetime
-    environment: dict[str, str] = Field(default_factory=dict)
+    environment: Environment = Field(default_factory=dict)
     results: list[CaseResult]
 
     @model_validator(mode="after")

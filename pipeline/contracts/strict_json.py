@@ -8,8 +8,8 @@ by `loads`, so the same input gets the same refusal on every store and route:
 - `NaN`, `Infinity`, `-Infinity` (which Python's json reads though JSON has no such numbers), and
   numbers past a double's range (`1e999`, which it reads as infinity): refused wherever they
   appear, so every number stored is finite;
-- NUL characters in strings: refused (PostgreSQL text cannot hold them; SQLite could, and the two
-  stores must answer alike).
+- text that may not be stored (a NUL character, a lone surrogate such as `\\ud800`), in any key or
+  value at any depth: refused naming where (`pipeline.contracts.text`, the one rule for text).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import json
 import math
 import re
 from typing import Any
+
+from pipeline.contracts.text import find_bad_text
 
 __all__ = ["MAX_DEPTH", "BodyError", "loads"]
 
@@ -69,16 +71,10 @@ def _find(data: Any, path: tuple[str, ...] = ()) -> tuple[tuple[str, ...], str] 
     return None
 
 
-def _no_nul(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    for key, value in pairs:
-        if "\x00" in key or (isinstance(value, str) and "\x00" in value):
-            raise BodyError(f"field {key[:40]!r}: text must not contain NUL characters")
-    return dict(pairs)
-
-
 def loads(body: bytes | str) -> Any:
     """`body` parsed (module doc), or BodyError naming the problem."""
-    raw = body.encode() if isinstance(body, str) else body
+    # surrogatepass: a str holding a lone surrogate is then refused as not UTF-8, not an encoding error here
+    raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -96,14 +92,12 @@ def loads(body: bytes | str) -> Any:
         return value if math.isfinite(value) else constant(f"{literal[:30]} (out of a double's range)")
 
     try:
-        data = json.loads(text, parse_constant=constant, parse_float=number, object_pairs_hook=_no_nul)
+        data = json.loads(text, parse_constant=constant, parse_float=number)
     except json.JSONDecodeError as exc:
         raise BodyError(f"not JSON: {exc}") from None
     if constants:
         where, name = _find(data) or ((), constants[0].name)
         raise BodyError(f"{name} is not a JSON number; every number must be finite", ".".join(where) or "(document)")
-    if isinstance(data, str) and "\x00" in data:
-        raise BodyError("text must not contain NUL characters")
-    if isinstance(data, list) and any(isinstance(v, str) and "\x00" in v for v in data):
-        raise BodyError("text must not contain NUL characters")
+    if (bad := find_bad_text(data)) is not None:
+        raise BodyError(bad[1], bad[0])
     return data

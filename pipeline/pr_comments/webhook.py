@@ -34,10 +34,13 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from pipeline.config import GitHubSettings, Settings
+from pipeline.contracts import ContractError
+from pipeline.contracts.limits import Int
 from pipeline.dispatch import triggers
 from pipeline.store import ingest
 from pipeline.store.compare import choose_base
@@ -50,8 +53,8 @@ from pipeline.store.models import (
     utcnow,
 )
 
-__all__ = ["PR_ACTIONS", "Decision", "WebhookError", "WebhookWorker", "decide", "process", "sign",
-           "verify_signature"]
+__all__ = ["PR_ACTIONS", "Decision", "Payload", "WebhookError", "WebhookWorker", "decide", "process", "read_payload",
+           "sign", "verify_signature"]
 
 log = logging.getLogger(__name__)
 
@@ -97,56 +100,96 @@ def _ignore(reason: str) -> Decision:
     return Decision("ignore", reason)
 
 
-def _get(payload: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(payload, dict):
-            return None
-        payload = payload.get(key)
-    return payload
+class GitHubRepository(BaseModel):
+    full_name: str | None = Field(None, max_length=200)
+    clone_url: str | None = Field(None, max_length=1000)
+    default_branch: str | None = Field(None, max_length=300)
+
+
+class GitHubLabel(BaseModel):
+    name: str | None = Field(None, max_length=300)
+
+
+class PullRequestEnd(BaseModel):
+    sha: str | None = Field(None, max_length=64)
+    ref: str | None = Field(None, max_length=300)
+    repo: GitHubRepository | None = None
+
+
+class PullRequest(BaseModel):
+    number: Int | None = None
+    state: str | None = Field(None, max_length=50)
+    labels: list[GitHubLabel] | None = None
+    head: PullRequestEnd | None = None
+    base: PullRequestEnd | None = None
+
+
+class Payload(BaseModel):
+    """What `decide` reads of a `pull_request` or `push` delivery (GitHub's payloads carry much more,
+    not read: ignored here, kept as sent). A signed payload whose fields are not these types is
+    refused (ContractError naming the field), never half read."""
+
+    action: str | None = Field(None, max_length=50)
+    number: Int | None = None
+    pull_request: PullRequest | None = None
+    repository: GitHubRepository | None = None
+    label: GitHubLabel | None = None
+    ref: str | None = Field(None, max_length=300)
+    after: str | None = Field(None, max_length=64)
+    deleted: bool | None = None
+
+
+def read_payload(payload: dict[str, Any]) -> Payload:
+    """The fields `decide` reads, or ContractError naming the field that is not what GitHub sends."""
+    try:
+        return Payload.model_validate(payload)
+    except ValidationError as exc:
+        raise ContractError("GitHub webhook payload", [(".".join(map(str, e["loc"])) or "(document)", e["msg"])
+                                                       for e in exc.errors(include_url=False)]) from None
 
 
 def decide(event: str, payload: dict[str, Any], settings: GitHubSettings) -> Decision:
-    """What to do with a delivery of `event` (pure: the payload and the settings only)."""
-    repository = _get(payload, "repository", "full_name") or ""
-    default_branch = _get(payload, "repository", "default_branch") or "main"
-    clone_url = _get(payload, "repository", "clone_url") or ""
+    """What to do with a delivery of `event` (pure: the payload and the settings only); ContractError
+    when a pull_request or push payload does not have the types GitHub sends (`Payload`)."""
+    if event not in ("pull_request", "push"):
+        return _ignore("ping" if event == "ping" else f"event {event!r} does not run benchmarks")
+    delivery, absent = read_payload(payload), GitHubRepository()
+    repo = delivery.repository or absent
+    repository, default_branch, clone_url = repo.full_name or "", repo.default_branch or "main", repo.clone_url or ""
     if event == "pull_request":
-        action = payload.get("action")
-        pull = payload.get("pull_request") or {}
+        action, pull = delivery.action, delivery.pull_request or PullRequest()
         if action not in PR_ACTIONS:
             return _ignore(f"pull_request action {action!r} does not run benchmarks")
-        if pull.get("state") not in (None, "open"):
-            return _ignore(f"pull request is {pull.get('state')}")
+        if pull.state not in (None, "open"):
+            return _ignore(f"pull request is {pull.state}")
         label = settings.trusted_label
-        labels = {str(_get(item, "name")) for item in pull.get("labels") or []}
-        if action == "labeled" and _get(payload, "label", "name") != label:
-            return _ignore(f"label {_get(payload, 'label', 'name')!r} is not {label!r}")
-        head_repo = _get(pull, "head", "repo", "full_name")
-        base_repo = _get(pull, "base", "repo", "full_name") or repository
-        if head_repo != base_repo and label not in labels:
-            return _ignore(f"pull request from a fork ({head_repo}) without the label {label!r}: not run on devices")
-        number, head_sha, base_sha = pull.get("number") or payload.get("number"), _get(pull, "head", "sha"), \
-            _get(pull, "base", "sha")
-        if not (isinstance(number, int) and head_sha and base_sha and base_repo):
+        labels = {str(item.name) for item in pull.labels or []}
+        added = delivery.label.name if delivery.label else None
+        if action == "labeled" and added != label:
+            return _ignore(f"label {added!r} is not {label!r}")
+        head, base = pull.head or PullRequestEnd(), pull.base or PullRequestEnd()
+        head_repo, base_repo = head.repo or absent, base.repo or absent
+        base_name = base_repo.full_name or repository
+        if head_repo.full_name != base_name and label not in labels:
+            return _ignore(f"pull request from a fork ({head_repo.full_name}) without the label {label!r}: not run "
+                           "on devices")
+        number = pull.number if pull.number is not None else delivery.number
+        if not (number and head.sha and base.sha and base_name):
             return _ignore("pull_request payload without number, head sha, base sha or repository")
         return Decision(
-            "pull_request", f"pull request #{number} {action}", repository=base_repo, pr=number, head_sha=head_sha,
-            head_ref=_get(pull, "head", "ref") or "", head_clone_url=_get(pull, "head", "repo", "clone_url") or "",
-            base_sha=base_sha, base_ref=_get(pull, "base", "ref") or default_branch,
-            clone_url=_get(pull, "base", "repo", "clone_url") or clone_url, default_branch=default_branch)
-    if event == "push":
-        ref, after = payload.get("ref") or "", payload.get("after") or ""
-        if ref != f"refs/heads/{default_branch}":
-            return _ignore(f"push to {ref}, not to the default branch {default_branch}")
-        if payload.get("deleted") or not after or after == ZERO_SHA:
-            return _ignore("push deleted the branch")
-        if not repository:
-            return _ignore("push payload without repository")
-        return Decision("push", f"push to {default_branch}", repository=repository, head_sha=after,
-                        head_ref=default_branch, clone_url=clone_url, default_branch=default_branch)
-    if event == "ping":
-        return _ignore("ping")
-    return _ignore(f"event {event!r} does not run benchmarks")
+            "pull_request", f"pull request #{number} {action}", repository=base_name, pr=number, head_sha=head.sha,
+            head_ref=head.ref or "", head_clone_url=head_repo.clone_url or "", base_sha=base.sha,
+            base_ref=base.ref or default_branch, clone_url=base_repo.clone_url or clone_url,
+            default_branch=default_branch)
+    ref, after = delivery.ref or "", delivery.after or ""
+    if ref != f"refs/heads/{default_branch}":
+        return _ignore(f"push to {ref}, not to the default branch {default_branch}")
+    if delivery.deleted or not after or after == ZERO_SHA:
+        return _ignore("push deleted the branch")
+    if not repository:
+        return _ignore("push payload without repository")
+    return Decision("push", f"push to {default_branch}", repository=repository, head_sha=after,
+                    head_ref=default_branch, clone_url=clone_url, default_branch=default_branch)
 
 
 # --- processing ------------------------------------------------------------------------------
@@ -299,16 +342,16 @@ class WebhookWorker(triggers.Loop):
             if delivery is None:
                 return False
             delivery_id, event, payload = delivery.id, delivery.event, dict(delivery.payload)
-        decision = decide(event, payload, self.settings.github)
         state, run_id = "ignored", None
         try:
+            decision = decide(event, payload, self.settings.github)   # stored by an older service: unchecked
             if decision.kind == "ignore":
                 outcome = decision.reason
             else:
                 with session_scope(self.engine) as session:
                     run_id, outcome = process(session, self.settings, decision)
                 state = "done"
-        except (WebhookError, triggers.TriggerError, ingest.IngestError) as exc:
+        except (WebhookError, ContractError, triggers.TriggerError, ingest.IngestError) as exc:
             state, outcome = "failed", str(exc)
         except Exception as exc:
             log.exception("webhook delivery %s failed", delivery_id)

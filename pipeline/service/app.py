@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from pipeline import __version__
 from pipeline.config import Settings
 from pipeline.contracts import ContractError
+from pipeline.contracts.text import find_bad_text
 from pipeline.service import web
 from pipeline.service.api.routes import (
     agents,
@@ -78,11 +79,11 @@ def create_app(settings: Settings, engine: Engine) -> FastAPI:
             # Refused from the header alone: not one byte of the body is read.
             return JSONResponse({"error": f"request body over {settings.max_upload_bytes} bytes "
                                           "(BENCHFARM_MAX_UPLOAD_BYTES)"}, status_code=413)
-        if "\x00" in request.scope["path"] or any("\x00" in k or "\x00" in v
-                                                   for k, v in request.query_params.multi_items()):
-            # PostgreSQL text cannot hold NUL (a 500 from the driver there, an empty answer on SQLite); bodies
-            # are screened by strict_json, the address here: refused alike on both stores
-            message = "the address holds a NUL character (%00): no name, id or parameter has one"
+        address = [request.scope["path"], *(text for item in request.query_params.multi_items() for text in item)]
+        if (bad := find_bad_text(address)) is not None:
+            # the one rule for text (contracts.text): bodies are screened by strict_json, forms by checked_form,
+            # the address here (a NUL, %00, would be a driver error on PostgreSQL, an empty answer on SQLite)
+            message = f"the address: {bad[1]} (%00 is NUL): no name, id or parameter has one"
             if wants_html(request):
                 return error_page(request, 422, message)
             return JSONResponse({"error": message}, status_code=422)
@@ -110,9 +111,11 @@ def create_app(settings: Settings, engine: Engine) -> FastAPI:
     async def request_error(request: Request, exc: RequestValidationError) -> Response:
         errors = [{"field": ".".join(str(p) for p in e["loc"]), "reason": e["msg"]} for e in exc.errors()]
         if wants_html(request):
-            shown = [{"field": e["field"].removeprefix("query.").removeprefix("path."), "reason": e["reason"]}
-                     for e in errors]
-            return error_page(request, 422, "the address has a value this page cannot use", shown)
+            shown = [{"field": e["field"].removeprefix("query.").removeprefix("path.").removeprefix("form."),
+                      "reason": e["reason"]} for e in errors]
+            form = any(e["field"].startswith("form.") for e in errors)
+            return error_page(request, 422, "the form has a value that cannot be taken" if form
+                              else "the address has a value this page cannot use", shown)
         return JSONResponse({"error": "invalid request", "errors": errors}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)

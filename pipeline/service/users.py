@@ -22,11 +22,14 @@ from sqlalchemy.orm import Session
 from pipeline.service.auth import NAME_PATTERN, AuthError, Principal
 from pipeline.store.models import User, utcnow
 
-__all__ = ["MIN_PASSWORD", "UserOut", "check_password", "create_user", "disable_user", "hash_password",
-           "list_users", "verify_password"]
+__all__ = ["MAX_NAME", "MAX_PASSWORD", "MIN_PASSWORD", "UserOut", "check_password", "create_user", "disable_user",
+           "hash_password", "list_users", "verify_password"]
 
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
 MIN_PASSWORD = 8
+MAX_PASSWORD = 1000
+MAX_NAME = 100
+"""A user's name: `auth.NAME_PATTERN`'s longest."""
 USER_SCOPES = ("user", "admin")
 _DUMMY_HASH = ""
 

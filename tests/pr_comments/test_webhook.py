@@ -15,7 +15,7 @@ from sqlalchemy.engine import Engine
 
 from pipeline import dispatch
 from pipeline.config import DispatchSettings, GitHubSettings, Settings
-from pipeline.contracts import DeviceClass, DeviceInfo
+from pipeline.contracts import ContractError, DeviceClass, DeviceInfo
 from pipeline.pr_comments.webhook import WebhookWorker, decide, sign, verify_signature
 from pipeline.service.app import create_app
 from pipeline.store.db import open_store, session_scope
@@ -89,6 +89,31 @@ def test_decide(event: str, payload: dict[str, Any], kind: str, reason: str) -> 
     if kind == "pull_request":
         assert (decision.repository, decision.pr, decision.head_sha, decision.base_sha) == (
             "acme/kernels", 7, "a" * 40, "b" * 40)
+
+
+def _with(payload: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    *parents, last = path.split(".")
+    where = payload
+    for part in parents:
+        where = where[part]
+    where[last] = value
+    return payload
+
+
+@pytest.mark.parametrize(("event", "payload", "field"), [
+    ("pull_request", _with(_pr(), "pull_request", [1]), "pull_request"),
+    ("pull_request", _with(_pr(), "pull_request.number", True), "pull_request.number"),
+    ("pull_request", _with(_pr(), "pull_request.labels", 3), "pull_request.labels"),
+    ("pull_request", _with(_pr(), "pull_request.head.sha", {"x": 1}), "pull_request.head.sha"),
+    ("pull_request", _with(_pr(), "pull_request.base.repo", "acme/kernels"), "pull_request.base.repo"),
+    ("pull_request", _with(_pr(), "repository.full_name", "a" * 201), "repository.full_name"),
+    ("push", {"ref": ["refs/heads/main"], "after": "c" * 40}, "ref"),
+    ("push", {"ref": "refs/heads/main", "after": "c" * 40, "repository": [1]}, "repository"),
+])
+def test_decide_refuses_a_payload_without_githubs_types(event: str, payload: dict[str, Any], field: str) -> None:
+    with pytest.raises(ContractError) as refused:
+        decide(event, payload, GitHubSettings(trusted_label=LABEL))
+    assert [f for f, _ in refused.value.errors] == [field]
 
 
 # --- over HTTP, with the worker ---------------------------------------------------------------

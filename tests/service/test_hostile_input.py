@@ -5,13 +5,15 @@ and on PostgreSQL alike, so both stores answer each input the same way.
 
 One service per store serves every case (they change nothing, which each case checks): an
 agent `agent-1` (token agent-token) holding running job A; `agent-2` (other-agent-token) holding
-running job B and owning a GPU of class `gpu-h100`; job D done, with GEMM stored.
+running job B and owning a GPU of class `gpu-h100`; job D done, with GEMM stored, and change point 1 on
+its series; a password user `ada`, signed in to the web UI (the forms' cases, answered as pages).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,16 +21,17 @@ from typing import Any
 
 import pytest
 import requests
+import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from pipeline import dispatch
 from pipeline.config import GitHubSettings, Settings
 from pipeline.contracts import DeviceClass, DeviceInfo
-from pipeline.service import auth
+from pipeline.service import auth, users
 from pipeline.service.app import create_app
 from pipeline.store import ingest
 from pipeline.store.db import open_store, session_scope
-from pipeline.store.models import Job
+from pipeline.store.models import ChangePoint, Commit, Job, Series
 from tests.helpers.github_webhooks import sign
 from tests.helpers.live_server import live_server
 
@@ -39,6 +42,7 @@ from tests.helpers.http_client import post, snapshot
 SECRET = "hostile-webhook-secret"
 DATA = Path(__file__).parents[1] / "data"
 MB = "x" * 1_000_000
+PASSWORD = "correct horse battery"
 GPU_CLASS = DeviceClass(name="gpu-h100", kind="gpu", targets=["cuda:sm_90"], runtime="cuda")
 
 
@@ -50,6 +54,15 @@ class Farm:
     """agent (agent-1's), other-agent (agent-2's), user, admin"""
     jobs: dict[str, tuple[str, int]]
     """A (agent-1, running, c1), B (agent-2, running, c2), D (agent-1, done, c3): (job id, commit label)"""
+    browser: requests.Session
+    """signed in to the web UI as `ada`"""
+    csrf: str
+
+
+def _csrf(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, "no CSRF field in the page"
+    return found.group(1)
 
 
 def _job(s: Any, label: int, agent: str, status: str) -> str:
@@ -81,9 +94,19 @@ def farm(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
                                          commit_sha=f.sha(3), results=[f.ok(f.GEMM, f.series_samples(1e-3))])
                 ingest.ingest_result(s, document=done)
                 dispatch.complete_job(s, job_id=jobs["D"][0], agent_name="agent-1")
+                commits = {c.sha: c for c in s.scalars(sa.select(Commit))}
+                s.add(ChangePoint(series_id=s.scalar(sa.select(Series.id)), before_commit_id=commits[f.sha(2)].id,
+                                  after_commit_id=commits[f.sha(3)].id, committed_at=commits[f.sha(3)].committed_at,
+                                  history_index=1, before_level=1e-3, after_level=2e-3, magnitude=1.0, pvalue=1e-6,
+                                  direction="regression", lifecycle="confirmed"))
+                users.create_user(s, name="ada", password=PASSWORD)
             settings = Settings(home=home, github=GitHubSettings(webhook_secret=SECRET))
             with live_server(create_app(settings, engine)) as service:
-                yield Farm(service, engine, tokens, jobs)
+                browser = requests.Session()
+                signed = browser.post(f"{service}/login", data={"csrf": _csrf(browser.get(f"{service}/login").text),
+                                                                "name": "ada", "password": PASSWORD}, timeout=30)
+                assert signed.ok, signed.text[:500]
+                yield Farm(service, engine, tokens, jobs, browser, _csrf(signed.text))
         finally:
             engine.dispose()
 
@@ -140,10 +163,10 @@ def _bogus_targets(status: str) -> Callable[[dict[str, Any]], None]:
     return build
 
 
-def _webhook(body: bytes) -> Send:
+def _webhook(body: bytes, event: str = "push") -> Send:
     def send(farm: Farm) -> requests.Response:
         return requests.post(f"{farm.url}/api/v1/webhooks/github", data=body, timeout=30, headers={
-            "Content-Type": "application/json", "X-GitHub-Event": "push", "X-GitHub-Delivery": "d-1",
+            "Content-Type": "application/json", "X-GitHub-Event": event, "X-GitHub-Delivery": "d-1",
             "X-Hub-Signature-256": sign(SECRET, body)})
     return send
 
@@ -296,18 +319,21 @@ CASES: dict[str, tuple[Send, int, tuple[str, ...]]] = {
     "NUL in an environment key": (_result({"environment": {"key!": "v"}}, _nul("key!")), 422, ("NUL",)),
     "NUL in a batch's agent name": (_result({"agent.name": "agent!"}, _nul("agent!"), batch=True), 422, ("NUL",)),
     "NUL in a triage note": (_request("POST", TRIAGE, '{"state": "noisy", "note": "a\\u0000b"}', "user"), 422,
-                             ("'note'", "NUL")),
-    "NUL in a commit message (run-job)": (_run_job({"commit.message": "msg!"}, _nul("msg!")), 422, ("'message'", "NUL")),
-    "NUL in a commit author (run-job)": (_run_job({"commit.author": "ada!"}, _nul("ada!")), 422, ("'author'", "NUL")),
-    "NUL in a branch (run-job)": (_run_job({"commit.branch": "main!"}, _nul("main!")), 422, ("'branch'", "NUL")),
+                             ("body.note", "NUL")),
+    "NUL in a commit message (run-job)": (_run_job({"commit.message": "msg!"}, _nul("msg!")), 422,
+                                          ("body.commit.message", "NUL")),
+    "NUL in a commit author (run-job)": (_run_job({"commit.author": "ada!"}, _nul("ada!")), 422,
+                                         ("body.commit.author", "NUL")),
+    "NUL in a branch (run-job)": (_run_job({"commit.branch": "main!"}, _nul("main!")), 422,
+                                  ("body.commit.branch", "NUL")),
     "NUL in a mapping's device uid (import)": (_import("google-benchmark", _gb(), device_uid="dev\x00ice"), 422,
                                                ("NUL",)),
     "NUL in a failed job's error message": (_request("POST", "/api/v1/jobs/{A}/fail",
                                                      '{"agent": "agent-1", "reason": "lost\\u0000"}', "agent"), 422,
-                                            ("'reason'", "NUL")),
-    "NUL in an agent's host (registration)": (_registration({"host": "h\x00"}), 422, ("'host'", "NUL")),
+                                            ("body.reason", "NUL")),
+    "NUL in an agent's host (registration)": (_registration({"host": "h\x00"}), 422, ("body.host", "NUL")),
     "NUL in a token name": (_request("POST", "/api/v1/tokens", {"name": "t\x00", "scopes": ["agent"]}, "admin"), 422,
-                            ("'name'", "NUL")),
+                            ("body.name", "NUL")),
     "NUL in a signed webhook": (_webhook(b'{"ref": "refs/heads/ma\\u0000in"}'), 400, ("NUL",)),
     "NUL in a query parameter": (_request("GET", "/api/v1/commits?repository=bench%00kernels"), 422, ("NUL",)),
     "NUL in a path": (_request("GET", "/api/v1/jobs/job%00id"), 422, ("NUL",)),
@@ -337,6 +363,45 @@ CASES: dict[str, tuple[Send, int, tuple[str, ...]]] = {
     "1 MB repository (import mapping)": (_import("google-benchmark", _gb(), repository=MB), 422,
                                          ("mapping.repository", "at most 200")),
     "1 MB triage note": (_request("POST", TRIAGE, {"state": "noisy", "note": MB}, "user"), 422, ("body.note",)),
+    # --- what the last pass left (issue 33): wrong types where a file or payload has objects, versions
+    # and ids; one rule for text anywhere in a document (no NUL, no lone surrogate, bounded)
+    "a pull_request that is a list (signed webhook)": (
+        _webhook(b'{"action": "opened", "pull_request": [1], "repository": {"full_name": "o/r"}}', "pull_request"),
+        422, ("pull_request", "valid dictionary")),
+    "a repository that is a list (signed push webhook)": (
+        _webhook(b'{"ref": "refs/heads/main", "after": "' + b"a" * 40 + b'", "repository": [1]}'), 422,
+        ("repository",)),
+    "1 MB host name (Google Benchmark import)": (_import("google-benchmark", {**_gb(), "context": {
+        "json_schema_version": 1, "host_name": MB}}), 422, ("data.context.host_name", "at most 64")),
+    "1 MB device name (NVBench import)": (_import("nvbench", _nvbench("devices.0.name", MB), "nv"), 422,
+                                          ("data.devices.0.name", "at most 200")),
+    "json_schema_version true (Google Benchmark import)": (
+        _import("google-benchmark", {**_gb(), "context": {"json_schema_version": True}}), 422,
+        ("data.context.json_schema_version", "True")),
+    "meta.version.json.major true (NVBench import)": (_import("nvbench", _nvbench("meta.version.json.major", True),
+                                                              "nv"), 422, ("data.meta.version.json.major", "True")),
+    "a lone surrogate in an environment value": (
+        _result({"results.0.environment": {"k": "SURROGATE"}}, lambda t: t.replace("SURROGATE", "\\ud800")), 422,
+        ("results.0.environment.k", "surrogate")),
+    "a lone surrogate in an environment key": (
+        _result({"environment": {"SURROGATE": "v"}}, lambda t: t.replace("SURROGATE", "\\udfff")), 422,
+        ("environment", "surrogate")),
+    "a lone surrogate in a device name": (_result({"device.name": "SURROGATE"},
+                                                  lambda t: t.replace("SURROGATE", "\\ud800")), 422,
+                                          ("device.name", "surrogate")),
+    "an environment value of 1 MB": (_result({"results.0.environment": {"k": MB}}), 422,
+                                     ("results.0.environment.k", "at most 10000")),
+    "NUL in a heartbeat's list of devices": (_request("POST", "/api/v1/agents/agent-1/heartbeat",
+                                                      '{"devices": ["host-1", "a\\u0000b"]}', "agent"), 422,
+                                             ("body.devices.1", "NUL")),
+    "change_point_id true (bisection)": (_request("POST", "/api/v1/bisections", {"change_point_id": True}, "user"), 422,
+                                         ("body.change_point_id", "integer")),
+    "series_id false (bisection)": (_request("POST", "/api/v1/bisections", {"series_id": False}, "user"), 422,
+                                    ("body.series_id", "not a boolean")),
+    "a pull request number true (run-job)": (_run_job({"commit.pull_request": True}), 422,
+                                             ("commit.pull_request", "not a boolean")),
+    "a binary size true (run-job manifest)": (_run_job({"manifest.entries.0.compile.binary_bytes": True}), 422,
+                                              ("binary_bytes", "not a boolean")),
     # --- results the store must not take
     "5,000 ok results on targets never built": (_result(build=_bogus_targets("ok")), 422,
                                                 ("results.0.target", "llvm-cpu:bogus0 is not a target of device class")),
@@ -385,4 +450,51 @@ def test_hostile_input_is_refused_and_changes_nothing(farm: Farm, name: str) -> 
     assert response.headers["content-type"].startswith("application/json"), response.text[:200]
     for text in named:
         assert text in response.text, response.text[:500]
+    assert snapshot(farm.engine) == before
+
+
+# --- the web UI's forms: the same models and limits as the API's (a 422 page naming the field)
+
+Form = Callable[[Farm], requests.Response]
+
+
+def _form(path: str, **fields: str) -> Form:
+    def send(farm: Farm) -> requests.Response:
+        return farm.browser.post(f"{farm.url}{path}", data={"csrf": farm.csrf, **fields}, timeout=60,
+                                 allow_redirects=False)
+    return send
+
+
+def _sign_in(name: str) -> Form:
+    def send(farm: Farm) -> requests.Response:
+        browser = requests.Session()
+        csrf = _csrf(browser.get(f"{farm.url}/login", timeout=30).text)
+        return browser.post(f"{farm.url}/login", data={"csrf": csrf, "name": name, "password": PASSWORD},
+                            timeout=60, allow_redirects=False)
+    return send
+
+
+TRIAGE_FORM = "/change-points/1/triage"
+# name: (request, texts the 422 page names)
+FORM_CASES: dict[str, tuple[Form, tuple[str, ...]]] = {
+    "NUL in a triage note (form)": (_form(TRIAGE_FORM, state="noisy", note="a\x00b"), ("note", "NUL")),
+    "NUL in an assignee (form)": (_form(TRIAGE_FORM, state="assigned", assignee="ada\x00"), ("assignee", "NUL")),
+    "NUL in a bug link (form)": (_form(TRIAGE_FORM, state="confirmed", bug_link="https://bugs/1\x00"),
+                                 ("bug_link", "NUL")),
+    "1 MB assignee (form)": (_form(TRIAGE_FORM, state="assigned", assignee=MB), ("assignee", "at most 200")),
+    "1 MB bug link (form)": (_form(TRIAGE_FORM, state="confirmed", bug_link=MB), ("bug_link", "at most 1000")),
+    "1 MB triage note (form)": (_form(TRIAGE_FORM, state="noisy", note=MB), ("note", "at most 10000")),
+    "an unknown triage state (form)": (_form(TRIAGE_FORM, state="bogus"), ("state",)),
+    "NUL in the name (sign-in form)": (_sign_in("ad\x00a"), ("name", "NUL")),
+}
+
+
+@pytest.mark.parametrize("name", list(FORM_CASES))
+def test_hostile_form_input_is_refused_and_changes_nothing(farm: Farm, name: str) -> None:
+    send, named = FORM_CASES[name]
+    before = snapshot(farm.engine)
+    response = send(farm)
+    assert response.status_code == 422, response.text[-2000:]
+    for text in named:
+        assert text in response.text, response.text[-2000:]
     assert snapshot(farm.engine) == before

@@ -160,3 +160,37 @@ def test_unknown_schema_versions_are_refused() -> None:
     nv["meta"]["version"]["json"]["major"] = 2
     with pytest.raises(ContractError, match="unknown schema version 2"):
         formats.parse("nvbench", nv)
+
+
+def test_a_boolean_is_not_a_schema_version() -> None:
+    with pytest.raises(ContractError, match="unknown schema version True") as gb:
+        formats.parse("google-benchmark", {"context": {"json_schema_version": True}, "benchmarks": []})
+    assert gb.value.errors[0][0] == "data.context.json_schema_version"
+    nv = load("nvbench_real.json")
+    nv["meta"]["version"]["json"]["major"] = True
+    with pytest.raises(ContractError, match="unknown schema version True") as refused:
+        formats.parse("nvbench", nv)
+    assert refused.value.errors[0][0] == "data.meta.version.json.major"
+
+
+@pytest.mark.parametrize(("format", "path", "longest"), [
+    ("google-benchmark", "context.host_name", 64), ("nvbench", "devices.0.name", 200),
+    ("pytest-benchmark", "machine_info.node", 64), ("pytest-benchmark", "machine_info.cpu.brand_raw", 200),
+])
+def test_host_and_device_names_are_bounded_where_the_file_is_read(format: str, path: str, longest: int) -> None:
+    data = {"google-benchmark": {"context": {}, "benchmarks": [
+                {"name": "BM_x", "run_type": "iteration", "real_time": 1.0, "time_unit": "us"}]},
+            "nvbench": load("nvbench_real.json"), "pytest-benchmark": load("pytest_benchmark.json")}[format]
+    *parents, last = path.split(".")
+    where = data
+    for part in parents:
+        where = where[int(part)] if isinstance(where, list) else where[part]
+    where[last] = "n" * longest
+    parsed = formats.parse(format, data)
+    rule = {"pattern": parsed.benchmarks[0].name, "match": "exact", "case": f.GEMM}
+    document, _ = formats.to_document(parsed, mapping(rule, unmapped="ignore"), run_id="r", job_id="j")
+    assert "n" * longest in (document.device.host, document.device.name)   # at the bound: taken
+    where[last] = "n" * (longest + 1)
+    with pytest.raises(ContractError) as refused:
+        formats.parse(format, data)
+    assert [field for field, _ in refused.value.errors] == [f"data.{path}"]

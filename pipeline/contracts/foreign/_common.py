@@ -9,6 +9,10 @@ from typing import Any
 from pipeline.contracts import ContractError
 
 UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+HOST_NAME_MAX = 64
+"""A host name's longest (Linux's HOST_NAME_MAX); an import's device uid is `import:<class>:<host>`."""
+DEVICE_NAME_MAX = 200
+"""A device's name, as `DeviceInfo.name` keeps it."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,29 @@ def as_str(value: Any, path: str, problems: Problems) -> str | None:
         problems.add(path, f"must be a non-empty string, got {value!r}"[:200])
         return None
     return value
+
+
+def is_int(value: Any) -> bool:
+    """A JSON integer: `true` is not one (Python's bool is an int, and `true == 1`)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def as_version(value: Any, expected: int, path: str, problems: Problems, what: str) -> bool:
+    """Whether `value` is the version `expected` (an integer, not `true`); a problem naming `what` when not."""
+    if is_int(value) and value == expected:
+        return True
+    problems.add(path, f"unknown schema version {value!r}; this server reads {what}"[:300])
+    return False
+
+
+def as_text(value: Any, path: str, problems: Problems, max_length: int) -> str:
+    """A text of the file kept with its results (a host or device name): "" when absent, a problem
+    when longer than `max_length` characters."""
+    text = "" if value is None else str(value)
+    if len(text) > max_length:
+        problems.add(path, f"must be at most {max_length} characters, got {len(text)}")
+        return ""
+    return text
 
 
 def as_time(value: Any, unit: str, path: str, problems: Problems, *, numeric_strings: bool = False) -> float | None:

@@ -9,7 +9,8 @@ and every C++ benchmark built on the library write it.
   (`--benchmark_report_aggregates_only`) is refused, since it has no samples;
 - an entry with `error_occurred` becomes a case result with status error and its
   `error_message`; `skipped` (library 1.8+) becomes status skipped;
-- `context.json_schema_version`, when present, must be 1.
+- `context.json_schema_version`, when present, must be 1 (the integer); `context.host_name` at most 64
+  characters.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from pipeline.contracts import ContractError
 from pipeline.contracts.foreign._common import (
+    HOST_NAME_MAX,
     UNIT_SECONDS,
     Benchmark,
     Parsed,
@@ -25,7 +27,9 @@ from pipeline.contracts.foreign._common import (
     as_list,
     as_object,
     as_str,
+    as_text,
     as_time,
+    as_version,
 )
 
 NAME = "google-benchmark"
@@ -42,10 +46,10 @@ def parse(data: Any) -> Parsed:
     if not isinstance(context, dict):
         problems.add("context", "must be a JSON object")
         context = {}
-    version = context.get("json_schema_version", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
-        problems.add("context.json_schema_version", f"unknown schema version {version!r}; this server reads {SCHEMA_VERSION}")
+    if not as_version(context.get("json_schema_version", SCHEMA_VERSION), SCHEMA_VERSION, "context.json_schema_version",
+                      problems, str(SCHEMA_VERSION)):
         problems.raise_if_any()
+    host = as_text(context.get("host_name"), "context.host_name", problems, HOST_NAME_MAX)
     if "benchmarks" not in root:
         problems.add("benchmarks", "missing; not a Google Benchmark JSON file")
         problems.raise_if_any()
@@ -98,4 +102,4 @@ def parse(data: Any) -> Parsed:
             benchmarks.append(Benchmark(name=name, field=path, samples=samples[name]))
     environment = {f"context.{k}": str(context[k]) for k in ("executable", "library_version", "mhz_per_cpu", "num_cpus")
                    if k in context}
-    return Parsed(tool=NAME, benchmarks=benchmarks, host=str(context.get("host_name", "")), environment=environment)
+    return Parsed(tool=NAME, benchmarks=benchmarks, host=host, environment=environment)

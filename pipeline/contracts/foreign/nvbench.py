@@ -28,13 +28,17 @@ import numpy as np
 
 from pipeline.contracts import ContractError
 from pipeline.contracts.foreign._common import (
+    DEVICE_NAME_MAX,
     Benchmark,
     Parsed,
     Problems,
     as_list,
     as_object,
     as_str,
+    as_text,
     as_time,
+    as_version,
+    is_int,
 )
 
 NAME = "nvbench"
@@ -80,10 +84,10 @@ def _devices(data: dict[str, Any], problems: Problems) -> dict[int, str]:
     for i, device in enumerate(as_list(raw, "devices", problems) or [] if raw is not None else []):
         if not isinstance(device, dict):
             problems.add(f"devices.{i}", f"must be a JSON object, got {type(device).__name__}")
-        elif isinstance(device.get("id"), bool) or not isinstance(device.get("id"), int):
+        elif not is_int(device.get("id")):
             problems.add(f"devices.{i}.id", f"must be an integer, got {device.get('id')!r}"[:200])
         else:
-            devices[device["id"]] = str(device.get("name", ""))
+            devices[device["id"]] = as_text(device.get("name"), f"devices.{i}.name", problems, DEVICE_NAME_MAX)
     return devices
 
 
@@ -122,9 +126,8 @@ def parse(data: Any, files: Mapping[str, bytes] | None = None) -> Parsed:
     versions = _optional_object(meta, "version", "meta.version", problems)
     version = _optional_object(versions, "json", "meta.version.json", problems)
     problems.raise_if_any()
-    major = version.get("major", JSON_MAJOR)
-    if major != JSON_MAJOR:
-        problems.add("meta.version.json.major", f"unknown schema version {major!r}; this server reads NVBench JSON {JSON_MAJOR}.x")
+    if not as_version(version.get("major", JSON_MAJOR), JSON_MAJOR, "meta.version.json.major", problems,
+                      f"NVBench JSON {JSON_MAJOR}.x"):
         problems.raise_if_any()
     if "benchmarks" not in data:
         problems.add("benchmarks", "missing; not an NVBench JSON file")
@@ -170,7 +173,7 @@ def parse(data: Any, files: Mapping[str, bytes] | None = None) -> Parsed:
                 if times is not None:
                     samples, environment["nvbench.sample"] = times, SAMPLE_TIMES_TAG
             device = state.get("device")
-            if device is not None and (isinstance(device, bool) or not isinstance(device, int)):
+            if device is not None and not is_int(device):
                 problems.add(f"{path}.device", f"must be a device id (an integer), got {device!r}"[:200])
                 continue
             if device in devices:

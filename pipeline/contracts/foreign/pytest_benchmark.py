@@ -15,12 +15,15 @@ from typing import Any
 
 from pipeline.contracts import ContractError
 from pipeline.contracts.foreign._common import (
+    DEVICE_NAME_MAX,
+    HOST_NAME_MAX,
     Benchmark,
     Parsed,
     Problems,
     as_list,
     as_object,
     as_str,
+    as_text,
     as_time,
 )
 
@@ -70,5 +73,7 @@ def parse(data: Any) -> Parsed:
     environment = {"pytest_benchmark.version": str(data.get("version", ""))}
     if machine.get("python_version"):
         environment["python"] = str(machine["python_version"])
-    return Parsed(tool=NAME, benchmarks=benchmarks, host=str(machine.get("node", "")),
-                  device_name=str(cpu.get("brand_raw", "")), environment=environment)
+    host = as_text(machine.get("node"), "machine_info.node", problems, HOST_NAME_MAX)
+    device_name = as_text(cpu.get("brand_raw"), "machine_info.cpu.brand_raw", problems, DEVICE_NAME_MAX)
+    problems.raise_if_any()
+    return Parsed(tool=NAME, benchmarks=benchmarks, host=host, device_name=device_name, environment=environment)

@@ -9,6 +9,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from pipeline.dispatch import bisect
 from pipeline.service.api.deps import RowId, SessionDep, SettingsDep
+from pipeline.service.api.schemas import TriageIn
 from pipeline.service.web import data
 from pipeline.service.web.paging import paginate
 from pipeline.service.web.render import page
@@ -16,6 +17,7 @@ from pipeline.service.web.session import (
     UserDep,
     browse_guard,
     checked_form,
+    form_model,
     require_signed_in,
     safe_next,
 )
@@ -127,16 +129,18 @@ async def triage_form(change_point_id: RowId, request: Request, session: Session
     principal = require_signed_in(request, user, "triage")
     form = await checked_form(request)
     back = safe_next(form.get("next", "/regressions"))
+    # the API's request (POST /api/v1/change-points/ID/triage): its states and limits; an empty field is none
+    asked = form_model(TriageIn, {"state": form.get("state", ""), "note": form.get("note", ""),
+                                  "bug_link": form.get("bug_link") or None, "assignee": form.get("assignee") or None})
     try:
-        triage.triage(session, change_point_id=change_point_id, state=form.get("state", ""), who=principal.name,
-                      bug_link=form.get("bug_link") or None, assignee=form.get("assignee") or None,
-                      note=form.get("note", ""))
+        triage.triage(session, change_point_id=change_point_id, state=asked.state, who=principal.name,
+                      bug_link=asked.bug_link, assignee=asked.assignee, note=asked.note)
     except LookupError:
         raise HTTPException(404, f"no change point {change_point_id}") from None
     except triage.TriageError as exc:
         request.session["flash"] = {"kind": "error", "text": f"change point {change_point_id}: {exc}"}
     else:
-        request.session["flash"] = {"kind": "ok", "text": f"change point {change_point_id} is now {form['state']}"}
+        request.session["flash"] = {"kind": "ok", "text": f"change point {change_point_id} is now {asked.state}"}
     return RedirectResponse(back, status_code=303)
 
 

@@ -19,19 +19,27 @@ A principal needs the `user` scope (or `admin`) to sign in: agent tokens cannot.
 CSRF: a random token per session (`csrf`), put in every form by the templates and compared in
 constant time on every form post (`checked_form`); SameSite=Lax keeps the cookie off other
 sites' posts too.
+
+A form's fields are checked like the API's bodies: every field by the one rule for text
+(`pipeline.contracts.text`: no NUL, no lone surrogate) in `checked_form`, then through the model of
+the API's request that does the same (`form_model`: the same types and limits). A field that does
+not pass is a 422 page naming it (the app's RequestValidationError handler), with nothing stored.
 """
 
 from __future__ import annotations
 
 import hmac
 import secrets
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 from urllib.parse import parse_qs, quote
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.middleware.sessions import SessionMiddleware
 
 from pipeline.config import Settings
+from pipeline.contracts.text import find_bad_text
 from pipeline.service import auth, users
 from pipeline.service.api.deps import (
     SessionDep,
@@ -42,9 +50,10 @@ from pipeline.service.api.deps import (
 from pipeline.service.auth import Principal
 
 __all__ = ["COOKIE", "CsrfError", "SignInRequired", "UserDep", "browse_guard", "checked_form", "csrf_token",
-           "current_user", "install_sessions", "safe_next", "sign_in", "sign_out"]
+           "current_user", "form_model", "install_sessions", "safe_next", "sign_in", "sign_out"]
 
 COOKIE = "benchfarm_session"
+M = TypeVar("M", bound=BaseModel)
 
 
 class SignInRequired(Exception):
@@ -128,13 +137,26 @@ def csrf_token(request: Request) -> str:
 
 
 async def checked_form(request: Request) -> dict[str, str]:
-    """The url-encoded form of a post, refused (CsrfError) without the session's CSRF token."""
+    """The url-encoded form of a post, refused (CsrfError) without the session's CSRF token, and
+    (a 422 naming the field) when a field's text may not be stored."""
     body = (await request.body()).decode("utf-8", errors="replace")
     form = {k: v[0] for k, v in parse_qs(body, keep_blank_values=True).items()}
     expected = request.session.get("csrf")
     if not expected or not hmac.compare_digest(str(expected), form.get("csrf", "")):
         raise CsrfError("the form's CSRF token is missing or stale: reload the page and try again")
+    if (bad := find_bad_text(form)) is not None:
+        raise RequestValidationError([{"type": "value_error", "loc": ("form", bad[0]), "msg": bad[1]}])
     return form
+
+
+def form_model(model: type[M], fields: dict[str, Any]) -> M:
+    """A form's fields through `model`, the API's request model of the same action: a 422 naming
+    each field that does not validate."""
+    try:
+        return model.model_validate(fields)
+    except ValidationError as exc:
+        raise RequestValidationError([{"type": e["type"], "loc": ("form", *e["loc"]), "msg": e["msg"]}
+                                      for e in exc.errors(include_url=False)]) from None
 
 
 def safe_next(target: str, request: Request | None = None) -> str:

@@ -113,9 +113,13 @@ def to_document(parsed: Parsed, mapping: FormatMapping, *, run_id: str, job_id: 
     if errors:
         raise ContractError(f"{parsed.tool} import", errors)
     now = utcnow()
-    device = DeviceInfo(device_class=mapping.device_class,
-                        uid=mapping.device_uid or f"import:{mapping.device_class}:{parsed.host or 'unknown-host'}",
-                        name=parsed.device_name[:200], host=parsed.host[:200])
+    try:
+        device = DeviceInfo(device_class=mapping.device_class,
+                            uid=mapping.device_uid or f"import:{mapping.device_class}:{parsed.host or 'unknown-host'}",
+                            name=parsed.device_name, host=parsed.host)
+    except ValidationError as exc:   # the parsers bound the names they pass on; a miss is still the file's 422
+        raise ContractError(f"{parsed.tool} import", [
+            (f"device.{'.'.join(map(str, e['loc']))}", e["msg"]) for e in exc.errors(include_url=False)]) from None
     document = ResultDocument(
         run_id=run_id, job_id=job_id, repository=mapping.repository, commit=mapping.commit, device=device,
         agent=AgentInfo(name=f"import:{parsed.tool}", version=__version__), started_at=now,

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipeline.contracts.limits import RowRef
 from pipeline.dispatch import bisect
 from pipeline.service.api.deps import (
     MAX_ROW_ID,
@@ -27,8 +28,8 @@ UserDep = Annotated[Principal, require_scope("user")]
 
 class BisectRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    change_point_id: int | None = Field(default=None, ge=1, le=MAX_ROW_ID, description="the change point to bisect")
-    series_id: int | None = Field(default=None, ge=1, le=MAX_ROW_ID,
+    change_point_id: RowRef | None = Field(default=None, description="the change point to bisect")
+    series_id: RowRef | None = Field(default=None,
                                   description="or a series: its newest confirmed (else suspected) change point")
 
 

@@ -18,8 +18,9 @@ router = APIRouter(route_class=StrictJsonRoute, tags=["users"], dependencies=[re
 class UserCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(description="1-100 letters, digits, '.', '_', '@' or '-'")
-    password: str = Field(min_length=users.MIN_PASSWORD, description="stored as a scrypt hash, never as given")
+    name: str = Field(max_length=users.MAX_NAME, description="1-100 letters, digits, '.', '_', '@' or '-'")
+    password: str = Field(min_length=users.MIN_PASSWORD, max_length=users.MAX_PASSWORD,
+                          description="stored as a scrypt hash, never as given")
     scopes: list[str] = Field(default_factory=lambda: ["user"], description="user and/or admin")
 
 

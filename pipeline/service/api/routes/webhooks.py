@@ -2,7 +2,9 @@
 GET /webhooks/github/deliveries lists what came of them (admin scope).
 
 A delivery is answered at once: 401 when its X-Hub-Signature-256 does not verify (nothing is
-stored), 200 "duplicate" for a delivery id already received, 202 "accepted" when it runs something
+stored), 400 for a body that is not acceptable JSON and 422 for a pull_request or push payload whose
+fields are not the types GitHub sends (`webhook.Payload`; both naming the field, nothing stored),
+200 "duplicate" for a delivery id already received, 202 "accepted" when it runs something
 (the service's webhook worker fetches, records and queues it), 200 "ignored" otherwise
 (`pipeline.pr_comments.webhook` says which events and actions run)."""
 
