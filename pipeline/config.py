@@ -196,8 +196,8 @@ class CompareSettings(BaseModel):
     min_rounds: int = Field(default=3, ge=2, description="fewer timing rounds on a side: insufficient data")
     noise_factor: float = Field(
         default=3.0, ge=0,
-        description="a case's threshold is max(the minimum change, noise_factor x its measured noise on the device "
-        "class): 3 standard deviations of a change between identical code pass 0.27 % of the time (normal noise), "
+        description="once a case's noise on the device class is learned, its threshold is max(the floor, noise_factor x "
+        "that noise), the floor being paired_floor (paired) or min_change: 3 standard deviations of a change between identical code pass 0.27 % of the time (normal noise), "
         "and absorb the uncertainty of a noise learned from a few runs (pipeline.analysis.stats.threshold)")
     same_binary_shortcut: bool = Field(
         default=True,

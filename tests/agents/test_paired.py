@@ -11,13 +11,13 @@ import pytest
 from pipeline.agents.devices import LocalDevice
 from pipeline.agents.local import run_bundle
 from pipeline.build.bundle import build_bundle
-from pipeline.build.suite_loader import commit_history, locate_suite, resolve_commit
+from pipeline.build.suite_loader import locate_suite, resolve_commit
 from pipeline.config import CompareSettings, MeasurementSettings
-from pipeline.contracts import BundleManifest, ResultDocument, parse_result
-from pipeline.store import ingest
+from pipeline.contracts import BundleManifest, parse_result
 from pipeline.store.compare import compare
 from pipeline.store.db import open_store, session_scope
 from tests.helpers.cpu import x86_64_cpu
+from tests.helpers.stores import store_local_run
 from tests.helpers.suite_repo import (
     GemmCase,
     case_id,
@@ -76,7 +76,7 @@ def test_paired_results_carry_the_base_samples_and_the_verdict_is_paired(
     assert sorted(h / b for b, h in zip(beta.paired_base.samples, beta.samples))[len(beta.samples) // 2] > 1.5
 
     engine = open_store(f"sqlite:///{tmp_path}/store.db")
-    _ingest(engine, repo, document, device, base, head, head_dir)
+    store_local_run(engine, repo / "kernels", document, device, head, head_dir)
     with session_scope(engine) as session:
         comparison = compare(session, repository=head.repository, head_sha=head.commit,
                              device_class=device.device_class.name, settings=CompareSettings())
@@ -109,22 +109,6 @@ def test_a_base_of_the_same_commit_is_refused(
     with pytest.raises(ValueError, match="same commit"):
         run_bundle(bundle_dir=base_dir, manifest=base, device=device, run_id="r", job_id="j", settings=SETTINGS,
                    base_bundle_dir=base_dir, base_manifest=base)
-
-
-def _ingest(engine, repo: Path, document: ResultDocument, device: LocalDevice, base: BundleManifest,  # type: ignore[no-untyped-def]
-            head: BundleManifest, head_dir: Path) -> None:
-    location = locate_suite(repo / "kernels")
-    with session_scope(engine) as session:
-        repository = ingest.upsert_repository(session, name=head.repository)
-        ingest.record_commits(session, repository=repository, commits=commit_history(location, head.commit))
-        ingest.upsert_device_class(session, device.device_class)
-        ingest.upsert_device(session, info=device.info)
-        run = ingest.create_run(session, repository=repository, commit_sha=head.commit, kind="local",
-                                device_classes=[device.device_class.name])
-        ingest.ingest_manifest(session, manifest=head, path=str(head_dir))
-        document = document.model_copy(update={"run_id": run.id, "job_id": run.jobs[0].id})
-    with session_scope(engine) as session:
-        ingest.ingest_result(session, document=document)
 
 
 # ---- slot equality, placements, the check cache and pull-request timing --------------------------

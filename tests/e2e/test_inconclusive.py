@@ -21,14 +21,14 @@ import pytest
 from pipeline.agents.devices import LocalDevice
 from pipeline.agents.local import run_bundle
 from pipeline.build.bundle import build_bundle
-from pipeline.build.suite_loader import commit_history, locate_suite, resolve_commit
+from pipeline.build.suite_loader import locate_suite, resolve_commit
 from pipeline.config import MeasurementSettings, load_settings
 from pipeline.contracts import BundleManifest, ResultDocument
 from pipeline.pr_comments.report import report_for_commit
-from pipeline.store import ingest
 from pipeline.store.compare import compare
 from pipeline.store.db import open_store, session_scope
 from tests.helpers.cpu import x86_64_cpu
+from tests.helpers.stores import store_local_run
 from tests.helpers.suite_repo import GemmCase, case_id, commit_all, gemm_suite_files, make_suite_repo, write_files
 
 CASE = GemmCase("alpha", 768, 768, 768)   # ~10 ms a call: a sample spans several of the scheduler's time slices
@@ -127,17 +127,7 @@ def test_a_head_timed_under_a_cpu_burner_is_inconclusive_in_the_comparison_the_c
 
     engine = open_store(f"sqlite:///{tmp_path}/store.db")
     for document, (bundle_dir, manifest) in ((quiet, base), (noisy, head)):
-        with session_scope(engine) as session:
-            repository = ingest.upsert_repository(session, name=manifest.repository)
-            ingest.record_commits(session, repository=repository, commits=commit_history(location, manifest.commit))
-            ingest.upsert_device_class(session, device.device_class)
-            ingest.upsert_device(session, info=device.info)
-            run = ingest.create_run(session, repository=repository, commit_sha=manifest.commit, kind="local",
-                                    device_classes=[device.device_class.name])
-            ingest.ingest_manifest(session, manifest=manifest, path=str(bundle_dir))
-            stored = document.model_copy(update={"run_id": run.id, "job_id": run.jobs[0].id})
-        with session_scope(engine) as session:
-            ingest.ingest_result(session, document=stored)
+        store_local_run(engine, repo / "kernels", document, device, manifest, bundle_dir)
 
     settings = load_settings(public_url="http://bf.example", compare={"same_binary_shortcut": False})
     with session_scope(engine) as session:

@@ -17,6 +17,8 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
+from pipeline.agents.devices import LocalDevice
+from pipeline.contracts import BundleManifest, ResultDocument
 from pipeline.store.db import make_engine, open_store, session_scope
 from tests.helpers import factories as f
 
@@ -111,3 +113,25 @@ def insert_early_rows(c: Connection) -> None:
                       "(2, 2, 1, 'latency')"))
     c.execute(sa.text("INSERT INTO runs (id, repository_id, commit_id, kind, status, created_at) "
                       "VALUES ('run', 1, 1, 'adhoc', 'done', :t)"), {"t": f.T0})
+
+
+def store_local_run(engine: Engine, suite: Path, document: ResultDocument, device: LocalDevice,
+                    manifest: BundleManifest, bundle_dir: Path) -> None:
+    """A job's results stored as `benchfarm run` stores them: the suite's commits (`suite`: its
+    folder in a git checkout), the device, a local run of the manifest's commit, its manifest, then
+    the document under that run's job."""
+    from pipeline.build.suite_loader import commit_history, locate_suite
+    from pipeline.store import ingest
+
+    location = locate_suite(suite)
+    with session_scope(engine) as session:
+        repository = ingest.upsert_repository(session, name=manifest.repository)
+        ingest.record_commits(session, repository=repository, commits=commit_history(location, manifest.commit))
+        ingest.upsert_device_class(session, device.device_class)
+        ingest.upsert_device(session, info=device.info)
+        run = ingest.create_run(session, repository=repository, commit_sha=manifest.commit, kind="local",
+                                device_classes=[device.device_class.name])
+        ingest.ingest_manifest(session, manifest=manifest, path=str(bundle_dir))
+        document = document.model_copy(update={"run_id": run.id, "job_id": run.jobs[0].id})
+    with session_scope(engine) as session:
+        ingest.ingest_result(session, document=document)
