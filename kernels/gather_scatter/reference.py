@@ -8,8 +8,9 @@ def _f64(a: np.ndarray) -> np.ndarray:
 
 
 def gather_rows(table: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """out[r, :] = table[idx[r], :]: MoE dispatch, embedding lookup."""
-    return _f64(table)[np.asarray(idx, dtype=np.int64).reshape(-1)]
+    """out[r, :] = table[idx[r], :]: MoE dispatch, embedding lookup. The rows are taken before they are
+    widened: a 128k-row embedding table in float64 is 4 GB, the looked-up rows a few MB."""
+    return _f64(np.asarray(table)[np.asarray(idx, dtype=np.int64).reshape(-1)])
 
 
 def scatter_rows(y: np.ndarray, pos: np.ndarray) -> np.ndarray:
@@ -31,4 +32,4 @@ def scatter_add_rows(residual: np.ndarray, y: np.ndarray, token: np.ndarray, w: 
 
 def combine_rows(y: np.ndarray, pos: np.ndarray, w: np.ndarray) -> np.ndarray:
     """out[t, :] = sum_j w[t, j] * y[pos[t, j], :]: MoE combine, segmented-sum form (pos, w: [T, K])."""
-    return np.einsum("tk,tkh->th", _f64(w), _f64(y)[np.asarray(pos, dtype=np.int64)])
+    return np.einsum("tk,tkh->th", _f64(w), _f64(np.asarray(y)[np.asarray(pos, dtype=np.int64)]))
