@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
+from pipeline import dispatch
 from pipeline.agents.check_cache import CheckCache
 from pipeline.agents.devices import LocalDevice, discover_local_devices
 from pipeline.agents.local import run_bundle
@@ -44,10 +45,10 @@ class PipelineError(RuntimeError):
 
 
 class RunCancelled(KeyboardInterrupt):
-    """Ctrl-C during a run: the run's unfinished jobs were recorded as failed, "cancelled"."""
+    """Ctrl-C (or SIGTERM) during a run: the run's unfinished jobs were recorded as failed, "cancelled"."""
 
 
-CANCELLED_REASON = "cancelled: interrupted (Ctrl-C) while the job was {stage}"
+CANCELLED_REASON = "cancelled: interrupted ({how}) while the job was {stage}"
 
 
 @dataclass
@@ -108,6 +109,9 @@ def run_pipeline(
     repo = repository_name(settings, location)
 
     with session_scope(engine) as session:
+        reaped = dispatch.reap_orphaned_local_jobs(session)
+        if reaped:
+            log.warning("failed %d job(s) left unfinished by benchfarm processes that are gone", len(reaped))
         repository = ingest.upsert_repository(session, name=repo)
         ingest.record_commits(session, repository=repository, commits=commit_history(location, sha))
         for device in devices:
@@ -115,7 +119,7 @@ def run_pipeline(
             ingest.upsert_device(session, info=device.info)
         run = ingest.create_run(
             session, repository=repository, commit_sha=sha, kind="local",
-            device_classes=[d.device_class.name for d in devices],
+            device_classes=[d.device_class.name for d in devices], owner=dispatch.local_owner(),
         )
         run_id = run.id
         jobs = {job.device_class.name: job.id for job in run.jobs}
@@ -125,14 +129,15 @@ def run_pipeline(
     try:
         _build_and_run(settings, engine, location=location, sha=sha, repo=repo, chosen=chosen, devices=devices,
                        jobs=jobs, outcome=outcome, progress=progress, paired=paired, stage=stage, cases=cases)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
+        how = str(interrupt) or "Ctrl-C"   # SIGTERM says so (`cli.common.sigterm_as_interrupt`)
         ended = ("done", "failed")
         with session_scope(engine) as session:
             for job_id in jobs.values():
                 job = session.get(Job, job_id)
                 if job is not None and job.status not in ended:
                     ingest.set_job_status(session, job_id=job_id, status="failed",
-                                          error=CANCELLED_REASON.format(stage=stage[0]))
+                                          error=CANCELLED_REASON.format(how=how, stage=stage[0]))
         raise RunCancelled(f"run {run_id} cancelled; its unfinished jobs are recorded as failed") from None
     with session_scope(engine) as session:
         outcome.compiled = compare_compile(session, repo, head_sha=sha,

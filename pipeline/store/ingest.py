@@ -222,12 +222,13 @@ def upsert_device(session: Session, *, info: DeviceInfo) -> Device:
 
 def create_run(
     session: Session, *, repository: str | Repository, commit_sha: str, kind: str, device_classes: Sequence[str],
-    run_id: str | None = None,
+    run_id: str | None = None, owner: str | None = None,
 ) -> Run:
     """A queued run of a recorded commit (repository by name or row) with one queued job per device class.
 
     `run_id`: the run's id when the caller derives one (an import names its run after its content,
-    so that a second import of the same file finds it); a new UUID otherwise."""
+    so that a second import of the same file finds it); a new UUID otherwise. `owner`: the local
+    process that runs the jobs itself, without a lease (`Job.owner`)."""
     if kind not in RUN_KINDS:
         raise IngestError(f"kind: {kind!r} is not one of {', '.join(RUN_KINDS)}")
     if not device_classes:
@@ -241,7 +242,8 @@ def create_run(
     now = utcnow()
     run = Run(id=run_id or str(uuid.uuid4()), repository_id=repo.id, commit_id=commit.id, kind=kind, status="queued", created_at=now)
     run.jobs = [
-        Job(id=str(uuid.uuid4()), device_class_id=dc.id, status="queued", attempts=0, created_at=now) for dc in classes
+        Job(id=str(uuid.uuid4()), device_class_id=dc.id, status="queued", attempts=0, created_at=now, owner=owner)
+        for dc in classes
     ]
     session.add(run)
     session.flush()

@@ -328,6 +328,10 @@ class Job(Base):
     environment: Mapped[dict[str, str] | None] = mapped_column(sa.JSON, deferred=True)
     """The result document's `environment` (host, runtime versions, checks run and reused, placement
     budget, timing groups), from the job's latest upload that stored results."""
+    owner: Mapped[str | None] = mapped_column(sa.String(300))
+    """The local process that runs the job without a lease (`benchfarm run`): `host:pid:start` (the
+    process's start time, so that a pid used again is not taken for it); None for jobs of agents,
+    which hold leases. `dispatch.reap_orphaned_local_jobs` fails an unfinished job whose owner is gone."""
 
     run: Mapped[Run] = relationship(back_populates="jobs")
     device_class: Mapped[DeviceClassRow] = relationship()
