@@ -199,7 +199,7 @@ def _build_and_run(settings: Settings, engine: Engine, *, location: SuiteLocatio
             continue
         with session_scope(engine) as session:
             comparison = compare(session, repository=repo, head_sha=sha, device_class=device.device_class.name,
-                                 settings=settings.compare)
+                                 settings=settings.compare, run_id=run_id)
         # with --cases, the rows of what this run ran: the commit's other cases (an earlier run's) are
         # not news, and the run page shows the same cut
         ran = {CaseId.parse(e.case) for e in manifest.entries}

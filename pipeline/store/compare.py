@@ -2,7 +2,8 @@
 
 Base: `base_choice.choose_base` (given, paired, else the merge-base walk).
 
-Per case and target, the newest result of each commit is used, with all its samples, judged on
+Per case and target, the newest result of each commit is used (of the head's run, when one is
+named: a run's page shows its own results), with all its samples, judged on
 its timing rounds (`stats`: the round, not the sample, is the unit of replication):
 - paired (the head's result carries the base's samples of the same job): `stats.paired_verdicts`,
   a t-test over the rounds' log ratios (each round's middle fifth's mean); where the job timed 20 or
@@ -232,10 +233,12 @@ class _Latest:
     noise_unpaired: float | None
 
 
-def _latest_results(session: Session, commit_id: int, device_class_id: int) -> dict[tuple[int, str], _Latest]:
-    """(cases.id, target) -> the newest case result of that commit on that device class, with its
-    latency measurement (and its series' learned noise) when it is ok. Newest = the highest id."""
-    rows = session.execute(
+def _latest_results(session: Session, commit_id: int, device_class_id: int,
+                    run_id: str | None = None) -> dict[tuple[int, str], _Latest]:
+    """(cases.id, target) -> the newest case result of that commit on that device class (of that run,
+    when given), with its latency measurement (and its series' learned noise) when it is ok. Newest =
+    the highest id."""
+    query = (
         sa.select(CaseResultRow.case_id, CaseResultRow.target, CaseResultRow.id, CaseResultRow.status,
                   CaseResultRow.reason, Measurement.id, Measurement.median, CaseResultRow.paired_base_commit_id,
                   Measurement.round_sizes, CaseResultRow.binary_digest, CaseResultRow.paired_binary_digest,
@@ -246,7 +249,8 @@ def _latest_results(session: Session, commit_id: int, device_class_id: int) -> d
         .outerjoin(Series, Measurement.series_id == Series.id)
         .where(Run.commit_id == commit_id, Job.device_class_id == device_class_id)
         .order_by(CaseResultRow.id)
-    ).all()
+    )
+    rows = session.execute(query if run_id is None else query.where(Run.id == run_id)).all()
     latest: dict[tuple[int, str], _Latest] = {}
     for case_pk, target, *fields in rows:
         latest[(case_pk, target)] = _Latest(*fields)
@@ -389,16 +393,18 @@ def compare(
     settings: CompareSettings,
     base_sha: str | None = None,
     merge_base: str | None = None,
+    run_id: str | None = None,
 ) -> ComparisonOut:
     """Compare head with its base (module doc) on one device class.
 
     One row per (case, target) that head has a result for, skipped cases left out (except those
-    not timed because their binary is the base's: unchanged), sorted by case and target. Raises
-    CompareError for an unknown repository, commit or device class.
+    not timed because their binary is the base's: unchanged), sorted by case and target. `run_id`:
+    the head's results of that run only (a run's page and API show its own results, never a later
+    run's of the same commit). Raises CompareError for an unknown repository, commit or device class.
     """
     dc_id = device_class_id(session, device_class)
     head = lookup_commit(session, repository, head_sha)
-    latest = _latest_results(session, head.id, dc_id)
+    latest = _latest_results(session, head.id, dc_id, run_id)
     head_results = {k: v for k, v in latest.items() if v.status != "skipped"}
     skipped = {k: v for k, v in latest.items() if v.status == "skipped"}
 

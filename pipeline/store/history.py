@@ -19,15 +19,17 @@ O(commits of the repository), independent of the number of measurements.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from statistics import median
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipeline.store.models import Commit, CommitParent, Repository, Run
 
-__all__ = ["FALLBACK_RUN_KINDS", "ChainCommit", "default_branch_chain", "default_branch_head"]
+__all__ = ["FALLBACK_RUN_KINDS", "ChainCommit", "commit_level", "default_branch_chain", "default_branch_head"]
 
 FALLBACK_RUN_KINDS = ("push", "nightly", "local")
 """Runs whose newest commit is the head when no recorded commit names the default branch."""
@@ -38,6 +40,18 @@ class ChainCommit:
     id: int
     sha: str
     committed_at: datetime
+
+
+def commit_level(medians: Iterable[tuple[str, float]]) -> tuple[float, int]:
+    """A commit's point in a series from its measurements there, as (run id, median) pairs: the
+    median of its runs' levels (a run's level: the median of its own measurements, one unless its
+    device class timed the case on several targets), and how many runs. Every run of a commit is
+    kept: running a commit again adds a level to this median, it replaces none (series pages, the
+    analysis and the series' latest value all use this rule)."""
+    by_run: dict[str, list[float]] = {}
+    for run_id, value in medians:
+        by_run.setdefault(run_id, []).append(value)
+    return median(median(values) for values in by_run.values()), len(by_run)
 
 
 def default_branch_head(session: Session, repository_id: int) -> int | None:

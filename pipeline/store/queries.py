@@ -7,7 +7,8 @@ their docstrings and field descriptions are the API's too (a class docstring is 
 description): a note the API does not publish is a comment.
 
 "Latest" and "history" follow commit time (committed_at), ties broken by storage order; when a
-commit was measured more than once on a series, its newest measurement stands for it.
+commit was measured by several runs on a series, its point combines them all (`history.commit_level`:
+the median of the runs' levels, with their count): a rerun adds evidence, it replaces nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from sqlalchemy.orm import Session
 from pipeline.contracts.ids import CaseIdAsText
 from pipeline.store.analysis import series_direction
 from pipeline.store.bisect_views import BisectionView, latest_by_change_point
-from pipeline.store.history import default_branch_chain
+from pipeline.store.history import commit_level, default_branch_chain
 from pipeline.store.models import (
     LIFECYCLE,
     OPEN_STATES,
@@ -99,14 +100,17 @@ class SeriesSummary(BaseModel):
 
 
 class HistoryPointOut(BaseModel):
+    """A commit's point in a series: every run that measured it there, combined (`history.commit_level`)."""
+
     model_config = ConfigDict(frozen=True)
 
     sha: str
     committed_at: datetime
-    median: float
-    min: float
-    max: float
-    n: int
+    median: float = Field(description="the median of the runs' levels (a run's level: its measurement's median)")
+    min: float = Field(description="the smallest sample of any of its runs")
+    max: float = Field(description="the largest sample of any of its runs")
+    n: int = Field(description="samples, all runs together")
+    runs: int = Field(description="runs that measured the commit on the series")
 
 
 class CaseResultOut(BaseModel):
@@ -232,15 +236,17 @@ def _series_summaries(session: Session, *, limit: int,
             return sa.true()
         return column == series_ids if isinstance(series_ids, int) else column.in_(series_ids)
 
+    # every measurement of each series' newest commit (rank 1): its runs are combined below
     ranked = (
         sa.select(
-            Measurement.series_id, Measurement.median, Commit.sha,
-            sa.func.row_number().over(
+            Measurement.series_id, Measurement.median, Commit.sha, CaseResultRow.job_id,
+            sa.func.dense_rank().over(
                 partition_by=Measurement.series_id,
-                order_by=(Commit.committed_at.desc(), Commit.id.desc(), Measurement.id.desc()),
+                order_by=(Commit.committed_at.desc(), Commit.id.desc()),
             ).label("rank"),
         )
         .join(Commit, Measurement.commit_id == Commit.id)
+        .join(CaseResultRow, Measurement.case_result_id == CaseResultRow.id)
         .where(scoped(Measurement.series_id))
         .subquery()
     )
@@ -252,35 +258,50 @@ def _series_summaries(session: Session, *, limit: int,
     )
     rows = session.execute(
         sa.select(Series.id, Case.case_id, DeviceClassRow.name, Series.metric,
-                  sa.func.coalesce(points.c.points, 0), ranked.c.median, ranked.c.sha)
+                  sa.func.coalesce(points.c.points, 0))
         .join(Case, Series.case_id == Case.id)
         .join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
         .outerjoin(points, points.c.series_id == Series.id)
-        .outerjoin(ranked, sa.and_(ranked.c.series_id == Series.id, ranked.c.rank == 1))
         .where(scoped(Series.id))
         .order_by(Case.case_id, DeviceClassRow.name, Series.metric)
         .limit(limit)
-    )
-    return [_from_row(SeriesSummary, row) for row in rows]
+    ).all()
+    newest: dict[int, list[tuple[str, str, float]]] = {}
+    if rows:
+        for series_id, median, sha, run_id in session.execute(
+            sa.select(ranked.c.series_id, ranked.c.median, ranked.c.sha, Job.run_id)
+            .join(Job, Job.id == ranked.c.job_id).where(ranked.c.rank == 1)
+        ):
+            newest.setdefault(series_id, []).append((sha, run_id, median))
+    out = []
+    for row in rows:
+        measured = newest.get(row[0])
+        latest = (commit_level((run_id, m) for _, run_id, m in measured)[0], measured[0][0]) if measured else (None, None)
+        out.append(_from_row(SeriesSummary, (*row, *latest)))
+    return out
 
 
 def series_history(session: Session, series_id: int) -> list[HistoryPointOut]:
-    """One point per measured commit, oldest commit first."""
-    ranked = (
-        sa.select(
-            Measurement.commit_id, Measurement.median, Measurement.min, Measurement.max, Measurement.n,
-            sa.func.row_number().over(partition_by=Measurement.commit_id, order_by=Measurement.id.desc()).label("rank"),
-        )
-        .where(Measurement.series_id == series_id)
-        .subquery()
-    )
+    """One point per measured commit, all its runs combined (`history.commit_level`), oldest commit first."""
     rows = session.execute(
-        sa.select(Commit.sha, Commit.committed_at, ranked.c.median, ranked.c.min, ranked.c.max, ranked.c.n)
-        .join(ranked, ranked.c.commit_id == Commit.id)
-        .where(ranked.c.rank == 1)
-        .order_by(Commit.committed_at, Commit.id)
-    )
-    return [_from_row(HistoryPointOut, row) for row in rows]
+        sa.select(Commit.id, Commit.sha, Commit.committed_at, Job.run_id, Measurement.median, Measurement.min,
+                  Measurement.max, Measurement.n)
+        .join(Measurement, Measurement.commit_id == Commit.id)
+        .join(CaseResultRow, Measurement.case_result_id == CaseResultRow.id)
+        .join(Job, CaseResultRow.job_id == Job.id)
+        .where(Measurement.series_id == series_id)
+        .order_by(Commit.committed_at, Commit.id, Measurement.id)
+    ).all()
+    by_commit: dict[int, list[Any]] = {}
+    for row in rows:
+        by_commit.setdefault(row.id, []).append(row)
+    points = []
+    for measured in by_commit.values():
+        level, runs = commit_level((m.run_id, m.median) for m in measured)
+        points.append(HistoryPointOut(sha=measured[0].sha, committed_at=measured[0].committed_at, median=level,
+                                      min=min(m.min for m in measured), max=max(m.max for m in measured),
+                                      n=sum(m.n for m in measured), runs=runs))
+    return points
 
 
 # --- commits ---------------------------------------------------------------------------------

@@ -114,13 +114,13 @@ def control_series(session: Session, series_id: int) -> tuple[int, CaseId] | Non
 
 
 def commit_samples(session: Session, series_id: int, sha: str) -> list[float] | None:
-    """Every sample of the newest measurement of `sha` on the series; None when it has none."""
-    measurement_id = session.scalar(
-        sa.select(Measurement.id).join(Commit, Measurement.commit_id == Commit.id)
-        .where(Measurement.series_id == series_id, Commit.sha == sha).order_by(Measurement.id.desc()).limit(1))
-    if measurement_id is None:
+    """Every sample of `sha` on the series, of all its runs (oldest run first); None when it has none."""
+    blobs = session.scalars(
+        sa.select(Measurement.samples).join(Commit, Measurement.commit_id == Commit.id)
+        .where(Measurement.series_id == series_id, Commit.sha == sha).order_by(Measurement.id)).all()
+    if not blobs:
         return None
-    return from_blob(session.scalar(sa.select(Measurement.samples).where(Measurement.id == measurement_id)))
+    return [sample for blob in blobs for sample in from_blob(blob)]
 
 
 def triage_histories(session: Session, change_point_ids: Sequence[int]) -> dict[int, list[TriageEventOut]]:
