@@ -1,6 +1,8 @@
 """Compare a commit with its base: the pull-request verdict (DESIGN.md, "Analysis": PR verdict).
 
-Base: `base_choice.choose_base` (given, paired, else the merge-base walk).
+Base: `base_choice.choose_base` (given, paired, else the merge-base walk); a case the base has no
+result of is compared with the nearest older ancestor that has one (`base_choice.older_bases`,
+named in `case_bases`), unless the base was given.
 
 Per case and target, the newest result of each commit is used (of the head's run, when one is
 named: a run's page shows its own results), with all its samples, judged on
@@ -85,6 +87,7 @@ from pipeline.store.base_choice import (
     device_class_id,
     find_base,
     lookup_commit,
+    older_bases,
 )
 from pipeline.store.compile_stats import CompileComparisonOut
 from pipeline.store.models import (
@@ -179,6 +182,9 @@ class ComparisonOut(BaseModel):
     device_class: str
     merge_base: str | None
     base_source: str = Field(description="explicit | paired | merge base | first parent | none")
+    case_bases: dict[str, str] = Field(default_factory=dict, description=(
+        "case id -> the older ancestor its base result comes from, for the cases base_sha has no result of "
+        "(each case is compared with the nearest ancestor that ran it; none with an explicit base)"))
     verdict: str
     errored: int
     drift: int
@@ -424,6 +430,21 @@ def compare(
         k: v for k, v in (_latest_results(session, base.id, dc_id) if base else {}).items()
         if v.measurement_id is not None
     }
+    # a base per case: what the base did not run comes from the nearest older ancestor that ran it
+    base_ids = [base.id] if base else []
+    case_bases: dict[tuple[int, str], str] = {}
+    missing = {k for k, v in latest.items() if k not in base_results and v.paired_base_commit_id is None}
+    if base is not None and choice.source != "explicit" and missing:
+        for older in older_bases(session, base, dc_id, settings.ancestor_walk):
+            found = {k: v for k, v in _latest_results(session, older.id, dc_id).items()
+                     if k in missing and v.measurement_id is not None}
+            if found:
+                base_results.update(found)
+                base_ids.append(older.id)
+                case_bases.update({k: older.sha for k in found})
+                missing -= found.keys()
+            if not missing:
+                break
     cases = {
         pk: (case_id, model) for pk, case_id, model in session.execute(
             sa.select(Case.id, Case.case_id, Case.model).where(Case.id.in_(
@@ -438,7 +459,7 @@ def compare(
     wanted += [base_results[k].measurement_id for k, v in head_results.items()
                if v.measurement_id is not None and k in base_results and k not in paired_keys]
     samples = _samples(session, [m for m in wanted if m is not None],
-                       commit_ids=[head.id] + ([base.id] if base else []), device_class_id=dc_id)
+                       commit_ids=[head.id, *base_ids], device_class_id=dc_id)
     paired = _paired_samples(session, [head_results[k].result_id for k in paired_keys])
     options: dict[str, Any] = {"lower_is_better": METRICS[METRIC].lower_is_better, "max_pvalue": settings.max_pvalue,
                                "min_samples": settings.min_samples, "min_rounds": settings.min_rounds}
@@ -504,6 +525,7 @@ def compare(
     counts = Counter(r.status for r in rows)
     return ComparisonOut(
         repository=repository, head_sha=head_sha, base_sha=choice.sha, device_class=device_class,
+        case_bases={str(cases[k[0]][0]): sha for k, sha in sorted(case_bases.items())},
         merge_base=choice.merge_base, base_source=choice.source, verdict=overall_verdict(rows),
         errored=counts.get("errored", 0), drift=sum(r.drift for r in rows), paired=any(r.paired for r in rows),
         counts={s: counts.get(s, 0) for s in STATUSES}, rows=rows,

@@ -23,7 +23,7 @@ from pipeline.service.app import create_app
 from pipeline.store.db import open_store
 from tests.helpers.live_server import live_server
 from tests.helpers.stores import database_url  # noqa: F401  (the fixture: SQLite and PostgreSQL)
-from tests.helpers.suite_repo import GemmCase, case_id, gemm_suite_files, make_suite_repo
+from tests.helpers.suite_repo import GemmCase, case_id, commit_all, gemm_suite_files, git, make_suite_repo
 
 pytestmark = pytest.mark.e2e
 
@@ -100,3 +100,30 @@ def test_a_second_run_of_a_commit_adds_to_its_history_and_leaves_the_first_run_a
         point, = series_of(get, alpha)["history"]
         assert point["runs"] == 2 and point["median"] == pytest.approx(median(levels))
         assert series_of(get, alpha)["latest_median"] == pytest.approx(median(levels))
+
+
+def rows(get: Any, run: str) -> dict[str, dict[str, Any]]:
+    comparison, = get(f"/runs/{run}")["comparisons"]
+    return {r["case_id"]: {**r, "base": comparison.get("case_bases", {}).get(r["case_id"], comparison["base_sha"])}
+            for r in comparison["rows"]}
+
+
+def test_a_partial_run_is_the_base_only_of_the_cases_it_ran(tmp_path: Path, database_url: str) -> None:  # noqa: F811
+    # unpaired: a paired run times every case against the base's bundle (it holds the whole suite)
+    cases = [*CASES, GemmCase("gamma", 24, 16, 32)]
+    repo = make_suite_repo(tmp_path, gemm_suite_files(cases), name="suite-repo")
+    suite = str(repo / "kernels")
+    flags = ["--unpaired"]
+    first = git(repo, "rev-parse", "HEAD")
+    benchfarm(tmp_path, database_url, "run", "--suite", suite, *flags)
+    partial = commit_all(repo, "second")
+    benchfarm(tmp_path, database_url, "run", "--suite", suite, "--cases", "gemm/alpha*", *flags)
+    commit_all(repo, "third")
+    full = run_id(benchfarm(tmp_path, database_url, "run", "--suite", suite, *flags))
+
+    with api(tmp_path, database_url) as get:
+        found = rows(get, full)
+    alpha = case_id(cases[0])
+    assert set(found) == {case_id(c) for c in cases}
+    assert {c: r["base"] for c, r in found.items()} == {c: partial if c == alpha else first for c in found}
+    assert all(r["status"] != "no baseline" and r["base_median"] is not None for r in found.values()), found
