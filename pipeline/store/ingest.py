@@ -33,6 +33,7 @@ from pipeline.contracts import (
 from pipeline.contracts.arrays import to_blob
 from pipeline.contracts.metrics import LATENCY
 from pipeline.store.analysis import analyze_after_ingest, learn_paired_noise
+from pipeline.store.history import update_generations
 from pipeline.store.models import (
     JOB_STATUSES,
     RUN_KINDS,
@@ -118,13 +119,15 @@ def upsert_repository(session: Session, *, name: str, url: str | None = None) ->
 def record_commits(
     session: Session, *, repository: str | Repository, commits: Sequence[CommitInfo]
 ) -> list[Commit]:
-    """Store commits and their parents (in git order); idempotent.
+    """Store commits and their parents (in git order) and keep every commit's first-parent
+    generation (`Commit.generation`, history's order) in line; idempotent.
 
     The repository (a name or a row) is created when missing. A commit already stored keeps its fields, except that
     a missing branch, pull request or parent list is filled in. Returns the rows in input order.
     """
     repo = repository if isinstance(repository, Repository) else upsert_repository(session, name=repository)
     shas = list(dict.fromkeys(c.sha for c in commits))
+    changed = False
     existing = {
         c.sha: c
         for c in session.scalars(sa.select(Commit).where(Commit.repository_id == repo.id, Commit.sha.in_(shas)))
@@ -144,6 +147,7 @@ def record_commits(
             )
             session.add(row)
             existing[info.sha] = row
+            changed = True
             continue
         if row.branch is None and info.branch is not None:
             row.branch = info.branch
@@ -151,7 +155,10 @@ def record_commits(
             row.pull_request = info.pull_request
         if not row.parents and info.parents:
             row.parents = [CommitParent(position=i, parent_sha=p) for i, p in enumerate(info.parents)]
+            changed = True
     session.flush()
+    if changed:   # history's order: the generations, new commits' and their recorded descendants'
+        update_generations(session, repo.id)
     return [existing[c.sha] for c in commits]
 
 

@@ -6,7 +6,8 @@ its OpenAPI document gives them (`*Out`: component names are part of the publish
 their docstrings and field descriptions are the API's too (a class docstring is its schema's
 description): a note the API does not publish is a comment.
 
-"Latest" and "history" follow commit time (committed_at), ties broken by storage order; when a
+"Latest" and "history" follow ancestry (`history.HISTORY_ORDER`: first-parent generation, then commit
+time, then storage order; a series' history is its default-branch history, `series_history`); when a
 commit was measured by several runs on a series, its point combines them all (`history.commit_level`:
 the median of the runs' levels, with their count): a rerun adds evidence, it replaces nothing.
 """
@@ -25,7 +26,7 @@ from sqlalchemy.orm import Session
 from pipeline.contracts.ids import CaseIdAsText
 from pipeline.store.analysis import series_direction
 from pipeline.store.bisect_views import BisectionView, latest_by_change_point
-from pipeline.store.history import commit_level, default_branch_chain
+from pipeline.store.history import HISTORY_ORDER, commit_level, default_branch_chain
 from pipeline.store.models import (
     LIFECYCLE,
     OPEN_STATES,
@@ -242,7 +243,7 @@ def _series_summaries(session: Session, *, limit: int,
             Measurement.series_id, Measurement.median, Commit.sha, CaseResultRow.job_id,
             sa.func.dense_rank().over(
                 partition_by=Measurement.series_id,
-                order_by=(Commit.committed_at.desc(), Commit.id.desc()),
+                order_by=[column.desc() for column in HISTORY_ORDER],
             ).label("rank"),
         )
         .join(Commit, Measurement.commit_id == Commit.id)
@@ -282,21 +283,30 @@ def _series_summaries(session: Session, *, limit: int,
 
 
 def series_history(session: Session, series_id: int) -> list[HistoryPointOut]:
-    """One point per measured commit, all its runs combined (`history.commit_level`), oldest commit first."""
+    """One point per measured commit, all its runs combined (`history.commit_level`), in the order of
+    history, oldest first: along its repository's default-branch history (`history.default_branch_chain`,
+    as the analysis reads it), the commits off it (pull requests, working trees, ad-hoc runs of other
+    branches: comparable and browsable, not history) left out; where the repository has no
+    default-branch history yet, every measured commit in `HISTORY_ORDER`. Never by commit time first."""
     rows = session.execute(
-        sa.select(Commit.id, Commit.sha, Commit.committed_at, Job.run_id, Measurement.median, Measurement.min,
-                  Measurement.max, Measurement.n)
+        sa.select(Commit.id, Commit.repository_id, Commit.sha, Commit.committed_at, Job.run_id, Measurement.median,
+                  Measurement.min, Measurement.max, Measurement.n)
         .join(Measurement, Measurement.commit_id == Commit.id)
         .join(CaseResultRow, Measurement.case_result_id == CaseResultRow.id)
         .join(Job, CaseResultRow.job_id == Job.id)
         .where(Measurement.series_id == series_id)
-        .order_by(Commit.committed_at, Commit.id, Measurement.id)
+        .order_by(Commit.repository_id, *HISTORY_ORDER, Measurement.id)
     ).all()
     by_commit: dict[int, list[Any]] = {}
     for row in rows:
         by_commit.setdefault(row.id, []).append(row)
+    ordered: list[int] = []
+    for repository_id in dict.fromkeys(row.repository_id for row in rows):
+        chain = default_branch_chain(session, repository_id)
+        ordered += ([c.id for c in chain if c.id in by_commit] if chain else
+                    [c for c in by_commit if by_commit[c][0].repository_id == repository_id])
     points = []
-    for measured in by_commit.values():
+    for measured in (by_commit[c] for c in ordered):
         level, runs = commit_level((m.run_id, m.median) for m in measured)
         points.append(HistoryPointOut(sha=measured[0].sha, committed_at=measured[0].committed_at, median=level,
                                       min=min(m.min for m in measured), max=max(m.max for m in measured),
@@ -341,13 +351,14 @@ def _commit_summaries(session: Session, query: sa.Select[tuple[Commit, str]]) ->
 
 def list_commits(session: Session, *, repository: str | None = None, branch: str | None = None,
                  limit: int = 100) -> list[CommitOut]:
-    """Recorded commits, newest commit time first, optionally of one repository and one branch."""
+    """Recorded commits, newest first (`history.HISTORY_ORDER`: by ancestry, then commit time),
+    optionally of one repository and one branch."""
     query = sa.select(Commit, Repository.name).join(Repository, Commit.repository_id == Repository.id)
     if repository is not None:
         query = query.where(Repository.name == repository)
     if branch is not None:
         query = query.where(Commit.branch == branch)
-    return _commit_summaries(session, query.order_by(Commit.committed_at.desc(), Commit.id.desc()).limit(limit))
+    return _commit_summaries(session, query.order_by(*(column.desc() for column in HISTORY_ORDER)).limit(limit))
 
 
 def find_commits(session: Session, sha: str, *, repository: str | None = None) -> list[CommitOut]:
@@ -474,10 +485,16 @@ def _change_point_query() -> tuple[Any, sa.ColumnElement[bool]]:
     ), is_open
 
 
+def _after_commit_order() -> list[sa.ScalarSelect[Any]]:
+    """A change point's place in history: its after commit's, in `HISTORY_ORDER` (not its commit time)."""
+    return [sa.select(column).where(Commit.id == ChangePoint.after_commit_id).scalar_subquery()
+            for column in HISTORY_ORDER]
+
+
 def series_change_points(session: Session, series_id: int) -> list[ChangePointOut]:
     """A series' change points, oldest first."""
     rows = session.execute(_change_point_query()[0].where(ChangePoint.series_id == series_id)
-                           .order_by(ChangePoint.committed_at, ChangePoint.id))
+                           .order_by(*_after_commit_order(), ChangePoint.id))
     return [_from_row(ChangePointOut, row) for row in rows]
 
 

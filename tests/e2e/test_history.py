@@ -23,7 +23,15 @@ from pipeline.service.app import create_app
 from pipeline.store.db import open_store
 from tests.helpers.live_server import live_server
 from tests.helpers.stores import database_url  # noqa: F401  (the fixture: SQLite and PostgreSQL)
-from tests.helpers.suite_repo import GemmCase, case_id, commit_all, gemm_suite_files, git, make_suite_repo
+from tests.helpers.suite_repo import (
+    GemmCase,
+    case_id,
+    commit_all,
+    gemm_suite_files,
+    git,
+    make_suite_repo,
+    write_files,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -127,3 +135,25 @@ def test_a_partial_run_is_the_base_only_of_the_cases_it_ran(tmp_path: Path, data
     assert set(found) == {case_id(c) for c in cases}
     assert {c: r["base"] for c, r in found.items()} == {c: partial if c == alpha else first for c in found}
     assert all(r["status"] != "no baseline" and r["base_median"] is not None for r in found.values()), found
+
+
+def test_commits_of_one_second_benchmarked_out_of_order_keep_their_ancestry_order(
+        tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    fast, slow = GemmCase("alpha", 128, 128, 128), GemmCase("alpha", 128, 128, 128, "slow")
+    monkeypatch.setenv("GIT_COMMITTER_DATE", "2026-11-27T09:00:00+00:00")   # a rebase: one second for all
+    monkeypatch.setenv("GIT_AUTHOR_DATE", "2026-11-27T09:00:00+00:00")
+    repo = make_suite_repo(tmp_path, gemm_suite_files([fast]), name="suite-repo")
+    shas = [git(repo, "rev-parse", "HEAD")]
+    for i in range(1, 6):
+        write_files(repo, gemm_suite_files([slow if i >= 3 else fast]))
+        shas.append(commit_all(repo, f"commit {i}"))
+    suite = str(repo / "kernels")
+    for i in (5, 3, 0, 4, 1, 2):   # newest first, then back and forth
+        benchfarm(tmp_path, database_url, "run", "--suite", suite, "--ref", shas[i], "--unpaired")
+
+    with api(tmp_path, database_url) as get:
+        series = series_of(get, case_id(fast))
+    assert [p["sha"] for p in series["history"]] == shas
+    standing = [(cp["before_sha"], cp["after_sha"]) for cp in series["change_points"] if cp["lifecycle"] != "retracted"]
+    assert standing == [(shas[2], shas[3])], series["change_points"]
+
