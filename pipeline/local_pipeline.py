@@ -24,6 +24,7 @@ from pipeline.build.suite_loader import (
     SuiteLocation,
     commit_history,
     locate_suite,
+    on_first_parent_line,
     resolve_commit,
 )
 from pipeline.config import Settings
@@ -117,8 +118,11 @@ def run_pipeline(
         for device in devices:
             ingest.upsert_device_class(session, device.device_class)
             ingest.upsert_device(session, info=device.info)
+        # the checkout's line of history feeds the default-branch history (`history`); a working tree
+        # or another branch's commit is an ad-hoc run: compared and browsable, not history
+        kind = "local" if on_first_parent_line(location, sha) else "adhoc"
         run = ingest.create_run(
-            session, repository=repository, commit_sha=sha, kind="local",
+            session, repository=repository, commit_sha=sha, kind=kind,
             device_classes=[d.device_class.name for d in devices], owner=dispatch.local_owner(),
         )
         run_id = run.id

@@ -46,7 +46,7 @@ def benchfarm(tmp_path: Path, url: str, *args: str, cwd: Path | None = None, **e
     env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
     env.update(BENCHFARM_HOME=str(tmp_path / "home"), BENCHFARM_DATABASE_URL=url, **FAST, **env_extra)
     proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=cwd or tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, f"benchfarm {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 
@@ -157,3 +157,28 @@ def test_commits_of_one_second_benchmarked_out_of_order_keep_their_ancestry_orde
     standing = [(cp["before_sha"], cp["after_sha"]) for cp in series["change_points"] if cp["lifecycle"] != "retracted"]
     assert standing == [(shas[2], shas[3])], series["change_points"]
 
+
+def test_a_working_tree_and_another_branchs_commit_stay_out_of_the_branch_history(
+        tmp_path: Path, database_url: str) -> None:  # noqa: F811
+    repo = make_suite_repo(tmp_path, gemm_suite_files(CASES), name="suite-repo")
+    suite = str(repo / "kernels")
+    alpha = case_id(CASES[0])
+    first = git(repo, "rev-parse", "HEAD")
+    benchfarm(tmp_path, database_url, "run", "--suite", suite, "--cases", "gemm/alpha*")
+    git(repo, "checkout", "-q", "-b", "feature")
+    feature = commit_all(repo, "an experiment on a branch")
+    git(repo, "checkout", "-q", "main")
+    benchfarm(tmp_path, database_url, "run", "--suite", suite, "--cases", "gemm/alpha*", "--ref", "feature")
+    second = commit_all(repo, "the next commit of main")
+    benchfarm(tmp_path, database_url, "run", "--suite", suite, "--cases", "gemm/alpha*")
+    write_files(repo, gemm_suite_files([GemmCase("alpha", 32, 32, 32, "slow"), CASES[1]]))   # not committed
+    tree = run_id(benchfarm(tmp_path, database_url, "run", "--worktree", "--cases", "gemm/alpha*", cwd=repo))
+
+    with api(tmp_path, database_url) as get:
+        assert [p["sha"] for p in series_of(get, alpha)["history"]] == [first, second]
+        worktree_run = get(f"/runs/{tree}")
+        assert worktree_run["run"]["kind"] == "adhoc" and get(f"/runs/{tree}", page=True)
+        (compared,) = worktree_run["comparisons"]
+        assert compared["base_sha"] == second and [r["case_id"] for r in compared["rows"]] == [alpha]
+        assert not get(f"/commits/{worktree_run['run']['commit_sha']}")["on_default_branch"]
+        assert not get(f"/commits/{feature}")["on_default_branch"] and get(f"/commits/{second}")["on_default_branch"]
