@@ -166,8 +166,9 @@ def _fingerprint(session: Session, settings: Settings, comparison: ComparisonOut
 
 
 class VerdictWarmer(Loop):
-    """Computes the kept comparison of each job that ends (its commit on its device class against
-    the base the pages find), so the first view of a run or a pull request is served kept."""
+    """Computes the kept comparisons of each job that ends (its commit's, and its run's own results', on
+    its device class against the base the pages find), so the first view of a run or a pull request
+    is served kept."""
 
     def __init__(self, settings: Settings, engine: Engine, period_s: float = 2.0) -> None:
         super().__init__("verdict-warmer", period_s)
@@ -179,7 +180,7 @@ class VerdictWarmer(Loop):
 
     def step(self) -> bool:
         with session_scope(self.engine) as session:
-            query = (sa.select(Job.id, Job.finished_at, Repository.name, Commit.sha, DeviceClassRow.name)
+            query = (sa.select(Job.id, Job.finished_at, Repository.name, Commit.sha, DeviceClassRow.name, Job.run_id)
                      .join(Run, Job.run_id == Run.id).join(Commit, Run.commit_id == Commit.id)
                      .join(Repository, Commit.repository_id == Repository.id)
                      .join(DeviceClassRow, Job.device_class_id == DeviceClassRow.id)
@@ -188,10 +189,11 @@ class VerdictWarmer(Loop):
                 query = query.where(Job.finished_at >= self._since)
             ended = [e for e in session.execute(query.order_by(Job.finished_at, Job.id).limit(50))
                      if e.id not in self._warmed]
-        for job_id, finished_at, repository, sha, device_class in ended:
+        for job_id, finished_at, repository, sha, device_class, run_id in ended:
             try:
-                with session_scope(self.engine) as session:
+                with session_scope(self.engine) as session:   # the commit's (compare page) and the run's (run page)
                     cached_comparison(session, self.settings, repository, sha, None, device_class, None)
+                    cached_comparison(session, self.settings, repository, sha, None, device_class, None, run_id)
             except CompareError as exc:
                 log.info("job %s: no comparison to keep (%s)", job_id, exc)
             if self._since is None or finished_at > self._since:
