@@ -151,6 +151,12 @@ def test_sigterm_on_run_cancels_the_run_as_ctrl_c_does(tmp_path: Path, database_
     assert (job_status, run_status) == ("failed", "failed")
     assert job_error == "cancelled: interrupted (SIGTERM) while the job was running", job_error
 
+    quick = {k: v for k, v in _env(tmp_path, database_url).items() if not k.startswith("BENCHFARM_MEASUREMENT__")}
+    again = _run(repo, tmp_path, quick, "--cases", "gemm/alpha*")
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, (out, err)
+    assert sorted(status for status, *_ in _jobs(database_url)) == ["done", "failed"]
+
 
 def test_a_killed_runs_job_is_failed_by_the_next_run(tmp_path: Path, database_url: str) -> None:  # noqa: F811
     repo = make_suite_repo(tmp_path, gemm_suite_files(CASES), name="suite-repo")
@@ -170,3 +176,25 @@ def test_a_killed_runs_job_is_failed_by_the_next_run(tmp_path: Path, database_ur
     (_, error, run_status, _), = [j for j in jobs if j[0] == "failed"]
     assert run_status == "failed"
     assert error is not None and "ended without finishing it" in error, error
+
+
+def test_serve_fails_at_start_the_jobs_of_a_killed_run(tmp_path: Path, database_url: str) -> None:  # noqa: F811
+    repo = make_suite_repo(tmp_path, gemm_suite_files(CASES), name="suite-repo")
+    killed = _run(repo, tmp_path, _env(tmp_path, database_url))
+    _wait_running(killed, database_url)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.communicate(timeout=60)
+
+    env = _env(tmp_path, database_url, BENCHFARM_PORT=str(free_port()))
+    serve = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "serve"], cwd=tmp_path, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while _running(database_url) and serve.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.3)
+    finally:
+        os.killpg(serve.pid, signal.SIGINT)
+        out, err = serve.communicate(timeout=60)
+    (job_status, job_error, run_status, _), = _jobs(database_url)
+    assert (job_status, run_status) == ("failed", "failed"), (out, err)
+    assert job_error is not None and "ended without finishing it" in job_error, job_error
