@@ -451,17 +451,26 @@ class SeriesDetailOut(SeriesSummary):
     change_points: list[ChangePointOut]
 
 
+def _after_commit_order() -> list[sa.ScalarSelect[Any]]:
+    """A change point's place in history: its after commit's, in `HISTORY_ORDER` (not its commit time)."""
+    return [sa.select(column).where(Commit.id == ChangePoint.after_commit_id).scalar_subquery()
+            for column in HISTORY_ORDER]
+
+
 def _baselines() -> sa.Subquery:
-    """series id -> commit time of its newest intended change point."""
-    return (sa.select(ChangePoint.series_id, sa.func.max(ChangePoint.committed_at).label("since"))
+    """series id -> the first-parent generation of its newest intended change point's commit."""
+    after = sa.orm.aliased(Commit)
+    return (sa.select(ChangePoint.series_id, sa.func.max(after.generation).label("since"))
+            .join(after, ChangePoint.after_commit_id == after.id)
             .where(ChangePoint.state == "intended", ChangePoint.lifecycle != "retracted")
             .group_by(ChangePoint.series_id).subquery("baselines"))
 
 
 def _is_open(baselines: sa.Subquery) -> sa.ColumnElement[bool]:
-    """Open: an open triage state, not retracted, after the series' newest intended change point."""
+    """Open: an open triage state, not retracted, after the series' newest intended change point (in
+    ancestry: a later first-parent generation of the series' history, not a later commit time)."""
     return sa.and_(ChangePoint.state.in_(OPEN_STATES), ChangePoint.lifecycle != "retracted",
-                   sa.or_(baselines.c.since.is_(None), ChangePoint.committed_at > baselines.c.since))
+                   sa.or_(baselines.c.since.is_(None), _after_commit_order()[0] > baselines.c.since))
 
 
 def _change_point_query() -> tuple[Any, sa.ColumnElement[bool]]:
@@ -483,12 +492,6 @@ def _change_point_query() -> tuple[Any, sa.ColumnElement[bool]]:
         .join(after, ChangePoint.after_commit_id == after.id)
         .outerjoin(baselines, baselines.c.series_id == ChangePoint.series_id)
     ), is_open
-
-
-def _after_commit_order() -> list[sa.ScalarSelect[Any]]:
-    """A change point's place in history: its after commit's, in `HISTORY_ORDER` (not its commit time)."""
-    return [sa.select(column).where(Commit.id == ChangePoint.after_commit_id).scalar_subquery()
-            for column in HISTORY_ORDER]
 
 
 def series_change_points(session: Session, series_id: int) -> list[ChangePointOut]:
@@ -518,7 +521,7 @@ def series_baseline(session: Session, series_id: int) -> BaselineOut | None:
         sa.select(ChangePoint.id, Commit.sha, ChangePoint.after_level)
         .join(Commit, ChangePoint.after_commit_id == Commit.id)
         .where(ChangePoint.series_id == series_id, ChangePoint.state == "intended", ChangePoint.lifecycle != "retracted")
-        .order_by(ChangePoint.committed_at.desc(), ChangePoint.id.desc()).limit(1)).one_or_none()
+        .order_by(*(column.desc() for column in HISTORY_ORDER), ChangePoint.id.desc()).limit(1)).one_or_none()
     return _from_row(BaselineOut, row) if row is not None else None
 
 
@@ -553,7 +556,8 @@ def list_regressions(session: Session, *, device_class: str | None = None, famil
         query = query.where(DeviceClassRow.name == device_class)
     if family is not None:
         query = query.where(Case.family == family)
-    rows = session.execute(query.order_by(ChangePoint.committed_at.desc(), ChangePoint.id.desc()).limit(limit))
+    rows = session.execute(query.order_by(*(column.desc() for column in _after_commit_order()),
+                                          ChangePoint.id.desc()).limit(limit))
     return [_from_row(ChangePointOut, row) for row in rows]
 
 
