@@ -377,7 +377,10 @@ def local_owner() -> str:
 def _owner_alive(owner: str, host: str) -> bool:
     """Whether the owner process of a job still runs; an owner on another host counts as alive (this
     host cannot tell)."""
-    owner_host, pid, start = owner.rsplit(":", 2)
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3:   # not `local_owner`'s form: no process of this host can be told to hold it
+        return False
+    owner_host, pid, start = parts
     if owner_host != host:
         return True
     if not pid.isdigit():
