@@ -89,6 +89,9 @@ class RunDetail(BaseModel):
 
 
 class SeriesSummary(BaseModel):
+    """A series with its history's length and newest point (`series_history`: the default-branch
+    history, its commits' runs combined)."""
+
     model_config = ConfigDict(frozen=True)
 
     id: int
@@ -226,6 +229,20 @@ def get_series(session: Session, series_id: int) -> SeriesSummary | None:
     return found[0] if found else None
 
 
+def _in_history(session: Session) -> sa.ColumnElement[bool]:
+    """Whether a commit is history, as `series_history` has it: on its repository's default-branch
+    history, or of a repository that has none yet (then all its commits are)."""
+    on_chain: list[int] = []
+    chainless: list[int] = []
+    for repository_id in session.scalars(sa.select(Repository.id)):
+        chain = default_branch_chain(session, repository_id)
+        if chain:
+            on_chain += [c.id for c in chain]
+        else:
+            chainless.append(repository_id)
+    return sa.or_(Commit.id.in_(on_chain), Commit.repository_id.in_(chainless))
+
+
 def _series_summaries(session: Session, *, limit: int,
                       series_ids: int | sa.ScalarSelect[int] | None = None) -> list[SeriesSummary]:
     """The summaries of every series, of one (an id) or of a subquery's ids. The filter goes inside
@@ -237,6 +254,7 @@ def _series_summaries(session: Session, *, limit: int,
             return sa.true()
         return column == series_ids if isinstance(series_ids, int) else column.in_(series_ids)
 
+    history = _in_history(session)
     # every measurement of each series' newest commit (rank 1): its runs are combined below
     ranked = (
         sa.select(
@@ -248,12 +266,13 @@ def _series_summaries(session: Session, *, limit: int,
         )
         .join(Commit, Measurement.commit_id == Commit.id)
         .join(CaseResultRow, Measurement.case_result_id == CaseResultRow.id)
-        .where(scoped(Measurement.series_id))
+        .where(scoped(Measurement.series_id), history)
         .subquery()
     )
     points = (
         sa.select(Measurement.series_id, sa.func.count(sa.distinct(Measurement.commit_id)).label("points"))
-        .where(scoped(Measurement.series_id))
+        .join(Commit, Measurement.commit_id == Commit.id)
+        .where(scoped(Measurement.series_id), history)
         .group_by(Measurement.series_id)
         .subquery()
     )

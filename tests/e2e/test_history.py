@@ -175,7 +175,9 @@ def test_a_working_tree_and_another_branchs_commit_stay_out_of_the_branch_histor
     tree = run_id(benchfarm(tmp_path, database_url, "run", "--worktree", "--cases", "gemm/alpha*", cwd=repo))
 
     with api(tmp_path, database_url) as get:
-        assert [p["sha"] for p in series_of(get, alpha)["history"]] == [first, second]
+        series = series_of(get, alpha)
+        assert [p["sha"] for p in series["history"]] == [first, second]
+        assert (series["latest_commit"], series["points"]) == (second, 2)
         worktree_run = get(f"/runs/{tree}")
         assert worktree_run["run"]["kind"] == "adhoc" and get(f"/runs/{tree}", page=True)
         (compared,) = worktree_run["comparisons"]
