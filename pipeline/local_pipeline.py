@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
+from pipeline import dispatch
 from pipeline.agents.check_cache import CheckCache
 from pipeline.agents.devices import LocalDevice, discover_local_devices
 from pipeline.agents.local import run_bundle
@@ -23,6 +24,7 @@ from pipeline.build.suite_loader import (
     SuiteLocation,
     commit_history,
     locate_suite,
+    on_first_parent_line,
     resolve_commit,
 )
 from pipeline.config import Settings
@@ -44,10 +46,10 @@ class PipelineError(RuntimeError):
 
 
 class RunCancelled(KeyboardInterrupt):
-    """Ctrl-C during a run: the run's unfinished jobs were recorded as failed, "cancelled"."""
+    """Ctrl-C (or SIGTERM) during a run: the run's unfinished jobs were recorded as failed, "cancelled"."""
 
 
-CANCELLED_REASON = "cancelled: interrupted (Ctrl-C) while the job was {stage}"
+CANCELLED_REASON = "cancelled: interrupted ({how}) while the job was {stage}"
 
 
 @dataclass
@@ -108,14 +110,20 @@ def run_pipeline(
     repo = repository_name(settings, location)
 
     with session_scope(engine) as session:
+        reaped = dispatch.reap_orphaned_local_jobs(session)
+        if reaped:
+            log.warning("failed %d job(s) left unfinished by benchfarm processes that are gone", len(reaped))
         repository = ingest.upsert_repository(session, name=repo)
         ingest.record_commits(session, repository=repository, commits=commit_history(location, sha))
         for device in devices:
             ingest.upsert_device_class(session, device.device_class)
             ingest.upsert_device(session, info=device.info)
+        # the checkout's line of history feeds the default-branch history (`history`); a working tree
+        # or another branch's commit is an ad-hoc run: compared and browsable, not history
+        kind = "local" if on_first_parent_line(location, sha) else "adhoc"
         run = ingest.create_run(
-            session, repository=repository, commit_sha=sha, kind="local",
-            device_classes=[d.device_class.name for d in devices],
+            session, repository=repository, commit_sha=sha, kind=kind,
+            device_classes=[d.device_class.name for d in devices], owner=dispatch.local_owner(),
         )
         run_id = run.id
         jobs = {job.device_class.name: job.id for job in run.jobs}
@@ -125,14 +133,15 @@ def run_pipeline(
     try:
         _build_and_run(settings, engine, location=location, sha=sha, repo=repo, chosen=chosen, devices=devices,
                        jobs=jobs, outcome=outcome, progress=progress, paired=paired, stage=stage, cases=cases)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
+        how = str(interrupt) or "Ctrl-C"   # SIGTERM says so (`cli.common.sigterm_as_interrupt`)
         ended = ("done", "failed")
         with session_scope(engine) as session:
             for job_id in jobs.values():
                 job = session.get(Job, job_id)
                 if job is not None and job.status not in ended:
                     ingest.set_job_status(session, job_id=job_id, status="failed",
-                                          error=CANCELLED_REASON.format(stage=stage[0]))
+                                          error=CANCELLED_REASON.format(how=how, stage=stage[0]))
         raise RunCancelled(f"run {run_id} cancelled; its unfinished jobs are recorded as failed") from None
     with session_scope(engine) as session:
         outcome.compiled = compare_compile(session, repo, head_sha=sha,
@@ -194,7 +203,7 @@ def _build_and_run(settings: Settings, engine: Engine, *, location: SuiteLocatio
             continue
         with session_scope(engine) as session:
             comparison = compare(session, repository=repo, head_sha=sha, device_class=device.device_class.name,
-                                 settings=settings.compare)
+                                 settings=settings.compare, run_id=run_id)
         # with --cases, the rows of what this run ran: the commit's other cases (an earlier run's) are
         # not news, and the run page shows the same cut
         ran = {CaseId.parse(e.case) for e in manifest.entries}

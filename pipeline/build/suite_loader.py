@@ -33,6 +33,7 @@ from pipeline.contracts import CommitInfo, bundle_dir
 __all__ = [
     "SuiteError", "SuiteLocation", "locate_suite", "resolve_commit", "suite_digest", "export_suite",
     "load_suite", "load_suite_module", "commit_history", "default_suite", "uncommitted_changes", "commit_worktree",
+    "on_first_parent_line",
     "WORKTREE_REF_PREFIX",
 ]
 
@@ -147,6 +148,14 @@ def commit_worktree(location: SuiteLocation) -> str:
     sha = str(_git(location.repo_root, "commit-tree", tree, "-p", head, "-m", message, env=who)).strip()
     _git(location.repo_root, "update-ref", f"{WORKTREE_REF_PREFIX}{sha}", sha)
     return sha
+
+
+def on_first_parent_line(location: SuiteLocation, sha: str, tip: str = "HEAD") -> bool:
+    """Whether `sha` is `tip` or one of its first-parent ancestors (what `git log --first-parent TIP`
+    lists): the line of history a checkout is on. A working-tree commit, another branch's commit or
+    a commit merged in from a side branch is not."""
+    head = resolve_commit(location, tip)
+    return sha == head or sha in str(_git(location.repo_root, "rev-list", "--first-parent", head)).split()
 
 
 def resolve_commit(location: SuiteLocation, ref: str = "HEAD") -> str:

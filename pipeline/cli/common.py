@@ -4,6 +4,7 @@ ref a command benchmarks, calls to a service and commit names."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,7 +24,7 @@ from rich.progress import (
 from pipeline.config import Settings, load_settings
 
 __all__ = ["BUILD_WORDS", "CliError", "checkout_repository", "err_console", "full_sha", "listen_on", "out_console",
-           "progress_bar", "service_call", "split_targets", "suite_and_ref"]
+           "progress_bar", "service_call", "sigterm_as_interrupt", "split_targets", "suite_and_ref"]
 
 err_console = Console(stderr=True)
 out_console = Console(width=None if sys.stdout.isatty() else 160)  # pipes get whole case ids
@@ -34,6 +35,17 @@ T = TypeVar("T")
 
 class CliError(RuntimeError):
     """A user-facing failure: printed as one line, exit status 1."""
+
+
+def sigterm_as_interrupt(message: str = "SIGTERM") -> None:
+    """From now on SIGTERM (kill, systemctl stop, docker stop) raises KeyboardInterrupt(message) in the
+    main thread, as Ctrl-C does: the command cleans up the same way (a run records its unfinished
+    jobs as cancelled) instead of dying with its work left `running`."""
+
+    def terminate(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(message)
+
+    signal.signal(signal.SIGTERM, terminate)
 
 
 BUILD_WORDS = ("compiled", "cached", "failed", "recorded", "reused")

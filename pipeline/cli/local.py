@@ -15,6 +15,7 @@ from pipeline.cli.common import (
     listen_on,
     out_console,
     progress_bar,
+    sigterm_as_interrupt,
     split_targets,
     suite_and_ref,
 )
@@ -27,6 +28,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.store.db import open_store, shown_url
 
     suite, ref = suite_and_ref(args, args.ref)
+    sigterm_as_interrupt()   # a terminated run records its unfinished jobs as cancelled, as Ctrl-C does
     engine = open_store(settings.database_url)
     with progress_bar() as progress:
         outcome = run_pipeline(

@@ -14,6 +14,7 @@ from pipeline.cli.common import (
     full_sha,
     listen_on,
     out_console,
+    sigterm_as_interrupt,
     split_targets,
 )
 from pipeline.config import Settings
@@ -30,8 +31,6 @@ def cmd_builder(args: argparse.Namespace, settings: Settings) -> int:
     """The service's builder as a process of its own (a builder host, the compose file's `builder`):
     builds the bundles triggered runs wait for, from the suite checkout, into BENCHFARM_HOME (which
     the service must read too), until stopped. Ctrl-C or SIGTERM hands an unfinished build back."""
-    import signal
-
     from pipeline.build.suite_loader import locate_suite
     from pipeline.dispatch.triggers import Builder
     from pipeline.store.db import open_store, shown_url
@@ -42,10 +41,7 @@ def cmd_builder(args: argparse.Namespace, settings: Settings) -> int:
                        "service's webhook fetches into) or set BENCHFARM_DISPATCH__SUITE_PATH")
     location = locate_suite(Path(suite))
 
-    def terminate(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt("stopped (SIGTERM)")
-
-    signal.signal(signal.SIGTERM, terminate)   # docker stop, systemctl stop: as Ctrl-C
+    sigterm_as_interrupt("stopped (SIGTERM)")   # docker stop, systemctl stop: as Ctrl-C
     engine = open_store(settings.database_url)
     builder = Builder(settings, engine, suite=location.path)
     err_console.print(f"benchfarm builder: building triggered runs from {location.path} into {settings.bundles_dir} "

@@ -19,8 +19,11 @@ Beside the queue: `triggers` (ad-hoc runs, the service's builder, the reaper, th
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, cast
 
 import sqlalchemy as sa
@@ -55,7 +58,9 @@ __all__ = [
     "get_job",
     "heartbeat",
     "list_jobs",
+    "local_owner",
     "mark_silent_agents_offline",
+    "reap_orphaned_local_jobs",
     "set_agent_gone",
     "register_agent",
     "requeue_expired",
@@ -338,6 +343,71 @@ def requeue_expired(session: Session, *, now: datetime | None = None) -> list[tu
                                   error=f"lease expired {job.attempts} times: last agent {owner}")
             moved.append((job.id, "failed"))
     return moved
+
+
+# --- local jobs: no lease, an owner process ----------------------------------------------------
+
+
+def _process_start(pid: int) -> str | None:
+    """When the process started (clock ticks since boot, /proc/PID/stat field 22), "" where the
+    system does not say (no /proc), None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return None
+        try:   # no /proc: whether the pid exists is all there is to know
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return ""
+    except OSError:
+        return ""
+    # the command name (field 2) is in parentheses and may hold spaces: count from its end
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def local_owner() -> str:
+    """This process as the owner of the local jobs it runs (`Job.owner`): host, pid and start time."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_process_start(os.getpid()) or ''}"
+
+
+def _owner_alive(owner: str, host: str) -> bool:
+    """Whether the owner process of a job still runs; an owner on another host counts as alive (this
+    host cannot tell)."""
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3:   # not `local_owner`'s form: no process of this host can be told to hold it
+        return False
+    owner_host, pid, start = parts
+    if owner_host != host:
+        return True
+    if not pid.isdigit():
+        return False
+    found = _process_start(int(pid))
+    return found is not None and (found == start or "" in (found, start))
+
+
+def reap_orphaned_local_jobs(session: Session) -> list[str]:
+    """Fail the unfinished jobs of `benchfarm run` processes of this host that are gone (killed
+    outright, their machine restarted), and the running jobs without a lease or an owner (kept by a
+    `benchfarm run` before owners were recorded): no process will ever end them. Returns their ids.
+    `benchfarm run`, `up` and `serve` call it when they start."""
+    host = socket.gethostname()
+    owned = session.scalars(sa.select(Job).where(Job.status.in_(("queued", "running")), Job.owner.is_not(None))
+                            .order_by(Job.id)).all()
+    orphans = [(job, f"failed: its process ({job.owner}) ended without finishing it")
+               for job in owned if job.owner is not None and not _owner_alive(job.owner, host)]
+    unowned = session.scalars(sa.select(Job).where(Job.status == "running", Job.owner.is_(None),
+                                                   Job.lease_owner.is_(None), Job.lease_expires_at.is_(None))
+                              .order_by(Job.id)).all()
+    no_owner = ("failed: running with neither a lease nor an owner process (left by a benchfarm run that "
+                "ended without finishing it)")
+    orphans += [(job, no_owner) for job in unowned]
+    for job, reason in orphans:
+        ingest.set_job_status(session, job_id=job.id, status="failed", error=reason)
+    return [job.id for job, _ in orphans]
 
 
 def extend_leases(session: Session, *, lease_s: float, now: datetime | None = None) -> int:

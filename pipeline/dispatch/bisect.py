@@ -168,10 +168,13 @@ def change_point_of_series(session: Session, series_id: int) -> int:
     one when it has no confirmed one). Raises BisectNotFound / BisectError."""
     if session.get(Series, series_id) is None:
         raise BisectNotFound(f"series_id: no series {series_id}")
+    # newest in history: its after commit's first-parent generation (one series: one line of history)
+    generation = sa.select(Commit.generation).where(Commit.id == ChangePoint.after_commit_id).scalar_subquery()
     for lifecycle in ("confirmed", "suspected"):
         found = session.scalar(sa.select(ChangePoint.id).where(ChangePoint.series_id == series_id,
                                                                ChangePoint.lifecycle == lifecycle)
-                               .order_by(ChangePoint.committed_at.desc(), ChangePoint.id.desc()).limit(1))
+                               .order_by(generation.desc(), ChangePoint.committed_at.desc(), ChangePoint.id.desc())
+                               .limit(1))
         if found is not None:
             return int(found)
     raise BisectError(f"series_id: series {series_id} has no confirmed or suspected change point to bisect")

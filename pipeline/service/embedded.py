@@ -145,7 +145,7 @@ class _LogStream(io.TextIOBase):
 
 def start_dispatcher(settings: Settings, engine: Engine) -> list[threading.Thread]:
     """What the service runs beside the API: leases restarted (agents could not heartbeat while it
-    was down), the reaper, the webhook worker, the reporter (`pipeline.pr_comments`), the alerter
+    was down), local jobs whose `benchfarm run` is gone failed (`dispatch.reap_orphaned_local_jobs`), the reaper, the webhook worker, the reporter (`pipeline.pr_comments`), the alerter
     (`pipeline.service.alerts`), the bisector (`pipeline.dispatch.bisect`), and the builder when it has
     a suite checkout and `dispatch.builder` (else `benchfarm builder` processes build)."""
     from pipeline.dispatch.bisect import Bisector
@@ -156,6 +156,9 @@ def start_dispatcher(settings: Settings, engine: Engine) -> list[threading.Threa
 
     with session_scope(engine) as session:
         extended = dispatch.extend_leases(session, lease_s=settings.dispatch.lease_s)
+        reaped = dispatch.reap_orphaned_local_jobs(session)
+    if reaped:
+        log.warning("failed %d job(s) left unfinished by benchfarm processes that are gone", len(reaped))
     if extended:
         log.info("%d running jobs get a fresh lease after the restart", extended)
     loops: list[threading.Thread] = [triggers.Reaper(settings, engine), WebhookWorker(settings, engine),

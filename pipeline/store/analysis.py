@@ -2,8 +2,8 @@
 
 A series' history is one value per commit of the repository's default-branch history
 (`history.default_branch_chain`: the first-parent chain of the default-branch head) that has a
-measurement in the series, oldest first; the value is the median of the commit's newest
-measurement (a rerun replaces the earlier one, as everywhere in the store).
+measurement in the series, oldest first; the value combines every run of the commit
+(`history.commit_level`: the median of the runs' levels; a rerun adds a level, it replaces none).
 
 After each upload the touched series' whole history goes through `changepoints.analyse`, a pure
 function of it, and the stored change points are brought in line with what it reports:
@@ -69,6 +69,7 @@ from pipeline.store.compare import paired_changes
 from pipeline.store.history import (
     FALLBACK_RUN_KINDS,
     ChainCommit,
+    commit_level,
     default_branch_chain,
 )
 from pipeline.store.models import (
@@ -143,21 +144,24 @@ def _histories(session: Session, chain: Sequence[ChainCommit], series_ids: Itera
     position = {c.id: i for i, c in enumerate(chain)}
     if not position:
         return {}
-    query = (sa.select(Measurement.series_id, Measurement.commit_id, Measurement.median, CaseResultRow.binary_digest)
-             .join(CaseResultRow, Measurement.case_result_id == CaseResultRow.id).order_by(Measurement.id))
+    query = (sa.select(Measurement.series_id, Measurement.commit_id, Job.run_id, Measurement.median,
+                       CaseResultRow.binary_digest)
+             .join(CaseResultRow, Measurement.case_result_id == CaseResultRow.id)
+             .join(Job, CaseResultRow.job_id == Job.id).order_by(Measurement.id))
     if series_ids is not None:
         ids = list(series_ids)
         if not ids:
             return {}
         query = query.where(Measurement.series_id.in_(ids))
-    newest: dict[int, dict[int, tuple[float, str | None]]] = defaultdict(dict)
-    for series_id, commit_id, median, digest in session.execute(query):
+    measured: dict[int, dict[int, list[tuple[str, float, str | None]]]] = defaultdict(lambda: defaultdict(list))
+    for series_id, commit_id, run_id, median, digest in session.execute(query):
         if commit_id in position:
-            newest[series_id][commit_id] = (median, digest)  # ordered by id: the last one wins
+            measured[series_id][commit_id].append((run_id, median, digest))
+    # a commit's value combines all its runs (`history.commit_level`); its binary: the newest run's
     return {
-        series_id: [_Point(chain[position[c]], v, d)
-                    for c, (v, d) in sorted(values.items(), key=lambda kv: position[kv[0]])]
-        for series_id, values in newest.items()
+        series_id: [_Point(chain[position[c]], commit_level((r, m) for r, m, _ in runs)[0], runs[-1][2])
+                    for c, runs in sorted(values.items(), key=lambda kv: position[kv[0]])]
+        for series_id, values in measured.items()
     }
 
 

@@ -11,10 +11,15 @@
   head's first parents. A head that is itself on the default branch (a push) is compared with its
   first-parent ancestors; so is one whose walk meets no default-branch commit (nothing recorded as
   the default branch, or a branch that forked long ago): its own first-parent ancestors.
+
+That base is the comparison's; a base per case: a case the base has no result of is compared with
+the nearest older first-parent ancestor that has one on the class (`older_bases`), unless the base
+was given. A commit that ran only some cases is thus the base of those alone.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -34,7 +39,8 @@ from pipeline.store.models import (
     Series,
 )
 
-__all__ = ["BaseChoice", "CompareError", "choose_base", "device_class_id", "find_base", "lookup_commit"]
+__all__ = ["BaseChoice", "CompareError", "choose_base", "device_class_id", "find_base", "lookup_commit",
+           "older_bases"]
 
 
 class CompareError(LookupError):
@@ -110,6 +116,19 @@ def _walk_for_results(session: Session, start: Commit | None, device_class_id: i
             return commit
         commit = _first_parent(session, commit)
     return None
+
+
+def older_bases(session: Session, base: Commit, device_class_id: int, walk: int) -> Iterator[Commit]:
+    """The first-parent ancestors of `base` (base excluded) with latency results on the device class,
+    nearest first, within `walk` steps: where the cases `base` did not run are looked for (a commit
+    that ran part of the suite, `--cases`, is the base only of what it ran)."""
+    commit = _first_parent(session, base)
+    for _ in range(walk):
+        if commit is None:
+            return
+        if _has_measurement(session, commit.id, device_class_id):
+            yield commit
+        commit = _first_parent(session, commit)
 
 
 def choose_base(

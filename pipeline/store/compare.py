@@ -1,8 +1,11 @@
 """Compare a commit with its base: the pull-request verdict (DESIGN.md, "Analysis": PR verdict).
 
-Base: `base_choice.choose_base` (given, paired, else the merge-base walk).
+Base: `base_choice.choose_base` (given, paired, else the merge-base walk); a case the base has no
+result of is compared with the nearest older ancestor that has one (`base_choice.older_bases`,
+named in `case_bases`), unless the base was given.
 
-Per case and target, the newest result of each commit is used, with all its samples, judged on
+Per case and target, the newest result of each commit is used (of the head's run, when one is
+named: a run's page shows its own results), with all its samples, judged on
 its timing rounds (`stats`: the round, not the sample, is the unit of replication):
 - paired (the head's result carries the base's samples of the same job): `stats.paired_verdicts`,
   a t-test over the rounds' log ratios (each round's middle fifth's mean); where the job timed 20 or
@@ -84,6 +87,7 @@ from pipeline.store.base_choice import (
     device_class_id,
     find_base,
     lookup_commit,
+    older_bases,
 )
 from pipeline.store.compile_stats import CompileComparisonOut
 from pipeline.store.models import (
@@ -178,6 +182,9 @@ class ComparisonOut(BaseModel):
     device_class: str
     merge_base: str | None
     base_source: str = Field(description="explicit | paired | merge base | first parent | none")
+    case_bases: dict[str, str] = Field(default_factory=dict, description=(
+        "case id -> the older ancestor its base result comes from, for the cases base_sha has no result of "
+        "(each case is compared with the nearest ancestor that ran it; none with an explicit base)"))
     verdict: str
     errored: int
     drift: int
@@ -232,10 +239,12 @@ class _Latest:
     noise_unpaired: float | None
 
 
-def _latest_results(session: Session, commit_id: int, device_class_id: int) -> dict[tuple[int, str], _Latest]:
-    """(cases.id, target) -> the newest case result of that commit on that device class, with its
-    latency measurement (and its series' learned noise) when it is ok. Newest = the highest id."""
-    rows = session.execute(
+def _latest_results(session: Session, commit_id: int, device_class_id: int,
+                    run_id: str | None = None) -> dict[tuple[int, str], _Latest]:
+    """(cases.id, target) -> the newest case result of that commit on that device class (of that run,
+    when given), with its latency measurement (and its series' learned noise) when it is ok. Newest =
+    the highest id."""
+    query = (
         sa.select(CaseResultRow.case_id, CaseResultRow.target, CaseResultRow.id, CaseResultRow.status,
                   CaseResultRow.reason, Measurement.id, Measurement.median, CaseResultRow.paired_base_commit_id,
                   Measurement.round_sizes, CaseResultRow.binary_digest, CaseResultRow.paired_binary_digest,
@@ -246,7 +255,8 @@ def _latest_results(session: Session, commit_id: int, device_class_id: int) -> d
         .outerjoin(Series, Measurement.series_id == Series.id)
         .where(Run.commit_id == commit_id, Job.device_class_id == device_class_id)
         .order_by(CaseResultRow.id)
-    ).all()
+    )
+    rows = session.execute(query if run_id is None else query.where(Run.id == run_id)).all()
     latest: dict[tuple[int, str], _Latest] = {}
     for case_pk, target, *fields in rows:
         latest[(case_pk, target)] = _Latest(*fields)
@@ -389,16 +399,18 @@ def compare(
     settings: CompareSettings,
     base_sha: str | None = None,
     merge_base: str | None = None,
+    run_id: str | None = None,
 ) -> ComparisonOut:
     """Compare head with its base (module doc) on one device class.
 
     One row per (case, target) that head has a result for, skipped cases left out (except those
-    not timed because their binary is the base's: unchanged), sorted by case and target. Raises
-    CompareError for an unknown repository, commit or device class.
+    not timed because their binary is the base's: unchanged), sorted by case and target. `run_id`:
+    the head's results of that run only (a run's page and API show its own results, never a later
+    run's of the same commit). Raises CompareError for an unknown repository, commit or device class.
     """
     dc_id = device_class_id(session, device_class)
     head = lookup_commit(session, repository, head_sha)
-    latest = _latest_results(session, head.id, dc_id)
+    latest = _latest_results(session, head.id, dc_id, run_id)
     head_results = {k: v for k, v in latest.items() if v.status != "skipped"}
     skipped = {k: v for k, v in latest.items() if v.status == "skipped"}
 
@@ -418,6 +430,21 @@ def compare(
         k: v for k, v in (_latest_results(session, base.id, dc_id) if base else {}).items()
         if v.measurement_id is not None
     }
+    # a base per case: what the base did not run comes from the nearest older ancestor that ran it
+    base_ids = [base.id] if base else []
+    case_bases: dict[tuple[int, str], str] = {}
+    missing = {k for k, v in latest.items() if k not in base_results and v.paired_base_commit_id is None}
+    if base is not None and choice.source != "explicit" and missing:
+        for older in older_bases(session, base, dc_id, settings.ancestor_walk):
+            found = {k: v for k, v in _latest_results(session, older.id, dc_id).items()
+                     if k in missing and v.measurement_id is not None}
+            if found:
+                base_results.update(found)
+                base_ids.append(older.id)
+                case_bases.update({k: older.sha for k in found})
+                missing -= found.keys()
+            if not missing:
+                break
     cases = {
         pk: (case_id, model) for pk, case_id, model in session.execute(
             sa.select(Case.id, Case.case_id, Case.model).where(Case.id.in_(
@@ -432,7 +459,7 @@ def compare(
     wanted += [base_results[k].measurement_id for k, v in head_results.items()
                if v.measurement_id is not None and k in base_results and k not in paired_keys]
     samples = _samples(session, [m for m in wanted if m is not None],
-                       commit_ids=[head.id] + ([base.id] if base else []), device_class_id=dc_id)
+                       commit_ids=[head.id, *base_ids], device_class_id=dc_id)
     paired = _paired_samples(session, [head_results[k].result_id for k in paired_keys])
     options: dict[str, Any] = {"lower_is_better": METRICS[METRIC].lower_is_better, "max_pvalue": settings.max_pvalue,
                                "min_samples": settings.min_samples, "min_rounds": settings.min_rounds}
@@ -498,6 +525,7 @@ def compare(
     counts = Counter(r.status for r in rows)
     return ComparisonOut(
         repository=repository, head_sha=head_sha, base_sha=choice.sha, device_class=device_class,
+        case_bases={str(cases[k[0]][0]): sha for k, sha in sorted(case_bases.items())},
         merge_base=choice.merge_base, base_source=choice.source, verdict=overall_verdict(rows),
         errored=counts.get("errored", 0), drift=sum(r.drift for r in rows), paired=any(r.paired for r in rows),
         counts={s: counts.get(s, 0) for s in STATUSES}, rows=rows,

@@ -138,7 +138,7 @@ def _newest_per_commit(session: Session, repository: str, *, case_id: CaseId | s
     """The compile_stats rows of the newest bundle of each commit, joined with case and commit."""
     ranked = (
         sa.select(CompileStat, Case.case_id.label("case"), Commit.id.label("commit_pk"), Commit.sha,
-                  Commit.committed_at,
+                  Commit.committed_at, Commit.generation,
                   sa.func.row_number().over(
                       partition_by=(Bundle.commit_id, CompileStat.case_id, CompileStat.target),
                       order_by=(Bundle.created_at.desc(), Bundle.id.desc())).label("rank"))
@@ -170,20 +170,21 @@ def list_compile_series(session: Session, repository: str) -> list[CompileSeries
         by_key.setdefault((row.case, row.target), []).append(row)
     out = []
     for (case_id, target), points in sorted(by_key.items(), key=lambda item: (str(item[0][0]), item[0][1])):
-        newest = max(points, key=lambda r: (r.committed_at, r.commit_pk))
+        newest = max(points, key=lambda r: (r.generation, r.committed_at, r.commit_pk))   # history.HISTORY_ORDER
         out.append(CompileSeriesOut(case_id=case_id, target=target, commits=len(points), latest=_values(newest)))
     return out
 
 
 def compile_history(session: Session, repository: str, case_id: CaseId | str, target: str) -> list[CompilePointOut]:
     """The series' values along the default-branch history (`history.default_branch_chain`), oldest
-    first; when the repository has no default-branch history yet, every commit by commit time."""
+    first; when the repository has no default-branch history yet, every commit in `history.HISTORY_ORDER`
+    (by ancestry, then commit time)."""
     rows = _newest_per_commit(session, repository, case_id=case_id, target=target)
     repo_id = session.scalar(sa.select(Repository.id).where(Repository.name == repository))
     chain = default_branch_chain(session, repo_id) if repo_id is not None else []
     by_commit = {row.commit_pk: row for row in rows}
     ordered = ([by_commit[c.id] for c in chain if c.id in by_commit] if chain
-               else sorted(rows, key=lambda r: (r.committed_at, r.commit_pk)))
+               else sorted(rows, key=lambda r: (r.generation, r.committed_at, r.commit_pk)))
     return [CompilePointOut(sha=r.sha, committed_at=r.committed_at, status=r.status, values=_values(r))
             for r in ordered]
 

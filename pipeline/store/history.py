@@ -4,10 +4,13 @@ The store records commits with their parents (in git order) and, when the record
 branch they were pushed to. The default-branch history is the first-parent chain of the
 default-branch head, oldest first:
 
-- head: the newest recorded commit (commit time, then storage order) whose `branch` is the
-  repository's `default_branch`. A repository none of whose commits names a branch (commits
+- head: the newest recorded commit whose `branch` is the repository's `default_branch`, newest by
+  ancestry (`HISTORY_ORDER`: the first-parent generation, then commit time, then storage order),
+  never by commit time alone. A repository none of whose commits names a branch (commits
   recorded from a local checkout by `benchfarm run`) falls back to the newest commit that a
-  push, nightly or local run measured: the line of history someone benchmarks on their machine;
+  push, nightly or local run measured: the line of history someone benchmarks on their machine
+  (`benchfarm run` records a commit off its checkout's first-parent line, such as a working tree,
+  as an ad-hoc run, which stays out of it);
 - chain: from the head along first parents, as long as the parent is recorded. A merge commit's
   second parent (the merged branch's own commits) is not on the chain: the chain is what
   `git log --first-parent` shows, one commit per merged pull request.
@@ -19,15 +22,18 @@ O(commits of the repository), independent of the number of measurements.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from statistics import median
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipeline.store.models import Commit, CommitParent, Repository, Run
 
-__all__ = ["FALLBACK_RUN_KINDS", "ChainCommit", "default_branch_chain", "default_branch_head"]
+__all__ = ["FALLBACK_RUN_KINDS", "HISTORY_ORDER", "ChainCommit", "commit_level", "default_branch_chain",
+           "default_branch_head", "update_generations"]
 
 FALLBACK_RUN_KINDS = ("push", "nightly", "local")
 """Runs whose newest commit is the head when no recorded commit names the default branch."""
@@ -40,12 +46,69 @@ class ChainCommit:
     committed_at: datetime
 
 
+HISTORY_ORDER = (Commit.generation, Commit.committed_at, Commit.id)
+"""The order of history everywhere (oldest first; `.desc()` each for newest first): ancestry (the
+first-parent generation), then commit time and storage order only between commits that ancestry
+does not order (two branches' commits)."""
+
+
+def _generations(rows: Sequence[tuple[int, str, str | None]]) -> dict[int, int]:
+    """commit id -> its number of recorded first-parent ancestors, for (id, sha, first parent sha) rows."""
+    parent_of = {sha: parent for _, sha, parent in rows}
+    id_of = {sha: commit_id for commit_id, sha, _ in rows}
+    depth: dict[str, int] = {}
+    for _, sha, _ in rows:
+        path: list[str] = []
+        seen: set[str] = set()
+        current: str | None = sha
+        while current is not None and current in id_of and current not in depth and current not in seen:
+            path.append(current)
+            seen.add(current)
+            current = parent_of[current]
+        level = depth[current] if current is not None and current in depth else -1
+        for walked in reversed(path):
+            level += 1
+            depth[walked] = level
+    return {id_of[sha]: d for sha, d in depth.items()}
+
+
+def update_generations(session: Session, repository_id: int) -> None:
+    """Bring `Commit.generation` of the repository's commits in line with the parents recorded: a
+    commit recorded before its ancestors (a run of a newer commit first) moves up once they come.
+    One query over the repository's commits and first parents, and an UPDATE of those that changed."""
+    rows = session.execute(
+        sa.select(Commit.id, Commit.sha, CommitParent.parent_sha, Commit.generation)
+        .outerjoin(CommitParent, sa.and_(CommitParent.commit_id == Commit.id, CommitParent.position == 0))
+        .where(Commit.repository_id == repository_id)).all()
+    stored = {r.id: r.generation for r in rows}
+    changed = [{"id": commit_id, "generation": generation}
+               for commit_id, generation in _generations([(r.id, r.sha, r.parent_sha) for r in rows]).items()
+               if stored[commit_id] != generation]
+    if changed:
+        session.execute(sa.update(Commit), changed)   # by primary key; loaded rows read theirs again
+        for row in [o for o in session.identity_map.values() if isinstance(o, Commit)]:
+            session.expire(row, ["generation"])
+
+
+def commit_level(medians: Iterable[tuple[str, float]]) -> tuple[float, int]:
+    """A commit's point in a series from its measurements there, as (run id, median) pairs: the
+    median of its runs' levels (a run's level: the median of its own measurements, one unless its
+    device class timed the case on several targets), and how many runs. Every run of a commit is
+    kept: running a commit again adds a level to this median, it replaces none (series pages, the
+    analysis and the series' latest value all use this rule)."""
+    by_run: dict[str, list[float]] = {}
+    for run_id, value in medians:
+        by_run.setdefault(run_id, []).append(value)
+    return median(median(values) for values in by_run.values()), len(by_run)
+
+
 def default_branch_head(session: Session, repository_id: int) -> int | None:
     """The id of the default-branch head (module doc), or None when the repository has none."""
     default_branch = sa.select(Repository.default_branch).where(Repository.id == repository_id).scalar_subquery()
+    newest_first = [column.desc() for column in HISTORY_ORDER]
     head = session.scalar(
         sa.select(Commit.id).where(Commit.repository_id == repository_id, Commit.branch == default_branch)
-        .order_by(Commit.committed_at.desc(), Commit.id.desc()).limit(1))
+        .order_by(*newest_first).limit(1))
     if head is not None:
         return head
     named = session.scalar(sa.select(Commit.id).where(Commit.repository_id == repository_id,
@@ -55,7 +118,7 @@ def default_branch_head(session: Session, repository_id: int) -> int | None:
     return session.scalar(
         sa.select(Commit.id).join(Run, Run.commit_id == Commit.id)
         .where(Commit.repository_id == repository_id, Run.kind.in_(FALLBACK_RUN_KINDS))
-        .order_by(Commit.committed_at.desc(), Commit.id.desc()).limit(1))
+        .order_by(*newest_first).limit(1))
 
 
 def default_branch_chain(session: Session, repository_id: int) -> list[ChainCommit]:

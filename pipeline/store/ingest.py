@@ -33,6 +33,7 @@ from pipeline.contracts import (
 from pipeline.contracts.arrays import to_blob
 from pipeline.contracts.metrics import LATENCY
 from pipeline.store.analysis import analyze_after_ingest, learn_paired_noise
+from pipeline.store.history import update_generations
 from pipeline.store.models import (
     JOB_STATUSES,
     RUN_KINDS,
@@ -118,13 +119,15 @@ def upsert_repository(session: Session, *, name: str, url: str | None = None) ->
 def record_commits(
     session: Session, *, repository: str | Repository, commits: Sequence[CommitInfo]
 ) -> list[Commit]:
-    """Store commits and their parents (in git order); idempotent.
+    """Store commits and their parents (in git order) and keep every commit's first-parent
+    generation (`Commit.generation`, history's order) in line; idempotent.
 
     The repository (a name or a row) is created when missing. A commit already stored keeps its fields, except that
     a missing branch, pull request or parent list is filled in. Returns the rows in input order.
     """
     repo = repository if isinstance(repository, Repository) else upsert_repository(session, name=repository)
     shas = list(dict.fromkeys(c.sha for c in commits))
+    changed = False
     existing = {
         c.sha: c
         for c in session.scalars(sa.select(Commit).where(Commit.repository_id == repo.id, Commit.sha.in_(shas)))
@@ -144,6 +147,7 @@ def record_commits(
             )
             session.add(row)
             existing[info.sha] = row
+            changed = True
             continue
         if row.branch is None and info.branch is not None:
             row.branch = info.branch
@@ -151,7 +155,10 @@ def record_commits(
             row.pull_request = info.pull_request
         if not row.parents and info.parents:
             row.parents = [CommitParent(position=i, parent_sha=p) for i, p in enumerate(info.parents)]
+            changed = True
     session.flush()
+    if changed:   # history's order: the generations, new commits' and their recorded descendants'
+        update_generations(session, repo.id)
     return [existing[c.sha] for c in commits]
 
 
@@ -222,12 +229,13 @@ def upsert_device(session: Session, *, info: DeviceInfo) -> Device:
 
 def create_run(
     session: Session, *, repository: str | Repository, commit_sha: str, kind: str, device_classes: Sequence[str],
-    run_id: str | None = None,
+    run_id: str | None = None, owner: str | None = None,
 ) -> Run:
     """A queued run of a recorded commit (repository by name or row) with one queued job per device class.
 
     `run_id`: the run's id when the caller derives one (an import names its run after its content,
-    so that a second import of the same file finds it); a new UUID otherwise."""
+    so that a second import of the same file finds it); a new UUID otherwise. `owner`: the local
+    process that runs the jobs itself, without a lease (`Job.owner`)."""
     if kind not in RUN_KINDS:
         raise IngestError(f"kind: {kind!r} is not one of {', '.join(RUN_KINDS)}")
     if not device_classes:
@@ -241,7 +249,8 @@ def create_run(
     now = utcnow()
     run = Run(id=run_id or str(uuid.uuid4()), repository_id=repo.id, commit_id=commit.id, kind=kind, status="queued", created_at=now)
     run.jobs = [
-        Job(id=str(uuid.uuid4()), device_class_id=dc.id, status="queued", attempts=0, created_at=now) for dc in classes
+        Job(id=str(uuid.uuid4()), device_class_id=dc.id, status="queued", attempts=0, created_at=now, owner=owner)
+        for dc in classes
     ]
     session.add(run)
     session.flush()

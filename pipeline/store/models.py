@@ -136,6 +136,7 @@ class Commit(Base):
         sa.UniqueConstraint("repository_id", "sha"),
         sa.Index(None, "repository_id", "committed_at"),
         sa.Index(None, "repository_id", "branch", "committed_at"),
+        sa.Index(None, "repository_id", "generation"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -146,6 +147,11 @@ class Commit(Base):
     committed_at: Mapped[datetime]
     branch: Mapped[str | None] = mapped_column(sa.String(300))
     pull_request: Mapped[int | None]
+    generation: Mapped[int] = mapped_column(default=0, server_default="0")
+    """How many recorded first-parent ancestors the commit has (0: its first parent is not recorded);
+    kept by `ingest.record_commits` as commits come in, in any order. History is ordered by it (then
+    commit time, then storage order), never by commit time first: commits of one second, or with
+    clocks that disagree, still come in the order of `git log --first-parent`."""
 
     repository: Mapped[Repository] = relationship()
     parents: Mapped[list[CommitParent]] = relationship(
@@ -328,6 +334,10 @@ class Job(Base):
     environment: Mapped[dict[str, str] | None] = mapped_column(sa.JSON, deferred=True)
     """The result document's `environment` (host, runtime versions, checks run and reused, placement
     budget, timing groups), from the job's latest upload that stored results."""
+    owner: Mapped[str | None] = mapped_column(sa.String(300))
+    """The local process that runs the job without a lease (`benchfarm run`): `host:pid:start` (the
+    process's start time, so that a pid used again is not taken for it); None for jobs of agents,
+    which hold leases. `dispatch.reap_orphaned_local_jobs` fails an unfinished job whose owner is gone."""
 
     run: Mapped[Run] = relationship(back_populates="jobs")
     device_class: Mapped[DeviceClassRow] = relationship()

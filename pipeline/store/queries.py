@@ -6,8 +6,10 @@ its OpenAPI document gives them (`*Out`: component names are part of the publish
 their docstrings and field descriptions are the API's too (a class docstring is its schema's
 description): a note the API does not publish is a comment.
 
-"Latest" and "history" follow commit time (committed_at), ties broken by storage order; when a
-commit was measured more than once on a series, its newest measurement stands for it.
+"Latest" and "history" follow ancestry (`history.HISTORY_ORDER`: first-parent generation, then commit
+time, then storage order; a series' history is its default-branch history, `series_history`); when a
+commit was measured by several runs on a series, its point combines them all (`history.commit_level`:
+the median of the runs' levels, with their count): a rerun adds evidence, it replaces nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from sqlalchemy.orm import Session
 from pipeline.contracts.ids import CaseIdAsText
 from pipeline.store.analysis import series_direction
 from pipeline.store.bisect_views import BisectionView, latest_by_change_point
-from pipeline.store.history import default_branch_chain
+from pipeline.store.history import HISTORY_ORDER, commit_level, default_branch_chain
 from pipeline.store.models import (
     LIFECYCLE,
     OPEN_STATES,
@@ -87,6 +89,9 @@ class RunDetail(BaseModel):
 
 
 class SeriesSummary(BaseModel):
+    """A series with its history's length and newest point (`series_history`: the default-branch
+    history, its commits' runs combined)."""
+
     model_config = ConfigDict(frozen=True)
 
     id: int
@@ -99,14 +104,17 @@ class SeriesSummary(BaseModel):
 
 
 class HistoryPointOut(BaseModel):
+    """A commit's point in a series: every run that measured it there, combined (`history.commit_level`)."""
+
     model_config = ConfigDict(frozen=True)
 
     sha: str
     committed_at: datetime
-    median: float
-    min: float
-    max: float
-    n: int
+    median: float = Field(description="the median of the runs' levels (a run's level: its measurement's median)")
+    min: float = Field(description="the smallest sample of any of its runs")
+    max: float = Field(description="the largest sample of any of its runs")
+    n: int = Field(description="samples, all runs together")
+    runs: int = Field(description="runs that measured the commit on the series")
 
 
 class CaseResultOut(BaseModel):
@@ -221,6 +229,20 @@ def get_series(session: Session, series_id: int) -> SeriesSummary | None:
     return found[0] if found else None
 
 
+def _in_history(session: Session) -> sa.ColumnElement[bool]:
+    """Whether a commit is history, as `series_history` has it: on its repository's default-branch
+    history, or of a repository that has none yet (then all its commits are)."""
+    on_chain: list[int] = []
+    chainless: list[int] = []
+    for repository_id in session.scalars(sa.select(Repository.id)):
+        chain = default_branch_chain(session, repository_id)
+        if chain:
+            on_chain += [c.id for c in chain]
+        else:
+            chainless.append(repository_id)
+    return sa.or_(Commit.id.in_(on_chain), Commit.repository_id.in_(chainless))
+
+
 def _series_summaries(session: Session, *, limit: int,
                       series_ids: int | sa.ScalarSelect[int] | None = None) -> list[SeriesSummary]:
     """The summaries of every series, of one (an id) or of a subquery's ids. The filter goes inside
@@ -232,55 +254,83 @@ def _series_summaries(session: Session, *, limit: int,
             return sa.true()
         return column == series_ids if isinstance(series_ids, int) else column.in_(series_ids)
 
+    history = _in_history(session)
+    # every measurement of each series' newest commit (rank 1): its runs are combined below
     ranked = (
         sa.select(
-            Measurement.series_id, Measurement.median, Commit.sha,
-            sa.func.row_number().over(
+            Measurement.series_id, Measurement.median, Commit.sha, CaseResultRow.job_id,
+            sa.func.dense_rank().over(
                 partition_by=Measurement.series_id,
-                order_by=(Commit.committed_at.desc(), Commit.id.desc(), Measurement.id.desc()),
+                order_by=[column.desc() for column in HISTORY_ORDER],
             ).label("rank"),
         )
         .join(Commit, Measurement.commit_id == Commit.id)
-        .where(scoped(Measurement.series_id))
+        .join(CaseResultRow, Measurement.case_result_id == CaseResultRow.id)
+        .where(scoped(Measurement.series_id), history)
         .subquery()
     )
     points = (
         sa.select(Measurement.series_id, sa.func.count(sa.distinct(Measurement.commit_id)).label("points"))
-        .where(scoped(Measurement.series_id))
+        .join(Commit, Measurement.commit_id == Commit.id)
+        .where(scoped(Measurement.series_id), history)
         .group_by(Measurement.series_id)
         .subquery()
     )
     rows = session.execute(
         sa.select(Series.id, Case.case_id, DeviceClassRow.name, Series.metric,
-                  sa.func.coalesce(points.c.points, 0), ranked.c.median, ranked.c.sha)
+                  sa.func.coalesce(points.c.points, 0))
         .join(Case, Series.case_id == Case.id)
         .join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
         .outerjoin(points, points.c.series_id == Series.id)
-        .outerjoin(ranked, sa.and_(ranked.c.series_id == Series.id, ranked.c.rank == 1))
         .where(scoped(Series.id))
         .order_by(Case.case_id, DeviceClassRow.name, Series.metric)
         .limit(limit)
-    )
-    return [_from_row(SeriesSummary, row) for row in rows]
+    ).all()
+    newest: dict[int, list[tuple[str, str, float]]] = {}
+    if rows:
+        for series_id, median, sha, run_id in session.execute(
+            sa.select(ranked.c.series_id, ranked.c.median, ranked.c.sha, Job.run_id)
+            .join(Job, Job.id == ranked.c.job_id).where(ranked.c.rank == 1)
+        ):
+            newest.setdefault(series_id, []).append((sha, run_id, median))
+    out = []
+    for row in rows:
+        measured = newest.get(row[0])
+        latest = (commit_level((run_id, m) for _, run_id, m in measured)[0], measured[0][0]) if measured else (None, None)
+        out.append(_from_row(SeriesSummary, (*row, *latest)))
+    return out
 
 
 def series_history(session: Session, series_id: int) -> list[HistoryPointOut]:
-    """One point per measured commit, oldest commit first."""
-    ranked = (
-        sa.select(
-            Measurement.commit_id, Measurement.median, Measurement.min, Measurement.max, Measurement.n,
-            sa.func.row_number().over(partition_by=Measurement.commit_id, order_by=Measurement.id.desc()).label("rank"),
-        )
-        .where(Measurement.series_id == series_id)
-        .subquery()
-    )
+    """One point per measured commit, all its runs combined (`history.commit_level`), in the order of
+    history, oldest first: along its repository's default-branch history (`history.default_branch_chain`,
+    as the analysis reads it), the commits off it (pull requests, working trees, ad-hoc runs of other
+    branches: comparable and browsable, not history) left out; where the repository has no
+    default-branch history yet, every measured commit in `HISTORY_ORDER`. Never by commit time first."""
     rows = session.execute(
-        sa.select(Commit.sha, Commit.committed_at, ranked.c.median, ranked.c.min, ranked.c.max, ranked.c.n)
-        .join(ranked, ranked.c.commit_id == Commit.id)
-        .where(ranked.c.rank == 1)
-        .order_by(Commit.committed_at, Commit.id)
-    )
-    return [_from_row(HistoryPointOut, row) for row in rows]
+        sa.select(Commit.id, Commit.repository_id, Commit.sha, Commit.committed_at, Job.run_id, Measurement.median,
+                  Measurement.min, Measurement.max, Measurement.n)
+        .join(Measurement, Measurement.commit_id == Commit.id)
+        .join(CaseResultRow, Measurement.case_result_id == CaseResultRow.id)
+        .join(Job, CaseResultRow.job_id == Job.id)
+        .where(Measurement.series_id == series_id)
+        .order_by(Commit.repository_id, *HISTORY_ORDER, Measurement.id)
+    ).all()
+    by_commit: dict[int, list[Any]] = {}
+    for row in rows:
+        by_commit.setdefault(row.id, []).append(row)
+    ordered: list[int] = []
+    for repository_id in dict.fromkeys(row.repository_id for row in rows):
+        chain = default_branch_chain(session, repository_id)
+        ordered += ([c.id for c in chain if c.id in by_commit] if chain else
+                    [c for c in by_commit if by_commit[c][0].repository_id == repository_id])
+    points = []
+    for measured in (by_commit[c] for c in ordered):
+        level, runs = commit_level((m.run_id, m.median) for m in measured)
+        points.append(HistoryPointOut(sha=measured[0].sha, committed_at=measured[0].committed_at, median=level,
+                                      min=min(m.min for m in measured), max=max(m.max for m in measured),
+                                      n=sum(m.n for m in measured), runs=runs))
+    return points
 
 
 # --- commits ---------------------------------------------------------------------------------
@@ -320,13 +370,14 @@ def _commit_summaries(session: Session, query: sa.Select[tuple[Commit, str]]) ->
 
 def list_commits(session: Session, *, repository: str | None = None, branch: str | None = None,
                  limit: int = 100) -> list[CommitOut]:
-    """Recorded commits, newest commit time first, optionally of one repository and one branch."""
+    """Recorded commits, newest first (`history.HISTORY_ORDER`: by ancestry, then commit time),
+    optionally of one repository and one branch."""
     query = sa.select(Commit, Repository.name).join(Repository, Commit.repository_id == Repository.id)
     if repository is not None:
         query = query.where(Repository.name == repository)
     if branch is not None:
         query = query.where(Commit.branch == branch)
-    return _commit_summaries(session, query.order_by(Commit.committed_at.desc(), Commit.id.desc()).limit(limit))
+    return _commit_summaries(session, query.order_by(*(column.desc() for column in HISTORY_ORDER)).limit(limit))
 
 
 def find_commits(session: Session, sha: str, *, repository: str | None = None) -> list[CommitOut]:
@@ -419,17 +470,26 @@ class SeriesDetailOut(SeriesSummary):
     change_points: list[ChangePointOut]
 
 
+def _after_commit_order() -> list[sa.ScalarSelect[Any]]:
+    """A change point's place in history: its after commit's, in `HISTORY_ORDER` (not its commit time)."""
+    return [sa.select(column).where(Commit.id == ChangePoint.after_commit_id).scalar_subquery()
+            for column in HISTORY_ORDER]
+
+
 def _baselines() -> sa.Subquery:
-    """series id -> commit time of its newest intended change point."""
-    return (sa.select(ChangePoint.series_id, sa.func.max(ChangePoint.committed_at).label("since"))
+    """series id -> the first-parent generation of its newest intended change point's commit."""
+    after = sa.orm.aliased(Commit)
+    return (sa.select(ChangePoint.series_id, sa.func.max(after.generation).label("since"))
+            .join(after, ChangePoint.after_commit_id == after.id)
             .where(ChangePoint.state == "intended", ChangePoint.lifecycle != "retracted")
             .group_by(ChangePoint.series_id).subquery("baselines"))
 
 
 def _is_open(baselines: sa.Subquery) -> sa.ColumnElement[bool]:
-    """Open: an open triage state, not retracted, after the series' newest intended change point."""
+    """Open: an open triage state, not retracted, after the series' newest intended change point (in
+    ancestry: a later first-parent generation of the series' history, not a later commit time)."""
     return sa.and_(ChangePoint.state.in_(OPEN_STATES), ChangePoint.lifecycle != "retracted",
-                   sa.or_(baselines.c.since.is_(None), ChangePoint.committed_at > baselines.c.since))
+                   sa.or_(baselines.c.since.is_(None), _after_commit_order()[0] > baselines.c.since))
 
 
 def _change_point_query() -> tuple[Any, sa.ColumnElement[bool]]:
@@ -456,7 +516,7 @@ def _change_point_query() -> tuple[Any, sa.ColumnElement[bool]]:
 def series_change_points(session: Session, series_id: int) -> list[ChangePointOut]:
     """A series' change points, oldest first."""
     rows = session.execute(_change_point_query()[0].where(ChangePoint.series_id == series_id)
-                           .order_by(ChangePoint.committed_at, ChangePoint.id))
+                           .order_by(*_after_commit_order(), ChangePoint.id))
     return [_from_row(ChangePointOut, row) for row in rows]
 
 
@@ -480,7 +540,7 @@ def series_baseline(session: Session, series_id: int) -> BaselineOut | None:
         sa.select(ChangePoint.id, Commit.sha, ChangePoint.after_level)
         .join(Commit, ChangePoint.after_commit_id == Commit.id)
         .where(ChangePoint.series_id == series_id, ChangePoint.state == "intended", ChangePoint.lifecycle != "retracted")
-        .order_by(ChangePoint.committed_at.desc(), ChangePoint.id.desc()).limit(1)).one_or_none()
+        .order_by(*(column.desc() for column in HISTORY_ORDER), ChangePoint.id.desc()).limit(1)).one_or_none()
     return _from_row(BaselineOut, row) if row is not None else None
 
 
@@ -515,7 +575,8 @@ def list_regressions(session: Session, *, device_class: str | None = None, famil
         query = query.where(DeviceClassRow.name == device_class)
     if family is not None:
         query = query.where(Case.family == family)
-    rows = session.execute(query.order_by(ChangePoint.committed_at.desc(), ChangePoint.id.desc()).limit(limit))
+    rows = session.execute(query.order_by(*(column.desc() for column in _after_commit_order()),
+                                          ChangePoint.id.desc()).limit(limit))
     return [_from_row(ChangePointOut, row) for row in rows]
 
 

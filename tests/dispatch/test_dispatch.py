@@ -238,3 +238,37 @@ def test_heartbeats_keep_the_progress_of_the_jobs_the_agent_holds(seeded: Engine
         assert dispatch.get_job(s, job_id).progress is None  # type: ignore[union-attr]
         ingest.set_job_status(s, job_id=job_id, status="done")
         assert dispatch.get_job(s, job_id).progress is None  # type: ignore[union-attr]
+
+
+def test_local_jobs_whose_process_is_gone_are_failed_and_the_others_kept(seeded: Engine) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    host = socket.gethostname()
+    _register(seeded, "a1", "dev-1")
+    with session_scope(seeded) as s:
+        def local(owner: str | None, status: str) -> str:
+            run = ingest.create_run(s, repository=f.REPO, commit_sha=f.sha(1), kind="local",
+                                    device_classes=[f.DEVICE_CLASS], owner=owner)
+            ingest.set_job_status(s, job_id=run.jobs[0].id, status=status)
+            return run.jobs[0].id
+
+        dead_running = local(f"{host}:{gone.pid}:1", "running")
+        dead_queued = local(f"{host}:{gone.pid}:1", "queued")
+        alive = local(dispatch.local_owner(), "running")
+        reused_pid = local(dispatch.local_owner().rsplit(":", 1)[0] + ":0", "running")   # our pid, another start
+        elsewhere = local(f"another-{host}:{gone.pid}:1", "running")
+        unowned = local(None, "running")   # kept by a benchfarm run before owners were recorded
+    leased = _queue(seeded)[0]
+    _claim(seeded, "a1")
+    with session_scope(seeded) as s:
+        reaped = dispatch.reap_orphaned_local_jobs(s)
+    assert sorted(reaped) == sorted([dead_running, dead_queued, reused_pid, unowned])
+    with session_scope(seeded) as s:
+        status = {j.id: (j.status, j.error) for j in s.scalars(sa.select(Job))}
+    assert {status[j][0] for j in reaped} == {"failed"}
+    assert "ended without finishing it" in (status[dead_running][1] or "")
+    assert status[alive][0] == status[elsewhere][0] == status[leased][0] == "running"

@@ -118,3 +118,83 @@ def test_ctrl_c_on_up_cancels_its_running_job(tmp_path: Path, database_url: str)
     (job_status, job_error, run_status, _), = _jobs(database_url)
     assert (job_status, run_status) == ("failed", "failed")
     assert job_error is not None and job_error.startswith("cancelled"), job_error
+
+
+def _run(repo: Path, tmp_path: Path, env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "pipeline.cli", "run", "--suite", str(repo / "kernels"), *extra],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _wait_running(proc: subprocess.Popen[str], url: str) -> None:
+    deadline = time.monotonic() + 240
+    while not _running(url):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            out, err = proc.communicate()
+            raise AssertionError(f"no job started:\n{out}\n{err}")
+        time.sleep(0.3)
+    time.sleep(1.5)
+
+
+def test_sigterm_on_run_cancels_the_run_as_ctrl_c_does(tmp_path: Path, database_url: str) -> None:  # noqa: F811
+    repo = make_suite_repo(tmp_path, gemm_suite_files(CASES), name="suite-repo")
+    proc = _run(repo, tmp_path, _env(tmp_path, database_url))
+    _wait_running(proc, database_url)
+    proc.send_signal(signal.SIGTERM)   # kill PID, systemctl stop: the process alone, not its group
+    out, err = proc.communicate(timeout=60)
+
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in out + err, err
+    assert err.strip().splitlines()[-1].startswith("benchfarm run: interrupted: run "), err
+    (job_status, job_error, run_status, _), = _jobs(database_url)
+    assert (job_status, run_status) == ("failed", "failed")
+    assert job_error == "cancelled: interrupted (SIGTERM) while the job was running", job_error
+
+    quick = {k: v for k, v in _env(tmp_path, database_url).items() if not k.startswith("BENCHFARM_MEASUREMENT__")}
+    again = _run(repo, tmp_path, quick, "--cases", "gemm/alpha*")
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, (out, err)
+    assert sorted(status for status, *_ in _jobs(database_url)) == ["done", "failed"]
+
+
+def test_a_killed_runs_job_is_failed_by_the_next_run(tmp_path: Path, database_url: str) -> None:  # noqa: F811
+    repo = make_suite_repo(tmp_path, gemm_suite_files(CASES), name="suite-repo")
+    killed = _run(repo, tmp_path, _env(tmp_path, database_url))
+    _wait_running(killed, database_url)
+    os.killpg(killed.pid, signal.SIGKILL)   # nothing to clean up with: the job stays "running"
+    killed.communicate(timeout=60)
+    assert [status for status, *_ in _jobs(database_url)] == ["running"]
+
+    quick = {k: v for k, v in _env(tmp_path, database_url).items() if not k.startswith("BENCHFARM_MEASUREMENT__")}
+    again = _run(repo, tmp_path, quick, "--cases", "gemm/alpha*")
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, (out, err)
+
+    jobs = _jobs(database_url)
+    assert sorted(status for status, *_ in jobs) == ["done", "failed"], jobs
+    (_, error, run_status, _), = [j for j in jobs if j[0] == "failed"]
+    assert run_status == "failed"
+    assert error is not None and "ended without finishing it" in error, error
+
+
+def test_serve_fails_at_start_the_jobs_of_a_killed_run(tmp_path: Path, database_url: str) -> None:  # noqa: F811
+    repo = make_suite_repo(tmp_path, gemm_suite_files(CASES), name="suite-repo")
+    killed = _run(repo, tmp_path, _env(tmp_path, database_url))
+    _wait_running(killed, database_url)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.communicate(timeout=60)
+
+    env = _env(tmp_path, database_url, BENCHFARM_PORT=str(free_port()))
+    serve = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "serve"], cwd=tmp_path, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while _running(database_url) and serve.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.3)
+    finally:
+        os.killpg(serve.pid, signal.SIGINT)
+        out, err = serve.communicate(timeout=60)
+    (job_status, job_error, run_status, _), = _jobs(database_url)
+    assert (job_status, run_status) == ("failed", "failed"), (out, err)
+    assert job_error is not None and "ended without finishing it" in job_error, job_error

@@ -363,3 +363,24 @@ def test_a_suspected_regression_shows_at_once_and_is_confirmed_or_retracted(step
         (confirmed,) = queries.list_regressions(s)
         assert confirmed.lifecycle == "confirmed" and confirmed.after_sha == f.sha(main(N + 2))
         assert queries.dashboard(s).counts["regressed"] == 1
+
+
+def test_commits_of_one_second_keep_their_ancestry_order_in_change_points_and_baselines(seeded: Engine) -> None:
+    """main-0..main-59 all committed in one second (a rebase): the change points, the series' baseline
+    and what stays open follow ancestry, as with distinct commit times."""
+    with session_scope(seeded) as s:
+        ingest.record_commits(s, repository=f.REPO, commits=[
+            f.commit(main(i), *([main(i - 1)] if i else [3]), minutes=10, branch="main") for i in range(N)])
+    for i in reversed(range(N)):   # uploaded newest first: storage order says nothing either
+        with session_scope(seeded) as s:
+            upload_main(s, i)
+    with session_scope(seeded) as s:
+        series_id = _series_id(s)
+        assert _points(s) == [(f.sha(main(19)), f.sha(main(20)), "regression", "needs triage"),
+                              (f.sha(main(39)), f.sha(main(40)), "improvement", "needs triage")]
+        regression, improvement = queries.series_change_points(s, series_id)
+        triage.triage(s, change_point_id=regression.id, state="intended", who="bob")
+        assert queries.series_baseline(s, series_id).sha == f.sha(main(20))  # type: ignore[union-attr]
+        assert queries.dashboard(s).counts["improved"] == 1   # the improvement after it is still open
+        triage.triage(s, change_point_id=improvement.id, state="intended", who="alice")
+        assert queries.series_baseline(s, series_id).sha == f.sha(main(40))  # type: ignore[union-attr]

@@ -198,7 +198,9 @@ def test_paired_results_are_judged_by_the_paired_test(branches: Engine) -> None:
     rows = {str(r.case_id): r for r in result.rows}
     assert rows[f.GEMM].paired and rows[f.GEMM].status == "regressed"
     assert rows[f.GEMM].change == pytest.approx(0.03, abs=0.002)
-    assert rows[f.CONV].status == "no baseline" and not rows[f.CONV].paired  # c2 had no results of its own yet
+    # c2 had no results of its own yet: CONV is compared with the nearest ancestor that ran it, c0
+    assert rows[f.CONV].status != "no baseline" and not rows[f.CONV].paired
+    assert result.case_bases == {f.CONV: f.sha(0)} and unpaired.case_bases == {}
     by_case = {str(r.case_id): r for r in unpaired.rows}
     assert by_case[f.GEMM].paired and by_case[f.GEMM].status == "regressed"  # explicit base = the paired one
     # unpaired, the drift hides the change: neither a change nor the same

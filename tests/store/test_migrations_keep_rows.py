@@ -136,3 +136,31 @@ def test_alembics_own_command_keeps_the_rows_too(tmp_path: Path) -> None:
         assert counts == _expected(counts)
     finally:
         engine.dispose()
+
+
+def test_upgrading_from_0017_keeps_every_result_and_orders_commits_by_ancestry(blank_engine: Engine) -> None:
+    """A store of the release before issue 31 (0017): commits 2 <- 1 <- 3 recorded newest first, all in one
+    second, with a running local job. The upgrade keeps every row and gives each commit its
+    first-parent generation (the order of history from then on); the job gets no owner (the reaper
+    fails a running job with neither a lease nor an owner)."""
+    migrate(blank_engine, "0017")
+    with blank_engine.begin() as c:
+        insert_early_rows(c)
+        c.execute(sa.text("INSERT INTO jobs (id, run_id, device_class_id, status, attempts, created_at) "
+                          "VALUES ('job', 'run', 1, 'running', 1, :t)"), {"t": f.T0})
+        c.execute(sa.text("INSERT INTO case_results (id, job_id, case_id, target, status) "
+                          "VALUES (10, 'job', 1, 't', 'ok'), (11, 'job', 2, 't', 'ok')"))
+        c.execute(sa.text("INSERT INTO measurements (id, case_result_id, series_id, commit_id, n, median, mean, stdev, "
+                          "min, max, samples) VALUES (20, 10, 1, 1, 1, 2e-3, 2e-3, 0, 2e-3, 2e-3, :b), "
+                          "(21, 11, 2, 1, 1, 5e-3, 5e-3, 0, 5e-3, 5e-3, :b)"), {"b": b"\0" * 8})
+        c.execute(sa.text("INSERT INTO commits (id, repository_id, sha, message, author, committed_at) "
+                          "VALUES (3, 1, :s, '', '', :t)"), {"s": f.sha(3), "t": f.T0})
+        c.execute(sa.text("INSERT INTO commit_parents (commit_id, position, parent_sha) VALUES (1, 0, :a), (3, 0, :b)"),
+                  {"a": f.sha(0), "b": f.sha(1)})
+    before = _counts(blank_engine)
+    migrate(blank_engine)
+    assert _counts(blank_engine) == before
+    with blank_engine.connect() as c:
+        generations = dict(c.execute(sa.text("SELECT sha, generation FROM commits")).all())
+        assert c.execute(sa.text("SELECT owner FROM jobs")).all() == [(None,)]
+    assert generations == {f.sha(0): 0, f.sha(1): 1, f.sha(3): 2}

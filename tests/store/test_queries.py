@@ -69,7 +69,9 @@ def test_list_series_and_history_follow_commit_time(measured: tuple[Engine, list
 
         history = series_history(s, gemm.id)
         assert [p.sha for p in history] == [f.sha(0), f.sha(1), f.sha(2)]
-        assert [p.median for p in history] == pytest.approx([1e-3, 2e-3, 3e-3])  # c1: its newest measurement
+        # c1 was measured by two runs (9e-3, then 2e-3): both kept, its point is the median of their levels
+        assert [p.median for p in history] == pytest.approx([1e-3, 5.5e-3, 3e-3])
+        assert [p.runs for p in history] == [1, 2, 1] and history[1].n == 20
         assert history[0].n == 10 and history[0].min == pytest.approx(0.99e-3) and history[0].max == pytest.approx(1.01e-3)
         assert history[0].committed_at < history[1].committed_at
         assert series_history(s, 123456) == []

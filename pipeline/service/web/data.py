@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -12,6 +13,7 @@ from pipeline.contracts.arrays import from_blob
 from pipeline.contracts.ids import CaseId
 from pipeline.contracts.metrics import LATENCY
 from pipeline.store.compare import CONTROL_IMPL
+from pipeline.store.history import HISTORY_ORDER, commit_level
 from pipeline.store.models import (
     Bundle,
     Case,
@@ -114,13 +116,13 @@ def control_series(session: Session, series_id: int) -> tuple[int, CaseId] | Non
 
 
 def commit_samples(session: Session, series_id: int, sha: str) -> list[float] | None:
-    """Every sample of the newest measurement of `sha` on the series; None when it has none."""
-    measurement_id = session.scalar(
-        sa.select(Measurement.id).join(Commit, Measurement.commit_id == Commit.id)
-        .where(Measurement.series_id == series_id, Commit.sha == sha).order_by(Measurement.id.desc()).limit(1))
-    if measurement_id is None:
+    """Every sample of `sha` on the series, of all its runs (oldest run first); None when it has none."""
+    blobs = session.scalars(
+        sa.select(Measurement.samples).join(Commit, Measurement.commit_id == Commit.id)
+        .where(Measurement.series_id == series_id, Commit.sha == sha).order_by(Measurement.id)).all()
+    if not blobs:
         return None
-    return from_blob(session.scalar(sa.select(Measurement.samples).where(Measurement.id == measurement_id)))
+    return [sample for blob in blobs for sample in from_blob(blob)]
 
 
 def triage_histories(session: Session, change_point_ids: Sequence[int]) -> dict[int, list[TriageEventOut]]:
@@ -173,7 +175,7 @@ def pull_request_head(session: Session, repository: str, number: int) -> str | N
     return session.scalar(
         sa.select(Commit.sha).join(Repository, Commit.repository_id == Repository.id)
         .where(Repository.name == repository, Commit.pull_request == number)
-        .order_by(Commit.committed_at.desc(), Commit.id.desc()).limit(1))
+        .order_by(*(column.desc() for column in HISTORY_ORDER)).limit(1))
 
 
 # --- roofline ---------------------------------------------------------------------------------
@@ -241,12 +243,13 @@ def latest_medians(session: Session, *, device_class_id: int, metric: str) -> li
     commit that has one; nearly always the newest commit holds every series and one batch does.
     Reading the newest measurement of every series over the whole history instead costs a sort of
     the device class's history (100,000 rows for 2,000 cases x 50 commits: ~250 ms on PostgreSQL).
-    Ties on commit time: the newer commit row, then the newer measurement.
+    Newest: by ancestry (`history.HISTORY_ORDER`), then commit time, then the newer commit row; the
+    commit's runs there combined (`history.commit_level`).
     """
     commits = list(session.scalars(
         sa.select(Commit.id).join(Run, Run.commit_id == Commit.id).join(Job, Job.run_id == Run.id)
         .where(Job.device_class_id == device_class_id).group_by(Commit.id)
-        .order_by(sa.func.max(Commit.committed_at).desc(), Commit.id.desc())))
+        .order_by(sa.func.max(Commit.generation).desc(), sa.func.max(Commit.committed_at).desc(), Commit.id.desc())))
     position = {commit_pk: i for i, commit_pk in enumerate(commits)}
     remaining = set(session.scalars(sa.select(Series.id).where(Series.device_class_id == device_class_id,
                                                                  Series.metric == metric)))
@@ -256,13 +259,19 @@ def latest_medians(session: Session, *, device_class_id: int, metric: str) -> li
         chunk = commits[start:start + batch]
         rows = session.execute(
             sa.select(Measurement.series_id, Series.case_id, Case.case_id, Measurement.median, Measurement.commit_id,
-                      Measurement.id)
+                      Job.run_id)
             .join(Series, Series.id == Measurement.series_id).join(Case, Series.case_id == Case.id)
+            .join(CaseResultRow, Measurement.case_result_id == CaseResultRow.id)
+            .join(Job, CaseResultRow.job_id == Job.id)
             .where(Measurement.commit_id.in_(chunk), Series.device_class_id == device_class_id,
                    Series.metric == metric)).all()
-        for sid, case_pk, case_id, median, _, _ in sorted(rows, key=lambda r: (position[r[4]], -r[5])):
-            if sid in remaining:
-                remaining.discard(sid)
-                out.append((sid, case_pk, case_id, float(median)))
+        newest: dict[int, list[Any]] = {}   # each series' measurements at its newest commit: all its runs
+        for row in sorted(rows, key=lambda r: position[r[4]]):
+            if row[0] in remaining and (row[0] not in newest or newest[row[0]][0][4] == row[4]):
+                newest.setdefault(row[0], []).append(row)
+        for sid, measured in newest.items():
+            remaining.discard(sid)
+            out.append((sid, measured[0][1], measured[0][2],
+                        float(commit_level((m[5], m[3]) for m in measured)[0])))
         start, batch = start + batch, batch * 4
     return out

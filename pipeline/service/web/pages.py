@@ -49,15 +49,14 @@ def dashboard(request: Request, session: SessionDep, settings: SettingsDep, user
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 def run_page(run_id: str, request: Request, session: SessionDep, settings: SettingsDep, user: UserDep) -> Response:
     """The run's jobs, and on each device class where they stored results the comparison of the
-    cases this run ran (not the rest of its commit's: another run of the commit, or a run with
-    --cases, did those): changes first, the first `web.page_rows` rows (the compare page has them all)."""
+    run's own results (not the rest of its commit's, nor another run's of the same cases): changes first, the first `web.page_rows` rows (the compare page has them all)."""
     detail = queries.get_run(session, run_id)
     if detail is None:
         return redirect_to_full_id(session, Run, run_id, "/runs/")
     ran = data.run_case_ids(session, run_id)
     comparisons = [only_cases(c, ran[dc]) for dc in dict.fromkeys(j.device_class for j in detail.jobs) if dc in ran
                    if (c := cached_comparison(session, settings, detail.run.repository, detail.run.commit_sha, None,
-                                              dc, None)).rows]
+                                              dc, None, run_id)).rows]
     comparisons = [c for c in comparisons if c.rows]
     shown = {c.device_class: c.rows[:settings.web.page_rows] for c in comparisons}
     series_ids = data.latency_series_ids(session, list(shown), case_ids={r.case_id for rows in shown.values()
@@ -86,7 +85,7 @@ def series_page(series_id: RowId, request: Request, session: SessionDep, user: U
         "sha": [p.sha for p in history], "time": [p.committed_at.isoformat() for p in history],
         "message": [data_first_line(infos.get(p.sha)) for p in history],
         "median": [p.median for p in history], "min": [p.min for p in history], "max": [p.max for p in history],
-        "n": [p.n for p in history],
+        "n": [p.n for p in history], "runs": [p.runs for p in history],
         "control": {"case_id": str(control[1]), "series_id": control[0],
                     "median": [control_by_sha.get(p.sha) for p in history]} if control else None,
         "change_points": [{"id": cp.id, "index": position[cp.after_sha], "direction": cp.direction,

@@ -89,9 +89,9 @@ def cached_verdict(session: Session, settings: Settings, repository: str, head: 
 
 
 def _key(session: Session, settings: Settings, repository: str, head: str, base: str | None, device_class: str,
-         merge_base: str | None) -> tuple[object, ...]:
+         merge_base: str | None, run_id: str | None = None) -> tuple[object, ...]:
     return (str(session.get_bind().engine.url), settings.compare.model_dump_json(), repository, head, base,
-            device_class, merge_base)
+            device_class, merge_base, run_id)
 
 
 def kept_comparison(session: Session, settings: Settings, repository: str, head: str, base: str | None,
@@ -103,14 +103,17 @@ def kept_comparison(session: Session, settings: Settings, repository: str, head:
 
 
 def cached_comparison(session: Session, settings: Settings, repository: str, head: str, base: str | None,
-                      device_class: str, merge_base: str | None) -> ComparisonOut:
-    """`compare` on one device class, rows in verdict order, kept (module doc). Raises CompareError."""
-    return _cached(session, settings, repository, head, base, device_class, merge_base, store_version(session))
+                      device_class: str, merge_base: str | None, run_id: str | None = None) -> ComparisonOut:
+    """`compare` on one device class (of one run's results, when `run_id` is given), rows in verdict
+    order, kept (module doc). Raises CompareError."""
+    return _cached(session, settings, repository, head, base, device_class, merge_base, store_version(session),
+                   run_id)
 
 
 def _cached(session: Session, settings: Settings, repository: str, head: str, base: str | None, device_class: str,
-            merge_base: str | None, version: tuple[int | None, ...]) -> ComparisonOut:
-    key = _key(session, settings, repository, head, base, device_class, merge_base)
+            merge_base: str | None, version: tuple[int | None, ...], run_id: str | None = None) -> ComparisonOut:
+    # a run's comparison is kept under its own key; the fingerprint (the commit's newest result) covers it
+    key = _key(session, settings, repository, head, base, device_class, merge_base, run_id)
     now = time.monotonic()
     with _kept_lock:
         kept = _kept.get(key)
@@ -129,7 +132,7 @@ def _cached(session: Session, settings: Settings, repository: str, head: str, ba
     base_results_before = results_version(session, repository=repository, sha=base_before,
                                           device_class=device_class) if base_before else None
     comparison = compare(session, repository=repository, head_sha=head, device_class=device_class,
-                         settings=settings.compare, base_sha=base, merge_base=merge_base)
+                         settings=settings.compare, base_sha=base, merge_base=merge_base, run_id=run_id)
     comparison = comparison.model_copy(update={"rows": sorted(comparison.rows, key=ROW_ORDERS["verdict"])})
     fingerprint: tuple[object, ...] | None = _fingerprint(session, settings, comparison, merge_base)
     # The fingerprint is read after the comparison: it describes what the comparison read only if
@@ -163,8 +166,9 @@ def _fingerprint(session: Session, settings: Settings, comparison: ComparisonOut
 
 
 class VerdictWarmer(Loop):
-    """Computes the kept comparison of each job that ends (its commit on its device class against
-    the base the pages find), so the first view of a run or a pull request is served kept."""
+    """Computes the kept comparisons of each job that ends (its commit's, and its run's own results', on
+    its device class against the base the pages find), so the first view of a run or a pull request
+    is served kept."""
 
     def __init__(self, settings: Settings, engine: Engine, period_s: float = 2.0) -> None:
         super().__init__("verdict-warmer", period_s)
@@ -176,7 +180,7 @@ class VerdictWarmer(Loop):
 
     def step(self) -> bool:
         with session_scope(self.engine) as session:
-            query = (sa.select(Job.id, Job.finished_at, Repository.name, Commit.sha, DeviceClassRow.name)
+            query = (sa.select(Job.id, Job.finished_at, Repository.name, Commit.sha, DeviceClassRow.name, Job.run_id)
                      .join(Run, Job.run_id == Run.id).join(Commit, Run.commit_id == Commit.id)
                      .join(Repository, Commit.repository_id == Repository.id)
                      .join(DeviceClassRow, Job.device_class_id == DeviceClassRow.id)
@@ -185,10 +189,11 @@ class VerdictWarmer(Loop):
                 query = query.where(Job.finished_at >= self._since)
             ended = [e for e in session.execute(query.order_by(Job.finished_at, Job.id).limit(50))
                      if e.id not in self._warmed]
-        for job_id, finished_at, repository, sha, device_class in ended:
+        for job_id, finished_at, repository, sha, device_class, run_id in ended:
             try:
-                with session_scope(self.engine) as session:
+                with session_scope(self.engine) as session:   # the commit's (compare page) and the run's (run page)
                     cached_comparison(session, self.settings, repository, sha, None, device_class, None)
+                    cached_comparison(session, self.settings, repository, sha, None, device_class, None, run_id)
             except CompareError as exc:
                 log.info("job %s: no comparison to keep (%s)", job_id, exc)
             if self._since is None or finished_at > self._since:

@@ -66,7 +66,9 @@ def test_series_page_graph_data_change_points_and_samples(service: Service) -> N
     import json
 
     chart = json.loads(data.group(1))
-    assert len(chart["median"]) == 25 and chart["change_points"] and chart["control"] is not None
+    # the main branch's commits: the pull request's head is compared, it is not history
+    assert len(chart["median"]) == service.demo.commits == 24 and chart["change_points"] and chart["control"] is not None
+    assert chart["sha"] == [demo_store.main_sha(i) for i in range(24)] and set(chart["runs"]) == {1}
     assert f"{demo_store.REPO_URL}/commit/{demo_store.main_sha(23)}" in page
     samples = requests.get(f"{service.url}/series/{cp.series_id}/samples", params={"sha": chart["sha"][3]}, timeout=30)
     assert samples.status_code == 200 and len(samples.json()["samples"]) == 12

@@ -15,10 +15,11 @@ router = APIRouter(route_class=StrictJsonRoute, tags=["runs"])
 
 
 def run_comparisons(session: SessionDep, settings: SettingsDep, detail: queries.RunDetail) -> list[ComparisonOut]:
-    """The comparison on each device class of the run that has results so far."""
+    """The comparison of the run's own results on each device class where it has results so far
+    (another run of the same commit never shows here)."""
     comparisons = (
         compare(session, repository=detail.run.repository, head_sha=detail.run.commit_sha,
-                device_class=job.device_class, settings=settings.compare)
+                device_class=job.device_class, settings=settings.compare, run_id=detail.run.id)
         for job in detail.jobs
     )
     return [c for c in comparisons if c.rows]
