@@ -9,7 +9,7 @@ Two steps (the GPU host has no Triton 3.9 and no network):
 `build` clones this checkout and commits, in order: `base` (HEAD), `readme` (README only: the
 identical-code head of the A/A runs), `one-tile` (one GEMM shape's tile changed: PR (a)),
 `all-tiles` (every Triton GEMM tile's pipeline depth changed, prefill, decode and small: PR (b)), `rename`
-(on top of all-tiles, every Triton kernel function renamed: 82 changed binaries, no changed code);
+(on top of all-tiles, every Triton kernel function renamed: all 82 Triton binaries differ from base's);
 each built for cuda:sm_90.
 
 `run` starts `benchfarm serve` (SQLite, default settings but the identical-binary shortcut off, so
@@ -18,7 +18,8 @@ that the A/A runs are judged as if the binaries differed) and runs `benchfarm ru
 2. PR (a) and (b): one-tile and all-tiles over base, as a pull request's step (changed binaries and
    4 rotating sentinels timed, the rest reported unchanged);
 3. A/A 2 and 3: the nightly's pairing again (the check cache now warm); `rename` (ACCEPTANCE_STEPS):
-   rename over all-tiles as a pull request, every Triton case and 4 sentinels timed (the PR latency);
+   rename over base as a pull request, every Triton case and 4 sentinels timed (the PR latency; the
+   jobs of one run share an agent's check cache, so base's binaries are the nightly's, checked);
 4. unpaired A/A: base alone, then readme alone, compared with an explicit base; with
    `ACCEPTANCE_UNPAIRED_RUNS=N` (default 2) a chain of N such jobs, base and readme in turn, each
    compared with the one before it (the other commit's newest run): N - 1 repetitions out of N jobs,
@@ -78,7 +79,7 @@ def rename_kernels(repo: Path) -> None:
             f.write_text(renamed)
 
 
-VARIANTS["rename"] = lambda repo: rename_kernels(repo)   # on top of all-tiles: compared with it, not with base
+VARIANTS["rename"] = lambda repo: rename_kernels(repo)   # on top of all-tiles: every Triton binary differs from base
 
 
 def build(out: Path) -> None:
@@ -172,8 +173,9 @@ def run(bundles: Path, out: Path) -> None:
         if "pr" in only:
             job("pr-a-one-tile", "one-tile", "base", pr=True)
             job("pr-b-all-tiles", "all-tiles", "base", pr=True)
-        if "rename" in only:   # a pull request whose every Triton binary changed, no code did: the PR latency
-            job("pr-rename", "rename", "all-tiles", pr=True)
+        if "rename" in only:   # a pull request whose every Triton binary changed: the PR latency. Over base, whose
+            # binaries the nightly checked on this agent (as a farm's agent has checked its main branch's)
+            job("pr-rename", "rename", "base", pr=True)
         if "aa" in only:
             job("aa2", "readme", "base")
             job("aa3", "readme", "base")

@@ -52,7 +52,7 @@ change): the PR cannot have changed the vendor library, so the device did.
 The verdict (`overall_verdict`, the only one: terminal, API, pages, PR comment and check use it)
 counts each row as `counted_status` says: controls do not count, drift-marked and unchanged rows
 count as similar. Regressed if any regressed, else improved if any improved, else inconclusive if any,
-else insufficient data if any, else similar if any similar, else no baseline. Errored rows are counted apart
+else insufficient data if any, else no baseline if any case had no base, else similar. Errored rows are counted apart
 (`errored`), never hidden in the verdict's word.
 """
 
@@ -115,9 +115,9 @@ STATUSES = ("regressed", "errored", "improved", "inconclusive", "insufficient da
             "unchanged")
 """A row's status, in the order rows and counts are shown (terminal, PR comment, pages): what needs a
 look first."""
-VERDICTS = ("regressed", "improved", "inconclusive", "insufficient data", "similar", "no baseline")
-"""The verdict's words, by precedence: a change found, else what could not be decided (never hidden
-behind similar), else similar."""
+VERDICTS = ("regressed", "improved", "inconclusive", "insufficient data", "no baseline", "similar")
+"""The verdict's words, by precedence: a change found, else what could not be decided or had nothing to be
+compared with (never hidden behind similar), else similar."""
 STATUS_LABELS = {"unchanged": "unchanged (same binary)"}
 """How a status is shown where it needs saying why (the others are shown as they are)."""
 SAME_BINARY_SKIP = "not timed: same binary"
@@ -199,7 +199,7 @@ class PRVerdictOut(BaseModel):
 
     repository: str
     head_sha: str
-    verdict: str = Field(description="regressed | improved | inconclusive | insufficient data | similar | no baseline, over "
+    verdict: str = Field(description="regressed | improved | inconclusive | insufficient data | no baseline | similar, over "
                                      "every device class; controls left out, drift-marked and unchanged rows "
                                      "counted as similar")
     errored: int = Field(description="rows whose head result was wrong or an error (counted apart from the verdict)")
