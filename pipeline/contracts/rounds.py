@@ -59,6 +59,10 @@ PAIRED_MIN_CHANGE = 0.02
 
 Answer = Literal["different", "same", "unknown"]
 
+STOP_MARGIN = 0.9
+"""The agent stops a case once its answer holds with 10 % to spare: its interval within 0.9 of the
+band, or its p-value under 0.9 of max_pvalue (`DecisionRule.decided`)."""
+
 
 def block_sizes(n: int, blocks: int = DEFAULT_BLOCKS) -> tuple[int, ...]:
     """`blocks` consecutive blocks of n samples, of nearly equal size (larger first; n blocks of one
@@ -280,8 +284,17 @@ class DecisionRule:
         return classify(change.change, change.low, change.high, change.pvalue, self.threshold(case), self.max_pvalue)
 
     def decided(self, case: str, change: RoundChange) -> str | None:
-        """"decided: same" or "decided: different" (why a case needs no more rounds), or None."""
-        answer = self.answer(case, change)
+        """"decided: same" or "decided: different" (why a case needs no more rounds), or None. With a
+        margin (`STOP_MARGIN`): the job's identical binaries go on calibrating every interval after a
+        case stops, so an answer at the very edge when it stops could be on the other side of it when
+        the analysis reads the whole job (an H200 A/A: one case stopped same at [-2.0, +2.0] % of a 2 %
+        band was [-2.00, +2.01] % in the end: inconclusive)."""
+        if change.low is None or change.high is None or change.pvalue is None:
+            return None
+        answer = classify(change.change, change.low, change.high, change.pvalue,
+                          self.threshold(case) * STOP_MARGIN, self.max_pvalue * STOP_MARGIN)
+        if answer == "different" and abs(change.change) < self.threshold(case):
+            answer = "unknown"   # the margin narrows the band for "same" only: a change must still reach t
         return None if answer == "unknown" else f"decided: {answer}"
 
 

@@ -83,3 +83,22 @@ def test_an_unpaired_level_knows_its_own_precision() -> None:
     half = level_halfwidth(samples, [11] * 4)
     assert half == pytest.approx(student_t.ppf(0.975, 3) * float(np.std([0, 0.002, -0.002, 0], ddof=1)) / 2)
     assert level_halfwidth(samples[:11], [11]) == math.inf
+
+
+def test_the_agent_stops_with_a_margin_the_analysis_does_not_need() -> None:
+    """A case is stopped only when its answer holds with `STOP_MARGIN` to spare: the job's calibration
+    goes on after it stops, and an interval at the band's edge may end up just outside it."""
+    from pipeline.contracts.rounds import STOP_MARGIN, RoundChange
+
+    rule = DecisionRule(max_pvalue=0.01, default_threshold=0.02)
+    edge = RoundChange(0.0, -0.0195, 0.0195, 0.9, 4)          # within +-2 %, not within +-1.8 %
+    assert rule.answer("c", edge) == "same" and rule.decided("c", edge) is None
+    inside = RoundChange(0.0, -0.017, 0.017, 0.9, 4)
+    assert rule.decided("c", inside) == "decided: same"
+    barely = RoundChange(0.03, 0.02, 0.04, 0.0095, 4)          # significant at 0.01, not at 0.009
+    assert rule.answer("c", barely) == "different" and rule.decided("c", barely) is None
+    clear = RoundChange(0.03, 0.025, 0.035, 0.001, 4)
+    assert rule.decided("c", clear) == "decided: different"
+    small = RoundChange(0.019, 0.0185, 0.0195, 1e-6, 4)       # past 0.9 t, short of t: a change must reach t
+    assert rule.answer("c", small) == "unknown" and rule.decided("c", small) is None
+    assert 0 < STOP_MARGIN < 1
