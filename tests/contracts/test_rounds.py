@@ -99,6 +99,6 @@ def test_the_agent_stops_with_a_margin_the_analysis_does_not_need() -> None:
     assert rule.answer("c", barely) == "different" and rule.decided("c", barely) is None
     clear = RoundChange(0.03, 0.025, 0.035, 0.001, 4)
     assert rule.decided("c", clear) == "decided: different"
-    small = RoundChange(0.019, 0.0185, 0.0195, 1e-6, 4)       # past 0.9 t, short of t: a change must reach t
+    small = RoundChange(0.019, 0.0185, 0.0205, 1e-6, 4)       # past 0.9 t, short of t: a change must reach t
     assert rule.answer("c", small) == "unknown" and rule.decided("c", small) is None
     assert 0 < STOP_MARGIN < 1
