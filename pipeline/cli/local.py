@@ -95,10 +95,9 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_build(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.agents.devices import discover_local_devices
+    from pipeline.agents.devices import discover_local_devices, plan_targets
     from pipeline.build.bundle import build_bundle
     from pipeline.build.suite_loader import locate_suite, resolve_commit
-    from pipeline.local_pipeline import plan_targets
 
     suite, ref = suite_and_ref(args, args.commit)
     location = locate_suite(suite)
