@@ -48,7 +48,8 @@ def check_port_free(host: str, port: int) -> None:
             probe.bind((host, port))
         except OSError as exc:
             raise PortTakenError(
-                f"cannot listen on {host}:{port} ({exc.strerror}); set BENCHFARM_PORT or BENCHFARM_HOST"
+                f"cannot listen on {host}:{port} ({exc.strerror}): choose another port with --port (or "
+                "BENCHFARM_PORT), or another address with --host (or BENCHFARM_HOST)"
             ) from None
 
 

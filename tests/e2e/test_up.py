@@ -83,7 +83,7 @@ def test_up_names_a_taken_port(tmp_path: Path) -> None:
         proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "up", "--no-run"], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
-    assert f"127.0.0.1:{port}" in proc.stderr and "BENCHFARM_PORT" in proc.stderr
+    assert f"127.0.0.1:{port}" in proc.stderr and "--port" in proc.stderr and "BENCHFARM_PORT" in proc.stderr
 
 
 def test_wrong_setting_stops_the_command_with_its_name(tmp_path: Path) -> None:
