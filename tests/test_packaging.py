@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
@@ -207,3 +208,25 @@ def test_each_role_extra_brings_what_its_packages_import_and_not_the_others(role
     needed = _imported_distributions(ROLE_PACKAGES[role])
     assert needed and needed <= resolved, sorted(needed - resolved)
     assert not resolved & set(ROLE_LEAVES_OUT[role]), sorted(resolved & set(ROLE_LEAVES_OUT[role]))
+
+
+def test_the_wheel_builds_without_deprecation_warnings_and_names_its_license(tmp_path: Path) -> None:
+    """pip's isolated build with the newest setuptools the index offers: no BuildBackendWarning (the
+    `project.license` table form is deprecated), and the metadata carries the SPDX expression."""
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "pipeline", source / "pipeline", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", str(source), "-w",
+                           str(tmp_path / "dist")], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0 and any(text in proc.stderr for text in UNREACHABLE):
+        pytest.skip(f"the package index is unreachable: {proc.stderr[-300:]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    output = proc.stdout + proc.stderr
+    assert "BuildBackendWarning" not in output and "deprecated" not in output.lower(), \
+        [line for line in output.splitlines() if "eprecat" in line or "Warning" in line]
+    (wheel,) = (tmp_path / "dist").glob("benchfarm-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: Apache-2.0" in metadata.splitlines(), metadata[:1500]
