@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from rich import box
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -122,23 +124,97 @@ def summary_line(comparison: ComparisonOut) -> str:
     return f"{comparison.device_class}: {comparison.head_sha[:10]} vs {base} — {verdict_line([comparison])}"
 
 
-def terminal_table(comparison: ComparisonOut) -> Table:
-    table = Table(title=summary_line(comparison), title_justify="left")
-    table.add_column("case", overflow="fold", ratio=1)  # a case id is never cut short
-    for column in ("base", "now", "change [95% CI]", "p"):
-        table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
-    rows = sorted(comparison.rows, key=lambda r: (STATUSES.index(r.status), str(r.case_id)))
-    for row in rows:
-        table.add_row(
-            Text(str(row.case_id)),  # Text(): a case name is never read as console markup
-            format_seconds(row.base_median),
-            format_seconds(row.head_median),
-            row_change(row),
-            format_pvalue(row.pvalue),
-            Text(row_status(row), style=STATUS_STYLE.get(row.status, "")),
-        )
-    return table
+NARROW_CASE_MIN = 28
+"""The narrowest case column the narrow layout keeps: a family and a name fit on its first line."""
+_WIDE_FRAME = 3
+"""Per column of the wide table (the default box): its divider and one space each side; plus one edge."""
+_NARROW_GAP = 3
+"""Between two columns of the narrow table: one space each side of the (blank) divider, no edges."""
+
+
+class ComparisonTable:
+    """A comparison laid out for the width it is printed at (`terminal_table`). Wide enough, one line
+    a case with every figure: base, now, change [95 % interval], p, verdict. Narrower (80 columns):
+    still one row a case, the case id wrapped at its '/' (never cut, never shrunk away) beside base,
+    now, the change and the verdict, which are never cut either; the interval goes first, then p,
+    and a long verdict wraps at its parenthesis."""
+
+    def __init__(self, comparison: ComparisonOut) -> None:
+        self.comparison = comparison
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.table(options.max_width)
+
+    def table(self, width: int) -> Table:
+        """The table as it fits `width` columns."""
+        rows = sorted(self.comparison.rows, key=lambda r: (STATUSES.index(r.status), str(r.case_id)))
+        ids = [str(r.case_id) for r in rows]
+        base = [format_seconds(r.base_median) for r in rows]
+        now = [format_seconds(r.head_median) for r in rows]
+        change = [format_change(r.change) for r in rows]
+        interval = [row_change(r) for r in rows]
+        verdict = [row_status(r) for r in rows]
+        styles = [STATUS_STYLE.get(r.status, "") for r in rows]
+        title = summary_line(self.comparison)
+
+        wide = [("case", ids), ("base", base), ("now", now), ("change [95% CI]", interval),
+                ("p", [format_pvalue(r.pvalue) for r in rows]), ("verdict", verdict)]
+        if sum(_width(h, c) for h, c in wide) + _WIDE_FRAME * len(wide) + 1 <= width:
+            table = Table(title=title, title_justify="left")
+            for header, _ in wide:
+                table.add_column(header, justify="left" if header in ("case", "verdict") else "right", no_wrap=True)
+            for i in range(len(rows)):
+                table.add_row(*(Text(cells[i], style=styles[i] if header == "verdict" else "")  # Text: no markup
+                                for header, cells in wide))
+            return table
+
+        # Narrow: the first of these that leaves the case column room for a family and a name.
+        wrapped_verdict = [v.replace(" (", "\n(") for v in verdict]
+        layouts = [("change [95% CI]", interval, verdict, ""), ("change", change, verdict, "95 % intervals"),
+                   ("change", change, wrapped_verdict, "95 % intervals")]
+        for change_header, change_cells, verdict_cells, left_out in layouts:
+            figures = [("base", base), ("now", now), (change_header, change_cells), ("verdict", verdict_cells)]
+            case_width = width - sum(_width(h, c) for h, c in figures) - _NARROW_GAP * len(figures)
+            if case_width >= min(NARROW_CASE_MIN, _width("case", ids)):
+                break
+        case_width = max(case_width, 1)
+        left_out = ", ".join(x for x in (left_out, "p-values") if x)
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                      caption=f"{left_out} left out at this width: a wider terminal shows them",
+                      caption_justify="left")
+        table.add_column("case", width=case_width, no_wrap=True)
+        for header, cells in figures:
+            table.add_column(header, width=_width(header, cells), no_wrap=True,
+                             justify="left" if header == "verdict" else "right")
+        for i in range(len(rows)):
+            table.add_row(Text(_fold_id(ids[i], case_width)),
+                          *(Text(cells[i], style=styles[i] if header == "verdict" else "") for header, cells in figures))
+        return table
+
+
+def _width(header: str, cells: Sequence[str]) -> int:
+    return max([len(header), *(len(line) for cell in cells for line in cell.split("\n"))])
+
+
+def _fold_id(case_id: str, width: int) -> str:
+    """`case_id` in lines of at most `width`, broken after its '/' (a part longer than a line is
+    broken inside it), the lines after the first indented so that each case starts where nothing
+    else does: every character kept, none replaced by an ellipsis."""
+    indent = "  " if width > 8 else ""
+    parts = [p + "/" for p in case_id.split("/")[:-1]] + [case_id.split("/")[-1]]
+    lines = [""]
+    for part in parts:
+        if lines[-1].strip() and len(lines[-1]) + len(part) > width:
+            lines.append(indent)
+        lines[-1] += part
+        while len(lines[-1]) > width:
+            lines[-1:] = [lines[-1][:width], indent + lines[-1][width:]]
+    return "\n".join(lines)
+
+
+def terminal_table(comparison: ComparisonOut) -> ComparisonTable:
+    """The comparison for a terminal: rows by status (regressed first), laid out for its width."""
+    return ComparisonTable(comparison)
 
 
 def compile_table(compiled: CompileComparisonOut) -> Table:
