@@ -139,6 +139,11 @@ def test_each_role_runs_its_commands_in_a_venv_with_only_its_extra(role_venv: Pa
     if role == "agent":
         proc = _benchfarm(role_venv, "devices", cwd=tmp_path, **home)
         assert proc.returncode == 0 and "llvm-cpu:" in proc.stdout, proc.stdout + proc.stderr
+        # doctor and resend load all they need: what stops them is the missing service and file
+        proc = _benchfarm(role_venv, "doctor", "--server", "http://127.0.0.1:9", "--token", "t", cwd=tmp_path, **home)
+        assert proc.returncode == 1 and "FAIL  service" in proc.stdout and "ok  disk" in proc.stdout, proc.stdout
+        proc = _benchfarm(role_venv, "resend", "kept.json", cwd=tmp_path, **home)
+        assert proc.returncode == 1 and "kept.json: no such file" in proc.stderr, proc.stderr
         # The installed package, not this checkout: the service's modules are there but cannot load.
         proc = subprocess.run([str(python), "-c", "import pipeline, pipeline.agents.agent\nprint(pipeline.__file__)\n"
                                "import pipeline.service.app"], cwd=tmp_path, capture_output=True, text=True,
@@ -158,6 +163,10 @@ def test_each_role_runs_its_commands_in_a_venv_with_only_its_extra(role_venv: Pa
         assert db.returncode == 0 and "migrated to the newest revision" in db.stdout, db.stdout + db.stderr
         token = _benchfarm(role_venv, "token", "create", "--name", "host-1", "--scope", "agent", cwd=tmp_path, **home)
         assert token.returncode == 0 and token.stdout.startswith("bf_") and "created" in token.stderr, token.stderr
+        user = subprocess.run([str(role_venv / "bin" / "benchfarm"), "user", "create", "--name", "ada", "--password-stdin"],
+                              input="correct horse battery staple\n", cwd=tmp_path, capture_output=True, text=True,
+                              timeout=600, env=_clean_env(**home))
+        assert user.returncode == 0, user.stdout + user.stderr
         # the store, the comparison and the tables load: a commit it has no results of is named
         base, head = "0" * 40, "1" * 40
         compare = _benchfarm(role_venv, "compare", base, head, "--repository", "r", cwd=tmp_path, **home)
