@@ -71,7 +71,8 @@ def test_up_serves_a_benchmark_of_head(tmp_path: Path) -> None:
     assert (tmp_path / "home" / "benchfarm.db").is_file()
 
 
-def test_up_names_a_taken_port(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["up", "serve"])
+def test_up_names_a_taken_port(tmp_path: Path, command: str) -> None:
     import socket
 
     with socket.socket() as taken:
@@ -80,10 +81,11 @@ def test_up_names_a_taken_port(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
         env.update(BENCHFARM_HOME=str(tmp_path / "home"), BENCHFARM_PORT=str(port))
-        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "up", "--no-run"], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", command, *(["--no-run"] if command == "up" else [])],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert f"127.0.0.1:{port}" in proc.stderr and "--port" in proc.stderr and "BENCHFARM_PORT" in proc.stderr
+    assert "traceback" not in proc.stderr   # a CliError: what to do, nothing more
 
 
 def test_wrong_setting_stops_the_command_with_its_name(tmp_path: Path) -> None:
