@@ -6,6 +6,7 @@ the verdict is `overall_verdict`, the counts `verdict_counts`, a status is shown
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 from rich import box
@@ -197,18 +198,25 @@ def _width(header: str, cells: Sequence[str]) -> int:
 
 
 def _fold_id(case_id: str, width: int) -> str:
-    """`case_id` in lines of at most `width`, broken after its '/' (a part longer than a line is
-    broken inside it), the lines after the first indented so that each case starts where nothing
+    """`case_id` in lines of at most `width`, broken after a '/' (a part longer than a line after its
+    '-', else anywhere), the lines after the first indented so that each case starts where nothing
     else does: every character kept, none replaced by an ellipsis."""
     indent = "  " if width > 8 else ""
-    parts = [p + "/" for p in case_id.split("/")[:-1]] + [case_id.split("/")[-1]]
     lines = [""]
-    for part in parts:
-        if lines[-1].strip() and len(lines[-1]) + len(part) > width:
+
+    def put(piece: str) -> None:
+        if lines[-1].strip() and len(lines[-1]) + len(piece) > width:
             lines.append(indent)
-        lines[-1] += part
+        lines[-1] += piece
         while len(lines[-1]) > width:
             lines[-1:] = [lines[-1][:width], indent + lines[-1][width:]]
+
+    for part in re.findall(r"[^/]*/|[^/]+$", case_id):
+        if len(indent) + len(part) <= width:
+            put(part)
+        else:   # longer than any line: a name's words
+            for piece in re.findall(r"[^-]*-|[^-]+$", part):
+                put(piece)
     return "\n".join(lines)
 
 
