@@ -11,6 +11,7 @@ from rich.console import Console
 from pipeline.config import CompareSettings
 from pipeline.pr_comments.report import compile_section
 from pipeline.pr_comments.table import (
+    compile_table,
     format_change,
     format_figure,
     format_pvalue,
@@ -111,3 +112,21 @@ def test_a_wide_terminal_shows_each_case_on_one_line_with_its_interval_and_p(lon
         line = next(line for line in text.splitlines() if str(row.case_id) in line)
         assert row_change(row) in line and format_pvalue(row.pvalue) in line and row_status(row) in line, line
     assert "left out" not in text and "…" not in text, text
+
+
+def test_the_compile_table_at_80_columns_keeps_case_ids_and_figures_whole() -> None:
+    changes = [CompileChangeOut(case_id=LONG_CASES["regressed"], target="cuda:sm_90", metric="registers", base=96,
+                                head=71, change=relative_change(71, 96)),
+               CompileChangeOut(case_id=LONG_CASES["improved"], target="llvm-cpu:x86_64", metric="binary_bytes",
+                                base=123456, head=234567, change=relative_change(234567, 123456))]
+    compiled = CompileComparisonOut(head_sha="a" * 40, base_sha="b" * 40, base_source="given", compared=2,
+                                    summary="2 cases changed", changes=changes)
+    console = Console(width=80, record=True, file=io.StringIO(), color_system=None)
+    console.print(compile_table(compiled))
+    text = console.export_text()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80, text
+    for change in changes:
+        family, name, shape, dtype, impl = str(change.case_id).split("/")
+        assert all(part in text for part in (f"{family}/", f"{name}/", f"{shape}/", f"{dtype}/", impl)), text
+        assert all(figure in text for figure in (change.target, change.metric, f"{change.base:g}", f"{change.head:g}",
+                                                 f"{change.change:+.1%}")), text
