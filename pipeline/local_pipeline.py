@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 
 from pipeline import dispatch
 from pipeline.agents.check_cache import CheckCache
-from pipeline.agents.devices import LocalDevice, discover_local_devices
+from pipeline.agents.devices import LocalDevice, discover_local_devices, plan_targets
 from pipeline.agents.local import run_bundle
 from pipeline.build.bundle import build_bundle, load_bundle
 from pipeline.build.suite_loader import (
@@ -28,7 +28,6 @@ from pipeline.build.suite_loader import (
     resolve_commit,
 )
 from pipeline.config import Settings
-from pipeline.contracts import Target
 from pipeline.contracts.ids import CaseId, selects_case
 from pipeline.store import ingest
 from pipeline.store.compare import ComparisonOut, choose_base, compare, decision_rule, only_cases
@@ -66,19 +65,6 @@ class PipelineOutcome:
 def _log_progress(description: str, done: int, total: int) -> None:
     """Progress for a log, not a terminal: a line as each stage starts and ends, the rest at debug."""
     log.log(logging.INFO if done in (1, total) else logging.DEBUG, "%s (%d/%d)", description, done, total)
-
-
-def plan_targets(devices: Sequence[LocalDevice], only: Sequence[str] | None) -> list[str]:
-    """The targets this machine can run, optionally narrowed to `only` (unknown names are an error)."""
-    available = sorted({t for d in devices for t in d.device_class.targets})
-    if not only:
-        return available
-    for name in only:
-        Target.parse(name)
-    missing = [t for t in only if t not in available]
-    if missing:
-        raise PipelineError(f"no local device runs target {', '.join(missing)}; this machine has {', '.join(available)}")
-    return list(only)
 
 
 def repository_name(settings: Settings, location: SuiteLocation) -> str:

@@ -3,6 +3,7 @@ what to build, which cases to run and which commits to compare, and plain messag
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import pytest
 import requests
 
 from pipeline.build.bundle import ALL_TARGETS
+from pipeline.cli import build_parser
 from tests.helpers.live_server import free_port
 from tests.helpers.suite_repo import GemmCase, gemm_suite_files, git, make_suite_repo
 
@@ -123,3 +125,19 @@ def test_a_bad_config_file_stops_every_command_with_one_line_naming_it(tmp_path:
     assert said(benchfarm(tmp_path, "jobs")) == (
         "benchfarm: wrong setting: measurement.min_sampels (env BENCHFARM_MEASUREMENT__MIN_SAMPELS, or in "
         "benchfarm.toml): Extra inputs are not permitted")
+
+
+def test_every_flag_and_argument_of_every_command_says_what_it_is() -> None:
+    """`benchfarm COMMAND --help` explains each of its options (`up --ref` did not, issue 34)."""
+
+    def unexplained(parser: argparse.ArgumentParser, name: str) -> list[str]:
+        found = []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub in action.choices.items():
+                    found += unexplained(sub, f"{name} {sub_name}")
+            elif not action.help and not isinstance(action, argparse._HelpAction):
+                found.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
+        return found
+
+    assert unexplained(build_parser(), "benchfarm") == []

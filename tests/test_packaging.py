@@ -1,18 +1,23 @@
-"""What a device agent host installs (issue 15): `benchfarm[agent]` brings no compiler, no store and
-no web service, and the agent's code never imports them."""
+"""What each host installs: `benchfarm[agent]` (issue 15) brings no compiler, no store and no web
+service, and the agent's code never imports them; each role's extra runs that role's commands in a
+venv of its own (issue 34)."""
 
 from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.suite_repo import GemmCase, gemm_suite_files, make_suite_repo
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICE_AND_COMPILERS = ("triton", "iree-base-compiler", "fastapi", "sqlalchemy", "psycopg", "psycopg-binary",
@@ -66,12 +71,36 @@ def test_the_agent_extra_resolves_for_an_aarch64_board_without_service_or_compil
     assert not names & set(SERVICE_AND_COMPILERS), sorted(names & set(SERVICE_AND_COMPILERS))
 
 
+# What each role's extra must run, alone in its virtual environment (issue 34): these commands' --help,
+# and the role's real work below. The packages of the other roles must not be installed there.
+ROLE_COMMANDS = {
+    "agent": ("agent", "run-job", "doctor", "resend", "devices"),
+    "builder": ("build",),
+    "service": ("serve", "builder", "token", "user", "db", "compare"),
+}
+OTHER_ROLES_PACKAGES = {
+    "agent": SERVICE_AND_COMPILERS,
+    "builder": ("fastapi", "sqlalchemy", "psycopg", "psycopg-binary", "alembic", "uvicorn", "scipy", "jinja2",
+                "pygithub", "starlette", "buildkite-sdk"),
+    "service": ("triton", "iree-base-compiler", "iree-base-runtime"),
+}
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    """The environment of a command in a role's venv: no PYTHONPATH (the installed package, not this
+    checkout) and no BENCHFARM_* settings of the caller."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("BENCHFARM_")}
+    return env | extra
+
+
 @pytest.fixture(scope="module")
-def agent_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A virtual environment with only `benchfarm[agent]` installed, from a copy of the source (a
-    wheel built and installed, not an editable install: the package's own files, as an agent host
-    gets them). Its packages come from pip's cache or the configured index."""
-    tmp = tmp_path_factory.mktemp("agent-only")
+def role_venv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A virtual environment with only `benchfarm[ROLE]` installed (ROLE: the test's parameter), from
+    a copy of the source (a wheel built and installed, not an editable install: the package's own
+    files, as a host of that role gets them). Its packages come from pip's cache or the configured
+    index."""
+    role = request.param
+    tmp = tmp_path_factory.mktemp(f"{role}-only")
     source = tmp / "source"
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
@@ -79,31 +108,69 @@ def agent_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(ROOT / "pipeline", source / "pipeline", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
-    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", f"{source}[agent]"],
-                          capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", f"{source}[{role}]"],
+                          capture_output=True, text=True, timeout=1200, env=_clean_env())
     if proc.returncode != 0 and any(text in proc.stderr for text in UNREACHABLE):
         pytest.skip(f"the package index is unreachable: {proc.stderr[-300:]}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return venv
 
 
-def test_benchfarm_agent_runs_in_a_venv_with_only_the_agent_extra(agent_venv: Path) -> None:
-    python, benchfarm = agent_venv / "bin" / "python", agent_venv / "bin" / "benchfarm"
+def _benchfarm(venv: Path, *args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(venv / "bin" / "benchfarm"), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env=_clean_env(**env))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("role_venv", sorted(ROLE_COMMANDS), indirect=True)
+def test_each_role_runs_its_commands_in_a_venv_with_only_its_extra(role_venv: Path, tmp_path: Path) -> None:
+    role = role_venv.parent.name.split("-only")[0]
+    python = role_venv / "bin" / "python"
     listed = subprocess.run([str(python), "-m", "pip", "list", "--format", "json"], capture_output=True, text=True,
-                            check=True, timeout=120)
-    names = {item["name"].lower() for item in json.loads(listed.stdout)}
-    assert "iree-base-runtime" in names and "benchfarm" in names, names
-    assert not names & set(SERVICE_AND_COMPILERS), sorted(names & set(SERVICE_AND_COMPILERS))
-    for command in ("agent", "run-job"):
-        proc = subprocess.run([str(benchfarm), command, "--help"], cwd=agent_venv, capture_output=True, text=True,
-                              timeout=120)
+                            check=True, timeout=120, env=_clean_env())
+    names = {_normal(item["name"]) for item in json.loads(listed.stdout)}
+    assert "benchfarm" in names, names
+    assert not names & set(OTHER_ROLES_PACKAGES[role]), sorted(names & set(OTHER_ROLES_PACKAGES[role]))
+    for command in ROLE_COMMANDS[role]:
+        proc = _benchfarm(role_venv, command, "--help", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert f"usage: benchfarm {command}" in proc.stdout, proc.stdout
-    # The installed package, not this checkout: the service's modules are there but cannot load.
-    proc = subprocess.run([str(python), "-c", "import pipeline, pipeline.agents.agent\nprint(pipeline.__file__)\n"
-                           "import pipeline.service.app"], cwd=agent_venv, capture_output=True, text=True, timeout=120)
-    assert str(agent_venv) in proc.stdout, proc.stdout
-    assert proc.returncode != 0 and "No module named 'fastapi'" in proc.stderr, proc.stderr[-2000:]
+    home = {"BENCHFARM_HOME": str(tmp_path / "home")}
+    if role == "agent":
+        proc = _benchfarm(role_venv, "devices", cwd=tmp_path, **home)
+        assert proc.returncode == 0 and "llvm-cpu:" in proc.stdout, proc.stdout + proc.stderr
+        # doctor and resend load all they need: what stops them is the missing service and file
+        proc = _benchfarm(role_venv, "doctor", "--server", "http://127.0.0.1:9", "--token", "t", cwd=tmp_path, **home)
+        assert proc.returncode == 1 and "FAIL  service" in proc.stdout and "ok  disk" in proc.stdout, proc.stdout
+        proc = _benchfarm(role_venv, "resend", "kept.json", cwd=tmp_path, **home)
+        assert proc.returncode == 1 and "kept.json: no such file" in proc.stderr, proc.stderr
+        # The installed package, not this checkout: the service's modules are there but cannot load.
+        proc = subprocess.run([str(python), "-c", "import pipeline, pipeline.agents.agent\nprint(pipeline.__file__)\n"
+                               "import pipeline.service.app"], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120, env=_clean_env())
+        assert str(role_venv) in proc.stdout, proc.stdout
+        assert proc.returncode != 0 and "No module named 'fastapi'" in proc.stderr, proc.stderr[-2000:]
+    elif role == "builder":
+        repo = make_suite_repo(tmp_path, gemm_suite_files([GemmCase("tiny")]))
+        proc = _benchfarm(role_venv, "build", "--suite", "kernels", "--commit", "HEAD", "--targets", "llvm-cpu:x86_64",
+                          "--out", "b", cwd=repo, **home)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert ": 1 built, 0 failed" in proc.stdout, proc.stdout
+        (manifest,) = (repo / "b").glob("*/manifest.json")
+        assert json.loads(manifest.read_text())["entries"][0]["status"] == "built"
+    else:
+        db = _benchfarm(role_venv, "db", "upgrade", cwd=tmp_path, **home)
+        assert db.returncode == 0 and "migrated to the newest revision" in db.stdout, db.stdout + db.stderr
+        token = _benchfarm(role_venv, "token", "create", "--name", "host-1", "--scope", "agent", cwd=tmp_path, **home)
+        assert token.returncode == 0 and token.stdout.startswith("bf_") and "created" in token.stderr, token.stderr
+        user = subprocess.run([str(role_venv / "bin" / "benchfarm"), "user", "create", "--name", "ada", "--password-stdin"],
+                              input="correct horse battery staple\n", cwd=tmp_path, capture_output=True, text=True,
+                              timeout=600, env=_clean_env(**home))
+        assert user.returncode == 0, user.stdout + user.stderr
+        # the store, the comparison and the tables load: a commit it has no results of is named
+        base, head = "0" * 40, "1" * 40
+        compare = _benchfarm(role_venv, "compare", base, head, "--repository", "r", cwd=tmp_path, **home)
+        assert compare.returncode == 1 and f"commit {head} of r is not recorded" in compare.stderr, compare.stderr
 
 
 # Each role's extra against what its packages import (at module level or inside functions): the
@@ -150,3 +217,25 @@ def test_each_role_extra_brings_what_its_packages_import_and_not_the_others(role
     needed = _imported_distributions(ROLE_PACKAGES[role])
     assert needed and needed <= resolved, sorted(needed - resolved)
     assert not resolved & set(ROLE_LEAVES_OUT[role]), sorted(resolved & set(ROLE_LEAVES_OUT[role]))
+
+
+def test_the_wheel_builds_without_deprecation_warnings_and_names_its_license(tmp_path: Path) -> None:
+    """pip's isolated build with the newest setuptools the index offers: no BuildBackendWarning (the
+    `project.license` table form is deprecated), and the metadata carries the SPDX expression."""
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "pipeline", source / "pipeline", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", str(source), "-w",
+                           str(tmp_path / "dist")], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0 and any(text in proc.stderr for text in UNREACHABLE):
+        pytest.skip(f"the package index is unreachable: {proc.stderr[-300:]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    output = proc.stdout + proc.stderr
+    assert "BuildBackendWarning" not in output and "deprecated" not in output.lower(), \
+        [line for line in output.splitlines() if "eprecat" in line or "Warning" in line]
+    (wheel,) = (tmp_path / "dist").glob("benchfarm-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: Apache-2.0" in metadata.splitlines(), metadata[:1500]

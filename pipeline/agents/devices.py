@@ -13,12 +13,13 @@ import re
 import shutil
 import socket
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.agents.adb import Adb, AdbError, AdbTransport, cpu_clusters, parse_getprop
 from pipeline.config import PhoneSettings
-from pipeline.contracts import DeviceClass, DeviceInfo
+from pipeline.contracts import DeviceClass, DeviceInfo, Target
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,8 @@ PHONE_HAL_DRIVER = "local-sync"   # one thread, pinned by taskset to one cluster
 NVIDIA_SMI_TIMEOUT_S = 10
 _NVIDIA_QUERY = "name,uuid,driver_version,compute_cap,clocks.sm,clocks.max.sm"
 
-__all__ = ["LocalDevice", "Transport", "LOCAL", "AdbTransport", "discover_local_devices", "cpu_device", "cuda_visible", "nvidia_devices", "parse_nvidia_smi",
+__all__ = ["LocalDevice", "Transport", "LOCAL", "AdbTransport", "NoDeviceForTarget", "discover_local_devices",
+           "plan_targets", "cpu_device", "cuda_visible", "nvidia_devices", "parse_nvidia_smi",
            "phone_devices"]
 
 
@@ -257,6 +259,25 @@ def discover_local_devices(phones: PhoneSettings | None = None, gpu_lock: str = 
         except AdbError as exc:
             log.warning("phone discovery failed: %s", exc)
     return found
+
+
+class NoDeviceForTarget(ValueError):
+    """A target was asked for that no device of this host runs."""
+
+
+def plan_targets(devices: Sequence[LocalDevice], only: Sequence[str] | None) -> list[str]:
+    """The targets `devices` run, optionally narrowed to `only` (unknown names are an error). Here,
+    not beside the run of `benchfarm run`, because `benchfarm build` on a builder host asks it too."""
+    available = sorted({t for d in devices for t in d.device_class.targets})
+    if not only:
+        return available
+    for name in only:
+        Target.parse(name)
+    missing = [t for t in only if t not in available]
+    if missing:
+        raise NoDeviceForTarget(f"no local device runs target {', '.join(missing)}; this machine has "
+                                f"{', '.join(available)}")
+    return list(only)
 
 
 def phone_devices(settings: PhoneSettings, adb: Adb | None = None) -> list[LocalDevice]:

@@ -3,7 +3,8 @@ it fails, what to do. Failing checks make the command exit 1; warnings (a phone'
 not `performance`, a hot device) are printed but do not.
 
 Checks: the service answers at the agent's URL; the token is known there and holds the agent
-scope; the agent's work folder has room for bundles; the host lock between compiles and CPU timing
+scope (no token is only a warning while no agent.server_url names a service to join: one machine's
+`benchfarm up` needs none); the agent's work folder has room for bundles; the host lock between compiles and CPU timing
 can be opened (and who holds it now); NVIDIA GPUs (driver, NVML, clocks) where
 nvidia-smi exists; phones over adb (state, CPU governor, temperature) where adb exists.
 """
@@ -43,9 +44,14 @@ def _service(settings: Settings) -> list[Check]:
                                                             "(agent.server_url) to its address")]
     checks = [Check("service", "ok", f"{url}: benchfarm {health.get('version')} on {health.get('database')}")]
     if not token:
-        return checks + [Check("token", "fail", "no token configured",
-                               "create one on the service (`benchfarm token create --name HOST --scope agent`) and "
-                               "set BENCHFARM_AGENT__TOKEN")]
+        fix = ("create one on the service (`benchfarm token create --name HOST --scope agent`) and set "
+               "BENCHFARM_AGENT__TOKEN")
+        if not settings.agent.server_url:
+            # No agent is pointed at a service: one machine (`benchfarm run`, or `benchfarm up`, whose
+            # in-process agent makes its own token) needs none; only a host that joins a farm does.
+            return checks + [Check("token", "warn", "none configured: fine on one machine (`benchfarm up` gives its "
+                                   "agent its own); an agent host of a farm needs one", fix)]
+        return checks + [Check("token", "fail", "no token configured", fix)]
     try:
         me = client.request("GET", "whoami").json()
     except ServiceError as exc:

@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("up", help="the embedded service: store, in-process agent, a run of HEAD, web UI")
     suite_flags(p)
-    p.add_argument("--ref", default="HEAD")
+    p.add_argument("--ref", default="HEAD", help="commit or ref of the suite checkout benchmarked on start "
+                   "(default HEAD; nothing with --no-run)")
     p.add_argument("--no-run", action="store_true", help="serve only; do not benchmark on start")
     listen_flags(p)
     p.set_defaults(func=cmd_up)
@@ -82,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("build", help="compile the suite at a commit into a bundle")
     suite_flags(p)
-    p.add_argument("--commit", default="HEAD")
+    p.add_argument("--commit", default="HEAD", help="commit or ref of the suite checkout to build (default HEAD)")
     p.add_argument("--targets", help="comma-separated targets, or 'all' (every target this builder compiles for, "
                    "GPUs included; default: this machine's)")
     p.add_argument("--out", help="bundle folder parent (default <home>/bundles)")
@@ -92,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_devices)
 
     p = sub.add_parser("db", help="database maintenance")
-    p.add_argument("action", choices=["upgrade"])
+    p.add_argument("action", choices=["upgrade"], help="upgrade: apply the store's migrations (serve and up do it "
+                   "on start)")
     p.set_defaults(func=cmd_db)
 
     p = sub.add_parser("token", help="API tokens: create (shown once), list, revoke")
@@ -103,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="agent: upload results; user: read, trigger, triage; admin: everything (repeatable)")
     token_sub.add_parser("list", help="list tokens (names, scopes, use; never the tokens)")
     t = token_sub.add_parser("revoke", help="revoke a token by name")
-    t.add_argument("name")
+    t.add_argument("name", help="the name it was created with")
     p.set_defaults(func=cmd_token)
 
     p = sub.add_parser("user", help="password users of the web UI: create")
@@ -117,7 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_user)
 
     p = sub.add_parser("schemas", help="check (or --write) the committed JSON Schemas")
-    p.add_argument("--write", action="store_true")
+    p.add_argument("--write", action="store_true", help="write the schemas generated from the models instead of "
+                   "checking that the committed ones match")
     p.set_defaults(func=cmd_schemas)
 
     p = sub.add_parser("pipeline", help="print the Buildkite pipeline for a commit (for buildkite-agent pipeline upload)")
@@ -133,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "from the build)")
     p.add_argument("--targets", help="comma-separated targets to build (default: benchfarm build's)")
     p.add_argument("--repository", help="OWNER/NAME (default BENCHFARM_REPOSITORY)")
-    p.add_argument("--format", choices=["json", "yaml"], default="json")
+    p.add_argument("--format", choices=["json", "yaml"], default="json", help="the pipeline's format (default json)")
     p.set_defaults(func=cmd_pipeline)
 
     def service_flags(p: argparse.ArgumentParser) -> None:
@@ -154,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_doctor)
     p = sub.add_parser("run-job", help="run a bundle on this host's device of a class and upload (a Buildkite step)")
     p.add_argument("--bundle", required=True, help="the bundle folder")
-    p.add_argument("--device-class", required=True)
+    p.add_argument("--device-class", required=True, help="the device class to run on (`benchfarm devices` lists "
+                   "this host's)")
     p.add_argument("--base-bundle", help="the base commit's bundle, run interleaved (paired)")
     p.add_argument("--cases", help="run only the cases whose id matches this glob (default: every case)")
     p.add_argument("--kind", choices=["adhoc", "push", "pr", "nightly"],
@@ -183,15 +187,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bisect)
 
     p = sub.add_parser("jobs", help="list the service's jobs with their state")
-    p.add_argument("--status", choices=["queued", "running", "done", "failed"])
+    p.add_argument("--status", choices=["queued", "running", "done", "failed"], help="only jobs in this state")
     p.add_argument("--run", help="only this run's jobs")
-    p.add_argument("--limit", type=int, default=50)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--limit", type=int, default=50, help="at most this many jobs (default 50)")
+    p.add_argument("--json", action="store_true", help="the service's JSON instead of a table")
     service_flags(p)
     p.set_defaults(func=cmd_jobs)
 
     p = sub.add_parser("report", help="post a commit's comparison on GitHub (comment, check); flush: post kept reports")
-    p.add_argument("action", nargs="?", choices=["post", "flush"], default="post")
+    p.add_argument("action", nargs="?", choices=["post", "flush"], default="post",
+                   help="post (default): report --commit; flush: post the reports GitHub refused earlier")
     p.add_argument("--commit", help="the head commit")
     p.add_argument("--pr", type=int, help="pull request number (none: a push; check or status only)")
     p.add_argument("--base", help="base commit (default: the newest ancestor with results)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 from pipeline.cli.common import (
@@ -95,10 +96,9 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_build(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.agents.devices import discover_local_devices
+    from pipeline.agents.devices import discover_local_devices, plan_targets
     from pipeline.build.bundle import build_bundle
     from pipeline.build.suite_loader import locate_suite, resolve_commit
-    from pipeline.local_pipeline import plan_targets
 
     suite, ref = suite_and_ref(args, args.commit)
     location = locate_suite(suite)
@@ -133,9 +133,16 @@ def cmd_devices(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.service.embedded import check_port_free, serve_embedded
+    from pipeline.service.embedded import HomeTakenError, PortTakenError, check_port_free, hold_home, serve_embedded
 
     settings = listen_on(args, settings)
-    check_port_free(settings.host, settings.port)   # before the suite: a taken port is the first thing to fix
-    suite, ref = suite_and_ref(args, args.ref, note=not args.no_run)   # --no-run benchmarks nothing now
-    return serve_embedded(settings, suite=suite, ref=ref, run_on_start=not args.no_run, access_log=args.verbose)
+    with ExitStack() as held:
+        try:
+            # first the folder (another up on it likely holds the port too: name that up), then the port,
+            # both before the suite: they are the first things to fix
+            held.enter_context(hold_home(settings.home))
+            check_port_free(settings.host, settings.port)
+        except (HomeTakenError, PortTakenError) as exc:
+            raise CliError(str(exc)) from None
+        suite, ref = suite_and_ref(args, args.ref, note=not args.no_run)   # --no-run benchmarks nothing now
+        return serve_embedded(settings, suite=suite, ref=ref, run_on_start=not args.no_run, access_log=args.verbose)

@@ -21,10 +21,14 @@ from pipeline.config import Settings
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.service.embedded import serve_embedded
+    from pipeline.service.embedded import PortTakenError, check_port_free, serve_embedded
 
-    return serve_embedded(listen_on(args, settings), suite=None, ref="HEAD", run_on_start=False,
-                          access_log=args.verbose)
+    settings = listen_on(args, settings)
+    try:
+        check_port_free(settings.host, settings.port)
+    except PortTakenError as exc:
+        raise CliError(str(exc)) from None
+    return serve_embedded(settings, suite=None, ref="HEAD", run_on_start=False, access_log=args.verbose)
 
 
 def cmd_builder(args: argparse.Namespace, settings: Settings) -> int:

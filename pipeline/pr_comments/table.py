@@ -6,8 +6,11 @@ the verdict is `overall_verdict`, the counts `verdict_counts`, a status is shown
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Callable, Iterable, Sequence
 
+from rich import box
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -122,34 +125,141 @@ def summary_line(comparison: ComparisonOut) -> str:
     return f"{comparison.device_class}: {comparison.head_sha[:10]} vs {base} — {verdict_line([comparison])}"
 
 
-def terminal_table(comparison: ComparisonOut) -> Table:
-    table = Table(title=summary_line(comparison), title_justify="left")
-    table.add_column("case", overflow="fold", ratio=1)  # a case id is never cut short
-    for column in ("base", "now", "change [95% CI]", "p"):
-        table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
+NARROW_CASE_MIN = 28
+"""The narrowest case column the narrow layout keeps: a family and a name fit on its first line."""
+_WIDE_FRAME = 3
+"""Per column of the wide table (the default box): its divider and one space each side; plus one edge."""
+_NARROW_GAP = 3
+"""Between two columns of the narrow table: one space each side of the (blank) divider, no edges."""
+
+Column = tuple[str, list[str]]
+"""A column as laid out: its header and its cells, one a row ("\n" between the lines of one)."""
+
+
+class FittedTable:
+    """A table laid out for the width it is printed at: `layout(width)` makes it."""
+
+    def __init__(self, layout: Callable[[int], Table]) -> None:
+        self.layout = layout
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.layout(options.max_width)
+
+
+def _fits_wide(columns: Sequence[Column], width: int) -> bool:
+    return sum(_width(h, c) for h, c in columns) + _WIDE_FRAME * len(columns) + 1 <= width
+
+
+def _wide_table(title: str, columns: Sequence[Column], styles: Sequence[str], *, styled: str,
+                left: Sequence[str]) -> Table:
+    """One line a row, every column whole (the caller checked that it fits: `_fits_wide`)."""
+    table = Table(title=title, title_justify="left")
+    for header, _ in columns:
+        table.add_column(header, justify="left" if header in left else "right", no_wrap=True)
+    for i, style in enumerate(styles):
+        table.add_row(*(Text(cells[i], style=style if header == styled else "")  # Text: no markup in a case id
+                        for header, cells in columns))
+    return table
+
+
+def _narrow_table(title: str, ids: Sequence[str], figures: Sequence[Column], styles: Sequence[str], width: int, *,
+                  styled: str, left: Sequence[str], caption: str | None = None) -> Table:
+    """The case column takes what the figures leave of `width`, its ids wrapped (`_fold_id`); the
+    figures are never cut. Blank dividers, no edges: the columns' room goes to their contents."""
+    case_width = max(width - sum(_width(h, c) for h, c in figures) - _NARROW_GAP * len(figures), 1)
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  caption=caption, caption_justify="left")
+    table.add_column("case", width=case_width, no_wrap=True)
+    for header, cells in figures:
+        table.add_column(header, width=_width(header, cells), no_wrap=True,
+                         justify="left" if header in left else "right")
+    for i, style in enumerate(styles):
+        table.add_row(Text(_fold_id(ids[i], case_width)),
+                      *(Text(cells[i], style=style if header == styled else "") for header, cells in figures))
+    return table
+
+
+def _comparison_table(comparison: ComparisonOut, width: int) -> Table:
+    """Wide enough, one line a case with every figure: base, now, change [95 % interval], p, verdict.
+    Narrower (80 columns): still one row a case, its id wrapped (never cut, never shrunk away) beside
+    base, now, the change and the verdict, never cut either; the interval goes first, then p, and a
+    long verdict wraps at its parenthesis."""
     rows = sorted(comparison.rows, key=lambda r: (STATUSES.index(r.status), str(r.case_id)))
-    for row in rows:
-        table.add_row(
-            Text(str(row.case_id)),  # Text(): a case name is never read as console markup
-            format_seconds(row.base_median),
-            format_seconds(row.head_median),
-            row_change(row),
-            format_pvalue(row.pvalue),
-            Text(row_status(row), style=STATUS_STYLE.get(row.status, "")),
-        )
-    return table
+    ids = [str(r.case_id) for r in rows]
+    base = [format_seconds(r.base_median) for r in rows]
+    now = [format_seconds(r.head_median) for r in rows]
+    interval = [row_change(r) for r in rows]
+    verdict = [row_status(r) for r in rows]
+    styles = [STATUS_STYLE.get(r.status, "") for r in rows]
+    title = summary_line(comparison)
+    wide = [("case", ids), ("base", base), ("now", now), ("change [95% CI]", interval),
+            ("p", [format_pvalue(r.pvalue) for r in rows]), ("verdict", verdict)]
+    if _fits_wide(wide, width):
+        return _wide_table(title, wide, styles, styled="verdict", left=("case", "verdict"))
+    # Narrow: the first of these that leaves the case column room for a family and a name.
+    change = [format_change(r.change) for r in rows]
+    wrapped_verdict = [v.replace(" (", "\n(") for v in verdict]
+    layouts = [("change [95% CI]", interval, verdict, ""), ("change", change, verdict, "95 % intervals"),
+               ("change", change, wrapped_verdict, "95 % intervals")]
+    for change_header, change_cells, verdict_cells, left_out in layouts:
+        figures = [("base", base), ("now", now), (change_header, change_cells), ("verdict", verdict_cells)]
+        if width - sum(_width(h, c) for h, c in figures) - _NARROW_GAP * len(figures) >= \
+                min(NARROW_CASE_MIN, _width("case", ids)):
+            break
+    left_out = ", ".join(x for x in (left_out, "p-values") if x)
+    return _narrow_table(title, ids, figures, styles, width, styled="verdict", left=("verdict",),
+                         caption=f"{left_out} left out at this width: a wider terminal shows them")
 
 
-def compile_table(compiled: CompileComparisonOut) -> Table:
-    """The compile figures that changed between the two commits (beside the verdict, not in it)."""
-    table = Table(title=f"compile statistics: {compiled.summary} (not part of the verdict)", title_justify="left")
-    table.add_column("case", overflow="fold", ratio=1)
-    table.add_column("target", no_wrap=True)
-    table.add_column("metric", no_wrap=True)
-    for column in ("base", "now", "change"):
-        table.add_column(column, justify="right", no_wrap=True)
-    for c in compiled.changes:
-        table.add_row(Text(str(c.case_id)), Text(c.target), c.metric, "-" if c.base is None else f"{c.base:g}",
-                      "-" if c.head is None else f"{c.head:g}", "-" if c.change is None else f"{c.change:+.1%}")
-    return table
+def _width(header: str, cells: Sequence[str]) -> int:
+    return max([len(header), *(len(line) for cell in cells for line in cell.split("\n"))])
+
+
+def _fold_id(case_id: str, width: int) -> str:
+    """`case_id` in lines of at most `width`, broken after a '/' (a part longer than a line after its
+    '-', else anywhere), the lines after the first indented so that each case starts where nothing
+    else does: every character kept, none replaced by an ellipsis."""
+    indent = "  " if width > 8 else ""
+    lines = [""]
+
+    def put(piece: str) -> None:
+        if lines[-1].strip() and len(lines[-1]) + len(piece) > width:
+            lines.append(indent)
+        lines[-1] += piece
+        while len(lines[-1]) > width:
+            lines[-1:] = [lines[-1][:width], indent + lines[-1][width:]]
+
+    for part in re.findall(r"[^/]*/|[^/]+$", case_id):
+        if len(indent) + len(part) <= width:
+            put(part)
+        else:   # longer than any line: a name's words
+            for piece in re.findall(r"[^-]*-|[^-]+$", part):
+                put(piece)
+    return "\n".join(lines)
+
+
+def terminal_table(comparison: ComparisonOut) -> FittedTable:
+    """The comparison for a terminal: rows by status (regressed first), laid out for its width."""
+    return FittedTable(lambda width: _comparison_table(comparison, width))
+
+
+def compile_table(compiled: CompileComparisonOut) -> FittedTable:
+    """The compile figures that changed between the two commits (beside the verdict, not in it), laid
+    out for the terminal's width as the comparison is: narrower, the case ids wrap, no figure is cut."""
+
+    def layout(width: int) -> Table:
+        changes = compiled.changes
+        ids = [str(c.case_id) for c in changes]
+        figures = [("target", [c.target for c in changes]), ("metric", [c.metric for c in changes]),
+                   ("base", ["-" if c.base is None else f"{c.base:g}" for c in changes]),
+                   ("now", ["-" if c.head is None else f"{c.head:g}" for c in changes]),
+                   ("change", ["-" if c.change is None else f"{c.change:+.1%}" for c in changes])]
+        title = f"compile statistics: {compiled.summary} (not part of the verdict)"
+        styles = [""] * len(changes)
+        if _fits_wide([("case", ids), *figures], width):
+            return _wide_table(title, [("case", ids), *figures], styles, styled="", left=("case", "target", "metric"))
+        # narrower: the metric under its target, in one column, leaves the case ids room
+        stacked = [("target, metric", [f"{c.target}\n{c.metric}" for c in changes]), *figures[2:]]
+        return _narrow_table(title, ids, stacked, styles, width, styled="", left=("target, metric",))
+
+    return FittedTable(layout)

@@ -4,6 +4,7 @@ on loopback and (unless told not to) queues a run of the suite's `ref` on this m
 
 from __future__ import annotations
 
+import fcntl
 import io
 import logging
 import os
@@ -12,7 +13,8 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
@@ -48,8 +50,42 @@ def check_port_free(host: str, port: int) -> None:
             probe.bind((host, port))
         except OSError as exc:
             raise PortTakenError(
-                f"cannot listen on {host}:{port} ({exc.strerror}); set BENCHFARM_PORT or BENCHFARM_HOST"
+                f"cannot listen on {host}:{port} ({exc.strerror}): choose another port with --port (or "
+                "BENCHFARM_PORT), or another address with --host (or BENCHFARM_HOST)"
             ) from None
+
+
+UP_LOCK = "up.lock"
+"""In BENCHFARM_HOME: the pid of the `benchfarm up` serving from it."""
+
+
+class HomeTakenError(RuntimeError):
+    """Another `benchfarm up` serves from the same BENCHFARM_HOME; the message names its pid."""
+
+
+@contextmanager
+def hold_home(home: Path) -> Iterator[None]:
+    """Hold `<home>/up.lock` while a `benchfarm up` runs: two on one folder would share one store, one
+    agent spool and one check cache unawares. The lock is an flock, which goes with the process
+    however it ends, so a file left by a process that died (its pid still in it) is taken over; the
+    pid in it is only there to name the holder."""
+    home.mkdir(parents=True, exist_ok=True)
+    fd = os.open(home / UP_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise HomeTakenError(f"another benchfarm up (pid {holder}) serves from {home}: stop it first, or give "
+                                 "this one a folder of its own with BENCHFARM_HOME") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)   # released: no pid left to name
+    finally:
+        os.close(fd)   # drops the flock
 
 
 def _loopback_url(settings: Settings) -> str:

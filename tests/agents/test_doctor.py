@@ -62,3 +62,16 @@ def test_each_problem_is_named_with_its_fix(service: tuple[str, dict[str, str]],
                         BENCHFARM_MEASUREMENT__HOST_LOCK=str(tmp_path / "no-such-dir" / "host.lock"))
     assert locked_out.returncode == 1 and "FAIL  host lock: cannot open the host lock" in locked_out.stdout
     assert "BENCHFARM_MEASUREMENT__HOST_LOCK" in locked_out.stdout
+
+
+def test_one_machine_needs_no_token_but_a_farm_host_does(service: tuple[str, dict[str, str]], tmp_path: Path) -> None:
+    """After `benchfarm up` (its service on this machine, its agent in process with a token of its
+    own), doctor with nothing configured is ready: no token is a warning. A host pointed at a service
+    (agent.server_url, or --server) without a token is not."""
+    url, _ = service
+    alone = doctor(tmp_path, "--min-free-gb", "0.001", BENCHFARM_PUBLIC_URL=url)
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    assert "ok  service:" in alone.stdout and "warn  token: none configured" in alone.stdout, alone.stdout
+    joining = doctor(tmp_path, "--min-free-gb", "0.001", BENCHFARM_AGENT__SERVER_URL=url)
+    assert joining.returncode == 1 and "FAIL  token: no token configured" in joining.stdout, joining.stdout
+    assert "BENCHFARM_AGENT__TOKEN" in joining.stdout and "not ready: token" in joining.stderr

@@ -71,7 +71,8 @@ def test_up_serves_a_benchmark_of_head(tmp_path: Path) -> None:
     assert (tmp_path / "home" / "benchfarm.db").is_file()
 
 
-def test_up_names_a_taken_port(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["up", "serve"])
+def test_up_names_a_taken_port(tmp_path: Path, command: str) -> None:
     import socket
 
     with socket.socket() as taken:
@@ -80,10 +81,11 @@ def test_up_names_a_taken_port(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
         env.update(BENCHFARM_HOME=str(tmp_path / "home"), BENCHFARM_PORT=str(port))
-        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "up", "--no-run"], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", command, *(["--no-run"] if command == "up" else [])],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
-    assert f"127.0.0.1:{port}" in proc.stderr and "BENCHFARM_PORT" in proc.stderr
+    assert f"127.0.0.1:{port}" in proc.stderr and "--port" in proc.stderr and "BENCHFARM_PORT" in proc.stderr
+    assert "traceback" not in proc.stderr   # a CliError: what to do, nothing more
 
 
 def test_wrong_setting_stops_the_command_with_its_name(tmp_path: Path) -> None:
@@ -167,3 +169,45 @@ def test_up_again_after_a_restart(tmp_path: Path) -> None:
     finally:
         assert _stop(second) == 0, second_log.read_text()
     assert "HTTP 403" not in second_log.read_text()
+
+
+def test_a_second_up_on_the_same_folder_is_refused_naming_the_first(tmp_path: Path) -> None:
+    """Two `benchfarm up` on one BENCHFARM_HOME would share its store, agent spool and check cache:
+    the second is refused with the first one's pid. The lock goes with the first (released on exit),
+    and a lock file a dead process left is taken over."""
+    repo = make_suite_repo(tmp_path, gemm_suite_files(CASES[:1]), name="suite-repo")
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
+    env.update(BENCHFARM_HOME=str(home))
+    lock = home / "up.lock"
+
+    def serving(proc: subprocess.Popen[bytes], port: int) -> bool:
+        held = lock.is_file() and lock.read_text().strip() == str(proc.pid)
+        return held and requests.get(f"http://127.0.0.1:{port}/api/v1/runs", timeout=5).status_code == 200
+
+    port = free_port()
+    first, first_log = _start_up(tmp_path, env | {"BENCHFARM_PORT": str(port)}, "up-1.log", "--no-run",
+                                 "--suite", str(repo / "kernels"))
+    try:
+        _wait_for(first, first_log, lambda: serving(first, port), "first up serving", 120)
+        second = subprocess.run([sys.executable, "-m", "pipeline.cli", "up", "--no-run", "--suite",
+                                 str(repo / "kernels")], cwd=tmp_path, env=env | {"BENCHFARM_PORT": str(free_port())},
+                                capture_output=True, text=True, timeout=60)
+        assert second.returncode == 1, second.stdout + second.stderr
+        assert f"another benchfarm up (pid {first.pid}) serves from {home}" in second.stderr, second.stderr
+        assert "BENCHFARM_HOME" in second.stderr and "traceback" not in second.stderr
+        assert first.poll() is None, first_log.read_text()
+    finally:
+        assert _stop(first) == 0, first_log.read_text()
+    assert lock.read_text() == ""   # released on exit
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    lock.write_text(f"{dead.pid}\n")   # as a process killed outright leaves it
+    port = free_port()
+    third, third_log = _start_up(tmp_path, env | {"BENCHFARM_PORT": str(port)}, "up-3.log", "--no-run",
+                                 "--suite", str(repo / "kernels"))
+    try:
+        _wait_for(third, third_log, lambda: serving(third, port), "up serving over a dead process's lock", 120)
+    finally:
+        assert _stop(third) == 0, third_log.read_text()
