@@ -80,7 +80,7 @@ def format_threshold(threshold: float | None) -> str:
 def row_status(row: ComparisonRowOut) -> str:
     """A row's status as shown: its label, and why it does not count when it does not; an inconclusive
     row with the threshold band its interval did not fit."""
-    label = status_label(row.status)
+    label = status_label(row.status, same_code=row.same_code)
     if row.status == "inconclusive" and row.threshold is not None:
         label = f"{label} ({format_threshold(row.threshold)})"
     if row.is_control:

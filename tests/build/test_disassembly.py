@@ -4,6 +4,7 @@ while the binaries differ; a tile edit changes the digest and the instruction mi
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from pipeline.build.iree_compiler import compile_iree
 from pipeline.build.suite_api import IreeSource
 from pipeline.build.suite_loader import locate_suite, resolve_commit
 from pipeline.contracts import BundleEntry, BundleManifest, Target
+from tests.helpers.default_suite import default_suite_repo
 from tests.helpers.suite_repo import GemmCase, commit_all, gemm_suite_files, make_suite_repo, write_files
 from tests.helpers.triton_suite import TritonCase, triton_suite_files
 
@@ -132,3 +134,36 @@ def test_normalization_drops_addresses_names_and_comments() -> None:
     assert found.code.instructions is not None and found.code.instructions.total == 3
     assert {c: n for c, n in found.code.instructions.by_class.items() if n} == {
         "global_load": 1, "mma": 1, "branch": 1}
+
+
+_JIT_NAME = re.compile(r"@(?:triton|gluon)\.jit[^\n]*\n\s*def (\w+)\(")
+
+
+def test_whole_suite_for_sm90_rename_keeps_every_digest_and_a_gemm_tile_edit_changes_its_cases(tmp_path: Path) -> None:
+    """Acceptance of issue 32 on the suite as it is: every @triton.jit / @gluon.jit function renamed
+    (and every mention of it), then the small GEMM tile narrowed."""
+    pytest.importorskip("triton", reason="the builder's Triton is not installed")
+    repo = default_suite_repo(tmp_path)
+    base = _build(repo, tmp_path, [SM90])
+    sources = [p for p in (repo / "kernels").rglob("*.py")]
+    names = {name for p in sources for name in _JIT_NAME.findall(p.read_text())}
+    assert len(names) >= 8
+    rename = re.compile(rf"\b({'|'.join(sorted(names))})\b")
+    for path in sources:
+        path.write_text(rename.sub(r"renamed_\1", path.read_text()))
+    commit_all(repo, "rename every kernel")
+    renamed = _build(repo, tmp_path, [SM90])
+    compiled = {k: e for k, e in _entries(base[1]).items() if e.artifact is not None}
+    assert len(compiled) >= 80
+    _assert_renamed(tmp_path, (base[0], base[1].model_copy(update={"entries": list(compiled.values())})),
+                    (renamed[0], renamed[1].model_copy(update={"entries": [
+                        e for e in renamed[1].entries if (e.case, e.target) in compiled]})))
+
+    _edit(repo, "kernels/gemm/triton_cases.py", "_SMALL = Tile(block_m=64, block_n=64,", "_SMALL = Tile(block_m=64, block_n=32,")
+    commit_all(repo, "narrower small GEMM tile")
+    edited = _entries(_build(repo, tmp_path, [SM90])[1])
+    before = _entries(renamed[1])
+    changed = {k for k, e in edited.items() if e.code is not None and e.code.digest != before[k].code.digest}  # type: ignore[union-attr]
+    touched = {k for k in compiled if k[0].startswith("gemm/") and "/256x256x256/" in k[0] and k[0].endswith("/triton")}
+    assert changed == touched and touched
+    assert all(edited[k].code.instructions != before[k].code.instructions for k in touched)  # type: ignore[union-attr]
