@@ -178,7 +178,9 @@ def _cache_put(cache_dir: Path, key: str, suffix: str, compiled: CompiledArtifac
 
 
 def _bundle_name(sha: str, digest: str, targets: Sequence[str], versions: dict[str, str]) -> str:
-    extra = hashlib.sha256(json.dumps([list(targets), sorted(versions.items())]).encode()).hexdigest()[:8]
+    # the disassemblers too: a bundle made before them (no `code`) or by others is not reused
+    extra = hashlib.sha256(json.dumps([list(targets), sorted(versions.items()), disassembly.tools_identity()],
+                                      sort_keys=True).encode()).hexdigest()[:8]
     return f"{sha[:12]}-{digest[:12]}-{extra}"
 
 
