@@ -26,7 +26,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from pipeline.contracts import CodeEvidence, InstructionMix, Target
@@ -119,11 +119,12 @@ def _triton_tool(name: str) -> Path | None:
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _version_line(tool: str) -> str:
     """The last line of `tool --version` (NVIDIA's and LLVM's tools both end with the release)."""
     try:
-        out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S).stdout
+        out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S,
+                             check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         return ""
     lines = [line.strip() for line in out.splitlines() if line.strip()]
@@ -139,7 +140,8 @@ def from_cubin(cubin: bytes) -> Disassembly:
     with tempfile.TemporaryDirectory(prefix="benchfarm-sass-") as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
-        proc = subprocess.run([str(tool), "-sass", str(path)], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
+        proc = subprocess.run([str(tool), "-sass", str(path)], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S,
+                              check=False)
     if proc.returncode != 0:
         return unavailable(f"cuobjdump -sass failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
     lines = normalize_sass(proc.stdout)
@@ -230,7 +232,7 @@ def _classify_aarch64(opcode: str, _line: str) -> str:
         return "branch"
     if opcode in ("dmb", "dsb", "isb"):
         return "barrier"
-    if opcode.endswith("mopa") or opcode.endswith("mops"):   # SME outer products
+    if opcode.endswith(("mopa", "mops")):   # SME outer products
         return "mma"
     if opcode.startswith("ld") and not opcode.startswith("ldadd"):
         return "global_load"
@@ -294,7 +296,7 @@ def from_vmfb(vmfb: bytes, target: Target) -> Disassembly:
             path = Path(tmp) / f"executable{number}.so"
             path.write_bytes(elf)
             proc = subprocess.run([tool, "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True,
-                                  timeout=TOOL_TIMEOUT_S)
+                                  timeout=TOOL_TIMEOUT_S, check=False)
             if proc.returncode != 0:
                 return unavailable(f"llvm-objdump failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
             lines += normalize_objdump(proc.stdout)

@@ -15,8 +15,15 @@ from pipeline.build.iree_compiler import compile_iree
 from pipeline.build.suite_api import IreeSource
 from pipeline.build.suite_loader import locate_suite, resolve_commit
 from pipeline.contracts import BundleEntry, BundleManifest, Target
+from tests.build.test_bundle import gemm_mlir
 from tests.helpers.default_suite import default_suite_repo
-from tests.helpers.suite_repo import GemmCase, commit_all, gemm_suite_files, make_suite_repo, write_files
+from tests.helpers.suite_repo import (
+    GemmCase,
+    commit_all,
+    gemm_suite_files,
+    make_suite_repo,
+    write_files,
+)
 from tests.helpers.triton_suite import TritonCase, triton_suite_files
 
 SM90, GFX942, X86, AARCH64 = "cuda:sm_90", "hip:gfx942", "llvm-cpu:x86_64", "llvm-cpu:aarch64"
@@ -102,11 +109,7 @@ def test_iree_llvm_cpu_rename_keeps_the_code_and_a_tile_edit_changes_it(tmp_path
 
 
 def test_a_target_without_a_disassembler_says_so() -> None:
-    files = gemm_suite_files([GemmCase("a")])
-    namespace: dict[str, object] = {}
-    exec(files["kernels/__init__.py"], namespace)   # the helper suite's own MLIR generator
-    compiled = compile_iree(IreeSource(mlir=namespace["mlir"](8, 16, 32, "ok"), entry_point="mm"),  # type: ignore[operator]
-                            Target.parse("vulkan:valhall"))
+    compiled = compile_iree(IreeSource(mlir=gemm_mlir(), entry_point="mm"), Target.parse("vulkan:valhall"))
     assert compiled.code is not None and compiled.code.digest is None and compiled.listing == ""
     assert compiled.code.unavailable == "no disassembler in this builder for IREE vulkan executables"
 
