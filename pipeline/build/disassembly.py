@@ -12,6 +12,9 @@ Readers, by what the compiler hands back:
   LLVM cannot disassemble every chip the builder targets (gfx1250);
 - IREE llvm-cpu modules: the ELF objects embedded in the .vmfb, disassembled by `llvm-objdump`;
 - anything else (IREE's SPIR-V, PTX and HIP modules): unavailable, with the reason.
+
+Classes (`InstructionMix`) by opcode. On CPUs every memory operand (stack included) is a global load
+or store, and MMA means matrix units only (AMX tile products, SME outer products), not vector FMAs.
 """
 
 from __future__ import annotations
