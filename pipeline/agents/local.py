@@ -178,9 +178,11 @@ def run_bundle(
     with the base's entry back to back, pair by pair in ABBA order (`measure.measure_pairs`), on
     the head's own buffers (same inputs, same output, same addresses: the two slots are equal).
     A base entry with the head's binary digest is not checked again. With `time_unchanged` False
-    (pull requests), cases whose binary equals the base's are not timed but `unchanged_sentinels`
+    (pull requests), cases whose binary equals the base's, or whose code does (`BundleEntry.code_digest`:
+    the same instructions, launch and inputs, names aside), are not timed but `unchanged_sentinels`
     of them (chosen by the run, so they rotate): the others are reported skipped, "not timed:
-    same binary". Only head results are returned: the base is a reference for this job.
+    same binary" or "not timed: same code". Only head results are returned: the base is a reference
+    for this job.
     """
     bundle_dir = Path(bundle_dir)
     device_class = device.device_class
@@ -194,7 +196,9 @@ def run_bundle(
     entries = [e for e in manifest.entries if e.target in device_class.targets]
     base_entries = {(e.case, e.target): e for e in base_manifest.entries} if base_manifest is not None else {}
     same = {i for i, e in enumerate(entries) if _same_binary(e, base_entries.get((e.case, e.target)))}
-    untimed = set() if time_unchanged else same - _sentinels(run_id, entries, same, settings.unchanged_sentinels)
+    same_code = {i for i, e in enumerate(entries) if i not in same and _same_code(e, base_entries.get((e.case, e.target)))}
+    unchanged = same | same_code
+    untimed = set() if time_unchanged else unchanged - _sentinels(run_id, entries, unchanged, settings.unchanged_sentinels)
     references = _References(bundle_dir / manifest.suite_source)
     # every timed case of a group holds its buffer copies at once (round-robin): planned per group
     timed_entries = [i for i, e in enumerate(entries)
@@ -214,8 +218,8 @@ def run_bundle(
             assert base_manifest is not None
             results[index] = CaseResult(
                 case=entry.case, target=entry.target, status="skipped", binary_digest=entry.binary_digest(),
-                reason=f"not timed: same binary as base {base_manifest.commit[:12]} (drift sentinels and "
-                       "full runs time it)")
+                reason=f"not timed: same {'code' if index in same_code else 'binary'} as base "
+                       f"{base_manifest.commit[:12]} (drift sentinels and full runs time it)")
         else:
             outcome = _prepare(runner, bundle_dir, entry, references, run_id, job_id)
             assert isinstance(outcome, CaseResult)   # not built, or no runner for it here
@@ -404,6 +408,11 @@ def _is_vendor(entry: BundleEntry) -> bool:
 def _same_binary(entry: BundleEntry, base: BundleEntry | None) -> bool:
     digest = entry.binary_digest()
     return base is not None and digest is not None and base.binary_digest() == digest
+
+
+def _same_code(entry: BundleEntry, base: BundleEntry | None) -> bool:
+    digest = entry.code_digest()
+    return base is not None and digest is not None and base.code_digest() == digest
 
 
 def _sentinels(run_id: str, entries: list[BundleEntry], same: set[int], count: int) -> set[int]:

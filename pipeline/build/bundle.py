@@ -6,6 +6,8 @@ Layout of a bundle directory (it appears atomically: built beside it, then renam
     artifacts/<sha256>.vmfb       compiled IREE modules, named by content
     artifacts/<sha256>.cubin      compiled Triton kernels for cuda targets
     artifacts/<sha256>.hsaco      compiled Triton kernels for hip targets (build-only for now)
+    code/<sha256>.txt             each artifact's normalized instruction listing, named by its digest
+                                  (`pipeline.build.disassembly`; the entry's `code`)
     suite/                        the suite's sources at the commit (references are imported from here)
 
 Each case's source picks its compiler (IreeSource -> iree-compile, TritonSource -> triton). Compiles
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pipeline.build import iree_compiler, triton_compiler
+from pipeline.build import disassembly, iree_compiler, triton_compiler
 from pipeline.build.compiled import CompiledArtifact, CompileError
 from pipeline.build.suite_api import (
     IreeSource,
@@ -49,6 +51,7 @@ from pipeline.build.suite_loader import (
 from pipeline.contracts import (
     BundleEntry,
     BundleManifest,
+    CodeEvidence,
     CompileStats,
     LaunchSpec,
     Target,
@@ -127,7 +130,8 @@ def _artifact_suffix(source: KernelSource, target: Target) -> str:
 
 
 def _cache_key(source: KernelSource, target: Target, versions: dict[str, str], suite_dir: Path) -> str:
-    """Source digest, specialization, compiler and version, target and flags: equal keys, equal artifacts."""
+    """Source digest, specialization, compiler and version, target and flags: equal keys, equal artifacts;
+    and the disassemblers with the normalization: equal keys, equal listings."""
     compiler = _compiler_of(source)
     material: dict[str, object]
     if isinstance(source, TritonSource):
@@ -136,7 +140,8 @@ def _cache_key(source: KernelSource, target: Target, versions: dict[str, str], s
     else:
         material = {"mlir": source.mlir, "entry_point": source.entry_point,
                     "flags": iree_compiler.compile_flags(source, target)}
-    material.update(compiler=compiler, compiler_version=versions[compiler], target=str(target))
+    material.update(compiler=compiler, compiler_version=versions[compiler], target=str(target),
+                    disassembly=disassembly.tools_identity())
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 
@@ -150,7 +155,8 @@ def _cache_get(cache_dir: Path, key: str, suffix: str) -> CompiledArtifact | Non
     try:
         record = json.loads(meta.read_text())
         return CompiledArtifact(data=artifact.read_bytes(), stats=CompileStats.model_validate(record["stats"]),
-                                launch=dict(record["launch"]))
+                                launch=dict(record["launch"]), code=CodeEvidence.model_validate(record["code"]),
+                                listing=str(record["listing"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -165,12 +171,16 @@ def _atomic_write(path: Path, data: bytes) -> None:
 def _cache_put(cache_dir: Path, key: str, suffix: str, compiled: CompiledArtifact) -> None:
     artifact, meta = _cache_paths(cache_dir, key, suffix)
     _atomic_write(artifact, compiled.data)       # artifact first: an entry is complete once its record exists
-    record = {"stats": compiled.stats.model_dump(mode="json"), "launch": compiled.launch}
+    record = {"stats": compiled.stats.model_dump(mode="json"), "launch": compiled.launch,
+              "code": compiled.code.model_dump(mode="json") if compiled.code is not None else None,
+              "listing": compiled.listing}
     _atomic_write(meta, json.dumps(record, sort_keys=True).encode())
 
 
 def _bundle_name(sha: str, digest: str, targets: Sequence[str], versions: dict[str, str]) -> str:
-    extra = hashlib.sha256(json.dumps([list(targets), sorted(versions.items())]).encode()).hexdigest()[:8]
+    # the disassemblers too: a bundle made before them (no `code`) or by others is not reused
+    extra = hashlib.sha256(json.dumps([list(targets), sorted(versions.items()), disassembly.tools_identity()],
+                                      sort_keys=True).encode()).hexdigest()[:8]
     return f"{sha[:12]}-{digest[:12]}-{extra}"
 
 
@@ -197,7 +207,7 @@ def _plan(cases: Sequence[KernelCase], targets: Sequence[Target], versions: dict
 
 def _entry(
     job: _Job, artifact: ArtifactRef | None, stats: CompileStats | None, launch_facts: dict[str, object] | None,
-    error: str | None,
+    error: str | None, code: CodeEvidence | None = None,
 ) -> BundleEntry:
     case = job.case
     common = dict(
@@ -215,10 +225,14 @@ def _entry(
     if isinstance(job.source, TritonSource):   # the cubin may be cached from a case of other sizes
         launch_facts = {**launch_facts, **triton_compiler.source_launch(job.source)}
     launch = LaunchSpec(arguments=list(case.arguments), results=list(case.results), **launch_facts)
-    return BundleEntry(status="built", artifact=artifact, launch=launch, compile=stats, **common)  # type: ignore[arg-type]
+    return BundleEntry(status="built", artifact=artifact, launch=launch, compile=stats, code=code,  # type: ignore[arg-type]
+                       **common)
 
 
 def _store_artifact(bundle: Path, compiled: CompiledArtifact, suffix: str) -> ArtifactRef:
+    """Write the artifact (and its listing, when it has one) into the bundle, named by content."""
+    if compiled.code is not None and compiled.code.listing is not None and not (bundle / compiled.code.listing).exists():
+        _atomic_write(bundle / compiled.code.listing, compiled.listing.encode())
     digest = hashlib.sha256(compiled.data).hexdigest()
     rel = f"{ARTIFACTS_DIR}/{digest}{suffix}"
     path = bundle / rel
@@ -367,7 +381,7 @@ def build_bundle(
                 entries.append(_entry(job, None, None, {}, None))
             else:
                 artifact = _store_artifact(tmp, outcome, _artifact_suffix(job.source, job.target))  # type: ignore[arg-type]
-                entries.append(_entry(job, artifact, outcome.stats, outcome.launch, None))
+                entries.append(_entry(job, artifact, outcome.stats, outcome.launch, None, outcome.code))
         manifest = BundleManifest(
             repository=repository or location.repository, commit=sha, suite_path=location.subdir,
             suite_digest=digest, suite_source=SUITE_DIR, created_at=datetime.now(timezone.utc),

@@ -11,6 +11,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
+from pipeline.build import disassembly
 from pipeline.build.compiled import CompiledArtifact, CompileError, UnsupportedTarget
 from pipeline.build.suite_api import IreeSource
 from pipeline.contracts import CompileStats, Target
@@ -116,4 +117,6 @@ def compile_iree(source: IreeSource, target: Target, *, timeout_s: float = COMPI
         compiler=COMPILER, compiler_version=compiler_version(), compile_time_s=elapsed,
         binary_bytes=len(data), flags=flags,
     )
-    return CompiledArtifact(data=data, stats=stats, launch={"entry_point": source.entry_point})
+    code = disassembly.from_vmfb(data, target)
+    return CompiledArtifact(data=data, stats=stats, launch={"entry_point": source.entry_point}, code=code.code,
+                            listing=code.listing)

@@ -29,6 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from pipeline.build import disassembly
 from pipeline.build.compiled import CompiledArtifact, CompileError, UnsupportedTarget
 from pipeline.build.suite_api import Pointer, Scalar, TritonSource
 from pipeline.build.suite_loader import load_suite_module
@@ -307,4 +308,5 @@ def compile_triton(source: TritonSource, target: Target, suite_dir: Path) -> Com
         "entry_point": metadata.name, "threads": threads,
         "shared_bytes": metadata.shared, "null_pointers": null_pointers, **source_launch(source),
     }
-    return CompiledArtifact(data=binary, stats=stats, launch=launch)
+    code = disassembly.from_cubin(binary) if arch is None else disassembly.from_amdgcn(kernel.asm["amdgcn"], metadata.name)
+    return CompiledArtifact(data=binary, stats=stats, launch=launch, code=code.code, listing=code.listing)

@@ -18,7 +18,9 @@ from pipeline.contracts.ids import SCHEMA_VERSION, CaseId, DeviceClass, Target
 from pipeline.contracts.manifest import (
     BundleEntry,
     BundleManifest,
+    CodeEvidence,
     CompileStats,
+    InstructionMix,
     KernelParam,
     LaunchSpec,
     ReferenceSubset,
@@ -37,6 +39,7 @@ from pipeline.contracts.result import (
 
 __all__ = [
     "SCHEMA_VERSION", "CommitInfo", "CaseId", "Target", "DeviceClass", "BundleManifest", "BundleEntry", "CompileStats",
+    "CodeEvidence", "InstructionMix",
     "bundle_digest",
     "LaunchSpec", "KernelParam", "TensorSpec", "TorchCall", "ReferenceSubset", "ResultDocument", "CaseResult",
     "SampleStats", "Correctness", "DeviceInfo",

@@ -6,7 +6,7 @@ import hashlib
 import json
 import math
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
@@ -169,6 +169,56 @@ class CompileStats(BaseModel):
     flags: list[str] = Field(default_factory=list)
 
 
+InstructionClass = Literal["mma", "global_load", "global_store", "shared_load", "shared_store", "async_copy",
+                          "barrier", "branch", "other"]
+INSTRUCTION_CLASSES: tuple[str, ...] = get_args(InstructionClass)
+"""Tensor-core (matrix) MMA, global and shared (LDS) loads and stores, asynchronous copies (cp.async,
+TMA, loads straight into LDS), barriers and fences, branches (calls, returns and exits too), the rest."""
+
+
+class InstructionMix(BaseModel):
+    """How many instructions of each class a kernel's listing has (`pipeline.build.disassembly`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    total: Count64
+    by_class: dict[InstructionClass, Count64] = Field(description="every class, each instruction in exactly one")
+
+    @model_validator(mode="after")
+    def _classes_add_up(self) -> InstructionMix:
+        if set(self.by_class) != set(INSTRUCTION_CLASSES):
+            raise ValueError(f"by_class names every class once: {', '.join(INSTRUCTION_CLASSES)}")
+        if sum(self.by_class.values()) != self.total:
+            raise ValueError("the classes' counts add up to the total")
+        return self
+
+
+class CodeEvidence(BaseModel):
+    """The code of an artifact as its disassembler reads it: the normalized instruction listing
+    (addresses, encodings, symbol and kernel names taken out, so a rename changes nothing), its
+    sha256 and its instruction mix; or, for a target no disassembler of this builder reads, why not."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str = Field(max_length=200, description="what read the code, e.g. `cuobjdump -sass`; empty when unavailable")
+    digest: Sha256 | None = Field(default=None, description="sha256 of the normalized listing (the file `listing`)")
+    listing: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-/]+$",
+                                description="the normalized listing, relative to the bundle root")
+    instructions: InstructionMix | None = None
+    unavailable: str | None = Field(default=None, max_length=500, description="why there is no listing")
+
+    @model_validator(mode="after")
+    def _listing_or_reason(self) -> CodeEvidence:
+        read = (self.digest, self.listing, self.instructions)
+        if self.unavailable is None and any(v is None for v in read):
+            raise ValueError("code evidence needs digest, listing and instructions, or the reason it is unavailable")
+        if self.unavailable is not None and any(v is not None for v in read):
+            raise ValueError("unavailable code evidence has no digest, listing or instructions")
+        if self.listing is not None and (self.listing.startswith("/") or ".." in self.listing.split("/")):
+            raise ValueError("listing path must stay inside the bundle")
+        return self
+
+
 class ArtifactRef(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -200,6 +250,8 @@ class BundleEntry(BaseModel):
     flops: Count64 = Field(description="floating-point operations per call, for the roofline")
     bytes: Count64 = Field(description="minimum bytes moved per call, for the roofline")
     compile: CompileStats | None = None
+    code: CodeEvidence | None = Field(default=None, description="the artifact's disassembly; absent where nothing "
+                                      "was compiled (a failed entry, a vendor control) or the builder predates it")
 
     @model_validator(mode="after")
     def _built_or_failed(self) -> BundleEntry:
@@ -209,8 +261,8 @@ class BundleEntry(BaseModel):
             missing = [f for f in needed if getattr(self, f) is None]
             if missing:
                 raise ValueError(f"a built entry needs {', '.join(missing)}")
-            if vendor and (self.artifact is not None or self.compile is not None):
-                raise ValueError("a vendor (torch) entry is not compiled: it has no artifact or compile statistics")
+            if vendor and (self.artifact is not None or self.compile is not None or self.code is not None):
+                raise ValueError("a vendor (torch) entry is not compiled: it has no artifact, compile statistics or code")
             if self.error is not None:
                 raise ValueError("a built entry has no error")
             names = {t.name for t in self.tensors}
@@ -221,8 +273,8 @@ class BundleEntry(BaseModel):
         else:
             if not self.error:
                 raise ValueError("a failed entry needs its error")
-            if self.artifact is not None:
-                raise ValueError("a failed entry has no artifact")
+            if self.artifact is not None or self.code is not None:
+                raise ValueError("a failed entry has no artifact or code")
         return self
 
     def binary_digest(self) -> str | None:
@@ -237,6 +289,23 @@ class BundleEntry(BaseModel):
             "target": self.target,
             "artifact": self.artifact.sha256 if self.artifact is not None else None,
             "launch": self.launch.model_dump(mode="json"),
+            "tensors": [t.model_dump(mode="json") for t in self.tensors],
+        }
+        return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+    def code_digest(self) -> str | None:
+        """sha256 of what a device would run for this entry, names aside: `binary_digest` with the
+        artifact replaced by its listing's digest (`code.digest`) and the kernel's and its
+        parameters' names left out. Two entries with equal code digests on one device class run the
+        same instructions on identically made inputs with the same launch, whatever their names;
+        None where there is no listing (not built, a vendor control, no disassembler)."""
+        if self.status != "built" or self.launch is None or self.code is None or self.code.digest is None:
+            return None
+        launch = self.launch.model_dump(mode="json", exclude={"entry_point"})
+        for parameter in launch.get("parameters") or ():
+            parameter.pop("name", None)
+        identity = {
+            "target": self.target, "code": self.code.digest, "launch": launch,
             "tensors": [t.model_dump(mode="json") for t in self.tensors],
         }
         return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

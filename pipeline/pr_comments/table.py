@@ -80,7 +80,7 @@ def format_threshold(threshold: float | None) -> str:
 def row_status(row: ComparisonRowOut) -> str:
     """A row's status as shown: its label, and why it does not count when it does not; an inconclusive
     row with the threshold band its interval did not fit."""
-    label = status_label(row.status)
+    label = status_label(row.status, same_code=row.same_code)
     if row.status == "inconclusive" and row.threshold is not None:
         label = f"{label} ({format_threshold(row.threshold)})"
     if row.is_control:
@@ -93,7 +93,12 @@ def counts_text(rows: Iterable[ComparisonRowOut]) -> str:
     on (`verdict_counts`), then the controls apart."""
     rows = list(rows)
     counts = verdict_counts(rows)
+    # unchanged rows are told apart: the same binary, or the same code in another binary
+    same_code = sum(r.same_code for r in rows if r.status == "unchanged" and not r.is_control and not r.drift)
+    counts["unchanged"] = counts.get("unchanged", 0) - same_code
     parts = [f"{counts[s]} {status_label(s)}" for s in STATUSES if counts.get(s)]
+    if same_code:   # unchanged is the last status
+        parts.append(f"{same_code} {status_label('unchanged', same_code=True)}")
     if counts.get("drift"):
         parts.append(f"{counts['drift']} device drift")
     text = ", ".join(parts) or "no cases"

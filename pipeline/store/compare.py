@@ -37,7 +37,9 @@ is "unchanged" (shown "unchanged (same binary)"), with its change and interval w
 (a free A/A calibration) but never regressed or improved. Paired rows compare the result's own
 digest with its paired base's; unpaired rows the head result's with the base result's. A head
 result "skipped" because its binary is the base's (the agent does not time it again) is an
-unchanged row showing the base's median. Other skipped results are left out.
+unchanged row showing the base's median; so is one skipped because its code is the base's
+(`BundleEntry.code_digest`: same instructions, launch and inputs, names aside; the agent's reason
+says so, `SAME_CODE_SKIP`), shown "unchanged (same code)". Other skipped results are left out.
 
 Statuses (`STATUSES`, the one vocabulary, in the order rows and counts are shown everywhere):
 regressed / errored (head wrong or error) / improved / inconclusive / insufficient data / no baseline
@@ -122,6 +124,9 @@ STATUS_LABELS = {"unchanged": "unchanged (same binary)"}
 """How a status is shown where it needs saying why (the others are shown as they are)."""
 SAME_BINARY_SKIP = "not timed: same binary"
 """How the agent's reason for a result it did not time because its binary is the base's begins."""
+SAME_CODE_SKIP = "not timed: same code"
+"""... and because its code is the base's (another binary: a kernel renamed, nothing else)."""
+SAME_CODE_LABEL = "unchanged (same code)"
 CONTROL_IMPL = "vendor"
 DRIFT_RATIO = 0.5
 """A control that moved at least this fraction of a case's change, same sign, significantly: drift."""
@@ -154,6 +159,8 @@ class ComparisonRowOut(BaseModel):
                                     "| insufficient data | errored | no baseline")
     paired: bool = Field(description="decided by the paired test (base and head interleaved in one job)")
     same_binary: bool = Field(description="head and base timed identical binaries (equal binary digests)")
+    same_code: bool = Field(description="head not timed: its code is the base's (another binary, the same "
+                                        "instructions, launch and inputs)")
     is_control: bool = Field(description="a vendor implementation, the control of suite cases of its shape")
     control_case: CaseIdAsText | None
     control_change: float | None
@@ -164,12 +171,12 @@ class ComparisonRowOut(BaseModel):
 def _row(case: tuple[CaseId, str], target: str, status: str, *, base_median: float | None = None,
          head_median: float | None = None, change: float | None = None, pvalue: float | None = None,
          ci_low: float | None = None, ci_high: float | None = None, threshold: float | None = None,
-         paired: bool = False, same_binary: bool = False) -> ComparisonRowOut:
+         paired: bool = False, same_binary: bool = False, same_code: bool = False) -> ComparisonRowOut:
     """A row of (case id, model) on a target, not yet matched with a control (`_mark_controls`)."""
     return ComparisonRowOut(
         case_id=case[0], target=target, model=case[1], base_median=base_median, head_median=head_median,
         change=change, ci_low=ci_low, ci_high=ci_high, pvalue=pvalue, threshold=threshold, status=status,
-        paired=paired, same_binary=same_binary, is_control=False, control_case=None, control_change=None,
+        paired=paired, same_binary=same_binary, same_code=same_code, is_control=False, control_case=None, control_change=None,
         control_pvalue=None, drift=False)
 
 
@@ -351,9 +358,10 @@ def _mark_controls(rows: list[ComparisonRowOut], max_pvalue: float) -> list[Comp
     return out
 
 
-def status_label(status: str) -> str:
-    """A status as shown to people: "unchanged (same binary)", the others as they are."""
-    return STATUS_LABELS.get(status, status)
+def status_label(status: str, *, same_code: bool = False) -> str:
+    """A status as shown to people: "unchanged (same binary)", or "unchanged (same code)" for a row
+    whose code is the base's (`ComparisonRowOut.same_code`), the others as they are."""
+    return SAME_CODE_LABEL if same_code and status == "unchanged" else STATUS_LABELS.get(status, status)
 
 
 def counted_status(row: ComparisonRowOut) -> str | None:
@@ -481,10 +489,12 @@ def compare(
             rows.append(_row(cases[key[0]], key[1], "no baseline", head_median=h.median))
         else:
             to_test.append(key)
-    for key, h in skipped.items():  # not timed: only the agent's "same binary as the base" makes a row
+    for key, h in skipped.items():  # not timed: only the agent's "same binary (or code) as the base" makes a row
         b = base_results.get(key)
         if shortcut and b is not None and same(h.binary_digest, b.binary_digest):
             rows.append(_row(cases[key[0]], key[1], "unchanged", base_median=b.median, same_binary=True))
+        elif shortcut and b is not None and (h.reason or "").startswith(SAME_CODE_SKIP):
+            rows.append(_row(cases[key[0]], key[1], "unchanged", base_median=b.median, same_code=True))
 
     # The tests run batched: thousands of cases on a page cost milliseconds, not seconds.
     pairs = [(paired[head_results[k].result_id], samples[head_results[k].measurement_id],  # type: ignore[index]

@@ -266,3 +266,50 @@ def test_adaptive_rounds_stop_decided_cases_and_extend_undecided_ones_to_their_c
     # the job's timing budget spent: min_rounds each, then no more
     spent = run(DecisionRule(max_pvalue=1e-300, default_threshold=1e-12), timing_budget_s=1e-9)
     assert spent == {c: (3, "3", "timing budget") for c in paired.values()}
+
+
+def test_a_pull_request_renaming_every_kernel_times_only_the_sentinels(device: LocalDevice, tmp_path: Path) -> None:
+    """Issue 32: a commit that renames every function builds other binaries with the same code
+    (`BundleEntry.code_digest`); its pull-request job times the drift sentinels alone, and the
+    comparison shows the rest `unchanged (same code)`, never a change."""
+    from pipeline.store.compare import status_label
+
+    repo = make_suite_repo(tmp_path, gemm_suite_files(CASES))
+    location = locate_suite(repo / "kernels")
+
+    def build(sha: str) -> tuple[Path, BundleManifest]:
+        return build_bundle(location=location, sha=sha, targets=["llvm-cpu:x86_64"], out_dir=tmp_path / "bundles",
+                            cache_dir=tmp_path / "cache", workers=2)
+
+    base_dir, base = build(resolve_commit(location))
+    init = (repo / "kernels" / "__init__.py").read_text()
+    write_files(repo, {"kernels/__init__.py": init.replace("func.func @mm(", "func.func @renamed_mm(")
+                       .replace('entry_point="mm"', 'entry_point="renamed_mm"')})
+    head_dir, head = build(commit_all(repo, "rename every function"))
+    for old, new in zip(base.entries, head.entries, strict=True):
+        assert old.binary_digest() != new.binary_digest() and old.code_digest() == new.code_digest() is not None
+
+    settings = SETTINGS.model_copy(update={"unchanged_sentinels": 1})
+    document = run_bundle(bundle_dir=head_dir, manifest=head, device=device, run_id="pr-rename", job_id="j",
+                          settings=settings, base_bundle_dir=base_dir, base_manifest=base, time_unchanged=False)
+    timed = [r for r in document.results if r.status == "ok"]
+    skipped = [r for r in document.results if r.status == "skipped"]
+    assert len(timed) == 1 and timed[0].paired_base is not None and len(skipped) == len(CASES) - 1
+    assert all(r.reason is not None and r.reason.startswith(f"not timed: same code as base {base.commit[:12]}")
+               for r in skipped)
+
+    engine = open_store(f"sqlite:///{tmp_path}/store.db")
+    alone = run_bundle(bundle_dir=base_dir, manifest=base, device=device, run_id="base", job_id="j", settings=SETTINGS)
+    store_local_run(engine, repo / "kernels", alone, device, base, base_dir)
+    store_local_run(engine, repo / "kernels", document, device, head, head_dir)
+    with session_scope(engine) as session:
+        comparison = compare(session, repository=head.repository, head_sha=head.commit,
+                             device_class=device.device_class.name, settings=CompareSettings())
+    rows = {str(r.case_id): r for r in comparison.rows}
+    assert set(rows) == {case_id(c) for c in CASES} and comparison.base_sha == base.commit
+    for r in skipped:
+        row = rows[r.case]
+        assert row.status == "unchanged" and row.same_code and not row.same_binary and row.head_median is None
+        assert status_label(row.status, same_code=row.same_code) == "unchanged (same code)"
+    assert rows[timed[0].case].paired and not rows[timed[0].case].same_code
+    assert comparison.counts["unchanged"] >= len(CASES) - 1

@@ -134,3 +134,23 @@ def test_committed_schema_is_current(name: str) -> None:
     committed = json.loads((SCHEMA_DIR / f"{name}.schema.json").read_text())
     assert committed == schema_of(name), f"run `benchfarm schemas --write`: {name} schema is stale"
     assert committed["properties"]["schema_version"]["const"] == 1
+
+
+def test_code_evidence_is_a_listing_or_the_reason_there_is_none() -> None:
+    classes = {c: 0 for c in ("mma", "global_load", "global_store", "shared_load", "shared_store", "async_copy",
+                              "barrier", "branch", "other")}
+    code = {"tool": "cuobjdump -sass", "digest": "b" * 64, "listing": f"code/{'b' * 64}.txt",
+            "instructions": {"total": 3, "by_class": {**classes, "mma": 1, "other": 2}}}
+    doc = manifest_doc()
+    doc["entries"][0]["code"] = code
+    entry = parse_manifest(doc).entries[0]
+    assert entry.code is not None and entry.code_digest() is not None
+
+    doc["entries"][0]["code"] = {**code, "instructions": {"total": 4, "by_class": {**classes, "mma": 1, "other": 2}}}
+    with pytest.raises(ContractError, match="add up to the total"):
+        parse_manifest(doc)
+    doc["entries"][0]["code"] = {**code, "unavailable": "no disassembler"}
+    with pytest.raises(ContractError, match="unavailable code evidence has no digest"):
+        parse_manifest(doc)
+    doc["entries"][0]["code"] = {"tool": "", "unavailable": "no disassembler for IREE vulkan executables"}
+    assert parse_manifest(doc).entries[0].code_digest() is None

@@ -133,3 +133,13 @@ def test_make_report_uses_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_no_comparisons_is_an_error() -> None:
     with pytest.raises(ValueError):
         render_comment([], settings=SETTINGS)
+
+
+def test_rows_of_the_bases_code_are_told_apart_from_its_binaries() -> None:
+    """Issue 32: a renamed kernel (the same code, not timed) is unchanged too, and says which."""
+    same = row("gemm/y/1x1x1/bf16/triton", "unchanged", None, pvalue=None, same_binary=True)
+    renamed = [row(f"gemm/z{i}/1x1x1/bf16/triton", "unchanged", None, pvalue=None, same_code=True) for i in range(2)]
+    report = make_report([comparison("h100", [same, *renamed])], settings=load_settings(), pr=1)
+    assert report.conclusion == "success"
+    assert report.title == "similar: 1 unchanged (same binary), 2 unchanged (same code) on 1 device class"
+    assert "| gemm/z0/1x1x1/bf16/triton | h100 | 1 ms | - | - | - | unchanged (same code) |" in report.body

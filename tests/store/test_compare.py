@@ -306,3 +306,23 @@ def test_medians_and_interval_come_from_the_samples_of_the_change(branches: Engi
     assert row.status == "regressed" and row.change == pytest.approx(0.05, abs=0.003)
     assert row.ci_low is not None and row.ci_high is not None and row.ci_low < row.change < row.ci_high
     assert row.threshold == SETTINGS.paired_min_change
+
+
+def test_a_case_not_timed_because_its_code_is_the_bases_is_unchanged_same_code(branches: Engine) -> None:
+    """Issue 32: another binary with the base's code (a kernel renamed), not timed by the agent."""
+    from pipeline.pr_comments.table import row_status
+
+    base = [1e-3 * (1 + 0.01 * (i % 4)) for i in range(15)]
+    with session_scope(branches) as s:
+        f.run_and_upload(s, 2, [f.ok(f.CONV, base, binary="conv"), f.ok(VENDOR, base, binary="vendor")])
+        f.run_and_upload(s, "f2", [
+            f.failed(f.CONV, "skipped", reason="not timed: same code as base 222222222222", binary="conv-renamed"),
+            f.failed(VENDOR, "skipped", reason="not timed: out of time", binary="vendor-other"),
+        ])
+        on = compare(s, repository=f.REPO, head_sha=f.sha("f2"), device_class=f.DEVICE_CLASS, settings=SETTINGS)
+        off = compare(s, repository=f.REPO, head_sha=f.sha("f2"), device_class=f.DEVICE_CLASS,
+                      settings=SETTINGS.model_copy(update={"same_binary_shortcut": False}))
+    assert [(str(r.case_id), r.status, r.same_code, r.same_binary) for r in on.rows] == [
+        (f.CONV, "unchanged", True, False)]
+    assert row_status(on.rows[0]) == "unchanged (same code)" and on.verdict == "similar"
+    assert off.rows == []
