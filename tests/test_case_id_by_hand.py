@@ -18,8 +18,8 @@ PIPELINE = ROOT / "pipeline"
 THE_PARSER = PIPELINE / "contracts" / "ids.py"
 
 ALLOWED: dict[tuple[str, str], str] = {
-    ("pipeline/contracts/manifest.py", 'self.path.split("/")'):
-        "a bundle-relative file path: its components are checked for '..'",
+    ("pipeline/contracts/manifest.py", 'path.split("/")'):
+        "a bundle-relative file path (an artifact, a code listing): its components are checked for '..'",
     ("pipeline/pr_comments/markdown.py", 'path.strip("/").split("/")'):
         "a URL path: each segment is quoted on its own",
     ("pipeline/pr_comments/markdown.py", '"/".join(quote(part, safe="") for part in path.strip("/").split("/") if part)'):

@@ -193,6 +193,11 @@ class InstructionMix(BaseModel):
         return self
 
 
+def inside_bundle(path: str) -> bool:
+    """A bundle-relative file path that cannot leave the bundle: not absolute, no '..' component."""
+    return not path.startswith("/") and ".." not in path.split("/")
+
+
 class CodeEvidence(BaseModel):
     """The code of an artifact as its disassembler reads it: the normalized instruction listing
     (addresses, encodings, symbol and kernel names taken out, so a rename changes nothing), its
@@ -214,7 +219,7 @@ class CodeEvidence(BaseModel):
             raise ValueError("code evidence needs digest, listing and instructions, or the reason it is unavailable")
         if self.unavailable is not None and any(v is not None for v in read):
             raise ValueError("unavailable code evidence has no digest, listing or instructions")
-        if self.listing is not None and (self.listing.startswith("/") or ".." in self.listing.split("/")):
+        if self.listing is not None and not inside_bundle(self.listing):
             raise ValueError("listing path must stay inside the bundle")
         return self
 
@@ -228,7 +233,7 @@ class ArtifactRef(BaseModel):
 
     @model_validator(mode="after")
     def _stays_inside(self) -> ArtifactRef:
-        if self.path.startswith("/") or ".." in self.path.split("/"):
+        if not inside_bundle(self.path):
             raise ValueError("artifact path must stay inside the bundle")
         return self
 

@@ -25,6 +25,7 @@ depends_on: str | Sequence[str] | None = None
 
 
 def _generations(rows: Sequence[tuple[int, str, str | None]]) -> dict[int, int]:
+    # pipeline.store.history's, as of this migration: a migration keeps what it did, whatever the code becomes
     parent_of = {sha: parent for _, sha, parent in rows}
     id_of = {sha: commit_id for commit_id, sha, _ in rows}
     depth: dict[str, int] = {}
