@@ -114,7 +114,7 @@ class MeasurementSettings(BaseModel):
     placements: int = Field(
         default=4, ge=1, le=16,
         description="buffer copies each case holds (same values); round r is timed on copy r mod n, so a run "
-        "averages placements instead of carrying one copy's fixed offset (DESIGN.md, Measurement)")
+        "averages placements instead of carrying one copy's fixed offset (docs/design.md, Measurement)")
     placement_bytes: int = Field(
         default=256 * 1024 * 1024, ge=0,
         description="byte budget for a case's copies: a case whose buffers are larger gets fewer (at least one)")

@@ -173,7 +173,7 @@ def run_bundle(
     copy of every timed case is over the job's placement budget (a small GPU), the cases are checked
     and timed in groups that fit (`placement.timing_groups`), each released before the next is checked.
 
-    Paired (DESIGN.md, "Measurement": pair what is compared): with `base_bundle_dir` and
+    Paired (docs/design.md, "Measurement": pair what is compared): with `base_bundle_dir` and
     `base_manifest`, every case that both bundles have and that passes its check in both is timed
     with the base's entry back to back, pair by pair in ABBA order (`measure.measure_pairs`), on
     the head's own buffers (same inputs, same output, same addresses: the two slots are equal).

@@ -1,4 +1,4 @@
-"""How many buffer copies each case of a job is timed on (DESIGN.md, "Measurement": placement).
+"""How many buffer copies each case of a job is timed on (docs/design.md, "Measurement": placement).
 
 Placement moves latency by 0.2-2 % on memory-bound shapes, so round r is timed on copy r mod n and
 a run's level averages n placements. A case with one copy carries that copy's offset into the run

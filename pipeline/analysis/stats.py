@@ -1,6 +1,6 @@
 """Statistics on latency samples: pure functions, named defaults, stated assumptions.
 
-The unit of replication is the timing round, not the sample (DESIGN.md, "Measurement"; Kalibera
+The unit of replication is the timing round, not the sample (docs/design.md, "Measurement"; Kalibera
 and Jones, "Rigorous benchmarking in reasonable time", ISMM 2013). Samples of one round share that
 round's state (clocks, placement of buffers, what else ran) and are serially correlated: treating
 each as an independent observation makes p-values of 1e-200 out of a 0.2 % difference between

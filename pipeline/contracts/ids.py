@@ -1,4 +1,4 @@
-"""Stable identities: case id, target, device class (DESIGN.md, "Identities")."""
+"""Stable identities: case id, target, device class (docs/design.md, "Identities")."""
 
 from __future__ import annotations
 

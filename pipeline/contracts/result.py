@@ -1,4 +1,4 @@
-"""Result document: what a device agent measured for one job (DESIGN.md, "Contracts").
+"""Result document: what a device agent measured for one job (docs/design.md, "Contracts").
 
 Text fields the store keeps in bounded columns are bounded here, at the columns' lengths: a longer
 value is refused naming its field on every store (PostgreSQL would refuse it with a driver error,
@@ -75,7 +75,7 @@ class PairedBase(BaseModel):
 
     `samples[i]` was timed back to back with the result's own `samples[i]` (same round, same device,
     same clocks and temperature as near as the agent could make them), so `head[i] / base[i]` is a
-    paired ratio in which slow drift of the device cancels (DESIGN.md, "Measurement": pair what is
+    paired ratio in which slow drift of the device cancels (docs/design.md, "Measurement": pair what is
     compared).
     """
 
@@ -114,7 +114,7 @@ class CaseResult(BaseModel):
     )
     rounds: list[Annotated[int, Field(ge=1)]] | None = Field(
         default=None, description="samples taken in each timing round, in order (sum = number of samples): the "
-        "round, not the sample, is the unit of replication of the statistics (DESIGN.md, 'Measurement')")
+        "round, not the sample, is the unit of replication of the statistics (docs/design.md, 'Measurement')")
     binary_digest: BinaryDigest | None = Field(
         default=None, description="what was timed (artifact, runner, launch, inputs); equal digests on one device "
         "class mean identical code")

@@ -1,4 +1,4 @@
-"""Production orchestration: the dynamic Buildkite pipeline (DESIGN.md, "The flow")."""
+"""Production orchestration: the dynamic Buildkite pipeline (docs/design.md, "The flow")."""
 
 from pipeline.orchestration.buildkite import (
     STEP_ENV,

@@ -1,6 +1,6 @@
 """The PR comment: a verdict (one Comparison per device class) rendered from Jinja2 templates.
 
-Sections as in DESIGN.md ("PR comment"): a summary with the commits compared, "Regressed" and
+Sections as in docs/design.md ("PR comment"): a summary with the commits compared, "Regressed" and
 "Improved" tables (the rows that count as such in the verdict, `compare.counted_status`: never a
 vendor control or a row marked device drift), the rest folded in `<details>`; the headline is the
 verdict of `compare.overall_verdict` and its counts; each section shows at most `top_n` rows and

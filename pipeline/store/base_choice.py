@@ -1,4 +1,4 @@
-"""The base a commit is compared with, on one device class (DESIGN.md, "Analysis": PR verdict).
+"""The base a commit is compared with, on one device class (docs/design.md, "Analysis": PR verdict).
 
 `compare.compare` takes as the base, on one device class:
 - the one given by the caller (`base_sha`): that commit;

@@ -1,4 +1,4 @@
-"""Compare a commit with its base: the pull-request verdict (DESIGN.md, "Analysis": PR verdict).
+"""Compare a commit with its base: the pull-request verdict (docs/design.md, "Analysis": PR verdict).
 
 Base: `base_choice.choose_base` (given, paired, else the merge-base walk); a case the base has no
 result of is compared with the nearest older ancestor that has one (`base_choice.older_bases`,

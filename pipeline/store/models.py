@@ -215,7 +215,7 @@ class Case(Base):
 
 
 class Series(Base):
-    """case x device class x metric (DESIGN.md, "Identities"), with its analysis settings and state.
+    """case x device class x metric (docs/design.md, "Identities"), with its analysis settings and state.
 
     `min_magnitude` / `lower_is_better`: per-series overrides (None: the analysis settings' minimum
     magnitude, the metric's direction in `pipeline.contracts.METRICS`). `history_points` and

@@ -7,7 +7,7 @@ that the agent then times; timing policy (rounds, stopping, throttling) lives in
 Every runner takes the same keyword arguments beside the entry:
 - `placements`: how many copies of the case's buffers (inputs and outputs, the same values in each)
   to hold, at least one; the agent plans them for the whole job (`pipeline.agents.placement`).
-  Placement moves latency by several percent on memory-bound shapes (DESIGN.md, "Measurement"), so
+  Placement moves latency by several percent on memory-bound shapes (docs/design.md, "Measurement"), so
   the agent times each round on the next copy and a run's level averages several placements;
 - `workspace`: another kernel's `Workspace` to time on instead of making one (a paired base times
   on its head's buffers: same data, same addresses, so the two slots of a pair are equal);

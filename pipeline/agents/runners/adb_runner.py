@@ -1,6 +1,6 @@
 """Run one bundle entry on an Android phone through adb: the phone has no Python, only IREE's tools.
 
-Per entry (DESIGN.md, "Measurement", phones): verify the artifact's sha256 on the host, push it
+Per entry (docs/design.md, "Measurement", phones): verify the artifact's sha256 on the host, push it
 with fresh random inputs (.npy) into a folder of its own on the phone, run it once with
 `iree-run-module --output=@...`, pull the results and compare them with the float64 reference on
 the host (the check every runner shares, `checking.check_against_reference`). A kernel that passes

@@ -3,7 +3,7 @@
 No Triton and no compiler on the agent host: `cuda.bindings.driver` (cuda-python) loads the cubin
 the builder made, and it is imported lazily, so hosts without NVIDIA software import this module.
 
-Order per entry (DESIGN.md, "Measurement"): verify the cubin's sha256; make fresh random inputs
+Order per entry (docs/design.md, "Measurement"): verify the cubin's sha256; make fresh random inputs
 (bf16 as uint16 bit patterns on the device; the NumPy reference gets float32 arrays holding the same
 values, made only when the check runs); fill every output with a NaN pattern, so elements the kernel never writes
 fail the check; launch once and compare with the float64 reference (a wrong kernel is never

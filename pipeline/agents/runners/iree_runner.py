@@ -1,6 +1,6 @@
 """Run one bundle entry with the IREE runtime: verify, check against the reference, then time.
 
-Order per entry (DESIGN.md, "Measurement"): verify the artifact's sha256, make fresh random
+Order per entry (docs/design.md, "Measurement"): verify the artifact's sha256, make fresh random
 inputs, upload them once (one copy per placement the agent asks for), run once and compare with the
 float64 reference (a wrong kernel is never timed). What passes is a `CheckedKernel` whose `run_once`
 times one synchronous call on the workspace's current copy; `local.run_bundle` samples it in rounds.
