@@ -223,22 +223,8 @@ class RoundChange:
 
 def paired_change(base: Sequence[float], head: Sequence[float], rounds: Sequence[int],
                   confidence: float = CONFIDENCE) -> RoundChange:
-    """The change of head over base timed pair by pair in `rounds` (samples per round): each round's
-    middle-fifth mean of log(head / base), their mean, and Student's t over the rounds. What the
-    analysis computes for one paired result before its job-wide calibration (`stats.paired_estimates`)."""
-    if len(base) != len(head):
-        raise ValueError(f"paired samples differ in length: {len(base)} base, {len(head)} head")
-    ratios = np.asarray(head, dtype=float) / np.asarray(base, dtype=float)
-    levels, _ = round_values([(ratios, rounds)])
-    return _change(levels, confidence)
-
-
-def _change(levels: np.ndarray, confidence: float) -> RoundChange:
-    n = len(levels)
-    if n == 0:
-        raise ValueError("no rounds")
-    return _from_se(float(levels.mean()), float(levels.std(ddof=1)) / math.sqrt(n) if n > 1 else math.nan, n,
-                    confidence)
+    """The change of one paired result on its own (no job to calibrate it): `paired_changes` of one item."""
+    return paired_changes([(base, head, rounds)], confidence=confidence)[0]
 
 
 def _from_se(mean: float, se: float, n: int, confidence: float) -> RoundChange:
