@@ -19,7 +19,10 @@ that the A/A runs are judged as if the binaries differed) and runs `benchfarm ru
    4 rotating sentinels timed, the rest reported unchanged);
 3. A/A 2 and 3: the nightly's pairing again (the check cache now warm); `rename` (ACCEPTANCE_STEPS):
    rename over base as a pull request, every Triton case and 4 sentinels timed (the PR latency; the
-   jobs of one run share an agent's check cache, so base's binaries are the nightly's, checked);
+   jobs of one run share an agent's check cache, so base's binaries are the nightly's, checked; the
+   renamed binaries have the base's code, timed with `measurement.time_same_code` as a commit that
+   changed every kernel would be), then the same pull request as it runs by default (same code: the
+   sentinels alone);
 4. unpaired A/A: base alone, then readme alone, compared with an explicit base; with
    `ACCEPTANCE_UNPAIRED_RUNS=N` (default 2) a chain of N such jobs, base and readme in turn, each
    compared with the one before it (the other commit's newest run): N - 1 repetitions out of N jobs,
@@ -146,10 +149,11 @@ def run(bundles: Path, out: Path) -> None:
     agent_env: dict[str, str] = json.loads(os.environ.get("ACCEPTANCE_AGENT_ENV", "{}"))
     report["agent_env"] = agent_env
     try:
-        def job(label: str, head: str, base: str | None, pr: bool = False, compare_with: str | None = None) -> None:
+        def job(label: str, head: str, base: str | None, pr: bool = False, compare_with: str | None = None,
+                env: dict[str, str] | None = None) -> None:
             started = time.perf_counter()
             info = farm.run_job(bundles / head, device_class, base=bundles / base if base else None, pr=pr,
-                                name=label, extra_env=agent_env)
+                                name=label, extra_env={**agent_env, **(env or {})})
             body, compare_s = farm.compare(shas[head], shas[compare_with] if compare_with else None)
             rows = [r for c in body["comparisons"] for r in c["rows"]]
             report["jobs"].append({
@@ -174,8 +178,12 @@ def run(bundles: Path, out: Path) -> None:
             job("pr-a-one-tile", "one-tile", "base", pr=True)
             job("pr-b-all-tiles", "all-tiles", "base", pr=True)
         if "rename" in only:   # a pull request whose every Triton binary changed: the PR latency. Over base, whose
-            # binaries the nightly checked on this agent (as a farm's agent has checked its main branch's)
-            job("pr-rename", "rename", "base", pr=True)
+            # binaries the nightly checked on this agent (as a farm's agent has checked its main branch's). Their
+            # code is the base's (names aside), which a pull request does not time: timed here all the same
+            # (measurement.time_same_code), as a commit that changed every kernel's code would be
+            job("pr-rename", "rename", "base", pr=True, env={"BENCHFARM_MEASUREMENT__TIME_SAME_CODE": "true"})
+            # and as a pull request is: the drift sentinels alone (issue 32: under 60 s of GPU)
+            job("pr-rename-same-code", "rename", "base", pr=True)
         if "aa" in only:
             job("aa2", "readme", "base")
             job("aa3", "readme", "base")

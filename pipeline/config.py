@@ -133,6 +133,11 @@ class MeasurementSettings(BaseModel):
         default=4, ge=0,
         description="pull-request jobs time the cases whose binary differs from the base's and this many unchanged "
         "ones (rotating with the run, as drift sentinels); the rest are reported unchanged, not timed")
+    time_same_code: bool = Field(
+        default=False,
+        description="pull-request jobs also time the cases whose binary differs from the base's but whose code "
+        "does not (`BundleEntry.code_digest`: a rename); false: they are 'unchanged (same code)', not timed, "
+        "as identical binaries are")
     host_lock: str = Field(
         default=DEFAULT_HOST_LOCK,
         description="file lock this host's benchfarm processes share: timing on a CPU device holds it alone and "

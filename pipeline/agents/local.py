@@ -181,8 +181,9 @@ def run_bundle(
     (pull requests), cases whose binary equals the base's, or whose code does (`BundleEntry.code_digest`:
     the same instructions, launch and inputs, names aside), are not timed but `unchanged_sentinels`
     of them (chosen by the run, so they rotate): the others are reported skipped, "not timed:
-    same binary" or "not timed: same code". Only head results are returned: the base is a reference
-    for this job.
+    same binary" or "not timed: same code" (`settings.time_same_code`: same code is timed), checked
+    only where neither binary has passed a check on this class before. Only head results are
+    returned: the base is a reference for this job.
     """
     bundle_dir = Path(bundle_dir)
     device_class = device.device_class
@@ -196,7 +197,8 @@ def run_bundle(
     entries = [e for e in manifest.entries if e.target in device_class.targets]
     base_entries = {(e.case, e.target): e for e in base_manifest.entries} if base_manifest is not None else {}
     same = {i for i, e in enumerate(entries) if _same_binary(e, base_entries.get((e.case, e.target)))}
-    same_code = {i for i, e in enumerate(entries) if i not in same and _same_code(e, base_entries.get((e.case, e.target)))}
+    same_code = {i for i, e in enumerate(entries) if i not in same and not settings.time_same_code
+                 and _same_code(e, base_entries.get((e.case, e.target)))}
     unchanged = same | same_code
     untimed = set() if time_unchanged else unchanged - _sentinels(run_id, entries, unchanged, settings.unchanged_sentinels)
     references = _References(bundle_dir / manifest.suite_source)
@@ -211,22 +213,20 @@ def run_bundle(
     results: dict[int, CaseResult] = {}
     checks = {"run": 0, "reused": 0}   # correctness checks made, and outcomes reused (cache, same binary)
     steps = _Steps(progress, checks=len(entries), rounds=settings.rounds * len(timed_entries))
+    job = _Job(runner=runner, device_class=device_class, settings=settings, run_id=run_id, job_id=job_id,
+               check_cache=check_cache, checks=checks, steps=steps, rule=rule or DecisionRule())
     for index, entry in enumerate(entries):   # what is not timed: its result now, no buffers held
         if index in buffer_bytes:   # timed: checked with its group below
             continue
         if index in untimed:
             assert base_manifest is not None
-            results[index] = CaseResult(
-                case=entry.case, target=entry.target, status="skipped", binary_digest=entry.binary_digest(),
-                reason=f"not timed: same {'code' if index in same_code else 'binary'} as base "
-                       f"{base_manifest.commit[:12]} (drift sentinels and full runs time it)")
+            results[index] = job.check_unchanged(bundle_dir, entry, base_entries.get((entry.case, entry.target)),
+                                                 references, base_manifest.commit)
         else:
             outcome = _prepare(runner, bundle_dir, entry, references, run_id, job_id)
             assert isinstance(outcome, CaseResult)   # not built, or no runner for it here
             results[index] = outcome
         steps.check(f"checking: {entry.case} on {device_class.name}")
-    job = _Job(runner=runner, device_class=device_class, settings=settings, run_id=run_id, job_id=job_id,
-               check_cache=check_cache, checks=checks, steps=steps, rule=rule or DecisionRule())
     for number, group in enumerate(groups, start=1):
         copies = dict(zip(group, plan_placements([buffer_bytes[i] for i in group], settings, free_bytes=free_bytes)))
         checked: dict[int, CheckedKernel] = {}
@@ -320,6 +320,28 @@ class _Job:
                 outcome.workspace.memo.clear()
         self.steps.check(f"checking: {entry.case} on {self.device_class.name}")
         return outcome
+
+    def check_unchanged(self, bundle_dir: Path, entry: BundleEntry, base: BundleEntry | None,
+                        references: _References, base_commit: str) -> CaseResult:
+        """The result of a case not timed because its binary or its code is the base's: skipped, after a
+        check only where neither binary ever passed one on this device class (a new class, a cleared
+        cache), so that a wrong kernel is said even when it is not timed."""
+        same = "binary" if _same_binary(entry, base) else "code"
+        skipped = CaseResult(case=entry.case, target=entry.target, status="skipped", binary_digest=entry.binary_digest(),
+                             reason=f"not timed: same {same} as base {base_commit[:12]} "
+                                    "(drift sentinels and full runs time it)")
+        cache, name = self.check_cache, self.device_class.name
+        if cache is None or entry.status != "built" or self.runner.for_entry(entry) is None:
+            return skipped
+        if cache.get(entry, name) is not None or (base is not None and cache.get(base, name) is not None):
+            return skipped
+        self.checks["run"] += 1
+        outcome = _prepare(self.runner, bundle_dir, entry, references, self.run_id, self.job_id)
+        if isinstance(outcome, CaseResult):   # wrong, or an error: said though the case is not timed
+            return outcome
+        outcome.release()
+        cache.put(entry, name, outcome.correctness)
+        return skipped
 
     def time(self, checked: dict[int, CheckedKernel], bases: dict[int, CheckedKernel],
              results: dict[int, CaseResult]) -> dict[int, _Timed]:

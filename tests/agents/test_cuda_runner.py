@@ -58,6 +58,40 @@ def bundle(device: LocalDevice, tmp_path_factory: pytest.TempPathFactory) -> tup
 
 
 @pytest.mark.gpu
+def test_inputs_made_on_the_gpu_draw_what_the_host_draws(device: LocalDevice) -> None:
+    """Issue 30: inputs are made on the GPU (torch) from the host's quantile tables: bf16 values are the
+    host table's, never zero, N(0, 1) or U[-1, 1); the same seed draws the same values, another does not."""
+    torch = pytest.importorskip("torch", reason="inputs are made on the GPU with torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA GPU here")
+    from pipeline.agents.runners.device_inputs import device_inputs
+    from pipeline.agents.runners.inputs import quantile_midpoints
+    from pipeline.contracts import TensorSpec
+
+    normal = TensorSpec(name="x", role="input", shape=[1024, 1000], dtype="bf16", init="normal")
+    uniform = TensorSpec(name="y", role="input", shape=[3, 100_000], dtype="f32", init="uniform")
+    maker = device_inputs(0, np.random.default_rng(3))
+    assert maker is not None and maker.can_make(normal) and maker.can_make(uniform)
+    assert not maker.can_make(TensorSpec(name="i", role="input", shape=[8], dtype="i32", init="randint", low=0,
+                                         high=4))
+    bits = maker.make(normal).cpu().numpy().view(np.uint16)
+    assert bits.shape == (1024, 1000)
+    table = set(bf16_bits(quantile_midpoints("normal").astype(np.float32)).tolist())
+    assert set(np.unique(bits).tolist()) <= table
+    values = bf16_values(bits)
+    assert not np.any(values == 0) and abs(float(values.mean())) < 0.01 and abs(float(values.std()) - 1) < 0.01
+    drawn = maker.make(uniform).cpu().numpy()
+    assert drawn.dtype == np.float32 and drawn.min() >= -1 and drawn.max() < 1 and not np.any(drawn == 0)
+    assert abs(float(drawn.mean())) < 0.01
+    again = device_inputs(0, np.random.default_rng(3))
+    other = device_inputs(0, np.random.default_rng(4))
+    assert again is not None and other is not None
+    first = again.make(normal).cpu().numpy().view(np.uint16)
+    np.testing.assert_array_equal(first, bits)
+    assert not np.array_equal(other.make(normal).cpu().numpy().view(np.uint16), bits)
+
+
+@pytest.mark.gpu
 def test_triton_gemm_runs_through_the_driver_api(bundle: tuple[Path, BundleManifest], device: LocalDevice) -> None:
     from pipeline.agents.local import run_bundle
 

@@ -88,3 +88,34 @@ def test_index_inputs_are_the_same_in_every_run_and_values_fresh() -> None:
     one = random_values(spec(shape=[64], init="permutation", high=256), np.random.default_rng(1))
     other = random_values(spec(shape=[64], init="permutation", high=512), np.random.default_rng(1))
     assert not np.array_equal(one, other) and len(set(one.tolist())) == 64
+
+
+def test_host_inputs_download_once_and_only_what_a_check_asks_for() -> None:
+    """The host arrays a check's reference reads: those made on the host as they are; the others
+    downloaded from the device once, the first time they are asked for (`device_inputs.HostInputs`)."""
+    from pipeline.agents.runners.device_inputs import HostInputs
+
+    device = {"a": np.arange(4, dtype=np.float32), "b": np.ones(3, dtype=np.uint16)}
+    downloads: list[str] = []
+
+    def download(name: str) -> np.ndarray:
+        downloads.append(name)
+        return device[name].copy()
+
+    inputs = HostInputs({"idx": np.array([2, 0, 1])}, download)
+    assert inputs["idx"].tolist() == [2, 0, 1] and downloads == []
+    inputs.fetch(["a"])
+    assert inputs["a"].tolist() == [0, 1, 2, 3] and inputs["a"] is inputs["a"] and downloads == ["a"]
+    assert inputs["b"].tolist() == [1, 1, 1] and downloads == ["a", "b"]
+
+
+def test_quantile_tables_exist_for_drawn_inits_only() -> None:
+    from pipeline.agents.runners.inputs import CODES, quantile_midpoints
+
+    normal = quantile_midpoints("normal")
+    assert len(normal) == CODES and np.all(np.diff(normal) > 0) and not np.any(normal == 0)
+    assert abs(normal.mean()) < 1e-9 and abs(normal.std() - 1) < 0.01
+    uniform = quantile_midpoints("uniform")
+    assert uniform.min() > -1 and uniform.max() < 1 and not np.any(uniform == 0)
+    with pytest.raises(ValueError, match="randint"):
+        quantile_midpoints("randint")

@@ -235,6 +235,37 @@ def test_a_pull_request_times_changed_binaries_and_sentinels_only(
     assert skipped.binary_digest == next(e for e in base.entries if e.case == skipped.case).binary_digest()
 
 
+def test_a_pull_request_checks_an_unchanged_case_once_where_it_was_never_checked(
+    bundles: tuple[Path, tuple[Path, BundleManifest], tuple[Path, BundleManifest]], device: LocalDevice, tmp_path: Path,
+) -> None:
+    """Issue 30: the check phase does what the job times, plus what has never been checked on the class:
+    an unchanged case is not timed, but checked where neither its binary nor its base's ever passed a
+    check here (a new device class), and only then."""
+    from pipeline.agents.check_cache import CheckCache
+
+    _, (base_dir, base), (head_dir, head) = bundles
+    cache = CheckCache(tmp_path / "checked")
+    settings = SETTINGS.model_copy(update={"unchanged_sentinels": 0})
+
+    def job(run_id: str) -> dict[str, str]:
+        document = run_bundle(bundle_dir=head_dir, manifest=head, device=device, run_id=run_id, job_id="j",
+                              settings=settings, base_bundle_dir=base_dir, base_manifest=base, time_unchanged=False,
+                              check_cache=cache)
+        results = {r.case: r for r in document.results}
+        for unchanged in (CASES[0], CASES[2]):
+            result = results[case_id(unchanged)]
+            assert result.status == "skipped" and not result.samples
+            assert result.reason is not None and result.reason.startswith("not timed: same binary")
+        assert results[case_id(CASES[1])].status == "ok" and results[case_id(ONLY_HEAD)].status == "ok"
+        return document.environment
+
+    # first on this class: alpha and gamma checked (not timed), beta and delta checked and timed, beta's base
+    first = job("pr-1")
+    assert (first["checks_run"], first["checks_reused"]) == ("5", "0")
+    second = job("pr-2")   # everything known now: nothing checked again, the unchanged ones not even looked up
+    assert (second["checks_run"], second["checks_reused"]) == ("0", "3")
+
+
 def test_adaptive_rounds_stop_decided_cases_and_extend_undecided_ones_to_their_cap(
     bundles: tuple[Path, tuple[Path, BundleManifest], tuple[Path, BundleManifest]], device: LocalDevice,
 ) -> None:
@@ -297,6 +328,11 @@ def test_a_pull_request_renaming_every_kernel_times_only_the_sentinels(device: L
     assert len(timed) == 1 and timed[0].paired_base is not None and len(skipped) == len(CASES) - 1
     assert all(r.reason is not None and r.reason.startswith(f"not timed: same code as base {base.commit[:12]}")
                for r in skipped)
+    # measurement.time_same_code: a team that wants renames timed (or a bench of the timing itself) gets them
+    timed_all = run_bundle(bundle_dir=head_dir, manifest=head, device=device, run_id="pr-rename-timed", job_id="j",
+                           settings=settings.model_copy(update={"time_same_code": True}), base_bundle_dir=base_dir,
+                           base_manifest=base, time_unchanged=False)
+    assert all(r.status == "ok" and r.paired_base is not None for r in timed_all.results)
 
     engine = open_store(f"sqlite:///{tmp_path}/store.db")
     alone = run_bundle(bundle_dir=base_dir, manifest=base, device=device, run_id="base", job_id="j", settings=SETTINGS)

@@ -28,12 +28,13 @@ import numpy as np
 
 from pipeline.agents.runners import CheckedKernel, Workspace
 from pipeline.agents.runners.checking import check_against_reference
+from pipeline.agents.runners.device_inputs import HostInputs, device_inputs
 from pipeline.agents.runners.inputs import bf16_bits, bf16_values, random_bf16, random_values
 from pipeline.agents.runners.iree_runner import verify_artifact
 from pipeline.contracts import BundleEntry, CaseResult, Correctness, TensorSpec
 
 __all__ = [
-    "CudaDevice", "CudaError", "prepare_entry", "make_inputs", "reference_view", "finite", "HOST_DTYPES",
+    "CudaDevice", "CudaError", "prepare_entry", "make_input", "make_inputs", "reference_view", "finite", "HOST_DTYPES",
     "bf16_bits", "bf16_values",
 ]
 
@@ -49,18 +50,17 @@ class CudaError(RuntimeError):
     """A CUDA driver call failed; the message names the call and the driver's error."""
 
 
+def make_input(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
+    """Input `spec` made on the host, as the device stores it (bf16: uint16 bit patterns). Never zeros."""
+    if spec.dtype == "bf16":   # bf16 has no NumPy dtype: bit patterns (uint16) on the device
+        return random_bf16(spec, rng)
+    values = random_values(spec, rng, normal_dtype=np.float32)
+    return np.ascontiguousarray(values.astype(HOST_DTYPES[spec.dtype]))
+
+
 def make_inputs(tensors: Sequence[TensorSpec], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Per input, the host array as the device stores it (bf16: uint16 bit patterns). Never zeros."""
-    arrays = {}
-    for spec in tensors:
-        if spec.role != "input":
-            continue
-        if spec.dtype == "bf16":   # bf16 has no NumPy dtype: bit patterns (uint16) on the device
-            arrays[spec.name] = random_bf16(spec, rng)
-        else:
-            values = random_values(spec, rng, normal_dtype=np.float32)
-            arrays[spec.name] = np.ascontiguousarray(values.astype(HOST_DTYPES[spec.dtype]))
-    return arrays
+    """Every input made on the host (`make_input`), by name."""
+    return {spec.name: make_input(spec, rng) for spec in tensors if spec.role == "input"}
 
 
 def reference_view(spec: TensorSpec, host: np.ndarray) -> np.ndarray:
@@ -154,6 +154,12 @@ class CudaDevice:
 
     def upload(self, ptr: int, host: np.ndarray) -> None:
         self._call(self._cu.cuMemcpyHtoD, self._cu.CUdeviceptr(ptr), np.ascontiguousarray(host), host.nbytes)
+
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        """Device-to-device copy, done when this returns (on the context's default stream, so the whole
+        context is synchronized: a copy from another framework's tensor is finished before it is freed)."""
+        self._call(self._cu.cuMemcpyDtoD, self._cu.CUdeviceptr(dst), self._cu.CUdeviceptr(src), nbytes)
+        self._call(self._cu.cuCtxSynchronize)
 
     def download(self, ptr: int, host: np.ndarray) -> np.ndarray:
         self._call(self._cu.cuMemcpyDtoH, host, self._cu.CUdeviceptr(ptr), host.nbytes)
@@ -336,9 +342,11 @@ def finite(correctness: Correctness) -> Correctness:
 
 # ---- one entry ----------------------------------------------------------------------------------
 
-def _workspace(device: CudaDevice, entry: BundleEntry, inputs: dict[str, np.ndarray],
+def _workspace(device: CudaDevice, entry: BundleEntry, rng: np.random.Generator,
                placements: int) -> Workspace:
-    """Copies of every tensor of the entry on the device, each with the same input values."""
+    """Copies of every tensor of the entry on the device, each with the same input values, made on the
+    device where torch with CUDA is here (`device_inputs`), else on the host; `memo["inputs"]` gives
+    their host arrays to a check (`HostInputs`)."""
     specs = {t.name: t for t in entry.tensors}
     sets: list[dict[str, int]] = []
 
@@ -348,17 +356,34 @@ def _workspace(device: CudaDevice, entry: BundleEntry, inputs: dict[str, np.ndar
                 device.free(ptr)
         sets.clear()
 
+    maker = device_inputs(device.ordinal, rng)
+    on_host: dict[str, np.ndarray] = {}
     try:
         for _ in range(max(1, placements)):
-            pointers = {name: device.alloc(spec.nbytes) for name, spec in specs.items()}
-            sets.append(pointers)
-            for name, host in inputs.items():
-                device.upload(pointers[name], host)
+            sets.append({name: device.alloc(spec.nbytes) for name, spec in specs.items()})
+        for name, spec in specs.items():
+            if spec.role != "input":
+                continue
+            if maker is not None and maker.can_make(spec):
+                made = maker.make(spec)
+                maker.synchronize()   # torch's stream is not ours: the values are there before they are copied
+                for pointers in sets:
+                    device.copy(pointers[name], made.data_ptr(), spec.nbytes)
+                del made
+            else:
+                on_host[name] = make_input(spec, rng)
+                for pointers in sets:
+                    device.upload(pointers[name], on_host[name])
     except Exception:
         release()
         raise
     workspace = Workspace(sets=sets, release=release)
-    workspace.memo["inputs"] = inputs
+
+    def download(name: str) -> np.ndarray:
+        spec = specs[name]
+        return device.download(sets[0][name], np.empty(spec.shape, dtype=HOST_DTYPES[spec.dtype]))
+
+    workspace.memo["inputs"] = HostInputs(on_host, download)
     return workspace
 
 
@@ -385,7 +410,7 @@ def prepare_entry(
     specs = {t.name: t for t in entry.tensors}
     own = workspace is None
     if workspace is None:
-        workspace = _workspace(device, entry, make_inputs(entry.tensors, rng), placements)
+        workspace = _workspace(device, entry, rng, placements)
     params = [_params(entry, pointers) for pointers in workspace.sets]
     ws = workspace
 
@@ -399,6 +424,7 @@ def prepare_entry(
     correctness = verified
     if correctness is None:
         inputs = ws.memo["inputs"]
+        inputs.fetch(launch.arguments)   # before the launch: the reference reads what the kernel was given
         pointers = ws.sets[0]
         for name, spec in specs.items():
             if spec.role == "output":

@@ -30,7 +30,8 @@ import numpy as np
 
 from pipeline.contracts import TensorSpec
 
-__all__ = ["PATTERN_INITS", "bf16_bits", "bf16_values", "pattern_seed", "random_bf16", "random_values"]
+__all__ = ["CODES", "PATTERN_INITS", "bf16_bits", "bf16_values", "pattern_seed", "quantile_midpoints", "random_bf16",
+           "random_values"]
 
 CODES = 1 << 16
 """Equal-probability bins of a bf16 draw (`random_bf16`)."""
@@ -75,15 +76,24 @@ def pattern_seed(spec: TensorSpec) -> int:
 
 
 @cache
-def _bf16_quantiles(init: str) -> np.ndarray:
-    """bf16 bit patterns of the midpoints of `CODES` equal-probability bins of `init`'s distribution;
-    none is zero (no midpoint is the median)."""
+def quantile_midpoints(init: str) -> np.ndarray:
+    """The midpoints of `CODES` equal-probability bins of `init`'s distribution (normal N(0, 1) or
+    uniform [-1, 1)), float64, ascending; none is zero (no midpoint is the median)."""
     p = (np.arange(CODES, dtype=np.float64) + 0.5) / CODES
     if init == "normal":   # NormalDist, not SciPy: agents run on hosts without SciPy (once per process, ~0.2 s)
         values = np.array([NormalDist().inv_cdf(q) for q in p.tolist()])
-    else:
+    elif init == "uniform":
         values = 2.0 * p - 1.0
-    table = bf16_bits(values.astype(np.float32))
+    else:
+        raise ValueError(f"no quantile table for init={init}")
+    values.setflags(write=False)
+    return values
+
+
+@cache
+def _bf16_quantiles(init: str) -> np.ndarray:
+    """bf16 bit patterns of `quantile_midpoints(init)`."""
+    table = bf16_bits(quantile_midpoints(init).astype(np.float32))
     table.setflags(write=False)
     return table
 

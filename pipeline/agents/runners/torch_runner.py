@@ -2,7 +2,7 @@
 
 Nothing is compiled for these entries; the agent host needs torch with CUDA, and where it has none the
 case is skipped with the reason TORCH_MISSING. The check and the timing are the CUDA runner's: fresh
-random inputs from the same generator (`cuda_runner.make_inputs`), outputs poisoned with NaN where the
+random inputs made as the CUDA runner makes them (on the GPU: `device_inputs`), outputs poisoned with NaN where the
 operator writes into a given tensor (matmul, index ops; SDPA and conv2d allocate theirs), the same
 reference and check (`checking.check_against_reference`), and `CudaDevice.time_once` for every
 sample: torch launches onto the device's own stream (torch.cuda.ExternalStream), so the CUDA events
@@ -33,9 +33,10 @@ from pipeline.agents.runners.cuda_runner import (
     CudaDevice,
     bf16_values,
     finite,
-    make_inputs,
+    make_input,
     reference_view,
 )
+from pipeline.agents.runners.device_inputs import HostInputs, device_inputs
 from pipeline.contracts import BundleEntry, CaseResult, Correctness
 
 __all__ = ["TORCH_MISSING", "torch_missing", "prepare_entry", "OPS"]
@@ -200,15 +201,29 @@ def _to_host(tensor: Any, dtype: str) -> np.ndarray:
 
 # ---- one entry ----------------------------------------------------------------------------------
 
-def _workspace(entry: BundleEntry, inputs: dict[str, np.ndarray], gpu: Any,
+def _workspace(entry: BundleEntry, rng: np.random.Generator, device: CudaDevice, gpu: Any,
                placements: int) -> Workspace:
-    """Copies of every tensor of the entry on the GPU (inputs with the same values, outputs poisoned)."""
+    """Copies of every tensor of the entry on the GPU (inputs with the same values, outputs poisoned);
+    inputs made on the GPU where `device_inputs` can, else on the host (`make_input`), as the CUDA
+    runner makes them; `memo["inputs"]` gives their host arrays to a check (`HostInputs`)."""
     import torch
 
     specs = {t.name: t for t in entry.tensors}
+    maker = device_inputs(device.ordinal, rng)
+    on_host: dict[str, np.ndarray] = {}
+    first: dict[str, Any] = {}
+    for name, spec in specs.items():
+        if spec.role != "input":
+            continue
+        if maker is not None and maker.can_make(spec):
+            made = maker.make(spec)
+            first[name] = made.view(torch.bfloat16) if spec.dtype == "bf16" else made
+        else:
+            on_host[name] = make_input(spec, rng)
+            first[name] = _to_device(on_host[name], spec.dtype, gpu)
     sets: list[dict[str, Any]] = []
-    for _ in range(max(1, placements)):
-        tensors = {name: _to_device(host, specs[name].dtype, gpu) for name, host in inputs.items()}
+    for copy in range(max(1, placements)):
+        tensors = {name: t if copy == 0 else t.clone() for name, t in first.items()}
         for name, spec in specs.items():
             if spec.role == "output":   # poisoned: NaN in every float width
                 out = torch.empty(spec.shape, dtype=_torch_dtype(spec.dtype), device=gpu)
@@ -216,7 +231,14 @@ def _workspace(entry: BundleEntry, inputs: dict[str, np.ndarray], gpu: Any,
                 tensors[name] = out
         sets.append(tensors)
     workspace = Workspace(sets=sets, release=sets.clear)
-    workspace.memo["inputs"] = inputs
+
+    def download(name: str) -> np.ndarray:   # as the device stores it: bf16 as uint16 bit patterns
+        tensor = sets[0][name].detach().contiguous()
+        if specs[name].dtype == "bf16":
+            return tensor.view(torch.int16).cpu().numpy().view(np.uint16)
+        return tensor.cpu().numpy()
+
+    workspace.memo["inputs"] = HostInputs(on_host, download)
     return workspace
 
 
@@ -249,7 +271,7 @@ def prepare_entry(
     own = workspace is None
     with torch.cuda.device(gpu), torch.cuda.stream(stream):
         if workspace is None:
-            workspace = _workspace(entry, make_inputs(entry.tensors, rng), gpu, placements)
+            workspace = _workspace(entry, rng, device, gpu, placements)
         ops = []
         for tensors in workspace.sets:
             params = {**launch.torch.params, CHOICE: workspace.memo.get(CHOICE)}
@@ -257,6 +279,7 @@ def prepare_entry(
             workspace.memo.setdefault(CHOICE, ops[-1].environment)
         correctness = verified
         if correctness is None:
+            workspace.memo["inputs"].fetch(launch.arguments)   # before the launch: what the operator was given
             for name, spec in specs.items():
                 if spec.role == "output":
                     workspace.sets[0][name].view(torch.uint8).fill_(0xFF)
