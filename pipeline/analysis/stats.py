@@ -450,7 +450,7 @@ def paired_verdicts(
     Three answers (`pipeline.contracts.rounds.classify`) with each item's threshold `min_change` (one
     for all, or one per item: `threshold`): regressed or improved when the change is significant
     (p <= max_pvalue) and at least the threshold; similar when its whole interval lies within
-    +-threshold; else inconclusive. Fewer than `min_rounds` rounds or `min_samples` pairs:
+    +-threshold and it is not significant at half the threshold or more; else inconclusive. Fewer than `min_rounds` rounds or `min_samples` pairs:
     insufficient data (the point change is still reported).
     """
     limits = _thresholds(len(items), min_change)

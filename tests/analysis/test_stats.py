@@ -93,12 +93,14 @@ def test_verdicts_follow_threshold_significance_and_direction() -> None:
     slower = [1e-3 * v for v in _rounds_at([0.095, 0.1, 0.105, 0.1, 0.097])]  # +10 %, every round alike
     [regressed, improved, small, better] = paired_verdicts(
         [(base, slower, [3] * 5), (slower, base, [3] * 5), (base, slower, [3] * 5), (base, slower, [3] * 5)],
-        min_change=[0.05, 0.05, 0.2, 0.05])
+        min_change=[0.05, 0.05, 0.25, 0.05])
     assert regressed.status == "regressed" and regressed.pvalue is not None and regressed.pvalue < 1e-5
     assert regressed.ci_low is not None and regressed.ci_high is not None
     assert regressed.ci_low < regressed.change < regressed.ci_high and regressed.ci_low > 0.09
     assert improved.status == "improved" and improved.change == pytest.approx(1 / (1 + regressed.change) - 1)
-    assert small.status == "similar" and small.threshold == 0.2  # significant, but under its threshold
+    assert small.status == "similar" and small.threshold == 0.25  # significant, but under half its threshold
+    [near] = paired_verdicts([(base, slower, [3] * 5)], min_change=0.15)
+    assert near.status == "inconclusive"   # inside the band, but significant at more than half of it
     assert paired_verdicts([(base, slower, [3] * 5)], lower_is_better=False)[0].status == "improved"
     assert better.status == "regressed"
     # large but not significant: round changes of -10 % .. +30 %

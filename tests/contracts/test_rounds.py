@@ -42,6 +42,9 @@ def test_degrees_of_freedom_must_be_whole_and_positive() -> None:
     (0.348, -0.333, 1.724, 0.41, 0.02, "unknown"),          # the 2.7x slowdown a loaded CPU hid (issue 30)
     (0.004, -0.001, 0.009, 0.12, 0.005, "unknown"),         # straddles +t, not significant
     (0.004, 0.001, 0.007, 0.003, 0.005, "unknown"),         # significant, under t, not inside the band
+    (0.0055, 0.00245, 0.00847, 0.0016, 0.00979, "unknown"),  # inside, but significant at half t: a 1 % slowdown (H200)
+    (-0.0003, -0.0004, -0.0002, 0.002, 0.02, "same"),       # significant, a hundredth of a percent: the same
+    (0.009, 0.004, 0.014, 0.05, 0.02, "same"),              # half t, not significant: inside the band
     (0.012, 0.010, 0.014, 1e-6, 0.005, "different"),        # beyond the band
     (-0.12, -0.134, -0.106, 1e-9, 0.02, "different"),       # beyond, the other side
     (0.03, -0.01, 0.07, 0.2, 0.02, "unknown"),              # large but not significant: not a change, not the same
@@ -73,8 +76,9 @@ def test_a_paired_change_is_students_t_over_the_rounds() -> None:
     assert change.rounds == 4
     one = paired_change([1.0] * 11, _rounds_of([0.01]), [11])
     assert (one.low, one.high, one.pvalue) == (None, None, None)
-    rule = DecisionRule(max_pvalue=0.01, default_threshold=0.02, thresholds={"c": 0.005})
+    rule = DecisionRule(max_pvalue=0.01, default_threshold=0.03, thresholds={"c": 0.005, "near": 0.02})
     assert rule.answer("c", change) == "different" and rule.answer("other", change) == "same"
+    assert rule.answer("near", change) == "unknown"   # +1.05 %, significant: half of a 2 % band (EVIDENT_SHARE)
     assert rule.answer("c", one) == "unknown"
 
 
