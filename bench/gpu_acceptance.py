@@ -163,7 +163,7 @@ def run(bundles: Path, out: Path) -> None:
                 "counts": {k: v for k, v in body.get("counts", {}).items() if v},
                 "flagged": [{k: r.get(k) for k in ("case_id", "change", "ci_low", "ci_high", "pvalue", "status")}
                             for r in rows if r["status"] in ("regressed", "improved") and not r.get("is_control")],
-                "rows": [{k: r.get(k) for k in ("case_id", "change", "ci_low", "ci_high", "pvalue", "status", "paired")}
+                "rows": [{k: r.get(k) for k in ("case_id", "change", "ci_low", "ci_high", "pvalue", "status", "paired", "threshold")}
                          for r in rows],
             })
             report["jobs"][-1]["stopped"] = _stopped(farm, shas[head])
