@@ -22,7 +22,12 @@ from pipeline.config import MeasurementSettings
 from pipeline.contracts import BundleManifest, parse_result
 from pipeline.contracts.counters import COUNTERS_KEY, HardwareCounters
 from tests.helpers.cpu import x86_64_cpu
-from tests.helpers.suite_repo import GemmCase, case_id, gemm_suite_files, make_suite_repo
+from tests.helpers.suite_repo import (
+    GemmCase,
+    case_id,
+    gemm_suite_files,
+    make_suite_repo,
+)
 
 FAST = MeasurementSettings(warmup_s=0.0, min_samples=5, min_time_s=0.0, max_time_s=0.2, max_rel_noise=0.5, rounds=2,
                            min_rounds=2)
@@ -43,8 +48,8 @@ NCU_OUTPUT = "\n".join([
     "some line the application printed",
     '==PROF== Profiling "matmul_kernel" - 1: 0%....50%....100% - 3 passes',
     "==PROF== Disconnected from process 4242",
-    '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device",'
-    '"CC","Section Name","Metric Name","Metric Unit","Metric Value"',
+    ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device",'
+     '"CC","Section Name","Metric Name","Metric Unit","Metric Value"'),
     *(ROW.format(id=launch, metric=metric, unit=unit, value=value) for launch, values in enumerate([
         [("dram__bytes_read.sum", "byte", "50,364,416"), ("dram__bytes_write.sum", "byte", "8,388,608"),
          ("lts__t_sector_hit_rate.pct", "%", "61.42"),

@@ -16,7 +16,6 @@ from pipeline.store.compare import compare
 from pipeline.store.counters import counter_changes, counters_summary
 from pipeline.store.db import session_scope
 from pipeline.store.models import CounterValue, Series
-
 from tests.helpers import factories as f
 
 SETTINGS = CompareSettings(min_change=0.05, max_pvalue=0.01, min_samples=5, ancestor_walk=50)
