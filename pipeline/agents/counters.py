@@ -244,7 +244,7 @@ class NcuProfiler:
             else:
                 found = next(made, None)
                 entry_point = requests[index].entry.launch.entry_point  # type: ignore[union-attr]
-                if found is None or found.kernel.split("(")[0].strip() != entry_point:
+                if found is None or entry_point not in found.kernel:   # ncu may show "name(args)" or templates
                     out[index] = CountersUnavailable(
                         f"failed: ncu's launches do not match the binaries launched (expected {entry_point}, "
                         f"found {found.kernel if found else 'none'})")
