@@ -108,3 +108,16 @@ def test_summary_of_counters() -> None:
     assert counters_summary(counter_changes(None, BASE_COUNTS)) == "no counters on both sides"
     cpu = counter_changes({"instructions": 200.0}, {"instructions": 230.0})
     assert [c.counter for c in cpu] == ["instructions"] and counters_summary(cpu) == "instructions +15 %"
+
+
+def test_counter_series_stay_out_of_the_dashboard_and_the_series_list(seeded: Engine) -> None:
+    """They hold single values with no change points: the timed series' pages list latency alone."""
+    from pipeline.store.queries import dashboard, list_series
+
+    with session_scope(seeded) as s:
+        f.run_and_upload(s, 0, [_with(f.ok(f.GEMM, f.series_samples(1e-3)), BASE_COUNTS)])
+        assert {x.metric for x in list_series(s)} == {"latency"}
+        assert [x.metric for x in list_series(s, metric="instructions")] == ["instructions"]
+        board = dashboard(s)
+        assert {m.metric for g in board.groups for m in g.series} == {"latency"}
+        assert sum(board.counts.values()) == 1
