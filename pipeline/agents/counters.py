@@ -1,5 +1,5 @@
 """Hardware counters of each checked binary on this host (`pipeline.contracts.counters`): taken once
-per (binary, device class), outside the timed rounds, on the check's inputs, without changing clocks,
+per (binary's code, device class), outside the timed rounds, on the check's inputs, without changing clocks,
 and kept like the check's outcome (`CounterCache`).
 
 Profilers:
@@ -372,8 +372,11 @@ def profiler_for(device: LocalDevice, settings: MeasurementSettings) -> Profiler
 # ---- kept across jobs ---------------------------------------------------------------------------
 
 class CounterCache:
-    """Counters already taken on this host, by binary digest and device class (`check_cache.CheckCache`'s
-    way: a changed `COUNTER_POLICY` empties it). Counters of a binary do not depend on the run."""
+    """Counters already taken on this host, by code and device class (`check_cache.CheckCache`'s way: a
+    changed `COUNTER_POLICY` empties it). Counters of a binary do not depend on the run, nor on its names:
+    the key is the entry's code digest (`BundleEntry.code_digest`: the same instructions, registers,
+    launch and inputs, names aside), so a renamed kernel is not profiled again; its binary digest where
+    there is no listing."""
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
@@ -381,10 +384,11 @@ class CounterCache:
 
     @staticmethod
     def key(entry: BundleEntry, device_class: str) -> str | None:
-        digest = entry.binary_digest()
-        if digest is None:
+        code = entry.code_digest()
+        identity = ["code", code] if code is not None else ["binary", entry.binary_digest()]
+        if identity[1] is None:
             return None
-        return hashlib.sha256(json.dumps([COUNTER_POLICY, device_class, digest]).encode()).hexdigest()
+        return hashlib.sha256(json.dumps([COUNTER_POLICY, device_class, *identity]).encode()).hexdigest()
 
     def get(self, entry: BundleEntry, device_class: str) -> HardwareCounters | None:
         key = self.key(entry, device_class)

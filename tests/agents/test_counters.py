@@ -98,6 +98,13 @@ def test_counter_cache_keys_on_binary_and_device_class(tmp_path: Path, bundle: t
     cache.put(entry, "nvidia-h100", counters)
     assert cache.get(entry, "nvidia-h100") == counters
     assert cache.get(entry, "nvidia-h200") is None   # another device class counts on its own
+    # a kernel renamed (another binary, the same code) is not profiled again; other code is
+    assert entry.code_digest() is not None and entry.launch is not None and entry.artifact is not None
+    renamed = entry.model_copy(update={"launch": entry.launch.model_copy(update={"entry_point": "renamed"}),
+                                       "artifact": entry.artifact.model_copy(update={"sha256": "0" * 64})})
+    assert renamed.binary_digest() != entry.binary_digest() and cache.get(renamed, "nvidia-h100") == counters
+    other = entry.model_copy(update={"tensors": entry.tensors[::-1]})
+    assert cache.get(other, "nvidia-h100") is None
     (next((tmp_path / "counters").glob("*.json"))).write_text("{not json")
     assert cache.get(entry, "nvidia-h100") is None   # a corrupt file reads as a miss
 
