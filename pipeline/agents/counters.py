@@ -56,7 +56,7 @@ from pipeline.contracts.counters import CounterName, HardwareCounters
 
 log = logging.getLogger(__name__)
 
-__all__ = ["COUNTER_POLICY", "NCU_METRICS", "CounterCache", "CounterCollector", "CountersUnavailable",
+__all__ = ["COUNTER_POLICY", "NCU_METRICS", "TASK_CLOCK", "CounterCache", "CounterCollector", "CountersUnavailable",
            "NcuProfiler", "PerfEventProfiler", "find_ncu", "parse_ncu_csv", "profiler_for"]
 
 COUNTER_POLICY = "counters-v1"
@@ -258,6 +258,8 @@ class NcuProfiler:
 
 _PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241, "arm64": 241}
 _PERF_TYPE_HARDWARE, _PERF_COUNT_HW_INSTRUCTIONS = 0, 1
+TASK_CLOCK = (1, 1)
+"""PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK (ns): a counter every Linux kernel has, PMU or not."""
 _DISABLED, _EXCLUDE_KERNEL, _EXCLUDE_HV = 1 << 0, 1 << 5, 1 << 6
 _READ_TIMES = 1 | 2   # PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING
 _IOC_ENABLE, _IOC_DISABLE, _IOC_RESET = 0x2400, 0x2401, 0x2403
@@ -289,16 +291,19 @@ class PerfEventProfiler:
     kernel_release: str = field(default_factory=platform.release)
 
     @classmethod
-    def open(cls) -> PerfEventProfiler:
+    def open(cls, event: tuple[int, int] = (_PERF_TYPE_HARDWARE, _PERF_COUNT_HW_INSTRUCTIONS)) -> PerfEventProfiler:
+        """A disabled counter of `event` (perf type, config: instructions by default) on this thread."""
         number = _PERF_EVENT_OPEN.get(platform.machine())
         if sys.platform != "linux" or number is None:
             raise CountersUnavailable(f"not available: perf events are read on Linux x86_64 and aarch64 only "
                                       f"(this is {sys.platform} {platform.machine()})")
-        attr = _PerfEventAttr(type=_PERF_TYPE_HARDWARE, size=ctypes.sizeof(_PerfEventAttr),
-                              config=_PERF_COUNT_HW_INSTRUCTIONS, read_format=_READ_TIMES,
+        attr = _PerfEventAttr(type=event[0], size=ctypes.sizeof(_PerfEventAttr), config=event[1], read_format=_READ_TIMES,
                               flags=_DISABLED | _EXCLUDE_KERNEL | _EXCLUDE_HV)
         libc = ctypes.CDLL(None, use_errno=True)
-        fd = libc.syscall(number, ctypes.byref(attr), 0, -1, -1, _FD_CLOEXEC)
+        libc.syscall.restype = ctypes.c_long
+        # syscall(2) is variadic: every argument passed at its full register width
+        fd = libc.syscall(ctypes.c_long(number), ctypes.byref(attr), ctypes.c_long(0), ctypes.c_long(-1),
+                          ctypes.c_long(-1), ctypes.c_ulong(_FD_CLOEXEC))
         if fd < 0:
             code = ctypes.get_errno()
             name = errno.errorcode.get(code, str(code))

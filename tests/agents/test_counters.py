@@ -4,11 +4,13 @@ result saying why not)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from pipeline.agents.counters import (
+    TASK_CLOCK,
     CounterCache,
     CountersUnavailable,
     PerfEventProfiler,
@@ -130,6 +132,24 @@ def _perf_events() -> str | None:
     except CountersUnavailable as exc:
         return str(exc)
     return None
+
+
+def test_perf_events_count_what_runs_between_enable_and_disable() -> None:
+    """The perf_event_open machinery (attribute layout, ioctls, the read with its enabled and running
+    times) on a software counter every Linux kernel has: this host may have no PMU for instructions."""
+    paranoid = int(Path("/proc/sys/kernel/perf_event_paranoid").read_text())
+    if paranoid > 2 and os.geteuid() != 0:   # Debian's default 3: no perf event for an unprivileged process
+        with pytest.raises(CountersUnavailable, match=f"refused: perf_event_open: E(ACCES|PERM) "
+                                                      rf"\(kernel.perf_event_paranoid={paranoid};"):
+            PerfEventProfiler.open(TASK_CLOCK)
+        return
+    clock = PerfEventProfiler.open(TASK_CLOCK)
+    try:
+        busy = clock.count(lambda: sum(range(2_000_000)))   # tens of milliseconds of this thread
+        idle = clock.count(lambda: None)
+    finally:
+        clock.close()
+    assert busy > 1_000_000 > idle >= 0   # nanoseconds
 
 
 def test_cpu_counters_are_taken_once_per_binary_or_the_result_says_why_not(
