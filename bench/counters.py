@@ -10,8 +10,9 @@ Two steps (the GPU host has no Triton 3.9 and no network; it needs `ncu`):
 tile's pipeline depth changed: gpu_acceptance's PR (b)) and `rename` (every Triton kernel function
 renamed, nothing else: every Triton binary differs from base's, none of their code does).
 
-`run`, one job after another (timing cut to one short round a case where only counters matter:
-`QUICK`), writing OUT/counters.json after each:
+`run`, first one GEMM's counters taken directly (`preflight`: what ncu reads, or why it cannot), then
+one job after another (timing cut to one short round a case where only counters matter: `QUICK`),
+writing OUT/counters.json after each:
 1. `suite-cold`: base, every case, empty check and counter caches: the time to take the whole CUDA
    suite's counters cold (the job environment's `counters_s`), and every case's counters;
 2. `suite-cached`: base again: the same with the counters kept from job 1;
@@ -107,6 +108,26 @@ def _same(runs: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
     return out
 
 
+def _preflight(bundle: Path) -> dict[str, Any]:
+    """One GEMM's counters taken directly (ncu over one launch, as an agent does), before any job: what
+    ncu reads and how long one binary costs with ncu's start-up, or why it cannot."""
+    from pipeline.agents.counters import CounterRequest, CountersUnavailable, NcuProfiler
+    from pipeline.agents.run_job import bundle_folder
+    from pipeline.contracts.bundle_dir import load_bundle
+
+    folder = bundle_folder(bundle)
+    entry = next(e for e in load_bundle(folder).entries if e.case.endswith("/triton") and e.case.startswith("gemm/"))
+    started = time.perf_counter()
+    try:
+        got = NcuProfiler.find(None, 300).collect_many([CounterRequest(folder, entry, 1)])[0]
+    except CountersUnavailable as exc:
+        got = exc
+    seconds = round(time.perf_counter() - started, 2)
+    if isinstance(got, CountersUnavailable):
+        return {"case": str(entry.case), "seconds": seconds, "unavailable": str(got)}
+    return {"case": str(entry.case), "seconds": seconds, "profiler": got.profiler, "values": got.values}
+
+
 def run(bundles: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     local = scratch("bf-counters-bundles")   # outside the tree the device tool re-sends at every call
@@ -117,6 +138,8 @@ def run(bundles: Path, out: Path) -> None:
     device_class = os.environ.get("COUNTERS_DEVICE_CLASS") or cuda_device_class()
     ncu = shutil.which("ncu")
     report: dict[str, Any] = {"device_class": device_class, "shas": shas, "ncu": ncu, "jobs": []}
+    _save(out, report)
+    report["preflight"] = _preflight(bundles / "base")
     _save(out, report)
     farm = GpuFarm(scratch("bf-counters"))
     started = time.perf_counter()

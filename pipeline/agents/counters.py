@@ -234,13 +234,13 @@ class NcuProfiler:
         made = iter(profiled)
         for position, index in enumerate(wanted):
             status = launched.get(str(position))
-            if problem is not None:
+            if status is not None and status != "ok":   # this binary could not be launched: its own reason
+                out[index] = CountersUnavailable(f"failed: {status}"[:500])
+            elif problem is not None:
                 out[index] = CountersUnavailable(problem)
             elif status is None:
                 out[index] = CountersUnavailable(f"failed: the launch process stopped before this binary "
                                                  f"(exit {done.returncode}: {tail})")
-            elif status != "ok":
-                out[index] = CountersUnavailable(f"failed: {status}"[:500])
             else:
                 found = next(made, None)
                 entry_point = requests[index].entry.launch.entry_point  # type: ignore[union-attr]

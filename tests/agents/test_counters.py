@@ -244,3 +244,33 @@ def test_ncu_counts_each_binary_once_and_the_same_every_time(gpu_bundle: tuple[L
     assert [d.environment["counters_taken"] for d in documents] == ["2", "0"]
     ran = {r.case: r.counters for r in documents[0].results}
     assert ran[small.case] is not None and ran[small.case].values["instructions"] == small_counts.values["instructions"]
+
+
+STAND_IN_NCU = """#!/bin/sh
+# A stand-in for Nsight Compute, which needs an NVIDIA GPU: its version line, else the application
+# run as ncu would run it (options skipped), without profiling anything.
+if [ "$1" = "--version" ]; then echo "Version 2099.1.0.0 (build 1)"; exit 0; fi
+while [ $# -gt 0 ] && [ "${1#--}" != "$1" ]; do if [ "$1" = "--csv" ]; then shift; else shift 2; fi; done
+exec "$@"
+"""
+
+
+def test_a_launch_that_cannot_be_profiled_says_why(bundle: tuple[Path, BundleManifest], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """ncu's child (`pipeline.agents.runners.cuda_launch`, really run) fails on a host without CUDA, or on
+    an entry that is not a cubin: each binary's reason says so, with the child's own words."""
+    from pipeline.agents.counters import CounterRequest, NcuProfiler
+
+    (tmp_path / "ncu").write_text(STAND_IN_NCU)
+    (tmp_path / "ncu").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    bundle_dir, manifest = bundle
+    ncu = NcuProfiler.find(None, timeout_s=120)
+    assert ncu.name == "ncu 2099.1.0.0"
+    entry = next(e for e in manifest.entries if e.case == case_id(GOOD))
+    (got,) = ncu.collect_many([CounterRequest(bundle_dir, entry, 1)])
+    assert isinstance(got, CountersUnavailable)
+    if "cuda_launch: " in str(got):   # no CUDA here: the child's own last words, after ncu's missing table
+        assert str(got).startswith("failed: no ncu CSV header")
+    else:   # a GPU host: the child says why this entry (an IREE module) was not launched
+        assert str(got).startswith("failed: ValueError: entry") and "no CUDA launch description" in str(got)
