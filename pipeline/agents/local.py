@@ -198,6 +198,7 @@ def run_bundle(
     if base_manifest is not None and base_manifest.commit == manifest.commit:
         raise ValueError(f"base and head are the same commit {manifest.commit[:12]}; pair two commits")
     runner = _runner(device)
+    collector = CounterCollector(device, settings, counter_cache)
     started = datetime.now(timezone.utc)
     entries = [e for e in manifest.entries if e.target in device_class.targets]
     base_entries = {(e.case, e.target): e for e in base_manifest.entries} if base_manifest is not None else {}
@@ -233,7 +234,6 @@ def run_bundle(
         steps.check(f"checking: {entry.case} on {device_class.name}")
     job = _Job(runner=runner, device_class=device_class, settings=settings, run_id=run_id, job_id=job_id,
                check_cache=check_cache, checks=checks, steps=steps, rule=rule or DecisionRule())
-    collector = CounterCollector(device, settings, counter_cache)
     for number, group in enumerate(groups, start=1):
         copies = dict(zip(group, plan_placements([buffer_bytes[i] for i in group], settings, free_bytes=free_bytes)))
         checked: dict[int, CheckedKernel] = {}
