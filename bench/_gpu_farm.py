@@ -120,17 +120,20 @@ class GpuFarm:
         return env
 
     def run_job(self, bundle: Path, device_class: str, *, base: Path | None = None, pr: bool = False,
-                name: str = "step", extra_env: dict[str, str] | None = None, cases: str | None = None) -> dict[str, Any]:
-        """One `benchfarm run-job` process; returns its summary, wall time and phases (s)."""
+                name: str = "step", extra_env: dict[str, str] | None = None, cases: str | None = None,
+                counters: str = "counters") -> dict[str, Any]:
+        """One `benchfarm run-job` process; returns its summary, wall time and phases (s). `counters`: the
+        host's counter cache folder the job uses (under the farm's home; another name: a cache of its own)."""
         env = self._env(name)
         env.update(BENCHFARM_AGENT__SERVER_URL=self.url, BENCHFARM_AGENT__TOKEN=TOKEN, **(extra_env or {}))
-        # one agent host: every job's check cache is the host's (an agent keeps it across jobs), so a binary
-        # checked on this device class by an earlier job is not checked again (`check_cache.CheckCache`)
-        checked = self.home / name / "agent" / "checked"
-        if not checked.exists():
-            checked.parent.mkdir(parents=True, exist_ok=True)
-            (self.home / "checked").mkdir(parents=True, exist_ok=True)
-            checked.symlink_to(self.home / "checked", target_is_directory=True)
+        # one agent host: every job's check cache (and counter cache) is the host's (an agent keeps them across
+        # jobs), so a binary checked on this device class by an earlier job is not checked (counted) again
+        for kept, shared in (("checked", "checked"), ("counters", counters)):
+            link = self.home / name / "agent" / kept
+            if not link.is_symlink():
+                link.parent.mkdir(parents=True, exist_ok=True)
+                (self.home / shared).mkdir(parents=True, exist_ok=True)
+                link.symlink_to(self.home / shared, target_is_directory=True)
         if pr:
             env.update(BUILDKITE_BUILD_ID=f"{name}-{time.time_ns()}", BUILDKITE_PULL_REQUEST="1")
         argv = [sys.executable, "-m", "pipeline.cli", "run-job", "--bundle", str(bundle), "--device-class",

@@ -142,6 +142,14 @@ class MeasurementSettings(BaseModel):
         default=DEFAULT_HOST_LOCK,
         description="file lock this host's benchfarm processes share: timing on a CPU device holds it alone and "
         "compiles hold it together, so no build runs beside CPU timing (`pipeline.host_lock`); '': no lock")
+    counters: Literal["auto", "off"] = Field(
+        default="auto",
+        description="hardware counters (instructions, DRAM bytes, L2 hit rate, occupancy) of each checked binary, "
+        "taken once per binary and device class outside the timed rounds (`pipeline.agents.counters`): auto, where "
+        "this host has a profiler (ncu; CPU perf events), else each result says why not; off: not taken, and said so")
+    counters_timeout_s: float = Field(
+        default=300.0, gt=0, description="the most seconds one binary's profiling may take before it is given up "
+        "(and the result says so)")
     device_overrides: dict[str, dict[str, float | int | str]] = Field(
         default_factory=default_device_overrides,
         description="device class name or kind -> settings that differ there; a class's name wins over its kind. "

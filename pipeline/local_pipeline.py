@@ -17,6 +17,7 @@ from sqlalchemy.engine import Engine
 
 from pipeline import dispatch
 from pipeline.agents.check_cache import CheckCache
+from pipeline.agents.counters import CounterCache
 from pipeline.agents.devices import LocalDevice, discover_local_devices, plan_targets
 from pipeline.agents.local import run_bundle
 from pipeline.build.bundle import build_bundle, load_bundle
@@ -178,6 +179,7 @@ def _build_and_run(settings: Settings, engine: Engine, *, location: SuiteLocatio
                 settings=settings.measurement, progress=progress,
                 base_bundle_dir=base_dir, base_manifest=load_bundle(base_dir) if base_dir else None,
                 check_cache=CheckCache(settings.agent_dir / "checked"), rule=rule,
+                counter_cache=CounterCache(settings.agent_dir / "counters"),
             )
             with session_scope(engine) as session:
                 ingest.ingest_result(session, document=document)

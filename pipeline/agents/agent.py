@@ -69,13 +69,17 @@ class JobRefused(RuntimeError):
     """The agent cannot run this job; the message is the job's failure reason."""
 
 
-def run_locally(measurement: MeasurementSettings, check_dir: Path | None = None) -> ExecuteFn:
+def run_locally(measurement: MeasurementSettings, check_dir: Path | None = None,
+                counter_dir: Path | None = None) -> ExecuteFn:
     """The executor of devices on this host: `local.run_bundle` (paired when the job has a base),
-    remembering passed checks in `check_dir` (`check_cache.CheckCache`) when given."""
+    remembering passed checks in `check_dir` (`check_cache.CheckCache`) and hardware counters in
+    `counter_dir` (`counters.CounterCache`) when given."""
     from pipeline.agents.check_cache import CheckCache
+    from pipeline.agents.counters import CounterCache
     from pipeline.agents.local import run_bundle
 
     check_cache = CheckCache(check_dir) if check_dir is not None else None
+    counter_cache = CounterCache(counter_dir) if counter_dir is not None else None
 
     def execute(work: Work, progress: ProgressFn) -> ResultDocument:
         extra: dict[str, Any] = {}
@@ -85,7 +89,7 @@ def run_locally(measurement: MeasurementSettings, check_dir: Path | None = None)
             extra = {"base_bundle_dir": work.base_bundle_dir, "base_manifest": work.base_manifest}
         return run_bundle(bundle_dir=work.bundle_dir, manifest=work.manifest, device=work.device, run_id=work.run_id,
                           job_id=work.job_id, settings=measurement, progress=progress, check_cache=check_cache,
-                          time_unchanged=work.time_unchanged, rule=work.rule, **extra)
+                          time_unchanged=work.time_unchanged, rule=work.rule, counter_cache=counter_cache, **extra)
 
     return execute
 
@@ -143,7 +147,8 @@ class DeviceAgent:
             backoff_s=agent.backoff_s, backoff_max_s=agent.backoff_max_s)
         # default: this host's CPU and GPUs, and its phones when `phones.enabled`
         self._discover = discover or (lambda: discover_local_devices(settings.phones, settings.agent.gpu_lock_clocks))
-        self.execute = execute or run_locally(settings.measurement, settings.agent_dir / "checked")
+        self.execute = execute or run_locally(settings.measurement, settings.agent_dir / "checked",
+                                              settings.agent_dir / "counters")
         self.log = log or AgentLog(settings.agent_dir / "agent.log")
         self.spool = Spool(settings.agent_dir / "spool")
         self.cache_dir = settings.agent_dir / "bundles"

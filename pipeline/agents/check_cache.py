@@ -19,16 +19,39 @@ import json
 import os
 import uuid
 from pathlib import Path
+from typing import TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from pipeline.contracts import BundleEntry, Correctness
 
-__all__ = ["CHECK_POLICY", "CheckCache"]
+__all__ = ["CHECK_POLICY", "CheckCache", "KeptFiles"]
+
+M = TypeVar("M", bound=BaseModel)
 
 CHECK_POLICY = "inputs-v1"
 """Bump when input generation or the comparison changes: outcomes under another policy are not reused."""
 CACHED_DETAIL = "passed when this binary was checked on this device class before (check cache)"
+
+
+class KeptFiles:
+    """Documents kept in `folder` (created on first write), one JSON file per key, written atomically;
+    a missing, corrupt or foreign file reads as None. What the agent keeps across jobs per binary."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+
+    def read(self, key: str, model: type[M]) -> M | None:
+        try:
+            return model.model_validate_json((self.folder / f"{key}.json").read_bytes())
+        except (OSError, ValidationError):
+            return None
+
+    def write(self, key: str, document: BaseModel) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        partial = self.folder / f".{key}.{uuid.uuid4().hex[:8]}.tmp"
+        partial.write_text(document.model_dump_json())
+        os.replace(partial, self.folder / f"{key}.json")
 
 
 class CheckCache:
@@ -36,6 +59,7 @@ class CheckCache:
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
+        self._files = KeptFiles(self.folder)
 
     @staticmethod
     def key(entry: BundleEntry, device_class: str) -> str | None:
@@ -50,17 +74,11 @@ class CheckCache:
         key = self.key(entry, device_class)
         if key is None:
             return None
-        try:
-            kept = Correctness.model_validate_json((self.folder / f"{key}.json").read_bytes())
-        except (OSError, ValidationError):
-            return None
-        return kept.model_copy(update={"detail": CACHED_DETAIL}) if kept.passed else None
+        kept = self._files.read(key, Correctness)
+        return kept.model_copy(update={"detail": CACHED_DETAIL}) if kept is not None and kept.passed else None
 
     def put(self, entry: BundleEntry, device_class: str, correctness: Correctness) -> None:
         key = self.key(entry, device_class)
         if key is None or not correctness.passed or correctness.detail == CACHED_DETAIL:
             return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        partial = self.folder / f".{key}.{uuid.uuid4().hex[:8]}.tmp"
-        partial.write_text(correctness.model_dump_json())
-        os.replace(partial, self.folder / f"{key}.json")
+        self._files.write(key, correctness)

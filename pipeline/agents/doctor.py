@@ -5,14 +5,16 @@ not `performance`, a hot device) are printed but do not.
 Checks: the service answers at the agent's URL; the token is known there and holds the agent
 scope (no token is only a warning while no agent.server_url names a service to join: one machine's
 `benchfarm up` needs none); the agent's work folder has room for bundles; the host lock between compiles and CPU timing
-can be opened (and who holds it now); NVIDIA GPUs (driver, NVML, clocks) where
-nvidia-smi exists; phones over adb (state, CPU governor, temperature) where adb exists.
+can be opened (and who holds it now); hardware counters (the CPU's perf events, and ncu where nvidia-smi
+exists: a warning where they cannot be taken, since results then carry none); NVIDIA GPUs (driver, NVML,
+clocks) where nvidia-smi exists; phones over adb (state, CPU governor, temperature) where adb exists.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -157,7 +159,30 @@ def _phones(max_temp_c: float) -> list[Check]:
     return checks
 
 
+def _counters(settings: Settings) -> list[Check]:
+    """Whether this host's results will carry hardware counters (`pipeline.agents.counters`)."""
+    from pipeline.agents.counters import CountersUnavailable, NcuProfiler, PerfEventProfiler
+
+    if settings.measurement.counters == "off":
+        return [Check("counters", "skip", "off (measurement.counters)")]
+    fix = "results will say why they carry no counters; set BENCHFARM_MEASUREMENT__COUNTERS=off to say it once"
+    checks = []
+    probes: list[tuple[str, Callable[[], NcuProfiler | PerfEventProfiler]]] = [("cpu", PerfEventProfiler.open)]
+    if shutil.which("nvidia-smi"):
+        probes.append(("nvidia", lambda: NcuProfiler.find(None, settings.measurement.counters_timeout_s)))
+    for name, probe in probes:
+        try:
+            found = probe()
+        except CountersUnavailable as exc:
+            checks.append(Check(f"counters ({name})", "warn", str(exc), fix))
+            continue
+        if isinstance(found, PerfEventProfiler):
+            found.close()
+        checks.append(Check(f"counters ({name})", "ok", found.name))
+    return checks
+
+
 def run_checks(settings: Settings, *, min_free_gb: float = 5.0, max_phone_temp_c: float = 45.0) -> list[Check]:
     """Every check of the module doc, in order."""
-    return [*_service(settings), _disk(settings, min_free_gb), _host_lock(settings), *_nvidia(),
-            *_phones(max_phone_temp_c)]
+    return [*_service(settings), _disk(settings, min_free_gb), _host_lock(settings), *_counters(settings),
+            *_nvidia(), *_phones(max_phone_temp_c)]

@@ -18,6 +18,7 @@ import numpy as np
 
 from pipeline.agents.adb import AdbTransport
 from pipeline.agents.check_cache import CheckCache
+from pipeline.agents.counters import CounterCache, CounterCollector, CounterRequest
 from pipeline.agents.devices import LocalDevice
 from pipeline.agents.measure import Measured, measure, measure_pairs
 from pipeline.agents.placement import job_budget, plan_placements, timing_groups
@@ -34,6 +35,7 @@ from pipeline.contracts import (
     bundle_digest,
 )
 from pipeline.contracts.bundle_dir import load_bundle, load_suite_module
+from pipeline.contracts.counters import COUNTERS_KEY, HardwareCounters
 from pipeline.contracts.result import AgentInfo, PairedBase, summarize
 from pipeline.contracts.rounds import DecisionRule, RoundChange, level_halfwidth, paired_changes
 from pipeline.host_lock import cpu_timing
@@ -155,6 +157,7 @@ def run_bundle(
     check_cache: CheckCache | None = None,
     time_unchanged: bool = True,
     rule: DecisionRule | None = None,
+    counter_cache: CounterCache | None = None,
 ) -> ResultDocument:
     """Check and time every entry of the bundle whose target this device runs.
 
@@ -168,7 +171,10 @@ def run_bundle(
     stops once decided (`pipeline.contracts.rounds`, the analysis's own statistic): paired, once its
     verdict under `rule` is same or different; unpaired, once the 95 % interval of its own level is
     within `round_ci_target`. Each result's environment says how many rounds it took and why it
-    stopped (`stopped`). Round r is timed on buffer copy r mod n (`placements`), so the run
+    stopped (`stopped`). Before a group is timed, the hardware counters of its checked binaries (and of
+    their paired bases) are taken once, where the device has a profiler and `settings.counters` allows,
+    or reused from `counter_cache` (`pipeline.agents.counters`); each ok result carries them, or says
+    in its environment why it has none. Round r is timed on buffer copy r mod n (`placements`), so the run
     averages several placements. The result records the samples of each round (`rounds`). Where one
     copy of every timed case is over the job's placement budget (a small GPU), the cases are checked
     and timed in groups that fit (`placement.timing_groups`), each released before the next is checked.
@@ -193,6 +199,7 @@ def run_bundle(
     if base_manifest is not None and base_manifest.commit == manifest.commit:
         raise ValueError(f"base and head are the same commit {manifest.commit[:12]}; pair two commits")
     runner = _runner(device)
+    collector = CounterCollector(device, settings, counter_cache)
     started = datetime.now(timezone.utc)
     entries = [e for e in manifest.entries if e.target in device_class.targets]
     base_entries = {(e.case, e.target): e for e in base_manifest.entries} if base_manifest is not None else {}
@@ -240,6 +247,7 @@ def run_bundle(
         bases, notes = _prepare_bases(runner, checked, base_bundle_dir, base_manifest, run_id, job_id,
                                       check_cache, device_class.name, progress, checks)
         held = {index: kernel.placements for index, kernel in checked.items()}   # before they are released
+        counted = _counters(collector, bundle_dir, base_bundle_dir, checked, bases, run_id, job_id)
         timed = job.time(checked, bases, results)
         _trim(runner)
         for index, kernel in checked.items():
@@ -247,7 +255,9 @@ def run_bundle(
             environment = {**kernel.environment, "input_seed": str(seed), "placements": str(held[index]),
                            **({"timing_group": f"{number}/{len(groups)}"} if len(groups) > 1 else {}),
                            **notes.get(index, {})}
-            results[index] = timed[index].result(kernel, environment, bases.get(index), base_manifest)
+            results[index] = _with_counters(timed[index].result(kernel, environment, bases.get(index), base_manifest),
+                                            *counted[index])
+    collector.close()
     steps.done()
     return ResultDocument(
         run_id=run_id, job_id=job_id, repository=manifest.repository, commit=manifest.commit,
@@ -255,6 +265,8 @@ def run_bundle(
         bundle_digest=bundle_digest(load_bundle(bundle_dir)), device=device.info, agent=agent_info(),
         started_at=started, finished_at=datetime.now(timezone.utc),
         environment={**_environment(device), "checks_run": str(checks["run"]), "checks_reused": str(checks["reused"]),
+                     "counters_taken": str(collector.taken), "counters_reused": str(collector.reused),
+                     "counters_s": f"{collector.seconds:.2f}",
                      **({"placement_budget_bytes": str(budget)} if budget is not None and timed_entries else {}),
                      **({"timing_groups": str(len(groups))} if len(groups) > 1 else {})},
         results=[results[index] for index in range(len(entries))],
@@ -406,6 +418,35 @@ class _Job:
             for kernel in [*bases.values(), *checked.values()]:   # bases first: they time on their head's buffers
                 kernel.release()
         return timed
+
+
+def _counters(collector: CounterCollector, bundle_dir: Path, base_bundle_dir: Path | None,
+              checked: dict[int, CheckedKernel], bases: dict[int, CheckedKernel], run_id: str, job_id: str,
+              ) -> dict[int, tuple[HardwareCounters | None, str, HardwareCounters | None]]:
+    """Per checked case: its counters, what its environment says of them, and its paired base's counters
+    (taken on the same inputs: the base checks on its head's buffers, drawn from the same seed)."""
+    requests = [CounterRequest(bundle_dir, kernel.entry, input_seed(run_id, job_id, kernel.entry), kernel)
+                for kernel in checked.values()]
+    paired = [index for index in checked if index in bases and base_bundle_dir is not None]
+    requests += [CounterRequest(base_bundle_dir, bases[index].entry,  # type: ignore[arg-type]
+                                input_seed(run_id, job_id, checked[index].entry), bases[index]) for index in paired]
+    taken = collector.collect(requests)
+    heads = dict(zip(checked, taken[:len(checked)], strict=True))
+    base_counters = {index: counters for index, (counters, _) in zip(paired, taken[len(checked):], strict=True)}
+    return {index: (*heads[index], base_counters.get(index)) for index in checked}
+
+
+def _with_counters(result: CaseResult, counters: HardwareCounters | None, note: str,
+                   base_counters: HardwareCounters | None) -> CaseResult:
+    """An ok result with its counters (and its paired base's) and the note saying how they were taken or
+    why there are none; another result as it is (no counters: it was not measured)."""
+    if result.status != "ok":
+        return result
+    paired = result.paired_base
+    if paired is not None and base_counters is not None:
+        paired = paired.model_copy(update={"counters": base_counters})
+    return result.model_copy(update={"counters": counters, "paired_base": paired,
+                                     "environment": {**result.environment, COUNTERS_KEY: note}})
 
 
 def _paired_changes(timed: dict[int, _Timed], checked: dict[int, CheckedKernel], bases: dict[int, CheckedKernel]

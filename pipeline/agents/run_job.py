@@ -112,7 +112,8 @@ def run_job(settings: Settings, *, bundle: Path, device_class: str, base_bundle:
         rule = fetch_decision_rule(agent.client, device_class) if base_manifest is not None else None
         work = Work(job_id=job_id, run_id=run_id, device=device, bundle_dir=bundle, manifest=timed,
                     base_bundle_dir=base_bundle, base_manifest=base_manifest, time_unchanged=kind != "pr", rule=rule)
-        document = run_locally(settings.measurement, settings.agent_dir / "checked")(work, agent.log.progress)
+        document = run_locally(settings.measurement, settings.agent_dir / "checked",
+                               settings.agent_dir / "counters")(work, agent.log.progress)
         spooled = agent.spool.put(job_id=job_id, agent=name, document=document)
         if not agent.send(spooled):
             rejected = agent.spool.rejected / spooled.path.name

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline.contracts.counters import COUNTERS
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -13,7 +15,8 @@ class Metric:
 
 
 LATENCY = "latency"
-"""The metric the agents time and verdicts judge; the others come from the build."""
+"""The metric the agents time and verdicts judge; compile figures come from the build, counters from the
+agent's profiler."""
 
 METRICS: dict[str, Metric] = {
     m.name: m
@@ -24,5 +27,7 @@ METRICS: dict[str, Metric] = {
         Metric("registers", "regs", lower_is_better=True),
         Metric("spills", "B", lower_is_better=True),
         Metric("shared_bytes", "B", lower_is_better=True),
+        # hardware counters of one launch (`pipeline.contracts.counters`), deterministic: series of their own
+        *(Metric(c.name, c.unit, lower_is_better=c.lower_is_better) for c in COUNTERS.values()),
     )
 }

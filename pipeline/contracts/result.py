@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pipeline.contracts.arrays import ReadingArray, SampleArray
+from pipeline.contracts.counters import HardwareCounters
 from pipeline.contracts.ids import CaseIdStr, DeviceClassName, TargetStr
 from pipeline.contracts.limits import Int
 from pipeline.contracts.manifest import Sha
@@ -86,6 +87,8 @@ class PairedBase(BaseModel):
     binary_digest: BinaryDigest | None = Field(
         default=None, description="the base entry's binary digest (CaseResult.binary_digest); equal to the "
         "head's: the pair timed identical code, an A/A calibration of the case's noise")
+    counters: HardwareCounters | None = Field(
+        default=None, description="the base binary's hardware counters, taken on the same inputs as the result's own")
 
 
 class CaseResult(BaseModel):
@@ -118,6 +121,9 @@ class CaseResult(BaseModel):
     binary_digest: BinaryDigest | None = Field(
         default=None, description="what was timed (artifact, runner, launch, inputs); equal digests on one device "
         "class mean identical code")
+    counters: HardwareCounters | None = Field(
+        default=None, description="hardware counters of one launch on the check's inputs, outside the timed rounds "
+        "(pipeline.contracts.counters); where there are none, environment['counters'] says why")
 
     @model_validator(mode="after")
     def _stats_or_reason(self) -> CaseResult:
@@ -135,6 +141,8 @@ class CaseResult(BaseModel):
                 raise ValueError(f"status {self.status} needs a reason")
             if self.samples or self.stats is not None:
                 raise ValueError(f"status {self.status} carries no samples or stats")
+            if self.counters is not None:
+                raise ValueError(f"status {self.status} carries no counters")
         if self.sample_clocks_mhz is not None and len(self.sample_clocks_mhz) != len(self.samples):
             raise ValueError("sample_clocks_mhz must have one entry per sample")
         if self.sample_temperatures_c is not None and len(self.sample_temperatures_c) != len(self.samples):

@@ -41,6 +41,10 @@ unchanged row showing the base's median; so is one skipped because its code is t
 (`BundleEntry.code_digest`: same instructions, launch and inputs, names aside; the agent's reason
 says so, `SAME_CODE_SKIP`), shown "unchanged (same code)". Other skipped results are left out.
 
+Hardware counters (`pipeline.store.counters`): every row whose head result is ok carries its counters
+against its base's (the paired base's, else the base result's) and a line of what moved; beside the
+verdict, never part of it.
+
 Statuses (`STATUSES`, the one vocabulary, in the order rows and counts are shown everywhere):
 regressed / errored (head wrong or error) / improved / inconclusive / insufficient data / no baseline
 (no base, or the base has no ok result of the case) / similar / unchanged.
@@ -92,6 +96,7 @@ from pipeline.store.base_choice import (
     older_bases,
 )
 from pipeline.store.compile_stats import CompileComparisonOut
+from pipeline.store.counters import CountersOut, row_counters
 from pipeline.store.models import (
     Case,
     CaseResultRow,
@@ -166,6 +171,9 @@ class ComparisonRowOut(BaseModel):
     control_change: float | None
     control_pvalue: float | None
     drift: bool = Field(description="probable device drift: the vendor control moved as much; not in the verdict")
+    counters: CountersOut | None = Field(description="hardware counters, base against head, and what moved "
+                                         "(`pipeline.store.counters`); beside the verdict, never part of it; None "
+                                         "for a row whose head was not run (unchanged, errored)")
 
 
 def _row(case: tuple[CaseId, str], target: str, status: str, *, base_median: float | None = None,
@@ -177,7 +185,7 @@ def _row(case: tuple[CaseId, str], target: str, status: str, *, base_median: flo
         case_id=case[0], target=target, model=case[1], base_median=base_median, head_median=head_median,
         change=change, ci_low=ci_low, ci_high=ci_high, pvalue=pvalue, threshold=threshold, status=status,
         paired=paired, same_binary=same_binary, same_code=same_code, is_control=False, control_case=None, control_change=None,
-        control_pvalue=None, drift=False)
+        control_pvalue=None, drift=False, counters=None)
 
 
 class ComparisonOut(BaseModel):
@@ -531,6 +539,10 @@ def compare(
         rows.append(_timed_row(cases[key[0]], key[1], _median(base_samples), _median(head_samples), v,
                                same_binary, shortcut))
     rows = _mark_controls(rows, settings.max_pvalue)
+    rows = _with_counters(session, rows, {
+        (str(cases[k[0]][0]), k[1]): (h.result_id, (h.result_id, True) if k in paired_keys
+                                      else (base_results[k].result_id, False) if k in base_results else None)
+        for k, h in head_results.items() if h.status == "ok"})
     rows.sort(key=lambda r: (str(r.case_id), r.target))  # the text's order, as the store's
     counts = Counter(r.status for r in rows)
     return ComparisonOut(
@@ -543,6 +555,14 @@ def compare(
 
 
 SQRT2 = math.sqrt(2)
+
+
+def _with_counters(session: Session, rows: list[ComparisonRowOut],
+                   sides: dict[tuple[str, str], tuple[int, tuple[int, bool] | None]]) -> list[ComparisonRowOut]:
+    """The rows with their counters (`pipeline.store.counters`): (case id, target) -> the head's ok result
+    and its base's counters (its paired base's, or the base result's)."""
+    found = row_counters(session, {f"{case}\n{target}": side for (case, target), side in sides.items()})
+    return [r.model_copy(update={"counters": found.get(f"{r.case_id}\n{r.target}")}) for r in rows]
 
 
 def _timed_row(case: tuple[CaseId, str], target: str, base_median: float, head_median: float, v: Verdict,

@@ -24,6 +24,7 @@ from pipeline.config import AnalysisSettings
 from pipeline.contracts import (
     BundleManifest,
     CaseId,
+    CaseResult,
     CommitInfo,
     DeviceClass,
     DeviceInfo,
@@ -44,6 +45,7 @@ from pipeline.store.models import (
     Commit,
     CommitParent,
     CompileStat,
+    CounterValue,
     Device,
     DeviceClassRow,
     Job,
@@ -440,24 +442,48 @@ def _check_device(session: Session, uid: str, job: Job) -> None:
                           f"{job.device_class.name}")
 
 
-def _latency_series(session: Session, case_pks: set[int], device_class_id: int) -> dict[int, int]:
-    """cases.id -> series.id of the latency series on that device class, created when missing."""
+def _series(session: Session, case_pks: set[int], device_class_id: int, metric: str = LATENCY) -> dict[int, int]:
+    """cases.id -> series.id of the metric's series on that device class, created when missing."""
     if not case_pks:
         return {}
 
     def found() -> dict[int, int]:
         return dict(session.execute(  # type: ignore[arg-type]
             sa.select(Series.case_id, Series.id).where(
-                Series.case_id.in_(case_pks), Series.device_class_id == device_class_id, Series.metric == LATENCY)
+                Series.case_id.in_(case_pks), Series.device_class_id == device_class_id, Series.metric == metric)
         ).all())
 
     series = found()  # after a suite's first upload, every series exists: one query
     missing = sorted(case_pks - series.keys())
     if not missing:
         return series
-    rows = [{"case_id": c, "device_class_id": device_class_id, "metric": LATENCY} for c in missing]
+    rows = [{"case_id": c, "device_class_id": device_class_id, "metric": metric} for c in missing]
     _insert_ignoring_conflicts(session, Series.__table__, rows, ["case_id", "device_class_id", "metric"])  # type: ignore[arg-type]
     return found()
+
+
+def _counter_rows(session: Session, ok: Sequence[tuple[int, CaseResult]], case_ids: dict[str, int],
+                  device_class_id: int, commit_id: int, paired_ids: dict[str, int]) -> list[dict[str, Any]]:
+    """The counter_values rows of the ok results' counters and their paired bases' (module
+    `pipeline.contracts.counters`), each in its counter's series; the base's under the base commit."""
+    wanted: dict[str, set[int]] = {}
+    for _, r in ok:
+        for counters in (r.counters, r.paired_base.counters if r.paired_base is not None else None):
+            for name in counters.values if counters is not None else {}:
+                wanted.setdefault(name, set()).add(case_ids[r.case])
+    series = {name: _series(session, cases, device_class_id, name) for name, cases in sorted(wanted.items())}
+    rows = []
+    for result_id, r in ok:
+        sides = [(False, commit_id, r.counters)]
+        if r.paired_base is not None:
+            sides.append((True, paired_ids[r.paired_base.commit], r.paired_base.counters))
+        for base, commit, counters in sides:
+            if counters is None:
+                continue
+            rows += [{"case_result_id": result_id, "series_id": series[name][case_ids[r.case]], "commit_id": commit,
+                      "base": base, "value": value, "profiler": counters.profiler}
+                     for name, value in sorted(counters.values.items())]
+    return rows
 
 
 DEFAULT_ANALYSIS = AnalysisSettings()
@@ -473,7 +499,8 @@ def ingest_result(
     already stored for its (job, case, target) is skipped and counted as a duplicate.
 
     ok results get a measurement in the case's latency series (statistics recomputed from the
-    samples, which are the source of truth) holding every sample and its clock as arrays; wrong /
+    samples, which are the source of truth) holding every sample and its clock as arrays, and their
+    hardware counters (and their paired bases') one value each in the counter's series; wrong /
     error / skipped results store the case result only. Rows go in with bulk inserts. A result with
     a `paired_base` records the base commit (which must be recorded) and its samples beside.
 
@@ -513,7 +540,7 @@ def ingest_result(
     ok = [(result_id, r) for result_id, r in zip(result_ids, new, strict=True) if r.status == "ok"]
     if not ok:
         return IngestSummary(stored=len(new), duplicates=duplicates, samples=0)
-    series = _latency_series(session, {case_ids[r.case] for _, r in ok}, job.device_class_id)
+    series = _series(session, {case_ids[r.case] for _, r in ok}, job.device_class_id)
     measurement_rows = []
     for result_id, r in ok:
         s = summarize(r.samples)
@@ -524,6 +551,8 @@ def ingest_result(
             "sample_clocks": to_blob(r.sample_clocks_mhz) if r.sample_clocks_mhz is not None else None,
         })
     _bulk_insert(session, Measurement.__table__, measurement_rows)  # type: ignore[arg-type]
+    _bulk_insert(session, CounterValue.__table__,  # type: ignore[arg-type]
+                 _counter_rows(session, ok, case_ids, job.device_class_id, run.commit_id, paired_ids))
     if analysis is not None:
         analyze_after_ingest(session, document, analysis)
         if any(r.paired_base is not None and r.binary_digest is not None

@@ -403,6 +403,25 @@ class Measurement(Base):
     """The SM clock (MHz) read with each sample, same form and order; None when not reported."""
 
 
+class CounterValue(Base):
+    """One hardware counter of one ok case result (`pipeline.contracts.counters`), filed under its own
+    series (case x device class x counter) and commit: deterministic, so a series of single values, no
+    samples. `base`: the paired base binary's counter, taken in the same job on the same inputs, filed
+    under the base commit (`commit_id`)."""
+
+    __tablename__ = "counter_values"
+    __table_args__ = (sa.UniqueConstraint("case_result_id", "series_id", "base"),
+                      sa.Index(None, "series_id", "commit_id"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    case_result_id: Mapped[int] = mapped_column(sa.ForeignKey("case_results.id", ondelete="CASCADE"))
+    series_id: Mapped[int] = mapped_column(sa.ForeignKey("series.id"))
+    commit_id: Mapped[int] = mapped_column(sa.ForeignKey("commits.id"))
+    base: Mapped[bool]
+    value: Mapped[float] = mapped_column(sa.Double)
+    profiler: Mapped[str] = mapped_column(sa.String(200))
+
+
 class ChangePoint(Base):
     """A change of level in a series' default-branch history (`analysis`, `changepoints.detect_new`).
 

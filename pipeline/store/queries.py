@@ -23,6 +23,7 @@ import sqlalchemy.orm
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
+from pipeline.contracts.counters import COUNTERS
 from pipeline.contracts.ids import CaseIdAsText
 from pipeline.store.analysis import series_direction
 from pipeline.store.bisect_views import BisectionView, latest_by_change_point
@@ -220,7 +221,10 @@ def list_series(session: Session, *, limit: int = 500, device_class: str | None 
     if metric is not None:
         wanted = wanted.where(Series.metric == metric)
     scoped = device_class is not None or metric is not None
-    return _series_summaries(session, limit=limit, series_ids=wanted.scalar_subquery() if scoped else None)
+    # hardware counters' series (pipeline.contracts.counters) hold single values, not measurements: listed
+    # when asked for by metric only
+    return _series_summaries(session, limit=limit, series_ids=wanted.scalar_subquery() if scoped else None,
+                             hide_counters=metric is None)
 
 
 def get_series(session: Session, series_id: int) -> SeriesSummary | None:
@@ -243,8 +247,8 @@ def _in_history(session: Session) -> sa.ColumnElement[bool]:
     return sa.or_(Commit.id.in_(on_chain), Commit.repository_id.in_(chainless))
 
 
-def _series_summaries(session: Session, *, limit: int,
-                      series_ids: int | sa.ScalarSelect[int] | None = None) -> list[SeriesSummary]:
+def _series_summaries(session: Session, *, limit: int, series_ids: int | sa.ScalarSelect[int] | None = None,
+                      hide_counters: bool = False) -> list[SeriesSummary]:
     """The summaries of every series, of one (an id) or of a subquery's ids. The filter goes inside
     the windowed and grouped subqueries, so a page about one series or one device class ranks only
     their measurements, not the store's."""
@@ -282,7 +286,7 @@ def _series_summaries(session: Session, *, limit: int,
         .join(Case, Series.case_id == Case.id)
         .join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
         .outerjoin(points, points.c.series_id == Series.id)
-        .where(scoped(Series.id))
+        .where(scoped(Series.id), Series.metric.not_in(list(COUNTERS)) if hide_counters else sa.true())
         .order_by(Case.case_id, DeviceClassRow.name, Series.metric)
         .limit(limit)
     ).all()
@@ -658,6 +662,7 @@ def dashboard(
         .join(Case, Series.case_id == Case.id)
         .join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
         .outerjoin(open_points, open_points.c.series_id == Series.id)
+        .where(Series.metric.not_in(list(COUNTERS)))   # counters have no change points: shown in comparisons
     )
     for column, wanted in ((DeviceClassRow.name, device_class), (Case.family, family), (Case.dtype, dtype),
                            (Case.impl, impl)):

@@ -237,6 +237,9 @@ def test_agent_runs_a_renamed_phone_class_on_the_phone(adb_server: str, phone: A
                                       manifest=manifest), lambda *_: None)
     good = next(r for r in document.results if r.case == case_id(GOOD))
     assert good.status == "ok" and good.environment["cpu_mask"] == "100"
+    # no profiler on phones yet: the result says so rather than nothing (pipeline.agents.counters)
+    assert good.counters is None and good.environment["counters"] == \
+        "not available: phones are not profiled yet (simpleperf over adb)"
     assert document.device.device_class == "lab-pixel-big"
     ran = [c for c in phone.shell_log[calls_before:] if "--benchmark_format=json" in c.command]
     assert ran, "nothing ran on the phone"

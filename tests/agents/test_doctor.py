@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.agents.counters import CountersUnavailable, PerfEventProfiler
 from pipeline.config import Settings
 from pipeline.service import auth
 from pipeline.service.app import create_app
@@ -45,6 +46,15 @@ def test_a_ready_host(service: tuple[str, dict[str, str]], tmp_path: Path) -> No
     assert "ok  service:" in proc.stdout and "'agent-host' with scopes agent" in proc.stdout
     assert "skip  nvidia" in proc.stdout and "skip  adb" in proc.stdout
     assert "ok  host lock: /tmp/benchfarm-host.lock" in proc.stdout
+    # hardware counters: taken here, or a warning in the words every result would carry
+    try:
+        PerfEventProfiler.open().close()
+        assert "ok  counters (cpu): perf_event_open" in proc.stdout
+    except CountersUnavailable as exc:
+        assert f"warn  counters (cpu): {exc}" in proc.stdout
+    off = doctor(tmp_path, "--server", url, "--token", tokens["agent"], "--min-free-gb", "0.001",
+                 BENCHFARM_MEASUREMENT__COUNTERS="off")
+    assert off.returncode == 0 and "skip  counters: off (measurement.counters)" in off.stdout
 
 
 def test_each_problem_is_named_with_its_fix(service: tuple[str, dict[str, str]], tmp_path: Path) -> None:

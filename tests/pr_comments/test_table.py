@@ -130,3 +130,20 @@ def test_the_compile_table_at_80_columns_keeps_case_ids_and_figures_whole() -> N
         assert all(part in text for part in (f"{family}/", f"{name}/", f"{shape}/", f"{dtype}/", impl)), text
         assert all(figure in text for figure in (change.target, change.metric, f"{change.base:g}", f"{change.head:g}",
                                                  f"{change.change:+.1%}")), text
+
+
+def test_a_changed_or_undecided_row_says_what_its_counters_did() -> None:
+    from pipeline.store.counters import CountersOut, counter_changes, counters_summary
+    from tests.pr_comments.factories import row
+
+    changes = counter_changes({"instructions": 100.0, "dram_read_bytes": 1000.0},
+                              {"instructions": 100.0, "dram_read_bytes": 1180.0})
+    counters = CountersOut(changes=changes, summary=counters_summary(changes))
+    assert row_status(row("gemm/a/1x1x1/bf16/triton", "regressed", 0.12, counters=counters)) == \
+        "regressed; DRAM bytes +18 %, instructions +0 %"
+    assert row_status(row("gemm/a/1x1x1/bf16/triton", "inconclusive", 0.01, threshold=0.02, counters=counters)) == \
+        "inconclusive (±2 %); DRAM bytes +18 %, instructions +0 %"
+    # a similar row, and a row whose head has no counters, read as before
+    assert row_status(row("gemm/a/1x1x1/bf16/triton", "similar", 0.0, counters=counters)) == "similar"
+    none = CountersOut(changes=[], summary="no counters: not available: ncu (Nsight Compute) not found")
+    assert row_status(row("gemm/a/1x1x1/bf16/triton", "regressed", 0.12, counters=none)) == "regressed"

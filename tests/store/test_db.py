@@ -21,7 +21,7 @@ EXPECTED_TABLES = {
     "compile_stats", "runs", "jobs", "case_results", "measurements", "api_tokens",
     "change_points", "triage_events", "users",
     "change_points", "triage_events", "agents", "build_requests", "webhook_deliveries", "run_reports",
-    "bisections", "bisection_steps",
+    "bisections", "bisection_steps", "counter_values",
 }
 
 

@@ -458,3 +458,21 @@ def prepare_entry(
 
     checked.run_once = run_once
     return checked
+
+
+def launch_once(device: CudaDevice, bundle_dir: Path, entry: BundleEntry, rng: np.random.Generator) -> None:
+    """Verify and load the entry's cubin, make its inputs from `rng` (the check's, given the check's
+    seed) and launch it once, synchronously; everything freed after. What a profiler watches
+    (`pipeline.agents.counters`): one launch of the kernel and nothing else on the GPU (no L2 flush,
+    no gate, no reference)."""
+    launch = entry.launch
+    if launch is None or launch.parameters is None or launch.grid is None or launch.threads is None \
+            or launch.shared_bytes is None:
+        raise ValueError(f"entry {entry.case} has no CUDA launch description (parameters, grid, threads, shared)")
+    function = device.load(verify_artifact(bundle_dir, entry), launch.entry_point, launch.shared_bytes)
+    workspace = _workspace(device, entry, make_inputs(entry.tensors, rng), 1)
+    try:
+        device.launch(function, launch.grid, launch.threads, launch.shared_bytes, _params(entry, workspace.sets[0]))
+        device.synchronize()
+    finally:
+        workspace.release()

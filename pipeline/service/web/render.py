@@ -17,6 +17,7 @@ from pipeline.pr_comments.table import (
     format_pvalue,
     format_seconds,
     row_change,
+    row_counters,
     row_status,
     summary_line,
 )
@@ -85,6 +86,7 @@ def duration(start: datetime | None, end: datetime | None) -> str:
 templates.env.filters.update(seconds=format_seconds, change=format_change, pvalue=format_pvalue, rate=format_rate,
                              figure=format_figure,
                              row_change=row_change, row_status=row_status, status_label=status_label,
+                             row_counters=row_counters,
                              first_line=first_line, slug=lambda s: str(s).replace(" ", "-"), ago=ago)
 templates.env.globals.update(summary_line=summary_line, commit_url=commit_url, query=query, duration=duration)
 
