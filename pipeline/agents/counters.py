@@ -188,11 +188,14 @@ class NcuProfiler:
     def name(self) -> str:
         return f"ncu {self.version}"
 
-    def command(self, plan: Path, launched: Path) -> list[str]:
+    def command(self, plan: Path, launched: Path, kernels: Sequence[str]) -> list[str]:
+        """ncu over the launch process, profiling the `kernels` (entry points) alone: the inputs are made
+        on the GPU by torch kernels of their own, which are left out."""
         launch = [sys.executable, "-m", "pipeline.agents.runners.cuda_launch", "--plan", str(plan),
                   "--launched", str(launched), *(["--device", self.device_uid] if self.device_uid else [])]
+        names = "|".join(re.escape(k) for k in sorted(set(kernels)))
         return [self.ncu, "--clock-control", "none", "--metrics", ",".join(NCU_METRICS), "--csv",
-                "--print-units", "base", *launch]
+                "--print-units", "base", "--kernel-name", f"regex:^({names})$", *launch]
 
     def collect_many(self, requests: Sequence[CounterRequest]) -> list[HardwareCounters | CountersUnavailable]:
         """The counters of each request, in order: one ncu process launching every kernel once, in turn
@@ -212,7 +215,8 @@ class NcuProfiler:
                                         for i in wanted]))
             timeout = self.timeout_s * len(wanted)
             try:
-                done = subprocess.run(self.command(plan, launched_file), capture_output=True, text=True,
+                kernels = [requests[i].entry.launch.entry_point for i in wanted]  # type: ignore[union-attr]
+                done = subprocess.run(self.command(plan, launched_file, kernels), capture_output=True, text=True,
                                       timeout=timeout, env=env, check=False)
             except subprocess.TimeoutExpired:
                 failed = CountersUnavailable(f"failed: ncu took longer than {timeout:g} s for {len(wanted)} "

@@ -215,8 +215,8 @@ def test_ncu_counts_each_binary_once_and_the_same_every_time(gpu_bundle: tuple[L
     from tests.helpers.triton_suite import TritonCase, triton_case_id
 
     device, bundle_dir, manifest = gpu_bundle
-    small, tall = (next(e for e in manifest.entries if e.case == triton_case_id(TritonCase(name)))
-                   for name in ("small", "tall"))
+    small, tall = (next(e for e in manifest.entries if e.case == triton_case_id(case))
+                   for case in (TritonCase("small"), TritonCase("tall", m=1024)))   # as gpu_bundle builds them
     ncu = NcuProfiler.find(device.info.uid, timeout_s=300)
     # two processes, other inputs (seeds): the same instructions and DRAM bytes; a 4x taller GEMM counts more
     first, second = ([ncu.collect_many([CounterRequest(bundle_dir, e, seed) for e in (small, tall)])

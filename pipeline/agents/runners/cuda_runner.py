@@ -470,7 +470,7 @@ def launch_once(device: CudaDevice, bundle_dir: Path, entry: BundleEntry, rng: n
             or launch.shared_bytes is None:
         raise ValueError(f"entry {entry.case} has no CUDA launch description (parameters, grid, threads, shared)")
     function = device.load(verify_artifact(bundle_dir, entry), launch.entry_point, launch.shared_bytes)
-    workspace = _workspace(device, entry, make_inputs(entry.tensors, rng), 1)
+    workspace = _workspace(device, entry, rng, 1)
     try:
         device.launch(function, launch.grid, launch.threads, launch.shared_bytes, _params(entry, workspace.sets[0]))
         device.synchronize()
