@@ -24,25 +24,29 @@ CounterName = Literal["instructions", "dram_read_bytes", "dram_write_bytes", "l2
 @dataclass(frozen=True)
 class Counter:
     """One counter: its metric name (a series of its own: `pipeline.contracts.METRICS`), unit, how it
-    is shown, and `tolerance`: the largest difference between two readings of the same binary taken
-    as no change (0: any difference is one; rates that depend on scheduling get a small band)."""
+    is shown, and how far two readings of one binary may differ and be no change: `tolerance` (in the
+    counter's unit) or `relative_tolerance` (a share of the base), whichever is larger (both 0: any
+    difference is one)."""
 
     name: CounterName
     unit: str
     label: str
     lower_is_better: bool
     tolerance: float = 0.0
+    relative_tolerance: float = 0.0
     percent: bool = False
     """a percentage: its change is shown in points (61.2 % -> 55.0 %), not relative"""
 
 
 COUNTERS: dict[str, Counter] = {c.name: c for c in (
     Counter("instructions", "instr", "instructions", lower_is_better=True),
-    Counter("dram_read_bytes", "B", "DRAM bytes read", lower_is_better=True),
-    Counter("dram_write_bytes", "B", "DRAM bytes written", lower_is_better=True),
-    # hit rate and occupancy are ratios of what the scheduler made of the launch: a few tenths of a
-    # point between two launches of one binary are not a change of its code
-    Counter("l2_hit_rate", "%", "L2 hit rate", lower_is_better=False, tolerance=0.5, percent=True),
+    # What one binary's launches on the same inputs measured in three jobs on an H200 (21 Triton GEMMs,
+    # ncu 2025.3, BENCHMARKS.md issue 32): instructions identical in all 21; DRAM bytes identical in 1
+    # (read) and 0 (written), apart by up to 0.42 % read and 0.73 % written (L2 replacement is not
+    # deterministic); the L2 hit rate by up to 7.2 points; occupancy by up to 0.07 points.
+    Counter("dram_read_bytes", "B", "DRAM bytes read", lower_is_better=True, relative_tolerance=0.01),
+    Counter("dram_write_bytes", "B", "DRAM bytes written", lower_is_better=True, relative_tolerance=0.01),
+    Counter("l2_hit_rate", "%", "L2 hit rate", lower_is_better=False, tolerance=8.0, percent=True),
     Counter("achieved_occupancy", "%", "achieved occupancy", lower_is_better=False, tolerance=0.5, percent=True),
 )}
 """Every counter an agent may report, in the order they are shown."""
