@@ -218,6 +218,7 @@ def run_bundle(
             assert base_manifest is not None
             results[index] = CaseResult(
                 case=entry.case, target=entry.target, status="skipped", binary_digest=entry.binary_digest(),
+                code_digest=entry.code_digest(),
                 reason=f"not timed: same {'code' if index in same_code else 'binary'} as base "
                        f"{base_manifest.commit[:12]} (drift sentinels and full runs time it)")
         else:
@@ -465,13 +466,14 @@ class _Timed:
         paired = None
         if base is not None and base_manifest is not None:
             paired = PairedBase(commit=base_manifest.commit, samples=[r.seconds for r in self.base.readings],
-                                binary_digest=base.entry.binary_digest())
+                                binary_digest=base.entry.binary_digest(), code_digest=base.entry.code_digest())
         return CaseResult(
             case=entry.case, target=entry.target, status="ok", samples=samples, stats=summarize(samples),
             correctness=kernel.correctness, environment=environment,
             sample_clocks_mhz=None if None in clocks else clocks,  # type: ignore[arg-type]
             sample_temperatures_c=None if None in temperatures else temperatures,  # type: ignore[arg-type]
             paired_base=paired, rounds=list(self.rounds), binary_digest=entry.binary_digest(),
+            code_digest=entry.code_digest(),
         )
 
 
@@ -558,5 +560,6 @@ def _prepare(
         outcome = _error(entry, exc)
     if isinstance(outcome, CaseResult):
         return outcome.model_copy(update={"environment": {**outcome.environment, "input_seed": str(seed)},
-                                          "binary_digest": entry.binary_digest()})
+                                          "binary_digest": entry.binary_digest(),
+                                          "code_digest": entry.code_digest()})
     return outcome

@@ -86,6 +86,9 @@ class PairedBase(BaseModel):
     binary_digest: BinaryDigest | None = Field(
         default=None, description="the base entry's binary digest (CaseResult.binary_digest); equal to the "
         "head's: the pair timed identical code, an A/A calibration of the case's noise")
+    code_digest: BinaryDigest | None = Field(
+        default=None, description="the base entry's code digest (CaseResult.code_digest); equal to the head's: "
+        "the pair timed the same instructions, launch and inputs (a rename), never a change")
 
 
 class CaseResult(BaseModel):
@@ -118,6 +121,10 @@ class CaseResult(BaseModel):
     binary_digest: BinaryDigest | None = Field(
         default=None, description="what was timed (artifact, runner, launch, inputs); equal digests on one device "
         "class mean identical code")
+    code_digest: BinaryDigest | None = Field(
+        default=None, description="what was timed, names aside (the manifest entry's code digest: its listing's "
+        "digest, launch and inputs); equal digests on one device class mean the same code; absent where no "
+        "disassembler read it")
 
     @model_validator(mode="after")
     def _stats_or_reason(self) -> CaseResult:
