@@ -115,13 +115,12 @@ class _Code:
 def _evidence(session: Session, repository: str, commit_ids: Sequence[int]) -> dict[tuple[int, int, str], _Code]:
     """(commit id, case pk, target) -> the code evidence of the newest bundle of that commit that built it."""
     out = {}
-    for row in newest_per_commit(session, repository, commit_ids=commit_ids):
-        stat = row[0]
-        if stat.status != "built":
+    for row in newest_per_commit(session, repository, commit_ids=commit_ids):   # compile_stats' columns, flat
+        if row.status != "built":
             continue
-        out[(row.commit_pk, stat.case_id, stat.target)] = _Code(
-            stat.code_digest, stat.code_tool, stat.code_unavailable, stat.instructions, stat.registers, stat.spills,
-            stat.shared_bytes)
+        out[(row.commit_pk, row.case_id, row.target)] = _Code(
+            row.code_digest, row.code_tool, row.code_unavailable, row.instructions, row.registers, row.spills,
+            row.shared_bytes)
     return out
 
 

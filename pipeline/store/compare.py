@@ -549,7 +549,7 @@ def compare(
     rows = _mark_controls(rows, settings.max_pvalue)
     # what changed in the code, for the rows whose binaries differ (`pipeline.store.code`)
     changes = code_changes(session, repository, {
-        k: (head.id, older_ids.get(k, base.id if base is not None else None)) for k in latest if k in cases})
+        k: (head.id, older_ids.get(k, base.id if base is not None else None)) for k in latest if k[0] in cases})
     by_case = {(cases[k[0]][0], k[1]): change for k, change in changes.items()}
     rows = [r.model_copy(update={"code": by_case[(r.case_id, r.target)]})
             if not r.same_binary and not r.is_control and (r.case_id, r.target) in by_case else r for r in rows]
