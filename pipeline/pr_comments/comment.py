@@ -28,7 +28,15 @@ from urllib.parse import quote
 import jinja2
 
 from pipeline.contracts.ids import CaseId
-from pipeline.pr_comments.markdown import Md, html_text, md_escape, md_figures, md_link, md_url, truncate_lines
+from pipeline.pr_comments.markdown import (
+    Md,
+    html_text,
+    md_escape,
+    md_figures,
+    md_link,
+    md_url,
+    truncate_lines,
+)
 from pipeline.pr_comments.table import (
     format_pvalue,
     format_seconds,
@@ -38,7 +46,12 @@ from pipeline.pr_comments.table import (
     undecided_hint,
     verdict_line,
 )
-from pipeline.store.compare import STATUSES, ComparisonOut, ComparisonRowOut, counted_status
+from pipeline.store.compare import (
+    STATUSES,
+    ComparisonOut,
+    ComparisonRowOut,
+    counted_status,
+)
 
 __all__ = ["MARKER", "CodeDiff", "CommentSettings", "comment_marker", "render_comment"]
 
@@ -183,8 +196,8 @@ def render_comment(
         "footer": Md("benchfarm · regressed / improved: significant over the timing rounds (p) and at least the "
                      "case's threshold (the minimum change, or a multiple of its measured noise once learned); "
                      "similar: the whole 95 % interval within ±threshold; inconclusive: neither, so not known to be "
-                     "the same; unchanged (same binary): identical code, never a change; controls and device "
-                     "drift do not count"),
+                     "the same; unchanged (same binary): identical code, never a change; unchanged (same code): the "
+                     "base's instructions in another binary (a rename); controls and device drift do not count"),
     }
     tail = Md(f"\n\n**Truncated** to fit GitHub's comment size; see the {full_link}.\n")
     template = _environment().get_template("comment.md.j2")

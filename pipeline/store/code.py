@@ -148,9 +148,9 @@ def _figure(name: str, base: int | None, head: int | None, *, always: bool) -> s
 def _change(head: _Code, base: _Code | None, opcodes: Mapping[str, dict[str, int]]) -> CodeChangeOut:
     total = (head.instructions or {}).get("total")
     base_total = (base.instructions or {}).get("total") if base else None
-    figures = dict(registers=(base.registers if base else None, head.registers),
-                   spills=(base.spills if base else None, head.spills),
-                   shared_bytes=(base.shared_bytes if base else None, head.shared_bytes))
+    figures = {"registers": (base.registers if base else None, head.registers),
+                   "spills": (base.spills if base else None, head.spills),
+                   "shared_bytes": (base.shared_bytes if base else None, head.shared_bytes)}
     common: dict[str, Any] = dict(head_digest=head.digest, base_digest=base.digest if base else None,
                                   head_instructions=total, base_instructions=base_total, unavailable=head.unavailable,
                                   **figures)

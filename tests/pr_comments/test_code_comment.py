@@ -25,10 +25,10 @@ SPIRV = "gemm/llama3-8b-mlp-up/4096x14336x4096/f16/iree"
 
 
 def _change(state: str, summary: str, **fields: object) -> CodeChangeOut:
-    values: dict[str, object] = dict(state=state, summary=summary, head_digest="1" * 64, base_digest="2" * 64,
-                                     head_instructions=764, base_instructions=752, classes={}, opcodes={},
-                                     registers=(208, 224), spills=(0, 0), shared_bytes=(None, None), unavailable=None,
-                                     diff=state == "changed")
+    values: dict[str, object] = {"state": state, "summary": summary, "head_digest": "1" * 64, "base_digest": "2" * 64,
+                                     "head_instructions": 764, "base_instructions": 752, "classes": {}, "opcodes": {},
+                                     "registers": (208, 224), "spills": (0, 0), "shared_bytes": (None, None), "unavailable": None,
+                                     "diff": state == "changed"}
     return CodeChangeOut.model_validate(values | fields)
 
 
@@ -71,10 +71,10 @@ def test_the_code_column_and_the_folded_diff_render_on_github() -> None:
     assert "2.6e\u201110" in cells and "3.44\u00a0ms" in cells   # figures that do not break
     assert "same code" in cells and any(c.startswith("not disassembled: no disassembler") for c in cells)
     # one folded diff, its title as text, its lines in a diff block
-    blocks = re.findall(r"<details>\s*<summary>(.*?)</summary>(.*?)</details>", rendered, re.S)
+    blocks = re.findall(r"<details>\s*<summary>(.*?)</summary>(.*?)</details>", rendered, re.DOTALL)
     diff = [(title, inner) for title, inner in blocks if "on cuda:sm_90" in title]
     assert len(diff) == 1 and html.unescape(diff[0][0]).startswith(f"{SLOW} on cuda:sm_90: +12 instr")
-    code = re.search(r'<pre><code class="language-diff">(.*?)</code></pre>', diff[0][1], re.S)
+    code = re.search(r'<pre><code class="language-diff">(.*?)</code></pre>', diff[0][1], re.DOTALL)
     assert code is not None and html.unescape(code.group(1)).splitlines()[4] == "-LDG.E.128 R4, desc[UR6][R2.64]"
     assert "37 more lines of this diff left out" in diff[0][1]
     # the headline says the verdict once: no bullet repeats it for the one device class
@@ -107,5 +107,5 @@ def test_a_listing_cannot_close_its_fence_or_open_html() -> None:
                      ["+```", "+</details><script>x</script>", "+````` five"])
     rendered = _md.render(render_comment(_verdict(), settings=SETTINGS, code_diffs=[nasty]))
     assert "<script>" not in rendered and "<b>x</b>" not in rendered
-    code = re.search(r'<pre><code class="language-diff">(.*?)</code></pre>', rendered, re.S)
+    code = re.search(r'<pre><code class="language-diff">(.*?)</code></pre>', rendered, re.DOTALL)
     assert code is not None and html.unescape(code.group(1)).splitlines() == nasty.lines

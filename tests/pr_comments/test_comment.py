@@ -23,8 +23,8 @@ def _rows(body: str) -> list[list[str]]:
     plain ones."""
     html_ = _md.render(body)
     return [[html.unescape(re.sub(r"<[^>]+>", "", c)).replace("\u00a0", " ").replace("\u2011", "-")
-             for c in re.findall(r"<td[^>]*>(.*?)</td>", tr, re.S)]
-            for tr in re.findall(r"<tr>(.*?)</tr>", html_, re.S) if "<td" in tr]
+             for c in re.findall(r"<td[^>]*>(.*?)</td>", tr, re.DOTALL)]
+            for tr in re.findall(r"<tr>(.*?)</tr>", html_, re.DOTALL) if "<td" in tr]
 
 
 def _id(name: str, family: str = "gemm") -> str:

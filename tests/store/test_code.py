@@ -26,7 +26,13 @@ from pipeline.store.db import session_scope
 from pipeline.store.models import Bundle, CodeListing, CompileStat
 from tests.build.test_bundle import gemm_mlir
 from tests.helpers import factories as f
-from tests.helpers.suite_repo import GemmCase, commit_all, gemm_suite_files, make_suite_repo, write_files
+from tests.helpers.suite_repo import (
+    GemmCase,
+    commit_all,
+    gemm_suite_files,
+    make_suite_repo,
+    write_files,
+)
 
 SETTINGS = CompareSettings()
 CASE = GemmCase("a", tile=(2, 4))

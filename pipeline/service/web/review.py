@@ -25,9 +25,9 @@ from pipeline.service.web.session import (
 )
 from pipeline.service.web.verdicts import ROW_ORDERS, cached_verdict
 from pipeline.store import code, commit_refs, compile_stats, queries, triage
-from pipeline.store.code import CodeChangeOut
 from pipeline.store.bisect_views import latest_by_change_point, one_commit_ranges
-from pipeline.store.compare import STATUSES, ComparisonRowOut, CompareError
+from pipeline.store.code import CodeChangeOut
+from pipeline.store.compare import STATUSES, CompareError, ComparisonRowOut
 from pipeline.store.models import LIFECYCLE, TRIAGE_STATES
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(browse_guard)])
