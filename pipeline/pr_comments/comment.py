@@ -195,7 +195,7 @@ def render_comment(
         "code_total": len(code_diffs),
         "footer": Md("benchfarm · regressed / improved: significant over the timing rounds (p) and at least the "
                      "case's threshold (the minimum change, or a multiple of its measured noise once learned); "
-                     "similar: the whole 95 % interval within ±threshold; inconclusive: neither, so not known to be "
+                     "similar: the whole 95&nbsp;% interval within ±threshold; inconclusive: neither, so not known to be "
                      "the same; unchanged (same binary): identical code, never a change; unchanged (same code): the "
                      "base's instructions in another binary (a rename); controls and device drift do not count"),
     }
