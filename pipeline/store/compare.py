@@ -548,11 +548,13 @@ def compare(
                                same_code=same(head_results[key].code_digest, base_results[key].code_digest)))
     rows = _mark_controls(rows, settings.max_pvalue)
     # what changed in the code, for the rows whose binaries differ (`pipeline.store.code`)
+    key_of = {(cases[k[0]][0], k[1]): k for k in latest if k[0] in cases}
+    wanted_code = [key_of[(r.case_id, r.target)] for r in rows if not r.same_binary and not r.is_control]
     changes = code_changes(session, repository, {
-        k: (head.id, older_ids.get(k, base.id if base is not None else None)) for k in latest if k[0] in cases})
-    by_case = {(cases[k[0]][0], k[1]): change for k, change in changes.items()}
-    rows = [r.model_copy(update={"code": by_case[(r.case_id, r.target)]})
-            if not r.same_binary and not r.is_control and (r.case_id, r.target) in by_case else r for r in rows]
+        k: (head.id, older_ids.get(k, base.id if base is not None else None)) for k in wanted_code})
+    rows = [r.model_copy(update={"code": changes[key_of[(r.case_id, r.target)]]})
+            if not r.same_binary and not r.is_control and key_of[(r.case_id, r.target)] in changes else r
+            for r in rows]
     rows.sort(key=lambda r: (str(r.case_id), r.target))  # the text's order, as the store's
     counts = Counter(r.status for r in rows)
     return ComparisonOut(
