@@ -34,6 +34,7 @@ from pipeline.pr_comments.markdown import (
     md_escape,
     md_figures,
     md_link,
+    md_unbroken,
     md_url,
     truncate_lines,
 )
@@ -120,7 +121,8 @@ def _row_view(row: ComparisonRowOut, comparison: ComparisonOut, settings: Commen
     if row.status == "inconclusive" and not row.is_control:
         notes.append(undecided_hint(row))
     return {
-        "case": row.case_id, "device_class": comparison.device_class, "status": md_figures(row_status(row)),
+        "case": row.case_id, "device_class": md_unbroken(comparison.device_class),
+        "status": md_figures(row_status(row)),
         "base": md_figures(format_seconds(row.base_median)), "head": md_figures(format_seconds(row.head_median)),
         "change": md_figures(row_change(row)), "pvalue": md_figures(format_pvalue(row.pvalue)),
         "code": md_figures(row.code.summary) if row.code is not None else "",

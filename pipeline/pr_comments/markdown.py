@@ -12,7 +12,8 @@ import html
 import re
 from urllib.parse import quote, urlencode
 
-__all__ = ["Md", "html_text", "keep_figures", "md_escape", "md_figures", "md_link", "md_url", "truncate_lines"]
+__all__ = ["Md", "html_text", "keep_figures", "md_escape", "md_figures", "md_link", "md_unbroken", "md_url",
+           "truncate_lines"]
 
 # CommonMark lets any ASCII punctuation be backslash-escaped; these are the ones with meaning in
 # GitHub's Markdown (emphasis, code, links, images, tables, headings, lists, quotes, strikethrough,
@@ -68,6 +69,13 @@ def md_figures(text: object) -> Md:
     """`keep_figures` as Markdown: escaped, the unbreakable characters written as entities (readable
     in the comment's source)."""
     return Md(md_escape(keep_figures(text)).replace("\u00a0", "&nbsp;").replace("\u2011", "&#8209;"))
+
+
+def md_unbroken(text: object) -> Md:
+    """A short name (a device class: `nvidia-h100-sxm`) as Markdown a narrow column does not wrap at
+    its hyphens or spaces: escaped, with a non-breaking hyphen and space."""
+    return Md(md_escape(str(text).replace(" ", "\u00a0").replace("-", "\u2011"))
+              .replace("\u00a0", "&nbsp;").replace("\u2011", "&#8209;"))
 
 
 def html_text(text: object) -> Md:

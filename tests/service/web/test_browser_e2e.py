@@ -382,6 +382,21 @@ for (let node = walker.nextNode(); node; node = walker.nextNode()) {
 return [checked, split];"""
 """[figures laid out, those split across lines] of the page (or of arguments[0])."""
 
+WRAPPED_CELLS = r"""
+const [, header] = arguments, wrapped = [];
+for (const table of document.querySelectorAll('table')) {
+  const column = [...table.querySelectorAll('thead th')].findIndex(th => th.textContent.trim() === header);
+  if (column < 0) continue;
+  for (const tr of table.querySelectorAll('tbody tr')) {
+    const td = tr.children[column], range = document.createRange();
+    range.selectNodeContents(td);
+    const tops = [...range.getClientRects()].map(b => b.top);
+    if (Math.max(...tops) - Math.min(...tops) > 8) wrapped.push(td.textContent);
+  }
+}
+return wrapped;"""
+"""The cells of the column headed arguments[1] whose text takes more than one line."""
+
 GITHUB_COMMENT_CSS = """
 body { margin: 0; background: #fff; }
 .markdown-body { width: 880px; padding: 16px; box-sizing: border-box; font-size: 14px; line-height: 1.5;
@@ -424,7 +439,6 @@ def test_layout_no_figure_split_compare_page_at_1280_and_pr_comment_at_880(
         tmp_path: Path) -> None:
     """Issue 34: the compare page in a 1280 px window and the PR comment in GitHub's comment column
     keep every figure on one line (a table cell wraps between words and figures, never inside one)."""
-    from pipeline.config import load_settings
     from pipeline.pr_comments.report import make_report
     from pipeline.store.compare import PRVerdictOut
 
@@ -438,8 +452,13 @@ def test_layout_no_figure_split_compare_page_at_1280_and_pr_comment_at_880(
             checked, split = browser.execute_script(SPLIT_FIGURES)
             assert checked > 8 and split == [], (page, split)
             if name == "compare-1280":   # a target and a verdict on one line each; no empty control column
-                cells = browser.find_elements(By.CSS_SELECTOR, "table.verdict-table td.target-col, td.verdict-col")
-                assert cells and all(c.size["height"] < 30 for c in cells)
+                wrapped = browser.execute_script("""
+                    return [...document.querySelectorAll('table.verdict-table td.target-col, td.verdict-col')]
+                      .filter(td => { const r = document.createRange(); r.selectNodeContents(td);
+                                      const tops = [...r.getClientRects()].map(b => b.top);
+                                      return Math.max(...tops) - Math.min(...tops) > 8; })   // a second line
+                      .map(td => td.textContent);""")
+                assert browser.find_elements(By.CSS_SELECTOR, "td.verdict-col") and wrapped == []
                 headers = " ".join(th.text for th in browser.find_elements(By.CSS_SELECTOR, "table.verdict-table th"))
                 controls = browser.find_elements(By.CSS_SELECTOR, "table.verdict-table td.num.small")
                 assert "vendor control" in headers and any(td.text for td in controls)
@@ -447,13 +466,16 @@ def test_layout_no_figure_split_compare_page_at_1280_and_pr_comment_at_880(
 
         verdict = PRVerdictOut.model_validate(requests.get(
             f"{url}/api/v1/compare", params={"repository": demo_store.REPO, "head": demo.pr_head}, timeout=60).json())
-        demo_body = make_report(verdict.comparisons, settings=load_settings(public_url=url), pr=7).body
+        demo_body = make_report(verdict.comparisons, settings=Settings(home=tmp_path, public_url=url),
+                                pr=7).body
         for body, name in ((demo_body, "pr-comment-880"), (code_body, "pr-comment-code-880")):
             show_comment(browser, body, tmp_path, name)
             width = browser.execute_script("return document.querySelector('.markdown-body').getBoundingClientRect().width")
             assert width == 880
             checked, split = browser.execute_script(SPLIT_FIGURES)
             assert checked > 8 and split == [], (name, split)
+            wrapped = browser.execute_script(WRAPPED_CELLS, None, "device class")
+            assert wrapped == [], (name, wrapped)   # nvidia-h100-sxm on one line
             save_at(browser, tmp_path, name)
     finally:
         browser.set_window_size(1400, 1000)
