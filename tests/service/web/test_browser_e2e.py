@@ -453,12 +453,12 @@ def test_layout_no_figure_split_compare_page_at_1280_and_pr_comment_at_880(
             assert checked > 8 and split == [], (page, split)
             if name == "compare-1280":   # a target and a verdict on one line each; no empty control column
                 wrapped = browser.execute_script("""
-                    return [...document.querySelectorAll('table.verdict-table td.target-col, td.verdict-col')]
+                    return [...document.querySelectorAll('table.verdict-table td.target-col, table.verdict-table td[class^=status-]')]
                       .filter(td => { const r = document.createRange(); r.selectNodeContents(td);
                                       const tops = [...r.getClientRects()].map(b => b.top);
                                       return Math.max(...tops) - Math.min(...tops) > 8; })   // a second line
                       .map(td => td.textContent);""")
-                assert browser.find_elements(By.CSS_SELECTOR, "td.verdict-col") and wrapped == []
+                assert browser.find_elements(By.CSS_SELECTOR, "table.verdict-table td[class^=status-]") and wrapped == []
                 headers = " ".join(th.text for th in browser.find_elements(By.CSS_SELECTOR, "table.verdict-table th"))
                 controls = browser.find_elements(By.CSS_SELECTOR, "table.verdict-table td.num.small")
                 assert "vendor control" in headers and any(td.text for td in controls)
