@@ -203,3 +203,62 @@ def test_opcodes_and_side_by_side_of_normalized_listings() -> None:
     assert rows[1].base_number is None and rows[1].head_number == 4 and rows[1].head.startswith("HGMMA")
     lines, cut = code.unified_diff(base, head, max_lines=4)
     assert lines[:3] == ["--- base", "+++ head", "@@ -1,4 +1,5 @@"] and cut == 4
+
+
+def test_benchfarm_compare_shows_the_code_at_80_columns_and_in_json(builds: Builds, tmp_path: Path) -> None:
+    """The CLI (a real subprocess) on a store holding the three builds: the comparison's table keeps its
+    columns, the code goes in a table of its own under it, every line within 80 columns; JSON rows carry it."""
+    import json
+
+    from pipeline.store.db import open_store
+    from tests.test_cli import benchfarm
+
+    url = f"sqlite:///{tmp_path}/store.db"
+    engine = open_store(url)
+    _store(engine, builds)
+    _upload(engine, builds.renamed, [_timed(builds.renamed, 1.1e-3)])
+    _upload(engine, builds.tiled, [_timed(builds.tiled, 0.9e-3, base=builds.renamed, base_level=1.1e-3)])
+    with session_scope(engine) as s:
+        summary = compare(s, repository=f.REPO, head_sha=builds.tiled.sha, device_class=f.DEVICE_CLASS,
+                          settings=SETTINGS).rows[0].code.summary  # type: ignore[union-attr]
+    engine.dispose()
+    args = ("compare", builds.renamed.sha, builds.tiled.sha, "--repository", f.REPO)
+    shown = _in_a_terminal(tmp_path, 80, *args, BENCHFARM_DATABASE_URL=url)
+    assert max(len(line) for line in shown.splitlines()) <= 80, shown
+    assert "-18." in shown.split("code against the base")[0], shown   # the comparison's change, whole
+    code_table = shown.split("code against the base")[1]
+    assert " ".join(summary.split()) in " ".join(code_table.split()), shown
+    rows = json.loads(benchfarm(tmp_path, *args, "--format", "json", BENCHFARM_DATABASE_URL=url).stdout)
+    code_out = rows["comparisons"][0]["rows"][0]["code"]
+    assert code_out["state"] == "changed" and code_out["summary"] == summary
+
+
+def _in_a_terminal(cwd: Path, columns: int, *args: str, **env: str) -> str:
+    """What `benchfarm ARGS` prints on a terminal (a pty) `columns` wide, styles taken out."""
+    import fcntl
+    import os
+    import pty
+    import re
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    main, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_") and k != "COLUMNS"}
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args], cwd=cwd, stdin=terminal, stdout=terminal,
+                            stderr=subprocess.PIPE, env={**clean, "BENCHFARM_HOME": str(cwd / ".benchfarm"), **env})
+    os.close(terminal)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:   # EIO: the program closed its end
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(main)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", out.decode()).replace("\r\n", "\n")
