@@ -86,7 +86,7 @@ def duration(start: datetime | None, end: datetime | None) -> str:
 
 def case_breaks(case_id: object) -> Markup:
     """A case id, HTML-escaped, that may wrap after each '/' (between its parts) and nowhere else."""
-    return Markup("/<wbr>").join(escape(part) for part in str(case_id).split("/"))
+    return Markup(str(escape(str(case_id))).replace("/", "/<wbr>"))   # a line break hint, not a parse
 
 
 templates.env.filters.update(seconds=format_seconds, change=format_change, pvalue=format_pvalue, rate=format_rate,
