@@ -26,7 +26,8 @@ from pipeline.pr_comments.comment import (
 from pipeline.pr_comments.markdown import md_escape, md_link, md_url, truncate_lines
 from pipeline.pr_comments.table import format_figure, verdict_line
 from pipeline.store import code, compile_stats
-from pipeline.store.compare import METRIC, ComparisonOut, combine, compare
+from pipeline.store.code import CodeChangeOut
+from pipeline.store.compare import METRIC, STATUSES, ComparisonOut, combine, compare
 from pipeline.store.compile_stats import CompileComparisonOut
 from pipeline.store.models import (
     Case,
@@ -158,13 +159,17 @@ def series_ids_for(session: Session, comparisons: Sequence[ComparisonOut]) -> di
 def code_diffs_for(session: Session, comparisons: Sequence[ComparisonOut], *,
                    max_lines: int = CommentSettings.diff_lines) -> list[CodeDiff]:
     """The listing diff of each kernel whose code changed (`ComparisonRowOut.code`, both listings
-    stored), once per case and target, in case order; each cut to `max_lines` lines."""
-    changed = {(str(r.case_id), r.target): r.code for c in comparisons for r in c.rows
-               if r.code is not None and r.code.state == "changed" and r.code.diff}
+    stored), once per case and target, those of the rows that need a look first (`STATUSES` order),
+    then by case; each cut to `max_lines` lines."""
+    rows = sorted((r for c in comparisons for r in c.rows), key=lambda r: (STATUSES.index(r.status), str(r.case_id)))
+    changed: dict[tuple[str, str], CodeChangeOut | None] = {}
+    for r in rows:
+        if r.code is not None and r.code.state == "changed" and r.code.diff:
+            changed.setdefault((str(r.case_id), r.target), r.code)
     texts = code.listings(session, [d for change in changed.values() if change is not None
                                     for d in (change.base_digest, change.head_digest) if d is not None])
     diffs = []
-    for (case_id, target), change in sorted(changed.items()):
+    for (case_id, target), change in changed.items():
         assert change is not None and change.base_digest is not None and change.head_digest is not None
         if change.base_digest in texts and change.head_digest in texts:
             lines, left_out = code.unified_diff(texts[change.base_digest], texts[change.head_digest],

@@ -138,11 +138,11 @@ def _moved(head: Mapping[str, int], base: Mapping[str, int]) -> dict[str, int]:
     return {k: d for k, d in sorted(deltas.items(), key=lambda kv: (-abs(kv[1]), kv[0])) if d}
 
 
-def _figure(name: str, base: int | None, head: int | None, *, always: bool) -> str | None:
+def _figure(name: str, base: int | None, head: int | None, *, always: bool, unit: str = "") -> str | None:
     """"regs 208 → 224" when it moved, "spills 0" when it did not (and `always`), None when unknown."""
     if base != head and base is not None and head is not None:
-        return f"{name} {base} → {head}"
-    return f"{name} {head}" if always and head is not None else None
+        return f"{name} {base} → {head}{unit}"
+    return f"{name} {head}{unit}" if always and head is not None else None
 
 
 def _change(head: _Code, base: _Code | None, opcodes: Mapping[str, dict[str, int]]) -> CodeChangeOut:
@@ -172,7 +172,7 @@ def _change(head: _Code, base: _Code | None, opcodes: Mapping[str, dict[str, int
     parts = [count + (": " + ", ".join(words) if words else " (same mix, other code)")]
     parts += [p for p in (_figure("regs", *figures["registers"], always=True),
                           _figure("spills", *figures["spills"], always=True),
-                          _figure("shared", *figures["shared_bytes"], always=False)) if p]
+                          _figure("shared", *figures["shared_bytes"], always=False, unit=" B")) if p]
     return CodeChangeOut(state="changed", summary="; ".join(parts), classes=classes, opcodes=moved, diff=stored,
                          **common)
 
