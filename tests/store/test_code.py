@@ -262,3 +262,23 @@ def _in_a_terminal(cwd: Path, columns: int, *args: str, **env: str) -> str:
     os.close(main)
     assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", out.decode()).replace("\r\n", "\n")
+
+
+def test_without_the_listings_the_summary_names_the_classes_and_there_is_no_diff(engine: Engine,
+                                                                                 builds: Builds) -> None:
+    """A bundle registered from its manifest alone (an external job: the service never sees its files)."""
+    location = locate_suite(builds.location_root / "kernels")
+    with session_scope(engine) as s:
+        ingest.record_commits(s, repository=f.REPO, commits=commit_history(location, builds.tiled.sha))
+        ingest.upsert_device_class(s, f.device_class())
+        for built in (builds.renamed, builds.tiled):
+            ingest.ingest_manifest(s, manifest=built.manifest, path="external:run")
+    _upload(engine, builds.renamed, [_timed(builds.renamed, 1.1e-3)])
+    _upload(engine, builds.tiled, [_timed(builds.tiled, 0.9e-3, base=builds.renamed, base_level=1.1e-3)])
+    with session_scope(engine) as s:
+        change = compare(s, repository=f.REPO, head_sha=builds.tiled.sha, device_class=f.DEVICE_CLASS,
+                         settings=SETTINGS).rows[0].code
+        assert s.scalar(sa.select(sa.func.count()).select_from(CodeListing)) == 0
+    assert change is not None and change.state == "changed" and not change.diff and change.opcodes == {}
+    name, delta = next(iter(change.classes.items()))
+    assert f"{delta:+d} {name.replace('_', ' ')}" in change.summary
