@@ -150,7 +150,7 @@ def _build_and_run(settings: Settings, engine: Engine, *, location: SuiteLocatio
             host_lock=settings.measurement.host_lock,
         )
         with session_scope(engine) as session:
-            ingest.ingest_manifest(session, manifest=manifest, path=str(bundle_dir))
+            ingest.ingest_manifest(session, manifest=manifest, path=str(bundle_dir), bundle_dir=Path(bundle_dir))
     except Exception as exc:
         _fail_jobs(engine, jobs.values(), f"build failed: {exc}")
         raise PipelineError(f"build of {sha[:10]} failed: {exc}") from exc

@@ -340,7 +340,7 @@ class _Job:
         cache), so that a wrong kernel is said even when it is not timed."""
         same = "binary" if _same_binary(entry, base) else "code"
         skipped = CaseResult(case=entry.case, target=entry.target, status="skipped", binary_digest=entry.binary_digest(),
-                             reason=f"not timed: same {same} as base {base_commit[:12]} "
+                             code_digest=entry.code_digest(), reason=f"not timed: same {same} as base {base_commit[:12]} "
                                     "(drift sentinels and full runs time it)")
         cache, name = self.check_cache, self.device_class.name
         if cache is None or entry.status != "built" or self.runner.for_entry(entry) is None:
@@ -528,13 +528,14 @@ class _Timed:
         paired = None
         if base is not None and base_manifest is not None:
             paired = PairedBase(commit=base_manifest.commit, samples=[r.seconds for r in self.base.readings],
-                                binary_digest=base.entry.binary_digest())
+                                binary_digest=base.entry.binary_digest(), code_digest=base.entry.code_digest())
         return CaseResult(
             case=entry.case, target=entry.target, status="ok", samples=samples, stats=summarize(samples),
             correctness=kernel.correctness, environment=environment,
             sample_clocks_mhz=None if None in clocks else clocks,  # type: ignore[arg-type]
             sample_temperatures_c=None if None in temperatures else temperatures,  # type: ignore[arg-type]
             paired_base=paired, rounds=list(self.rounds), binary_digest=entry.binary_digest(),
+            code_digest=entry.code_digest(),
         )
 
 
@@ -621,5 +622,6 @@ def _prepare(
         outcome = _error(entry, exc)
     if isinstance(outcome, CaseResult):
         return outcome.model_copy(update={"environment": {**outcome.environment, "input_seed": str(seed)},
-                                          "binary_digest": entry.binary_digest()})
+                                          "binary_digest": entry.binary_digest(),
+                                          "code_digest": entry.code_digest()})
     return outcome

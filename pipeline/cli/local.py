@@ -25,7 +25,7 @@ from pipeline.config import Settings
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.local_pipeline import run_pipeline
-    from pipeline.pr_comments.table import compile_table, terminal_table
+    from pipeline.pr_comments.table import code_table, compile_table, terminal_table
     from pipeline.store.db import open_store, shown_url
 
     suite, ref = suite_and_ref(args, args.ref)
@@ -38,6 +38,8 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         )
     for comparison in outcome.comparisons:
         out_console.print(terminal_table(comparison))
+        if (code := code_table(comparison)) is not None:
+            out_console.print(code)
     if outcome.compiled is not None and outcome.compiled.changes:
         out_console.print(compile_table(outcome.compiled))
     for device_class, error in outcome.failed_jobs.items():
@@ -49,7 +51,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     """Two commits' stored results: `compare BASE HEAD` on every device class HEAD has results on."""
     from pipeline.pr_comments.report import compile_section, report_for_commit
-    from pipeline.pr_comments.table import compile_table, terminal_table
+    from pipeline.pr_comments.table import code_table, compile_table, terminal_table
     from pipeline.store.compare import (
         CompareError,
         combine,
@@ -88,6 +90,8 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     else:
         for comparison in comparisons:
             out_console.print(terminal_table(comparison))
+            if (code := code_table(comparison)) is not None:
+                out_console.print(code)
         if compiled.changes:
             out_console.print(compile_table(compiled))
         elif compiled.base_sha is not None:

@@ -89,6 +89,9 @@ class PairedBase(BaseModel):
         "head's: the pair timed identical code, an A/A calibration of the case's noise")
     counters: HardwareCounters | None = Field(
         default=None, description="the base binary's hardware counters, taken on the same inputs as the result's own")
+    code_digest: BinaryDigest | None = Field(
+        default=None, description="the base entry's code digest (CaseResult.code_digest); equal to the head's: "
+        "the pair timed the same instructions, launch and inputs (a rename), never a change")
 
 
 class CaseResult(BaseModel):
@@ -124,6 +127,10 @@ class CaseResult(BaseModel):
     counters: HardwareCounters | None = Field(
         default=None, description="hardware counters of one launch on the check's inputs, outside the timed rounds "
         "(pipeline.contracts.counters); where there are none, environment['counters'] says why")
+    code_digest: BinaryDigest | None = Field(
+        default=None, description="what was timed, names aside (the manifest entry's code digest: its listing's "
+        "digest, launch and inputs); equal digests on one device class mean the same code; absent where no "
+        "disassembler read it")
 
     @model_validator(mode="after")
     def _stats_or_reason(self) -> CaseResult:

@@ -279,7 +279,8 @@ class Builder(Loop):
                     host_lock=self.settings.measurement.host_lock)
                 with session_scope(self.engine) as session:
                     digests.append(ingest.ingest_manifest(session, manifest=manifest,
-                                                          path=str(Path(bundle_dir).resolve())).digest)
+                                                          path=str(Path(bundle_dir).resolve()),
+                                                          bundle_dir=Path(bundle_dir)).digest)
             with session_scope(self.engine) as session:
                 finish_build(session, build_id=build_id, digest=digests[0],
                              base_digest=digests[1] if base_sha else None)

@@ -4,14 +4,21 @@ Sections as in docs/design.md ("PR comment"): a summary with the commits compare
 "Improved" tables (the rows that count as such in the verdict, `compare.counted_status`: never a
 vendor control or a row marked device drift), the rest folded in `<details>`; the headline is the
 verdict of `compare.overall_verdict` and its counts; each section shows at most `top_n` rows and
-links to the full comparison when it has more. The hidden marker on the first line finds the
-comment again; the body never passes GitHub's size limit (rows are dropped, then lines cut, with a
-link to the full comparison).
+links to the full comparison when it has more. A section whose rows say what changed in their code
+(`ComparisonRowOut.code`) has a code column; then each changed kernel's listing diff, folded and cut
+to `CommentSettings.diff_lines` lines (`CodeDiff`, at most `max_diffs` of them). The hidden marker on
+the first line finds the comment again; the body never passes GitHub's size limit (diffs are dropped,
+then rows, then lines cut, with a link to the full comparison).
+
+Laid out for GitHub's comment column (~880 px): figures never split across lines (`md_figures`),
+the device class column only when there are several, "PR" only on a pull request ("head" on a
+commit), the headline's counts not repeated in a bullet of one device class.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -21,7 +28,16 @@ from urllib.parse import quote
 import jinja2
 
 from pipeline.contracts.ids import CaseId
-from pipeline.pr_comments.markdown import Md, md_escape, md_link, md_url, truncate_lines
+from pipeline.pr_comments.markdown import (
+    Md,
+    html_text,
+    md_escape,
+    md_figures,
+    md_link,
+    md_unbroken,
+    md_url,
+    truncate_lines,
+)
 from pipeline.pr_comments.table import (
     format_pvalue,
     format_seconds,
@@ -31,9 +47,14 @@ from pipeline.pr_comments.table import (
     undecided_hint,
     verdict_line,
 )
-from pipeline.store.compare import STATUSES, ComparisonOut, ComparisonRowOut, counted_status
+from pipeline.store.compare import (
+    STATUSES,
+    ComparisonOut,
+    ComparisonRowOut,
+    counted_status,
+)
 
-__all__ = ["MARKER", "CommentSettings", "comment_marker", "render_comment"]
+__all__ = ["MARKER", "CodeDiff", "CommentSettings", "comment_marker", "render_comment"]
 
 MARKER = "<!-- benchfarm:pr-comment -->"
 SeriesIds = Mapping[tuple[CaseId, str], int]  # (case id, device class) -> series id
@@ -46,6 +67,22 @@ class CommentSettings:
     public_url: str
     top_n: int = 20
     max_chars: int = 65536
+    max_diffs: int = 10
+    """changed kernels whose listing diff the comment shows"""
+    diff_lines: int = 60
+    """lines of each listing diff shown (the compare page shows them all)"""
+
+
+@dataclass(frozen=True)
+class CodeDiff:
+    """A changed kernel's code, for the comment: the unified diff of the base's and the head's
+    normalized listings (`pipeline.store.code.unified_diff`), and how many lines were cut from it."""
+
+    case_id: CaseId | str
+    target: str
+    summary: str
+    lines: list[str]
+    left_out: int = 0
 
 
 def comment_marker(repository: str, pr: int | None) -> str:
@@ -61,6 +98,7 @@ class _Section:
     total: int
     rows: list[dict[str, Any]] = field(default_factory=list)
     hidden: int = 0
+    code: bool = False   # a row says what changed in its code: the section has a code column
 
 
 def _compare_url(public_url: str, comparison: ComparisonOut, device_class: str | None) -> str:
@@ -83,9 +121,11 @@ def _row_view(row: ComparisonRowOut, comparison: ComparisonOut, settings: Commen
     if row.status == "inconclusive" and not row.is_control:
         notes.append(undecided_hint(row))
     return {
-        "case": row.case_id, "device_class": comparison.device_class, "status": Md(row_status(row)),
-        "base": Md(format_seconds(row.base_median)), "head": Md(format_seconds(row.head_median)),
-        "change": Md(row_change(row)), "pvalue": Md(format_pvalue(row.pvalue)),  # our own numbers
+        "case": row.case_id, "device_class": md_unbroken(comparison.device_class),
+        "status": md_figures(row_status(row)),
+        "base": md_figures(format_seconds(row.base_median)), "head": md_figures(format_seconds(row.head_median)),
+        "change": md_figures(row_change(row)), "pvalue": md_figures(format_pvalue(row.pvalue)),
+        "code": md_figures(row.code.summary) if row.code is not None else "",
         "note": "; ".join(notes), "link": link,
     }
 
@@ -106,7 +146,8 @@ def _sections(comparisons: Sequence[ComparisonOut], settings: CommentSettings, s
             chosen.sort(key=lambda p: (STATUSES.index(p[0].status), str(p[0].case_id), p[1].device_class))
         shown = chosen[:limit]
         out.append(_Section(title, folded, len(chosen),
-                            [_row_view(r, c, settings, series_ids) for r, c in shown], len(chosen) - len(shown)))
+                            [_row_view(r, c, settings, series_ids) for r, c in shown], len(chosen) - len(shown),
+                            code=any(r.code is not None for r, _ in shown)))
     return out
 
 
@@ -127,8 +168,10 @@ def render_comment(
     settings: CommentSettings,
     pr: int | None = None,
     series_ids: SeriesIds | None = None,
+    code_diffs: Sequence[CodeDiff] = (),
 ) -> str:
-    """The comment's Markdown for a verdict: one Comparison per device class, of one head commit."""
+    """The comment's Markdown for a verdict: one Comparison per device class, of one head commit, and
+    the listing diffs of its changed kernels."""
     if not comparisons:
         raise ValueError("a report needs at least one comparison")
     first = comparisons[0]
@@ -142,28 +185,60 @@ def render_comment(
         "summary": Md(
             f"{md_escape(first.repository)} {Md('`' + first.head_sha[:10] + '`')} compared with "
             + (", ".join(f"`{b}`" for b in bases) if bases else "no stored ancestor")
-            + f" on {len(comparisons)} device class{'es' if len(comparisons) != 1 else ''} ({full_link})"
+            + (f" on {len(comparisons)} device classes" if len(comparisons) > 1
+               else f" on {md_escape(first.device_class)}")
+            + f" ({full_link})"
         ),
-        "device_lines": [summary_line(c) for c in comparisons],
+        # one device class: the headline is its verdict, a bullet would say it again
+        "device_lines": [summary_line(c) for c in comparisons] if len(comparisons) > 1 else [],
+        "show_device_class": len(comparisons) > 1,
+        "head_label": "PR" if pr is not None else "head",
         "full_link": full_link,
+        "code_total": len(code_diffs),
         "footer": Md("benchfarm · regressed / improved: significant over the timing rounds (p) and at least the "
                      "case's threshold (the minimum change, or a multiple of its measured noise once learned); "
-                     "similar: the whole 95 % interval within ±threshold; inconclusive: neither, so not known to be "
-                     "the same; unchanged (same binary): identical code, never a change; controls and device "
-                     "drift do not count"),
+                     "similar: the whole 95&nbsp;% interval within ±threshold; inconclusive: neither, so not known to be "
+                     "the same; unchanged (same binary): identical code, never a change; unchanged (same code): the "
+                     "base's instructions in another binary (a rename); controls and device drift do not count"),
     }
     tail = Md(f"\n\n**Truncated** to fit GitHub's comment size; see the {full_link}.\n")
     template = _environment().get_template("comment.md.j2")
+    diffs = [_diff_view(d) for d in code_diffs]
+    most_diffs = min(len(diffs), settings.max_diffs)
 
-    def body_with(limit: int) -> str:
+    def body_with(limit: int, shown_diffs: int) -> str:
         return template.render(**context, sections=_sections(comparisons, settings, ids, limit),
-                               truncated=Md(tail.strip()) if limit < settings.top_n else "")
+                               code_diffs=diffs[:shown_diffs], code_hidden=len(diffs) - shown_diffs,
+                               truncated=Md(tail.strip()) if limit < settings.top_n or shown_diffs < most_diffs
+                               else "")
 
-    body = body_with(settings.top_n)
-    if len(body) > settings.max_chars:  # the most rows per section that fit (bisection)
-        low, high = 0, settings.top_n - 1
+    def most(high: int, fits: Callable[[int], bool]) -> int:
+        """The largest n in [0, high] for which fits(n) (bisection; fits(0) is taken as given)."""
+        low = 0
         while low < high:
             middle = (low + high + 1) // 2
-            low, high = (middle, high) if len(body_with(middle)) <= settings.max_chars else (low, middle - 1)
-        body = body_with(low)
+            low, high = (middle, high) if fits(middle) else (low, middle - 1)
+        return low
+
+    def fits(body: str) -> bool:
+        return len(body) <= settings.max_chars
+
+    body = body_with(settings.top_n, most_diffs)
+    if not fits(body):   # the diffs go first, then rows per section
+        shown = most(most_diffs - 1, lambda n: fits(body_with(settings.top_n, n)))
+        limit = settings.top_n if shown or fits(body_with(settings.top_n, 0)) else \
+            most(settings.top_n - 1, lambda n: fits(body_with(n, 0)))
+        body = body_with(limit, shown)
     return truncate_lines(body, settings.max_chars, tail)   # only when even the headers do not fit
+
+
+def _diff_view(diff: CodeDiff) -> dict[str, Any]:
+    """A diff as the template shows it: its title for a `<summary>`, its lines in a fence longer than
+    any run of backticks they hold (a listing cannot close it)."""
+    text = "\n".join(_CONTROL_CHARACTERS.sub("", line) for line in diff.lines)
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return {"title": html_text(f"{diff.case_id} on {diff.target}: {diff.summary}"),
+            "fence": Md("`" * max(3, longest + 1)), "text": Md(text), "left_out": diff.left_out}
+
+
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")

@@ -8,10 +8,12 @@ emphasis, code, HTML or a link.
 
 from __future__ import annotations
 
+import html
 import re
 from urllib.parse import quote, urlencode
 
-__all__ = ["Md", "md_escape", "md_link", "md_url", "truncate_lines"]
+__all__ = ["Md", "html_text", "keep_figures", "md_escape", "md_figures", "md_link", "md_unbroken", "md_url",
+           "truncate_lines"]
 
 # CommonMark lets any ASCII punctuation be backslash-escaped; these are the ones with meaning in
 # GitHub's Markdown (emphasis, code, links, images, tables, headings, lists, quotes, strikethrough,
@@ -48,6 +50,39 @@ def md_escape(text: object) -> Md:
         else:
             out.append(ch)
     return Md("".join(out))
+
+
+_INNER_SPACE = re.compile(r"(?<![,;:]) (?=[\d+\-±→])|(?<=[\d%→]) ")
+_EXPONENT_MINUS = re.compile(r"(?<=\de)-(?=\d)")
+
+
+def keep_figures(text: object) -> str:
+    """`text` (figures: "3.44 ms", "+3.1 % [+2.4, +3.8]", "2.6e-10", "regs 208 → 224") with its
+    figures made unbreakable for a narrow column (the PR comment's, a page's): a space inside a
+    figure (after a number, or before one, unless after a `,`, `;` or `:`: the breaks between
+    figures) non-breaking, an exponent's minus a non-breaking hyphen (browsers break "2.6e-10"
+    after its "-"); words still wrap."""
+    return _EXPONENT_MINUS.sub("\u2011", _INNER_SPACE.sub("\u00a0", str(text)))
+
+
+def md_figures(text: object) -> Md:
+    """`keep_figures` as Markdown: escaped, the unbreakable characters written as entities (readable
+    in the comment's source)."""
+    return Md(md_escape(keep_figures(text)).replace("\u00a0", "&nbsp;").replace("\u2011", "&#8209;"))
+
+
+def md_unbroken(text: object) -> Md:
+    """A short name (a device class: `nvidia-h100-sxm`) as Markdown a narrow column does not wrap at
+    its hyphens or spaces: escaped, with a non-breaking hyphen and space."""
+    return Md(md_escape(str(text).replace(" ", "\u00a0").replace("-", "\u2011"))
+              .replace("\u00a0", "&nbsp;").replace("\u2011", "&#8209;"))
+
+
+def html_text(text: object) -> Md:
+    """`text` for an HTML block of a comment (a `<summary>`): entities for `&<>"`, no Markdown
+    escapes (an HTML block shows backslashes as they are), `@` kept from mentioning anyone."""
+    value = _CONTROL.sub("", _LINE_BREAKS.sub(" ", str(text)))
+    return Md(html.escape(value).replace("@", "@" + _ZERO_WIDTH_SPACE))
 
 
 def md_url(base: str, path: str = "", query: dict[str, str | int | None] | None = None) -> str:

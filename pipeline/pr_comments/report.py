@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from pipeline.config import Settings
 from pipeline.contracts.ids import CaseId
 from pipeline.pr_comments.comment import (
+    CodeDiff,
     CommentSettings,
     SeriesIds,
     comment_marker,
@@ -24,8 +25,9 @@ from pipeline.pr_comments.comment import (
 )
 from pipeline.pr_comments.markdown import md_escape, md_link, md_url, truncate_lines
 from pipeline.pr_comments.table import format_figure, verdict_line
-from pipeline.store import compile_stats
-from pipeline.store.compare import METRIC, ComparisonOut, combine, compare
+from pipeline.store import code, compile_stats
+from pipeline.store.code import CodeChangeOut
+from pipeline.store.compare import METRIC, STATUSES, ComparisonOut, combine, compare
 from pipeline.store.compile_stats import CompileComparisonOut
 from pipeline.store.models import (
     Case,
@@ -37,8 +39,8 @@ from pipeline.store.models import (
     Series,
 )
 
-__all__ = ["CHECK_SUMMARY_MAX", "Report", "conclusion_for", "device_classes_of", "make_report", "report_for_commit",
-           "series_ids_for"]
+__all__ = ["CHECK_SUMMARY_MAX", "Report", "code_diffs_for", "conclusion_for", "device_classes_of", "make_report",
+           "report_for_commit", "series_ids_for"]
 
 CHECK_SUMMARY_MAX = 65535  # GitHub's limit on a check run's output.summary
 REPORT_VERSION = 1
@@ -117,14 +119,15 @@ def compile_section(compiled: CompileComparisonOut, *, public_url: str, reposito
 
 
 def make_report(comparisons: Sequence[ComparisonOut], *, settings: Settings, pr: int | None = None,
-                series_ids: SeriesIds | None = None, compiled: CompileComparisonOut | None = None) -> Report:
+                series_ids: SeriesIds | None = None, compiled: CompileComparisonOut | None = None,
+                code_diffs: Sequence[CodeDiff] = ()) -> Report:
     """Render the verdict into a Report (comment body, title, conclusion by the configured policy);
     compile changes, when given, as a section of their own above the footer that does not touch
-    the conclusion or the title."""
+    the conclusion or the title; the changed kernels' listing diffs folded in the comment."""
     gh = settings.github
     body = render_comment(comparisons, settings=CommentSettings(settings.public_url, gh.comment_top_n,
                                                                  gh.comment_max_chars),
-                          pr=pr, series_ids=series_ids)
+                          pr=pr, series_ids=series_ids, code_diffs=code_diffs)
     first = comparisons[0]
     section = compile_section(compiled, public_url=settings.public_url, repository=first.repository) \
         if compiled is not None else ""
@@ -153,6 +156,28 @@ def series_ids_for(session: Session, comparisons: Sequence[ComparisonOut]) -> di
     return {(case, dc): sid for case, dc, sid in rows}
 
 
+def code_diffs_for(session: Session, comparisons: Sequence[ComparisonOut], *,
+                   max_lines: int = CommentSettings.diff_lines) -> list[CodeDiff]:
+    """The listing diff of each kernel whose code changed (`ComparisonRowOut.code`, both listings
+    stored), once per case and target, those of the rows that need a look first (`STATUSES` order),
+    then by case; each cut to `max_lines` lines."""
+    rows = sorted((r for c in comparisons for r in c.rows), key=lambda r: (STATUSES.index(r.status), str(r.case_id)))
+    changed: dict[tuple[str, str], CodeChangeOut | None] = {}
+    for r in rows:
+        if r.code is not None and r.code.state == "changed" and r.code.diff:
+            changed.setdefault((str(r.case_id), r.target), r.code)
+    texts = code.listings(session, [d for change in changed.values() if change is not None
+                                    for d in (change.base_digest, change.head_digest) if d is not None])
+    diffs = []
+    for (case_id, target), change in changed.items():
+        assert change is not None and change.base_digest is not None and change.head_digest is not None
+        if change.base_digest in texts and change.head_digest in texts:
+            lines, left_out = code.unified_diff(texts[change.base_digest], texts[change.head_digest],
+                                                max_lines=max_lines)
+            diffs.append(CodeDiff(case_id, target, change.summary, lines, left_out))
+    return diffs
+
+
 def device_classes_of(session: Session, *, repository: str, sha: str) -> list[str]:
     """The device classes that ran jobs for the commit, by name."""
     return list(session.scalars(
@@ -174,4 +199,4 @@ def report_for_commit(session: Session, *, settings: Settings, repository: str, 
                                              latency_bases=(c.base_sha for c in comparisons),
                                              walk=settings.compare.ancestor_walk)
     return make_report(comparisons, settings=settings, pr=pr, series_ids=series_ids_for(session, comparisons),
-                       compiled=compiled)
+                       compiled=compiled, code_diffs=code_diffs_for(session, comparisons))

@@ -284,3 +284,27 @@ def compile_table(compiled: CompileComparisonOut) -> FittedTable:
         return _narrow_table(title, ids, stacked, styles, width, styled="", left=("target, metric",))
 
     return FittedTable(layout)
+
+
+def code_table(comparison: ComparisonOut) -> FittedTable | None:
+    """What changed in the code of each row that says (`ComparisonRowOut.code`), under the comparison:
+    its own table so the comparison keeps its columns at 80; the case ids wrap as there, the code
+    summaries wrap between words. None when no row says anything of its code."""
+    rows = sorted((r for r in comparison.rows if r.code is not None),
+                  key=lambda r: (STATUSES.index(r.status), str(r.case_id)))
+    if not rows:
+        return None
+
+    def layout(width: int) -> Table:
+        ids = [str(r.case_id) for r in rows]
+        case_width = max(min(_width("case", ids), max(NARROW_CASE_MIN, width // 2)), 1)
+        table = Table(title=f"{comparison.device_class}: code against the base", title_justify="left",
+                      box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        table.add_column("case", width=case_width, no_wrap=True)
+        table.add_column("code", overflow="fold")
+        for case_id, r in zip(ids, rows, strict=True):
+            assert r.code is not None
+            table.add_row(Text(_fold_id(case_id, case_width)), Text(r.code.summary))
+        return table
+
+    return FittedTable(layout)

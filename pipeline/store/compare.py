@@ -40,6 +40,10 @@ result "skipped" because its binary is the base's (the agent does not time it ag
 unchanged row showing the base's median; so is one skipped because its code is the base's
 (`BundleEntry.code_digest`: same instructions, launch and inputs, names aside; the agent's reason
 says so, `SAME_CODE_SKIP`), shown "unchanged (same code)". Other skipped results are left out.
+A drift sentinel of such a case (timed although its code is the base's: `CaseResultRow.code_digest`
+equal to its paired base's, or unpaired to the base result's) is unchanged (same code) too, its
+timing kept. Every row whose binaries differ carries what changed in its code (`code`,
+`pipeline.store.code.code_changes`: the head's newest bundle against its base's).
 
 Hardware counters (`pipeline.store.counters`): every row whose head result is ok carries its counters
 against its base's (the paired base's, else the base result's) and a line of what moved; beside the
@@ -95,6 +99,7 @@ from pipeline.store.base_choice import (
     lookup_commit,
     older_bases,
 )
+from pipeline.store.code import CodeChangeOut, code_changes
 from pipeline.store.compile_stats import CompileComparisonOut
 from pipeline.store.counters import CountersOut, row_counters
 from pipeline.store.models import (
@@ -164,8 +169,9 @@ class ComparisonRowOut(BaseModel):
                                     "| insufficient data | errored | no baseline")
     paired: bool = Field(description="decided by the paired test (base and head interleaved in one job)")
     same_binary: bool = Field(description="head and base timed identical binaries (equal binary digests)")
-    same_code: bool = Field(description="head not timed: its code is the base's (another binary, the same "
-                                        "instructions, launch and inputs)")
+    same_code: bool = Field(description="the head's code is the base's (another binary, the same instructions, "
+                                        "launch and inputs: a rename): not timed, or timed as a drift sentinel; "
+                                        "unchanged whatever its timing says")
     is_control: bool = Field(description="a vendor implementation, the control of suite cases of its shape")
     control_case: CaseIdAsText | None
     control_change: float | None
@@ -174,6 +180,9 @@ class ComparisonRowOut(BaseModel):
     counters: CountersOut | None = Field(description="hardware counters, base against head, and what moved "
                                          "(`pipeline.store.counters`); beside the verdict, never part of it; None "
                                          "for a row whose head was not run (unchanged, errored)")
+    code: CodeChangeOut | None = Field(description="the case's code against the base's (`pipeline.store.code`), for "
+                                       "a row whose binaries differ; None where the binaries are the same or the head's "
+                                       "bundle said nothing of its code (a vendor control, an older builder)")
 
 
 def _row(case: tuple[CaseId, str], target: str, status: str, *, base_median: float | None = None,
@@ -185,7 +194,7 @@ def _row(case: tuple[CaseId, str], target: str, status: str, *, base_median: flo
         case_id=case[0], target=target, model=case[1], base_median=base_median, head_median=head_median,
         change=change, ci_low=ci_low, ci_high=ci_high, pvalue=pvalue, threshold=threshold, status=status,
         paired=paired, same_binary=same_binary, same_code=same_code, is_control=False, control_case=None, control_change=None,
-        control_pvalue=None, drift=False, counters=None)
+        control_pvalue=None, drift=False, counters=None, code=None)
 
 
 class ComparisonOut(BaseModel):
@@ -252,6 +261,8 @@ class _Latest:
     paired_binary_digest: str | None
     noise_paired: float | None
     noise_unpaired: float | None
+    code_digest: str | None
+    paired_code_digest: str | None
 
 
 def _latest_results(session: Session, commit_id: int, device_class_id: int,
@@ -263,7 +274,8 @@ def _latest_results(session: Session, commit_id: int, device_class_id: int,
         sa.select(CaseResultRow.case_id, CaseResultRow.target, CaseResultRow.id, CaseResultRow.status,
                   CaseResultRow.reason, Measurement.id, Measurement.median, CaseResultRow.paired_base_commit_id,
                   Measurement.round_sizes, CaseResultRow.binary_digest, CaseResultRow.paired_binary_digest,
-                  Series.noise_paired, Series.noise_unpaired)
+                  Series.noise_paired, Series.noise_unpaired, CaseResultRow.code_digest,
+                  CaseResultRow.paired_code_digest)
         .join(Job, CaseResultRow.job_id == Job.id)
         .join(Run, Job.run_id == Run.id)
         .outerjoin(Measurement, Measurement.case_result_id == CaseResultRow.id)
@@ -449,6 +461,7 @@ def compare(
     # a base per case: what the base did not run comes from the nearest older ancestor that ran it
     base_ids = [base.id] if base else []
     case_bases: dict[tuple[int, str], str] = {}
+    older_ids: dict[tuple[int, str], int] = {}
     missing = {k for k, v in latest.items() if k not in base_results and v.paired_base_commit_id is None}
     if base is not None and choice.source != "explicit" and missing:
         for older in older_bases(session, base, dc_id, settings.ancestor_walk):
@@ -458,6 +471,7 @@ def compare(
                 base_results.update(found)
                 base_ids.append(older.id)
                 case_bases.update({k: older.sha for k in found})
+                older_ids.update({k: older.id for k in found})
                 missing -= found.keys()
             if not missing:
                 break
@@ -517,7 +531,8 @@ def compare(
                                             **options), strict=True):
         h = head_results[key]
         rows.append(_timed_row(cases[key[0]], key[1], _median(base_samples), _median(head_samples), v,
-                               same(h.binary_digest, h.paired_binary_digest), shortcut, paired=True))
+                               same(h.binary_digest, h.paired_binary_digest), shortcut, paired=True,
+                               same_code=same(h.code_digest, h.paired_code_digest)))
     sides = [((samples[base_results[k].measurement_id], base_results[k].round_sizes),  # type: ignore[index]
               (samples[head_results[k].measurement_id], head_results[k].round_sizes)) for k in to_test]  # type: ignore[index]
     # one run's level noise enters the test as each side's run-level variance: the series' learned one
@@ -537,12 +552,21 @@ def compare(
                                      calibration=unchanged, **options), unchanged,
             strict=True):
         rows.append(_timed_row(cases[key[0]], key[1], _median(base_samples), _median(head_samples), v,
-                               same_binary, shortcut))
+                               same_binary, shortcut,
+                               same_code=same(head_results[key].code_digest, base_results[key].code_digest)))
     rows = _mark_controls(rows, settings.max_pvalue)
     rows = _with_counters(session, rows, {
         (str(cases[k[0]][0]), k[1]): (h.result_id, (h.result_id, True) if k in paired_keys
                                       else (base_results[k].result_id, False) if k in base_results else None)
         for k, h in head_results.items() if h.status == "ok"})
+    # what changed in the code, for the rows whose binaries differ (`pipeline.store.code`)
+    key_of = {(cases[k[0]][0], k[1]): k for k in latest if k[0] in cases}
+    wanted_code = [key_of[(r.case_id, r.target)] for r in rows if not r.same_binary and not r.is_control]
+    changes = code_changes(session, repository, {
+        k: (head.id, older_ids.get(k, base.id if base is not None else None)) for k in wanted_code})
+    rows = [r.model_copy(update={"code": changes[key_of[(r.case_id, r.target)]]})
+            if not r.same_binary and not r.is_control and key_of[(r.case_id, r.target)] in changes else r
+            for r in rows]
     rows.sort(key=lambda r: (str(r.case_id), r.target))  # the text's order, as the store's
     counts = Counter(r.status for r in rows)
     return ComparisonOut(
@@ -566,12 +590,14 @@ def _with_counters(session: Session, rows: list[ComparisonRowOut],
 
 
 def _timed_row(case: tuple[CaseId, str], target: str, base_median: float, head_median: float, v: Verdict,
-               same_binary: bool, shortcut: bool, *, paired: bool = False) -> ComparisonRowOut:
-    """A row of a timed comparison; identical binaries under the shortcut: unchanged, whatever the timing."""
-    status = "unchanged" if same_binary and shortcut else v.status
+               same_binary: bool, shortcut: bool, *, paired: bool = False, same_code: bool = False) -> ComparisonRowOut:
+    """A row of a timed comparison; identical binaries, or the same code in other binaries (a drift
+    sentinel of a rename), under the shortcut: unchanged, whatever the timing."""
+    same_code = same_code and not same_binary
+    status = "unchanged" if (same_binary or same_code) and shortcut else v.status
     return _row(case, target, status, base_median=base_median, head_median=head_median, change=v.change,
                 pvalue=v.pvalue, ci_low=v.ci_low, ci_high=v.ci_high, threshold=v.threshold, paired=paired,
-                same_binary=same_binary)
+                same_binary=same_binary, same_code=same_code and shortcut)
 
 
 class DecisionRuleOut(BaseModel):

@@ -37,7 +37,7 @@ from pipeline.store.models import Bundle, Case, Commit, CommitParent, CompileSta
 
 __all__ = ["COMPARED_METRICS", "METRIC_COLUMNS", "CompileChangeOut", "CompileComparisonOut", "CompilePointOut",
            "CompileSeriesOut", "CompileStepOut", "compare_compile", "compile_changes", "compile_history",
-           "compile_steps", "compile_targets", "list_compile_series", "relative_change"]
+           "compile_steps", "compile_targets", "list_compile_series", "newest_per_commit", "relative_change"]
 
 METRIC_COLUMNS: dict[str, str] = {
     "compile_time": "compile_time_s",
@@ -132,7 +132,7 @@ def _summary(base_sha: str | None, compared: int, changes: Sequence[CompileChang
             + (f" (on {targets} targets)" if targets > 1 else ""))
 
 
-def _newest_per_commit(session: Session, repository: str, *, case_id: CaseId | str | None = None,
+def newest_per_commit(session: Session, repository: str, *, case_id: CaseId | str | None = None,
                        target: str | None = None,
                        commit_ids: Sequence[int] | None = None) -> list[sa.Row]:
     """The compile_stats rows of the newest bundle of each commit, joined with case and commit."""
@@ -164,7 +164,7 @@ def _values(row: sa.Row) -> dict[str, float | None]:
 
 def list_compile_series(session: Session, repository: str) -> list[CompileSeriesOut]:
     """Every (case, target) the repository's bundles compiled, with its newest values, sorted."""
-    rows = _newest_per_commit(session, repository)
+    rows = newest_per_commit(session, repository)
     by_key: dict[tuple[CaseId, str], list[sa.Row]] = {}
     for row in rows:
         by_key.setdefault((row.case, row.target), []).append(row)
@@ -179,7 +179,7 @@ def compile_history(session: Session, repository: str, case_id: CaseId | str, ta
     """The series' values along the default-branch history (`history.default_branch_chain`), oldest
     first; when the repository has no default-branch history yet, every commit in `history.HISTORY_ORDER`
     (by ancestry, then commit time)."""
-    rows = _newest_per_commit(session, repository, case_id=case_id, target=target)
+    rows = newest_per_commit(session, repository, case_id=case_id, target=target)
     repo_id = session.scalar(sa.select(Repository.id).where(Repository.name == repository))
     chain = default_branch_chain(session, repo_id) if repo_id is not None else []
     by_commit = {row.commit_pk: row for row in rows}
@@ -221,7 +221,7 @@ def _changes(session: Session, repository: str, *, head_sha: str, base_sha: str)
         .where(Repository.name == repository, Commit.sha.in_([head_sha, base_sha]))).all())
     if head_sha not in commits or base_sha not in commits:
         return [], 0
-    rows = _newest_per_commit(session, repository, commit_ids=[commits[head_sha], commits[base_sha]])
+    rows = newest_per_commit(session, repository, commit_ids=[commits[head_sha], commits[base_sha]])
     head = {(r.case, r.target): r for r in rows if r.commit_pk == commits[head_sha] and r.status == "built"}
     base = {(r.case, r.target): r for r in rows if r.commit_pk == commits[base_sha] and r.status == "built"}
     changes = []

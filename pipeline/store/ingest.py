@@ -10,10 +10,12 @@ of the document at fault, e.g. `results.3.case: unknown case gemm/x/...`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -33,6 +35,7 @@ from pipeline.contracts import (
 )
 from pipeline.contracts.arrays import to_blob
 from pipeline.contracts.metrics import LATENCY
+from pipeline.store import code
 from pipeline.store.analysis import analyze_after_ingest, learn_paired_noise
 from pipeline.store.history import update_generations
 from pipeline.store.models import (
@@ -42,6 +45,7 @@ from pipeline.store.models import (
     Bundle,
     Case,
     CaseResultRow,
+    CodeListing,
     Commit,
     CommitParent,
     CompileStat,
@@ -332,15 +336,21 @@ def _register_cases(session: Session, models: dict[str, str]) -> dict[str, int]:
     return {text: case_pk for case_pk, text, _ in found}
 
 
-def ingest_manifest(session: Session, *, manifest: BundleManifest, path: str) -> Bundle:
-    """Register a bundle, its cases and their compile statistics; idempotent on `bundle_digest`.
+def ingest_manifest(session: Session, *, manifest: BundleManifest, path: str, bundle_dir: Path | None = None) -> Bundle:
+    """Register a bundle, its cases and their compile statistics and code evidence; idempotent on
+    `bundle_digest`. With `bundle_dir` (the bundle's files), each entry's normalized listing is kept
+    too (`code_listings`, once per digest), read and checked against its digest: the comparisons
+    diff them. Refused (IngestError, nothing written): a listing missing or not matching its digest.
 
     The manifest's repository and commit must have been recorded (`record_commits`).
     """
     digest = bundle_digest(manifest)
     bundle = session.scalar(sa.select(Bundle).where(Bundle.digest == digest))
     if bundle is not None:
+        if bundle_dir is not None:   # registered from its manifest alone first (an external job): listings now
+            _store_listings(session, manifest, bundle_dir)
         return bundle
+    listing_rows = _listing_rows(session, manifest, bundle_dir) if bundle_dir is not None else []
     repo = _repository(session, manifest.repository)
     commit = _commit(session, repo, manifest.commit)
 
@@ -364,10 +374,42 @@ def ingest_manifest(session: Session, *, manifest: BundleManifest, path: str) ->
             "compile_time_s": c.compile_time_s if c else None, "binary_bytes": c.binary_bytes if c else None,
             "registers": c.registers if c else None, "spills": c.spills if c else None,
             "shared_bytes": c.shared_bytes if c else None, "flops": entry.flops, "bytes": entry.bytes,
+            "code_tool": entry.code.tool if entry.code else None,
+            "code_digest": entry.code.digest if entry.code else None,
+            "code_unavailable": entry.code.unavailable if entry.code else None,
+            "instructions": entry.code.instructions.model_dump(mode="json") if entry.code and entry.code.instructions
+            else None,
         })
     if stats:
         session.execute(sa.insert(CompileStat.__table__), stats)
+    _insert_ignoring_conflicts(session, CodeListing.__table__, listing_rows, ["digest"])  # type: ignore[arg-type]
     return bundle
+
+
+def _listing_rows(session: Session, manifest: BundleManifest, bundle_dir: Path) -> list[dict[str, Any]]:
+    """The `code_listings` rows of the manifest's listings not stored yet, read from the bundle and
+    checked against their digests."""
+    wanted = {e.code.digest: e.code.listing for e in manifest.entries
+              if e.code is not None and e.code.digest is not None and e.code.listing is not None}
+    stored = set(session.scalars(sa.select(CodeListing.digest).where(CodeListing.digest.in_(list(wanted))))) \
+        if wanted else set()
+    rows = []
+    for digest, relative in sorted(wanted.items()):
+        if digest in stored:
+            continue
+        try:
+            data = (bundle_dir / relative).read_bytes()
+        except OSError as exc:
+            raise IngestError(f"code listing {relative}: not readable in the bundle {bundle_dir} ({exc})") from None
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise IngestError(f"code listing {relative}: its sha256 is not the manifest's code.digest {digest[:12]}")
+        rows.append(code.listing_row(digest, data.decode()))
+    return rows
+
+
+def _store_listings(session: Session, manifest: BundleManifest, bundle_dir: Path) -> None:
+    _insert_ignoring_conflicts(session, CodeListing.__table__,  # type: ignore[arg-type]
+                               _listing_rows(session, manifest, bundle_dir), ["digest"])
 
 
 # --- results ---------------------------------------------------------------------------------
@@ -531,6 +573,8 @@ def ingest_result(
         "paired_samples": to_blob(r.paired_base.samples) if r.paired_base is not None else None,
         "binary_digest": r.binary_digest,
         "paired_binary_digest": r.paired_base.binary_digest if r.paired_base is not None else None,
+        "code_digest": r.code_digest,
+        "paired_code_digest": r.paired_base.code_digest if r.paired_base is not None else None,
         "environment": r.environment or None,
     } for r in new]
     result_ids = _insert_returning_ids(session, CaseResultRow.__table__, result_rows)  # type: ignore[arg-type]

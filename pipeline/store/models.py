@@ -279,6 +279,27 @@ class CompileStat(Base):
     """floating-point operations per call (the manifest entry's), for the roofline"""
     bytes: Mapped[int | None] = mapped_column(sa.BigInteger)
     """minimum bytes moved per call (the manifest entry's), for the roofline"""
+    code_tool: Mapped[str | None] = mapped_column(sa.String(200))
+    """what read the artifact's code (the manifest entry's `code.tool`); None: the entry has no code evidence"""
+    code_digest: Mapped[str | None] = mapped_column(sa.String(64))
+    """sha256 of the normalized listing (`code.digest`, a `code_listings` row when the bundle's files were read)"""
+    code_unavailable: Mapped[str | None] = mapped_column(sa.Text)
+    """why there is no listing (`code.unavailable`: a target without a disassembler)"""
+    instructions: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
+    """the instruction mix (`code.instructions`: total and by_class)"""
+
+
+class CodeListing(Base):
+    """A normalized instruction listing (`pipeline.build.disassembly`), stored once per digest for every
+    bundle entry that has it: what the comparisons diff without the bundle."""
+
+    __tablename__ = "code_listings"
+
+    digest: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    opcodes: Mapped[dict[str, int]] = mapped_column(sa.JSON)
+    """opcode -> how many instructions of the listing have it (`code.opcode_counts`)"""
+    listing: Mapped[bytes] = mapped_column(sa.LargeBinary, deferred=True)
+    """the listing's UTF-8 text, zlib-compressed"""
 
 
 class Run(Base):
@@ -371,6 +392,11 @@ class CaseResultRow(Base):
     """What was timed (`BundleEntry.binary_digest`); None where the agent did not say."""
     paired_binary_digest: Mapped[str | None] = mapped_column(sa.String(64))
     """The paired base's binary digest: equal to `binary_digest`, the pair timed identical code."""
+    code_digest: Mapped[str | None] = mapped_column(sa.String(64))
+    """What was timed, names aside (`BundleEntry.code_digest`); None where the agent did not say or
+    no disassembler read the code."""
+    paired_code_digest: Mapped[str | None] = mapped_column(sa.String(64))
+    """The paired base's code digest: equal to `code_digest`, the pair timed the same code (a rename)."""
     environment: Mapped[dict[str, str] | None] = mapped_column(sa.JSON, deferred=True)
     """The result's `environment` as the agent sent it (input seed, copies, how the pair was timed...)."""
 

@@ -131,7 +131,7 @@ def store_local_run(engine: Engine, suite: Path, document: ResultDocument, devic
         ingest.upsert_device(session, info=device.info)
         run = ingest.create_run(session, repository=repository, commit_sha=manifest.commit, kind="local",
                                 device_classes=[device.device_class.name])
-        ingest.ingest_manifest(session, manifest=manifest, path=str(bundle_dir))
+        ingest.ingest_manifest(session, manifest=manifest, path=str(bundle_dir), bundle_dir=Path(bundle_dir))
         document = document.model_copy(update={"run_id": run.id, "job_id": run.jobs[0].id})
     with session_scope(engine) as session:
         ingest.ingest_result(session, document=document)

@@ -26,7 +26,7 @@ def row(case: str | CaseId, status: str, change: float | None = 0.0, *, base: fl
     values = {"case_id": case, "target": "cuda:sm_90", "model": "triton", "base_median": base, "head_median": head,
               "change": change, "ci_low": None, "ci_high": None, "pvalue": pvalue, "threshold": None,
               "status": status, "paired": False, "same_binary": False, "same_code": False, "is_control": False, "control_case": None,
-              "control_change": None, "control_pvalue": None, "drift": False, "counters": None} | fields
+              "control_change": None, "control_pvalue": None, "drift": False, "counters": None, "code": None} | fields
     return (NotedRow if "note" in fields else ComparisonRowOut)(**values)
 
 

@@ -18,7 +18,7 @@ from pipeline.store.models import ALL_TABLES, Base, Repository
 
 EXPECTED_TABLES = {
     "repositories", "commits", "commit_parents", "device_classes", "devices", "cases", "series", "bundles",
-    "compile_stats", "runs", "jobs", "case_results", "measurements", "api_tokens",
+    "compile_stats", "code_listings", "runs", "jobs", "case_results", "measurements", "api_tokens",
     "change_points", "triage_events", "users",
     "change_points", "triage_events", "agents", "build_requests", "webhook_deliveries", "run_reports",
     "bisections", "bisection_steps", "counter_values",

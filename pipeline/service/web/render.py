@@ -10,7 +10,9 @@ from urllib.parse import urlencode, urlparse
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup, escape
 
+from pipeline.pr_comments.markdown import keep_figures
 from pipeline.pr_comments.table import (
     format_change,
     format_figure,
@@ -83,8 +85,13 @@ def duration(start: datetime | None, end: datetime | None) -> str:
     return f"{minutes} min {rest} s" if minutes < 120 else f"{minutes / 60:.1f} h"
 
 
+def case_breaks(case_id: object) -> Markup:
+    """A case id, HTML-escaped, that may wrap after each '/' (between its parts) and nowhere else."""
+    return Markup(str(escape(str(case_id))).replace("/", "/<wbr>"))   # a line break hint, not a parse
+
+
 templates.env.filters.update(seconds=format_seconds, change=format_change, pvalue=format_pvalue, rate=format_rate,
-                             figure=format_figure,
+                             figure=format_figure, figures=keep_figures, case_breaks=case_breaks,
                              row_change=row_change, row_status=row_status, status_label=status_label,
                              row_counters=row_counters,
                              first_line=first_line, slug=lambda s: str(s).replace(" ", "-"), ago=ago)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
@@ -22,9 +24,10 @@ from pipeline.service.web.session import (
     safe_next,
 )
 from pipeline.service.web.verdicts import ROW_ORDERS, cached_verdict
-from pipeline.store import commit_refs, compile_stats, queries, triage
+from pipeline.store import code, commit_refs, compile_stats, queries, triage
 from pipeline.store.bisect_views import latest_by_change_point, one_commit_ranges
-from pipeline.store.compare import STATUSES, CompareError
+from pipeline.store.code import CodeChangeOut
+from pipeline.store.compare import STATUSES, CompareError, ComparisonRowOut
 from pipeline.store.models import LIFECYCLE, TRIAGE_STATES
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(browse_guard)])
@@ -37,8 +40,9 @@ def compare_page(
     status: str = "", q: str = "", order: str = "verdict", page_number: int = Query(1, alias="page"),
 ) -> HTMLResponse:
     """Any two commits, or a pull request and its base, on one or every device class: the verdict
-    table of each, filtered by status or text, in pages of `web.page_rows` rows; then the compile
-    statistics that changed (beside the verdict, never part of it)."""
+    table of each, filtered by status or text, in pages of `web.page_rows` rows, with what changed
+    in each case's code; the changed kernels' listings side by side; then the compile statistics
+    that changed (beside the verdict, never part of it)."""
     repos = data.repositories(session)
     repository = repository or (repos[0] if len(repos) == 1 else "")
     order = order if order in ROW_ORDERS else "verdict"
@@ -47,7 +51,8 @@ def compare_page(
             "merge_base": merge_base, "status": status, "q": q, "order": order}
     context: dict[str, Any] = {"form": form, "repositories": repos, "device_classes": data.device_class_names(session),
                "verdict": None, "error": None, "commits": [], "series_ids": {}, "infos": {}, "tables": [],
-               "compiled": None,
+               "compiled": None, "code_diffs": [], "code_hidden": 0, "code_anchors": {},
+               "code_context": CODE_CONTEXT,
                "statuses": STATUSES, "rows_per_page": settings.web.page_rows,
                "max_pvalue": settings.compare.max_pvalue}
     if repository:
@@ -77,6 +82,9 @@ def compare_page(
             context["series_ids"] = data.latency_series_ids(
                 session, [c.device_class for c in verdict.comparisons],
                 case_ids={r.case_id for _, t in tables for r in t.items})
+            diffs, context["code_hidden"] = _code_diffs(session, [r for _, t in tables for r in t.items])
+            context["code_diffs"] = diffs
+            context["code_anchors"] = {(d.case_id, d.target): d.anchor for d in diffs}
             context["compiled"] = compiled = compile_stats.compare_compile(
                 session, repository, head_sha=head_sha, base_sha=base_sha,
                 latency_bases=(c.base_sha for c in verdict.comparisons), walk=settings.compare.ancestor_walk)
@@ -85,6 +93,43 @@ def compare_page(
                 + ([compiled.base_sha] if compiled.base_sha else []))
     context["error"] = error
     return page(request, "compare.html", user, context, status_code=404 if error and (head or pr) else 200)
+
+
+CODE_CONTEXT = 3
+"""Equal lines shown around each changed part of a listing diff."""
+CODE_DIFFS = 20
+"""Changed kernels whose listings a page shows side by side (those of its rows first)."""
+
+
+@dataclass(frozen=True)
+class _CodeDiff:
+    anchor: str
+    case_id: str
+    target: str
+    summary: str
+    base_digest: str
+    head_digest: str
+    rows: list[code.DiffRow]
+    left_out: int
+
+
+def _code_diffs(session: SessionDep, rows: Sequence[ComparisonRowOut]) -> tuple[list[_CodeDiff], int]:
+    """The side-by-side listing diffs of the changed kernels among `rows` (once per case and target,
+    in the rows' order; both listings stored), at most CODE_DIFFS; and how many more there were."""
+    changed: dict[tuple[str, str], CodeChangeOut] = {}
+    for r in rows:
+        if r.code is not None and r.code.state == "changed" and r.code.diff:
+            changed.setdefault((str(r.case_id), r.target), r.code)
+    shown = list(changed.items())[:CODE_DIFFS]
+    texts = code.listings(session, [d for _, c in shown for d in (c.base_digest, c.head_digest) if d])
+    out = []
+    for number, ((case_id, target), c) in enumerate(shown, start=1):
+        if c.base_digest in texts and c.head_digest in texts:
+            diff_rows, left_out = code.side_by_side(texts[c.base_digest], texts[c.head_digest],  # type: ignore[index]
+                                                    context=CODE_CONTEXT)
+            out.append(_CodeDiff(f"code-{number}", case_id, target, c.summary, c.base_digest,  # type: ignore[arg-type]
+                                 c.head_digest, diff_rows, left_out))  # type: ignore[arg-type]
+    return out, len(changed) - len(shown)
 
 
 def _ref(session: SessionDep, repository: str, ref: str) -> tuple[str | None, str | None]:

@@ -11,6 +11,7 @@ repository)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -261,14 +262,21 @@ def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo
 
 
 @pytest.fixture(scope="module")
-def compile_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, list[str]]]:
+def compile_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, list[str], str]]:
     """Two commits of a Triton GEMM built for cuda:sm_90 and the build-only hip:gfx1250 (the second
-    halves the tile: registers, binary and shared bytes change), bundles stored, nothing run."""
+    halves the tile: registers, binary, shared bytes and the code change), bundles and their listings
+    stored; results of the cuda:sm_90 entries stored for an H100 class as an agent would send them
+    (no GPU here), the second commit's paired with the first's. Also yields the second commit's PR
+    comment."""
     pytest.importorskip("triton", reason="the builder's Triton is not installed")
     from pipeline.build.bundle import build_bundle
     from pipeline.build.suite_loader import commit_history, locate_suite, resolve_commit
+    from pipeline.contracts import DeviceClass
+    from pipeline.contracts.result import PairedBase
+    from pipeline.pr_comments.report import report_for_commit
     from pipeline.store import ingest
     from pipeline.store.db import session_scope
+    from tests.helpers import factories as f
 
     home = tmp_path_factory.mktemp("web-e2e-compile")
     targets = ["cuda:sm_90", "hip:gfx1250"]
@@ -278,19 +286,43 @@ def compile_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
     write_files(repo, triton_suite_files([TritonCase("tile")], block=32, targets=targets))
     shas.append(commit_all(repo, "tile: 32x32 blocks"))
     engine = open_store(f"sqlite:///{home}/benchfarm.db")
+    h100 = DeviceClass(name="nvidia-h100-sxm", kind="gpu", targets=["cuda:sm_90"], runtime="cuda",
+                       description="an H100 the builder never sees")
+    entries = []
     for sha in shas:
         path, manifest = build_bundle(location=location, sha=sha, targets=targets, out_dir=home / "bundles",
                                       cache_dir=home / "cache", workers=2)
         with session_scope(engine) as session:
             ingest.record_commits(session, repository=manifest.repository, commits=commit_history(location, sha))
-            ingest.ingest_manifest(session, manifest=manifest, path=str(path))
-    with live_server(create_app(Settings(home=home), engine)) as url:
-        yield url, location.repository, shas
+            ingest.ingest_manifest(session, manifest=manifest, path=str(path), bundle_dir=Path(path))
+            ingest.upsert_device_class(session, h100)
+        entries.append(next(e for e in manifest.entries if e.target == "cuda:sm_90"))
+    for number, (sha, entry) in enumerate(zip(shas, entries)):
+        level = 3.44e-3 * (1 - 0.08 * number)   # the smaller tile: 8 % faster
+        samples = [level * (1 + 0.001 * ((i * 7) % 5)) for i in range(40)]
+        paired = PairedBase(commit=shas[0], samples=[3.44e-3 * (1 + 0.001 * ((i * 3) % 5)) for i in range(40)],
+                            binary_digest=entries[0].binary_digest(), code_digest=entries[0].code_digest()) \
+            if number else None
+        result = f.ok(entry.case, samples, target="cuda:sm_90", rounds=[8] * 5).model_copy(update={
+            "binary_digest": entry.binary_digest(), "code_digest": entry.code_digest(), "paired_base": paired})
+        with session_scope(engine) as session:
+            run = ingest.create_run(session, repository=location.repository, commit_sha=sha, kind="pr",
+                                    device_classes=[h100.name])
+            ingest.ingest_result(session, document=f.result_document(
+                run_id=run.id, job_id=run.jobs[0].id, commit_sha=sha, results=[result], device_class=h100.name,
+                repository=location.repository), analysis=None)
+            ingest.set_job_status(session, job_id=run.jobs[0].id, status="done")
+    settings = Settings(home=home)
+    with session_scope(engine) as session:
+        body = report_for_commit(session, settings=settings, repository=location.repository, sha=shas[1], pr=5).body
+    with live_server(create_app(settings, engine)) as url:
+        yield url, location.repository, shas, body
     engine.dispose()
 
 
-def test_compile_statistics_pages_compare_and_history(compile_site: tuple[str, str, list[str]], browser: Any) -> None:
-    url, repository, (first, second) = compile_site
+def test_compile_statistics_pages_compare_and_history(compile_site: tuple[str, str, list[str], str],
+                                                      browser: Any) -> None:
+    url, repository, (first, second), _ = compile_site
     case = triton_case_id(TritonCase("tile"))
     browser.get(url + "/")
     browser.find_element(By.LINK_TEXT, "Compile").click()
@@ -328,6 +360,155 @@ def test_compile_statistics_pages_compare_and_history(compile_site: tuple[str, s
     assert f"{first[:10]}..{second[:10]}" in browser.find_element(By.ID, "compile-steps").text
     no_script_ran(browser)
     shot(browser, "compile-history")
+
+
+SPLIT_FIGURES = r"""
+const root = arguments[0] || document.body, split = [];
+let checked = 0;
+// a figure: a number, its exponent and its unit ("3.44 ms", "2.6e-10", "+3.1 %", "+12 instr")
+const figure = /[+\-\u2212\u00b1]?\d[\d.]*(?:e[\-\u2011]\d+)?(?:[ \u00a0](?:%|ms|us|ns|s|instr)(?![\w]))?/g;
+const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+  if (node.parentElement.closest('pre, script, style, select, datalist, table.side-by-side')) continue;
+  for (const m of node.data.matchAll(figure)) {
+    const range = document.createRange();
+    range.setStart(node, m.index);
+    range.setEnd(node, m.index + m[0].length);
+    const tops = new Set([...range.getClientRects()].filter(b => b.width > 0).map(b => Math.round(b.top)));
+    if (tops.size) checked++;
+    if (tops.size > 1) split.push(m[0]);
+  }
+}
+return [checked, split];"""
+"""[figures laid out, those split across lines] of the page (or of arguments[0])."""
+
+WRAPPED_CELLS = r"""
+const [, header] = arguments, wrapped = [];
+for (const table of document.querySelectorAll('table')) {
+  const column = [...table.querySelectorAll('thead th')].findIndex(th => th.textContent.trim() === header);
+  if (column < 0) continue;
+  for (const tr of table.querySelectorAll('tbody tr')) {
+    const td = tr.children[column], range = document.createRange();
+    range.selectNodeContents(td);
+    const tops = [...range.getClientRects()].map(b => b.top);
+    if (Math.max(...tops) - Math.min(...tops) > 8) wrapped.push(td.textContent);
+  }
+}
+return wrapped;"""
+"""The cells of the column headed arguments[1] whose text takes more than one line."""
+
+GITHUB_COMMENT_CSS = """
+body { margin: 0; background: #fff; }
+.markdown-body { width: 880px; padding: 16px; box-sizing: border-box; font-size: 14px; line-height: 1.5;
+  font-family: -apple-system, BlinkMacSystemFont, "Segoe UI", "Noto Sans", Helvetica, Arial, sans-serif;
+  word-wrap: break-word; color: #1f2328; }
+.markdown-body table { display: block; width: max-content; max-width: 100%; overflow: auto; border-spacing: 0;
+  border-collapse: collapse; margin: 0 0 16px; }
+.markdown-body table th, .markdown-body table td { padding: 6px 13px; border: 1px solid #d0d7de; }
+.markdown-body table th { font-weight: 600; }
+.markdown-body code { padding: .2em .4em; font-size: 85%; white-space: break-spaces; border-radius: 6px;
+  background: rgba(175, 184, 193, .2); font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
+.markdown-body pre { padding: 16px; overflow: auto; font-size: 85%; line-height: 1.45; background: #f6f8fa; }
+.markdown-body pre code { white-space: pre; padding: 0; background: transparent; }
+"""
+"""The rules of GitHub's comment body (its markdown-body stylesheet) that decide where a table wraps,
+at the width of a pull request's comment column."""
+
+
+def save_at(driver: Any, tmp_path: Path, name: str) -> None:
+    """A screenshot at the window's present size (BENCHFARM_SCREENSHOTS, else the test's folder)."""
+    folder = Path(os.environ.get("BENCHFARM_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(folder / f"{name}.png"))
+
+
+def show_comment(driver: Any, body: str, folder: Path, name: str) -> None:
+    """The comment's Markdown rendered as GitHub does (CommonMark, tables, HTML kept) in its column, every
+    <details> open, loaded in the browser."""
+    from markdown_it import MarkdownIt
+
+    rendered = MarkdownIt("commonmark").enable("table").render(body).replace("<details>", "<details open>")
+    page = folder / f"{name}.html"
+    page.write_text(f"<!doctype html><meta charset=utf-8><style>{GITHUB_COMMENT_CSS}</style>"
+                    f"<article class=markdown-body>{rendered}</article>")
+    driver.get(page.as_uri())
+
+
+def test_layout_no_figure_split_compare_page_at_1280_and_pr_comment_at_880(
+        site: tuple[str, demo_store.Demo], compile_site: tuple[str, str, list[str], str], browser: Any,
+        tmp_path: Path) -> None:
+    """Issue 34: the compare page in a 1280 px window and the PR comment in GitHub's comment column
+    keep every figure on one line (a table cell wraps between words and figures, never inside one)."""
+    from pipeline.pr_comments.report import make_report
+    from pipeline.store.compare import PRVerdictOut
+
+    url, demo = site
+    code_url, repository, (_, second), code_body = compile_site
+    browser.set_window_size(1280, 1000)
+    try:
+        for page, name in ((f"{url}/compare?repository={demo_store.REPO}&pr=7", "compare-1280"),
+                           (f"{code_url}/compare?repository={repository}&head={second[:12]}", "compare-code-1280")):
+            browser.get(page)
+            checked, split = browser.execute_script(SPLIT_FIGURES)
+            assert checked > 8 and split == [], (page, split)
+            if name == "compare-1280":   # a target and a verdict on one line each; no empty control column
+                wrapped = browser.execute_script("""
+                    return [...document.querySelectorAll('table.verdict-table td.target-col, table.verdict-table td[class^=status-]')]
+                      .filter(td => { const r = document.createRange(); r.selectNodeContents(td);
+                                      const tops = [...r.getClientRects()].map(b => b.top);
+                                      return Math.max(...tops) - Math.min(...tops) > 8; })   // a second line
+                      .map(td => td.textContent);""")
+                assert browser.find_elements(By.CSS_SELECTOR, "table.verdict-table td[class^=status-]") and wrapped == []
+                headers = " ".join(th.text for th in browser.find_elements(By.CSS_SELECTOR, "table.verdict-table th"))
+                controls = browser.find_elements(By.CSS_SELECTOR, "table.verdict-table td.num.small")
+                assert "vendor control" in headers and any(td.text for td in controls)
+            save_at(browser, tmp_path, name)
+
+        verdict = PRVerdictOut.model_validate(requests.get(
+            f"{url}/api/v1/compare", params={"repository": demo_store.REPO, "head": demo.pr_head}, timeout=60).json())
+        demo_body = make_report(verdict.comparisons, settings=Settings(home=tmp_path, public_url=url),
+                                pr=7).body
+        for body, name in ((demo_body, "pr-comment-880"), (code_body, "pr-comment-code-880")):
+            show_comment(browser, body, tmp_path, name)
+            width = browser.execute_script("return document.querySelector('.markdown-body').getBoundingClientRect().width")
+            assert width == 880
+            checked, split = browser.execute_script(SPLIT_FIGURES)
+            assert checked > 8 and split == [], (name, split)
+            wrapped = browser.execute_script(WRAPPED_CELLS, None, "device class")
+            assert wrapped == [], (name, wrapped)   # nvidia-h100-sxm on one line
+            save_at(browser, tmp_path, name)
+    finally:
+        browser.set_window_size(1400, 1000)
+
+
+def test_compare_page_shows_the_code_and_the_listing_diff_side_by_side(
+        compile_site: tuple[str, str, list[str], str], browser: Any) -> None:
+    """Issue 32: the tile edit's row says what changed in its code and links to its listings, side by side."""
+    url, repository, (first, second), body = compile_site
+    browser.get(f"{url}/compare?repository={repository}&head={second[:12]}")
+    assert browser.find_element(By.ID, "verdict").text == "improved"
+    cell = browser.find_element(By.CSS_SELECTOR, "table.verdict-table td.code-col")
+    assert cell.get_attribute("data-state") == "changed"
+    summary = cell.find_element(By.CSS_SELECTOR, ".code-summary").text
+    assert re.match(r"^[+-]\d+\s+instr:\s+[+-]\d+\s+\w+", summary) and "regs" in summary and "spills" in summary, summary
+    cell.find_element(By.CSS_SELECTOR, "a.code-link").click()
+    wait(browser).until(ec.url_contains("#code-1"))
+    diff = browser.find_element(By.ID, "code-1")
+    assert diff.get_attribute("open") is not None and summary in diff.find_element(By.TAG_NAME, "summary").text
+    heads = [th.text for th in diff.find_elements(By.CSS_SELECTOR, "table.side-by-side thead th")]
+    assert heads[1].startswith("base") and heads[3].startswith("head")
+    kinds = {r.get_attribute("class") for r in diff.find_elements(By.CSS_SELECTOR, "table.side-by-side tbody tr")}
+    assert kinds & {"replace", "insert", "delete"} and "equal" in kinds
+    changed = diff.find_element(By.CSS_SELECTOR, "tr.replace, tr.insert, tr.delete")
+    left, right = changed.find_element(By.CSS_SELECTOR, "td.base"), changed.find_element(By.CSS_SELECTOR, "td.head")
+    assert left.location["x"] < right.location["x"] and (left.text or right.text)   # base left, head right
+    colour = browser.execute_script("return getComputedStyle(arguments[0]).backgroundColor",
+                                    right if right.text else left)
+    assert colour not in ("rgba(0, 0, 0, 0)", "transparent")
+    no_script_ran(browser)
+    shot(browser, "compare-code")
+    # the comment of the same commit: the code column and the folded diff of the kernel
+    assert "| code |" in body and "<summary>gemm/tile/" in body and "```diff" in body
 
 
 ADHOC_CASES = [GemmCase("alpha", 32, 32, 32), GemmCase("beta", 16, 32, 64)]

@@ -32,7 +32,10 @@ router = APIRouter(route_class=StrictJsonRoute, tags=["compare"])
                 "(ci_low, ci_high) and counts only when significant and at least the case's threshold. Identical "
                 "binaries are `unchanged`. Without `device_class`, every device class the head has results on. "
                 "`compile`: the compile statistics that differ from the base's (binary size, registers, spills, "
-                "shared bytes), a section of its own: it never changes the verdict. `head`, `base` and `merge_base` "
+                "shared bytes), a section of its own: it never changes the verdict. Each row whose binaries differ "
+                "carries `code`: what changed in its code against the base's (the instruction count and the opcodes "
+                "that moved most, registers, spills, shared bytes; `same code` for a rename, which is `unchanged`; "
+                "`not disassembled` with the reason for a target no disassembler reads). `head`, `base` and `merge_base` "
                 "take a full sha or a prefix of 4 or more hex digits that names one recorded commit.",
     responses={404: {"model": ErrorBody}},
 )
