@@ -40,6 +40,8 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         out_console.print(terminal_table(comparison))
     if outcome.compiled is not None and outcome.compiled.changes:
         out_console.print(compile_table(outcome.compiled))
+    if outcome.not_run_here is not None:
+        out_console.print(outcome.not_run_here.describe(args.cases), markup=False, highlight=False)
     for device_class, error in outcome.failed_jobs.items():
         err_console.print(f"[bold red]job on {device_class} failed:[/] {error}", markup=True, highlight=False)
     out_console.print(f"run {outcome.run_id} of {outcome.repository}@{outcome.sha[:10]} stored in {shown_url(settings.database_url)}")
