@@ -37,10 +37,10 @@ from pipeline.contracts.bundle_dir import load_bundle, load_suite_module
 from pipeline.contracts.result import AgentInfo, PairedBase, summarize
 from pipeline.contracts.rounds import DecisionRule, RoundChange, level_halfwidth, paired_changes
 from pipeline.host_lock import cpu_timing
+from pipeline.progress import ProgressFn
 
 log = logging.getLogger(__name__)
 
-ProgressFn = Callable[[str, int, int], None]
 AGENT_NAME = "benchfarm-local"
 
 __all__ = ["run_bundle", "agent_info", "input_seed"]
