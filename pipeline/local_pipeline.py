@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fnmatch
 import logging
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +48,11 @@ class PipelineError(RuntimeError):
     """A stage could not proceed; the message says which and why."""
 
 
+class CasesRefused(PipelineError):
+    """The run selects no case a local device runs: refused before anything is stored; the message
+    names what the suite has and for which targets."""
+
+
 class RunCancelled(KeyboardInterrupt):
     """Ctrl-C (or SIGTERM) during a run: the run's unfinished jobs were recorded as failed, "cancelled"."""
 
@@ -61,22 +65,30 @@ class NotRunHere:
     """The selected cases that no local device runs (their targets are another machine's): not built
     or run here, said so rather than left out silently (issue 34: a Triton edit on a CPU-only host)."""
 
-    cases: list[str]
-    targets: dict[str, int]
-    """each target pattern of theirs -> how many of them name it"""
+    cases: dict[str, tuple[str, ...]]
+    """case id -> the target patterns it supports"""
     edited: list[str] = field(default_factory=list)
     """those whose source files (`KernelCase.source_files`) changed since `base`"""
     base: str | None = None
     """the commit the run is compared with"""
 
     def describe(self, glob: str | None) -> str:
-        """One paragraph: how many, for which targets, the edited ones by name, what would run them."""
+        """A few lines: how many, grouped by family and implementation with their targets; those whose
+        files changed since the base; what would build or run them."""
+        groups: dict[str, tuple[int, set[str]]] = {}
+        for case, patterns in sorted(self.cases.items()):
+            parts = case.split("/")
+            key = f"{parts[0]}/*/{parts[-1]}"
+            count, targets = groups.get(key, (0, set()))
+            groups[key] = (count + 1, targets | set(patterns))
         what = f"of {glob!r} " if glob else ""
-        targets = ", ".join(f"{t} ({n})" for t, n in sorted(self.targets.items()))
-        text = f"not built or run here: {len(self.cases)} case{_s(self.cases)} {what}for other targets: {targets}"
+        lines = [f"not built or run here: {len(self.cases)} case{_s(self.cases)} {what}for targets no device here "
+                 "runs: " + ", ".join(f"{n} {key} ({', '.join(sorted(t))})" for key, (n, t) in groups.items())]
         if self.edited and self.base:
-            text += f"; edited since {self.base[:10]} (the base): {_some(self.edited)}"
-        return text + f". {_elsewhere_hint(self.targets)}."
+            lines.append(f"{len(self.edited)} of them {'has' if len(self.edited) == 1 else 'have'} files changed since "
+                         f"{self.base[:10]} (the base): {_some(self.edited, 3)}")
+        lines.append(_elsewhere_hint({p for patterns in self.cases.values() for p in patterns}) + ".")
+        return "\n".join(lines)
 
 
 def _s(items: Sequence[object]) -> str:
@@ -90,25 +102,26 @@ def _some(names: Sequence[str], shown: int = 5) -> str:
 def _elsewhere_hint(patterns: Iterable[str]) -> str:
     """Where cases for other targets run, and how to build them here."""
     buildable = [t for t in ALL_TARGETS if any(fnmatch.fnmatchcase(t, p) for p in patterns)]
+    named = ",".join(buildable) if 0 < len(buildable) <= 3 else "all"
     return ("A host with such a device runs them (`benchfarm trigger` on a farm); "
-            f"`benchfarm build --targets {','.join(buildable) or 'all'}` builds them here")
+            f"`benchfarm build --targets {named}` builds them here")
 
 
 def _cases_for_other_targets(location: SuiteLocation, sha: str, chosen: Sequence[str],
                              glob: str | None) -> list[KernelCase]:
     """The cases `glob` selects (None: all) that support none of the `chosen` targets. Raises
-    PipelineError when it selects no case, or none that a local device runs: refused before
+    CasesRefused when it selects no case, or none that a local device runs: refused before
     anything is stored, naming what the suite has for other targets."""
     cases = suite_cases(location, sha)
     selected = [c for c in cases if selects_case(glob, str(c.case_id))]
     what = f"--cases {glob!r} selects" if glob else f"the suite at {sha[:10]} has"
     if not selected:
-        raise PipelineError(f"{what} none of the {len(cases)} cases ({_some(sorted(str(c.case_id) for c in cases))})")
+        raise CasesRefused(f"{what} none of the {len(cases)} cases ({_some(sorted(str(c.case_id) for c in cases))})")
     targets = [Target.parse(t) for t in chosen]
     elsewhere = [c for c in selected if not any(c.supports(t) for t in targets)]
     if len(elsewhere) == len(selected):
         patterns = sorted({p for c in elsewhere for p in c.targets})
-        raise PipelineError(
+        raise CasesRefused(
             f"{what} {len(selected)} case{_s(selected)}, none for this machine's targets ({', '.join(chosen)}): "
             f"they are for {', '.join(patterns)} ({_some(sorted(str(c.case_id) for c in elsewhere))}). "
             f"{_elsewhere_hint(patterns)}")
@@ -151,8 +164,8 @@ def run_pipeline(
     """Build, run, store and compare. `paired`: where the base commit's bundle for the same targets is
     still under `settings.bundles_dir`, each device times head interleaved with it (`paired_base`).
     `cases`: a glob over case ids; only those are run (the whole suite is built: it is cached). The
-    selected cases no local device runs are named in `not_run_here`; when that is all of them, a
-    PipelineError before anything is stored."""
+    selected cases no local device runs are named in `not_run_here`; when that is all of them,
+    CasesRefused before anything is stored."""
     location = locate_suite(suite)
     sha = resolve_commit(location, ref)
     devices = list(devices) if devices is not None else discover_local_devices(settings.phones)
@@ -217,8 +230,7 @@ def _not_run_here(location: SuiteLocation, sha: str, elsewhere: Sequence[KernelC
             changed = changed_suite_files(location, base, sha)
         except SuiteError:   # a base this checkout does not have (results imported from elsewhere)
             base = None
-    return NotRunHere(cases=sorted(str(c.case_id) for c in elsewhere),
-                      targets=dict(Counter(p for c in elsewhere for p in c.targets)),
+    return NotRunHere(cases={str(c.case_id): tuple(c.targets) for c in elsewhere},
                       edited=sorted(str(c.case_id) for c in elsewhere if changed & set(c.source_files)), base=base)
 
 

@@ -24,7 +24,7 @@ from pipeline.config import Settings
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.local_pipeline import run_pipeline
+    from pipeline.local_pipeline import CasesRefused, run_pipeline
     from pipeline.pr_comments.table import compile_table, terminal_table
     from pipeline.store.db import open_store, shown_url
 
@@ -32,10 +32,13 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     sigterm_as_interrupt()   # a terminated run records its unfinished jobs as cancelled, as Ctrl-C does
     engine = open_store(settings.database_url)
     with progress_bar() as progress:
-        outcome = run_pipeline(
-            settings=settings, engine=engine, suite=suite, ref=ref,
-            targets=split_targets(args.targets), progress=progress, paired=not args.unpaired, cases=args.cases,
-        )
+        try:
+            outcome = run_pipeline(
+                settings=settings, engine=engine, suite=suite, ref=ref,
+                targets=split_targets(args.targets), progress=progress, paired=not args.unpaired, cases=args.cases,
+            )
+        except CasesRefused as exc:   # says what to do: no traceback to offer
+            raise CliError(str(exc)) from None
     for comparison in outcome.comparisons:
         out_console.print(terminal_table(comparison))
     if outcome.compiled is not None and outcome.compiled.changes:
