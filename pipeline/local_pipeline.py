@@ -77,8 +77,8 @@ class NotRunHere:
         files changed since the base; what would build or run them."""
         groups: dict[str, tuple[int, set[str]]] = {}
         for case, patterns in sorted(self.cases.items()):
-            parts = case.split("/")
-            key = f"{parts[0]}/*/{parts[-1]}"
+            case_id = CaseId.parse(case)
+            key = f"{case_id.family}/*/{case_id.impl}"   # a glob naming the group
             count, targets = groups.get(key, (0, set()))
             groups[key] = (count + 1, targets | set(patterns))
         what = f"of {glob!r} " if glob else ""
