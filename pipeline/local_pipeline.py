@@ -8,8 +8,9 @@ reason and nothing half-ingested is left behind (each ingest is one transaction)
 
 from __future__ import annotations
 
+import fnmatch
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,16 +21,21 @@ from pipeline.agents.check_cache import CheckCache
 from pipeline.agents.counters import CounterCache
 from pipeline.agents.devices import LocalDevice, discover_local_devices, plan_targets
 from pipeline.agents.local import run_bundle
-from pipeline.build.bundle import build_bundle, load_bundle
+from pipeline.build.bundle import ALL_TARGETS, build_bundle, load_bundle
+from pipeline.build.suite_api import KernelCase
 from pipeline.build.suite_loader import (
+    SuiteError,
     SuiteLocation,
+    changed_suite_files,
     commit_history,
     locate_suite,
     on_first_parent_line,
     resolve_commit,
+    suite_cases,
 )
 from pipeline.config import Settings
-from pipeline.contracts.ids import CaseId, selects_case
+from pipeline.contracts.ids import CaseId, Target, selects_case
+from pipeline.progress import ProgressFn
 from pipeline.store import ingest
 from pipeline.store.compare import ComparisonOut, choose_base, compare, decision_rule, only_cases
 from pipeline.store.compile_stats import CompileComparisonOut, compare_compile
@@ -38,11 +44,14 @@ from pipeline.store.models import Job
 
 log = logging.getLogger(__name__)
 
-ProgressFn = Callable[[str, int, int], None]
-
 
 class PipelineError(RuntimeError):
     """A stage could not proceed; the message says which and why."""
+
+
+class CasesRefused(PipelineError):
+    """The run selects no case a local device runs: refused before anything is stored; the message
+    names what the suite has and for which targets."""
 
 
 class RunCancelled(KeyboardInterrupt):
@@ -50,6 +59,74 @@ class RunCancelled(KeyboardInterrupt):
 
 
 CANCELLED_REASON = "cancelled: interrupted ({how}) while the job was {stage}"
+
+
+@dataclass(frozen=True)
+class NotRunHere:
+    """The selected cases that no local device runs (their targets are another machine's): not built
+    or run here, said so rather than left out silently (issue 34: a Triton edit on a CPU-only host)."""
+
+    cases: dict[str, tuple[str, ...]]
+    """case id -> the target patterns it supports"""
+    edited: list[str] = field(default_factory=list)
+    """those whose source files (`KernelCase.source_files`) changed since `base`"""
+    base: str | None = None
+    """the commit the run is compared with"""
+
+    def describe(self, glob: str | None) -> str:
+        """A few lines: how many, grouped by family and implementation with their targets; those whose
+        files changed since the base; what would build or run them."""
+        groups: dict[str, tuple[int, set[str]]] = {}
+        for case, patterns in sorted(self.cases.items()):
+            case_id = CaseId.parse(case)
+            key = f"{case_id.family}/*/{case_id.impl}"   # a glob naming the group
+            count, targets = groups.get(key, (0, set()))
+            groups[key] = (count + 1, targets | set(patterns))
+        what = f"of {glob!r} " if glob else ""
+        lines = [f"not built or run here: {len(self.cases)} case{_s(self.cases)} {what}for targets no device here "
+                 "runs: " + ", ".join(f"{n} {key} ({', '.join(sorted(t))})" for key, (n, t) in groups.items())]
+        if self.edited and self.base:
+            lines.append(f"{len(self.edited)} of them {'has' if len(self.edited) == 1 else 'have'} files changed since "
+                         f"{self.base[:10]} (the base): {_some(self.edited, 3)}")
+        lines.append(_elsewhere_hint({p for patterns in self.cases.values() for p in patterns}) + ".")
+        return "\n".join(lines)
+
+
+def _s(items: Sequence[object]) -> str:
+    return "" if len(items) == 1 else "s"
+
+
+def _some(names: Sequence[str], shown: int = 5) -> str:
+    return ", ".join(names[:shown]) + (f", … ({len(names) - shown} more)" if len(names) > shown else "")
+
+
+def _elsewhere_hint(patterns: Iterable[str]) -> str:
+    """Where cases for other targets run, and how to build them here."""
+    buildable = [t for t in ALL_TARGETS if any(fnmatch.fnmatchcase(t, p) for p in patterns)]
+    named = ",".join(buildable) if 0 < len(buildable) <= 3 else "all"
+    return ("A host with such a device runs them (`benchfarm trigger` on a farm); "
+            f"`benchfarm build --targets {named}` builds them here")
+
+
+def _cases_for_other_targets(location: SuiteLocation, sha: str, chosen: Sequence[str],
+                             glob: str | None) -> list[KernelCase]:
+    """The cases `glob` selects (None: all) that support none of the `chosen` targets. Raises
+    CasesRefused when it selects no case, or none that a local device runs: refused before
+    anything is stored, naming what the suite has for other targets."""
+    cases = suite_cases(location, sha)
+    selected = [c for c in cases if selects_case(glob, str(c.case_id))]
+    what = f"--cases {glob!r} selects" if glob else f"the suite at {sha[:10]} has"
+    if not selected:
+        raise CasesRefused(f"{what} none of the {len(cases)} cases ({_some(sorted(str(c.case_id) for c in cases))})")
+    targets = [Target.parse(t) for t in chosen]
+    elsewhere = [c for c in selected if not any(c.supports(t) for t in targets)]
+    if len(elsewhere) == len(selected):
+        patterns = sorted({p for c in elsewhere for p in c.targets})
+        raise CasesRefused(
+            f"{what} {len(selected)} case{_s(selected)}, none for this machine's targets ({', '.join(chosen)}): "
+            f"they are for {', '.join(patterns)} ({_some(sorted(str(c.case_id) for c in elsewhere))}). "
+            f"{_elsewhere_hint(patterns)}")
+    return elsewhere
 
 
 @dataclass
@@ -61,6 +138,7 @@ class PipelineOutcome:
     failed_jobs: dict[str, str] = field(default_factory=dict)
     compiled: CompileComparisonOut | None = None
     """The bundle's compile statistics against the latency comparisons' base (beside them, not in them)."""
+    not_run_here: NotRunHere | None = None
 
 
 def _log_progress(description: str, done: int, total: int) -> None:
@@ -86,7 +164,9 @@ def run_pipeline(
 ) -> PipelineOutcome:
     """Build, run, store and compare. `paired`: where the base commit's bundle for the same targets is
     still under `settings.bundles_dir`, each device times head interleaved with it (`paired_base`).
-    `cases`: a glob over case ids; only those are run (the whole suite is built: it is cached)."""
+    `cases`: a glob over case ids; only those are run (the whole suite is built: it is cached). The
+    selected cases no local device runs are named in `not_run_here`; when that is all of them,
+    CasesRefused before anything is stored."""
     location = locate_suite(suite)
     sha = resolve_commit(location, ref)
     devices = list(devices) if devices is not None else discover_local_devices(settings.phones)
@@ -95,6 +175,8 @@ def run_pipeline(
     if not devices:
         raise PipelineError("no local device can run any of the chosen targets")
     repo = repository_name(settings, location)
+    # before the run is stored: a --cases that selects nothing runnable here is refused, nothing recorded
+    elsewhere = _cases_for_other_targets(location, sha, chosen, cases)
 
     with session_scope(engine) as session:
         reaped = dispatch.reap_orphaned_local_jobs(session)
@@ -134,7 +216,23 @@ def run_pipeline(
         outcome.compiled = compare_compile(session, repo, head_sha=sha,
                                            latency_bases=(c.base_sha for c in outcome.comparisons),
                                            walk=settings.compare.ancestor_walk)
+    if elsewhere:
+        outcome.not_run_here = _not_run_here(location, sha, elsewhere, outcome.comparisons)
     return outcome
+
+
+def _not_run_here(location: SuiteLocation, sha: str, elsewhere: Sequence[KernelCase],
+                  comparisons: Sequence[ComparisonOut]) -> NotRunHere:
+    """What to say of the cases for other targets; the edited ones by the files changed since the base."""
+    base = next((c.base_sha for c in comparisons if c.base_sha and c.base_sha != sha), None)
+    changed: set[str] = set()
+    if base is not None:
+        try:
+            changed = changed_suite_files(location, base, sha)
+        except SuiteError:   # a base this checkout does not have (results imported from elsewhere)
+            base = None
+    return NotRunHere(cases={str(c.case_id): tuple(c.targets) for c in elsewhere},
+                      edited=sorted(str(c.case_id) for c in elsewhere if changed & set(c.source_files)), base=base)
 
 
 def _build_and_run(settings: Settings, engine: Engine, *, location: SuiteLocation, sha: str, repo: str,
@@ -154,15 +252,8 @@ def _build_and_run(settings: Settings, engine: Engine, *, location: SuiteLocatio
     except Exception as exc:
         _fail_jobs(engine, jobs.values(), f"build failed: {exc}")
         raise PipelineError(f"build of {sha[:10]} failed: {exc}") from exc
-    if cases:
-        selected = [e for e in manifest.entries if selects_case(cases, e.case)]
-        if not selected:
-            known = sorted({e.case for e in manifest.entries})
-            shown = ", ".join(known[:5]) + (", …" if len(known) > 5 else "")
-            error = f"--cases {cases!r} selects none of the {len(known)} cases ({shown})"
-            _fail_jobs(engine, jobs.values(), error)
-            raise PipelineError(error)
-        manifest = manifest.model_copy(update={"entries": selected})
+    if cases:   # it selects some of these: `_cases_for_other_targets` checked before the run was stored
+        manifest = manifest.model_copy(update={"entries": [e for e in manifest.entries if selects_case(cases, e.case)]})
 
     stage[0] = "waiting for its device"
     for device in devices:

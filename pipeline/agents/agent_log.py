@@ -1,5 +1,6 @@
 """What the agent tells people: JSON lines (always to its log file; to stderr too when stderr is
-not a terminal) and, on a terminal, a live display of its devices, its job and the job's progress."""
+not a terminal, or plain lines where a log of such lines holds them) and, on a terminal, a live
+display of its devices, its job and the job's progress."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from pipeline.progress import ProgressLines
+
 __all__ = ["AgentLog", "LineStream"]
 
 
@@ -28,9 +31,16 @@ class LineStream(Protocol):
 
 
 class AgentLog:
-    def __init__(self, log_file: Path | None, *, terminal: bool | None = None, stream: LineStream | None = None) -> None:
+    """`plain`: the stream gets "event key=value ..." lines, not JSON (the file keeps JSON): for a log
+    that is read by people beside other plain lines (`benchfarm up`'s)."""
+
+    def __init__(self, log_file: Path | None, *, terminal: bool | None = None, stream: LineStream | None = None,
+                 plain: bool = False) -> None:
         self.stream: LineStream = stream or sys.stderr
         self.terminal = self.stream.isatty() if terminal is None else terminal
+        self.plain = plain
+        self._progress_lines = ProgressLines(
+            lambda description, done, total: self.event("progress", stage=description, done=done, total=total))
         self._lock = threading.Lock()
         self._file: IO[str] | None = None
         if log_file is not None:
@@ -50,10 +60,10 @@ class AgentLog:
         with self._lock:
             if self._file is not None:
                 self._file.write(line + "\n")
-            if not self.terminal:
-                self.stream.write(line + "\n")
-                self.stream.flush()
             summary = " ".join(f"{k}={v}" for k, v in fields.items() if k not in ("document",))
+            if not self.terminal:
+                self.stream.write((f"{event} {summary}".rstrip() if self.plain else line) + "\n")
+                self.stream.flush()
             self.state["recent"] = (self.state["recent"] + [f"{time.strftime('%H:%M:%S')} {event} {summary}"])[-8:]
         self._refresh()
 
@@ -63,10 +73,10 @@ class AgentLog:
         self._refresh()
 
     def progress(self, description: str, done: int, total: int) -> None:
-        """run_bundle's progress callback: the display always; the log as each stage starts and ends."""
+        """run_bundle's progress callback: the display always; the log as each stage starts and ends,
+        and every few seconds in between (`ProgressLines`)."""
         self.update(progress=(description, done, total))
-        if done in (1, total):
-            self.event("progress", stage=description, done=done, total=total)
+        self._progress_lines(description, done, total)
 
     def close(self) -> None:
         if self._live is not None:

@@ -39,10 +39,10 @@ from pipeline.contracts.counters import COUNTERS_KEY, HardwareCounters
 from pipeline.contracts.result import AgentInfo, PairedBase, summarize
 from pipeline.contracts.rounds import DecisionRule, RoundChange, level_halfwidth, paired_changes
 from pipeline.host_lock import cpu_timing
+from pipeline.progress import ProgressFn
 
 log = logging.getLogger(__name__)
 
-ProgressFn = Callable[[str, int, int], None]
 AGENT_NAME = "benchfarm-local"
 
 __all__ = ["run_bundle", "agent_info", "input_seed"]

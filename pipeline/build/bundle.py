@@ -27,7 +27,7 @@ import shutil
 import signal
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -60,6 +60,7 @@ from pipeline.contracts import (
 from pipeline.contracts.bundle_dir import MANIFEST, load_bundle
 from pipeline.contracts.manifest import ArtifactRef
 from pipeline.host_lock import compiling
+from pipeline.progress import ProgressFn
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,6 @@ IREE for the CPUs, Vulkan, CUDA sm_80 and HIP; Triton for cuda:sm_90 and HIP."""
 SUITE_DIR = "suite"
 ARTIFACTS_DIR = "artifacts"
 
-ProgressFn = Callable[[str, int, int], None]
 
 
 @dataclass

@@ -33,7 +33,7 @@ from pipeline.contracts import CommitInfo, bundle_dir
 __all__ = [
     "SuiteError", "SuiteLocation", "locate_suite", "resolve_commit", "suite_digest", "export_suite",
     "load_suite", "load_suite_module", "commit_history", "default_suite", "uncommitted_changes", "commit_worktree",
-    "on_first_parent_line",
+    "on_first_parent_line", "suite_cases", "changed_suite_files",
     "WORKTREE_REF_PREFIX",
 ]
 
@@ -264,6 +264,21 @@ def load_suite(suite_dir: Path | str, *, digest: str | None = None) -> list[Kern
             raise SuiteError(f"{init}: duplicate case id {key}")
         seen[key] = case
     return cases
+
+
+def suite_cases(location: SuiteLocation, sha: str) -> list[KernelCase]:
+    """The suite's cases at `sha` (exported into a temporary folder, loaded, the folder removed), for
+    their ids and the targets they support before anything is built: their sources are not made."""
+    with tempfile.TemporaryDirectory(prefix="benchfarm-cases-") as tmp:
+        return load_suite(export_suite(location, sha, Path(tmp) / "suite"), digest=suite_digest(location, sha))
+
+
+def changed_suite_files(location: SuiteLocation, base: str, head: str) -> set[str]:
+    """The suite's files (relative to its folder, as `KernelCase.source_files` names them) that differ
+    between two commits."""
+    out = str(_git(location.repo_root, "diff", "--name-only", "-z", base, head, "--", location.subdir))
+    prefix = "" if location.subdir == "." else location.subdir + "/"
+    return {name.removeprefix(prefix) for name in out.split("\0") if name}
 
 
 def load_suite_module(suite_dir: Path | str, module: str) -> ModuleType:

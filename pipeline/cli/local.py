@@ -24,7 +24,7 @@ from pipeline.config import Settings
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.local_pipeline import run_pipeline
+    from pipeline.local_pipeline import CasesRefused, run_pipeline
     from pipeline.pr_comments.table import code_table, compile_table, terminal_table
     from pipeline.store.db import open_store, shown_url
 
@@ -32,16 +32,21 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     sigterm_as_interrupt()   # a terminated run records its unfinished jobs as cancelled, as Ctrl-C does
     engine = open_store(settings.database_url)
     with progress_bar() as progress:
-        outcome = run_pipeline(
-            settings=settings, engine=engine, suite=suite, ref=ref,
-            targets=split_targets(args.targets), progress=progress, paired=not args.unpaired, cases=args.cases,
-        )
+        try:
+            outcome = run_pipeline(
+                settings=settings, engine=engine, suite=suite, ref=ref,
+                targets=split_targets(args.targets), progress=progress, paired=not args.unpaired, cases=args.cases,
+            )
+        except CasesRefused as exc:   # says what to do: no traceback to offer
+            raise CliError(str(exc)) from None
     for comparison in outcome.comparisons:
         out_console.print(terminal_table(comparison))
         if (code := code_table(comparison)) is not None:
             out_console.print(code)
     if outcome.compiled is not None and outcome.compiled.changes:
         out_console.print(compile_table(outcome.compiled))
+    if outcome.not_run_here is not None:
+        out_console.print(outcome.not_run_here.describe(args.cases), markup=False, highlight=False)
     for device_class, error in outcome.failed_jobs.items():
         err_console.print(f"[bold red]job on {device_class} failed:[/] {error}", markup=True, highlight=False)
     out_console.print(f"run {outcome.run_id} of {outcome.repository}@{outcome.sha[:10]} stored in {shown_url(settings.database_url)}")

@@ -28,6 +28,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from pipeline.config import Settings
+from pipeline.progress import ProgressLines
 from pipeline import dispatch
 from pipeline.store import commit_refs, ingest
 from pipeline.store.db import session_scope
@@ -273,10 +274,12 @@ class Builder(Loop):
                     digests.append(known)
                     continue
                 log.info("building %s@%s for %s", repository, commit[:10], ", ".join(targets))
+                progress = ProgressLines(lambda what, done, total, commit=commit: log.info(
+                    "build of %s: %s (%d/%d)", commit[:10], what, done, total))
                 bundle_dir, manifest = build_bundle(
                     location=locate_suite(self.suite), sha=commit, targets=targets, out_dir=self.settings.bundles_dir,
                     cache_dir=self.settings.cache_dir, workers=self.settings.build_workers, repository=repository,
-                    host_lock=self.settings.measurement.host_lock)
+                    host_lock=self.settings.measurement.host_lock, progress=progress)
                 with session_scope(self.engine) as session:
                     digests.append(ingest.ingest_manifest(session, manifest=manifest,
                                                           path=str(Path(bundle_dir).resolve()),

@@ -141,6 +141,15 @@ def verdict_line(comparisons: Sequence[ComparisonOut]) -> str:
     return f"{overall_verdict(rows)}: {counts_text(rows)}" if rows else "no cases"
 
 
+def change_note(paired: bool) -> str:
+    """What the change is, said wherever the medians stand beside it: not now/base of those medians,
+    which can differ from it, even in sign (issue 34: "base 60.7 ms, now 61.3 ms, -1.5 %")."""
+    source = ("each timing round's head/base ratio, base and head timed interleaved (paired)" if paired
+              else "the timing rounds' levels (each round's middle fifth), head against base")
+    return (f"change: from {source}; base and now are medians of all samples, so now/base can differ from the "
+            "change, even in sign")
+
+
 def summary_line(comparison: ComparisonOut) -> str:
     base = comparison.base_sha[:10] if comparison.base_sha else "no stored ancestor"
     return f"{comparison.device_class}: {comparison.head_sha[:10]} vs {base} — {verdict_line([comparison])}"
@@ -172,9 +181,9 @@ def _fits_wide(columns: Sequence[Column], width: int) -> bool:
 
 
 def _wide_table(title: str, columns: Sequence[Column], styles: Sequence[str], *, styled: str,
-                left: Sequence[str]) -> Table:
+                left: Sequence[str], caption: str | None = None) -> Table:
     """One line a row, every column whole (the caller checked that it fits: `_fits_wide`)."""
-    table = Table(title=title, title_justify="left")
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
     for header, _ in columns:
         table.add_column(header, justify="left" if header in left else "right", no_wrap=True)
     for i, style in enumerate(styles):
@@ -204,7 +213,7 @@ def _comparison_table(comparison: ComparisonOut, width: int) -> Table:
     """Wide enough, one line a case with every figure: base, now, change [95 % interval], p, verdict.
     Narrower (80 columns): still one row a case, its id wrapped (never cut, never shrunk away) beside
     base, now, the change and the verdict, never cut either; the interval goes first, then p, and a
-    long verdict wraps at its parenthesis."""
+    long verdict wraps at its parenthesis. Under either, what the change is (`change_note`)."""
     rows = sorted(comparison.rows, key=lambda r: (STATUSES.index(r.status), str(r.case_id)))
     ids = [str(r.case_id) for r in rows]
     base = [format_seconds(r.base_median) for r in rows]
@@ -215,8 +224,9 @@ def _comparison_table(comparison: ComparisonOut, width: int) -> Table:
     title = summary_line(comparison)
     wide = [("case", ids), ("base", base), ("now", now), ("change [95% CI]", interval),
             ("p", [format_pvalue(r.pvalue) for r in rows]), ("verdict", verdict)]
+    note = change_note(comparison.paired) if any(r.change is not None for r in rows) else None
     if _fits_wide(wide, width):
-        return _wide_table(title, wide, styles, styled="verdict", left=("case", "verdict"))
+        return _wide_table(title, wide, styles, styled="verdict", left=("case", "verdict"), caption=note)
     # Narrow: the first of these that leaves the case column room for a family and a name.
     change = [format_change(r.change) for r in rows]
     wrapped_verdict = [v.replace(" (", "\n(") for v in verdict]
@@ -228,8 +238,9 @@ def _comparison_table(comparison: ComparisonOut, width: int) -> Table:
                 min(NARROW_CASE_MIN, _width("case", ids)):
             break
     left_out = ", ".join(x for x in (left_out, "p-values") if x)
+    said = f"{left_out} left out at this width: a wider terminal shows them"
     return _narrow_table(title, ids, figures, styles, width, styled="verdict", left=("verdict",),
-                         caption=f"{left_out} left out at this width: a wider terminal shows them")
+                         caption=f"{note}\n{said}" if note else said)
 
 
 def _width(header: str, cells: Sequence[str]) -> int:

@@ -118,7 +118,7 @@ def start_embedded_agent(settings: Settings, engine: Engine, *, suite: Path, ref
     agent_settings = settings.model_copy(update={"agent": settings.agent.model_copy(
         update={"server_url": url, "token": SecretStr(token)})})
     agent = DeviceAgent(agent_settings, name=EMBEDDED_AGENT,
-                        log=AgentLog(settings.agent_dir / "agent.log", terminal=False, stream=_LogStream()))
+                        log=AgentLog(settings.agent_dir / "agent.log", terminal=False, stream=_LogStream(), plain=True))
 
     def work() -> None:
         try:
@@ -142,7 +142,7 @@ def start_embedded_agent(settings: Settings, engine: Engine, *, suite: Path, ref
                 result = triggers.queue_run(session, repository=repository, commit_sha=sha, device_classes=classes,
                                             cases=None, max_attempts=settings.dispatch.max_attempts,
                                             extra_targets=settings.dispatch.build_targets, kind="local")
-            print(f"run {result.run_id[:8]} of {repository}@{sha[:10]} queued on {', '.join(classes)}", flush=True)
+            log.info("run %s of %s@%s queued on %s", result.run_id[:8], repository, sha[:10], ", ".join(classes))
             _announce_when_ended(engine, agent, result.run_id, f"{settings.public_url}/runs/{result.run_id}")
         except Exception:
             log.exception("embedded run of %s failed", ref)
@@ -160,15 +160,15 @@ def _announce_when_ended(engine: Engine, agent: DeviceAgent, run_id: str, url: s
             run = session.get(Run, run_id)
             status, error = (run.status, run.error) if run is not None else ("failed", "the run is gone")
         if status == "done":
-            print(f"results ready at {url}", flush=True)
+            log.info("results ready at %s", url)
             return
         if status == "failed":
-            print(f"run {run_id[:8]} failed: {error}; see {url}", flush=True)
+            log.error("run %s failed: %s; see %s", run_id[:8], error, url)
             return
 
 
 class _LogStream(io.TextIOBase):
-    """The in-process agent's JSON lines, into the service's log at INFO."""
+    """The in-process agent's lines (plain: `AgentLog(plain=True)`), into the service's log at INFO."""
 
     def write(self, text: str) -> int:
         if text.strip():
@@ -237,7 +237,7 @@ def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_s
     app = create_app(settings, engine)
     start_dispatcher(settings, engine)
     agent = start_embedded_agent(settings, engine, suite=suite, ref=ref if run_on_start else None) if suite else None
-    print(f"benchfarm serving {shown_url(settings.database_url)} at {settings.public_url}  (Ctrl-C stops)", flush=True)
+    log.info("benchfarm serving %s at %s (Ctrl-C stops)", shown_url(settings.database_url), settings.public_url)
     freeze_startup_heap()
     app.state.stopping = threading.Event()
 
@@ -248,8 +248,9 @@ def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_s
 
     try:
         # graceful shutdown waits for open requests (2 s at most, then cancels them with a traceback each)
+        # log_config None: uvicorn's lines go through the command's logging, in its one format
         config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
-                                timeout_graceful_shutdown=2, access_log=access_log)
+                                timeout_graceful_shutdown=2, access_log=access_log, log_config=None)
         try:
             _Server(config, on_exit=stopping).run()
         except KeyboardInterrupt:   # uvicorn raises the captured Ctrl-C again once it has stopped: the way out
@@ -261,7 +262,7 @@ def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_s
             session.execute(sa.delete(ApiToken).where(ApiToken.name.startswith(_EMBEDDED_TOKEN_PREFIX)))
             cancelled = dispatch.set_agent_gone(session, name=EMBEDDED_AGENT, reason=STOPPED_REASON) if agent else []
         for job_id in cancelled:
-            print(f"job {job_id} cancelled (it was running when benchfarm up stopped)", flush=True)
+            log.warning("job %s cancelled (it was running when benchfarm up stopped)", job_id)
         status = INTERRUPTED_EXIT if cancelled else 0
         if agent is not None and agent.busy():
             # The job's worker thread is inside native code (IREE, CUDA) that cannot be interrupted;

@@ -113,7 +113,7 @@ def test_ctrl_c_on_up_cancels_its_running_job(tmp_path: Path, database_url: str)
     out, err = _interrupt_while_running(proc, database_url, lambda: _running(database_url))
 
     assert proc.returncode == 130, (out, err)   # a stop that cancelled work, as `run` interrupted; idle: 0
-    assert "cancelled (it was running when benchfarm up stopped)" in out, out
+    assert "cancelled (it was running when benchfarm up stopped)" in err, err   # up's log, one format
     assert "Traceback" not in out + err, err
     (job_status, job_error, run_status, _), = _jobs(database_url)
     assert (job_status, run_status) == ("failed", "failed")

@@ -4,6 +4,7 @@ and the results are served over HTTP (JSON API and pages) until the process is s
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +21,8 @@ from tests.helpers.suite_repo import GemmCase, case_id, gemm_suite_files, make_s
 pytestmark = pytest.mark.e2e
 
 CASES = [GemmCase("alpha", 64, 64, 64), GemmCase("beta", 32, 64, 128)]
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: ")
+"""`benchfarm up`'s one log format (`pipeline.cli.main`'s logging)"""
 
 
 def test_up_serves_a_benchmark_of_head(tmp_path: Path) -> None:
@@ -52,6 +55,9 @@ def test_up_serves_a_benchmark_of_head(tmp_path: Path) -> None:
         assert {r["status"] for r in comparison["rows"]} == {"no baseline"}
         page = requests.get(f"{url}/", timeout=10).text
         assert all(case_id(c) in page for c in CASES)
+        # the newest run with its verdict (issue 34: the dashboard showed nothing of what the run found)
+        row = re.search(rf'<tr data-run="{runs[0]["id"]}">.*?</tr>', page, re.S)
+        assert row and "<b>no baseline</b>" in row.group(0) and "2 no baseline" in row.group(0), page
         assert requests.get(f"{url}/runs/{runs[0]['id']}", timeout=10).status_code == 200
         assert requests.get(f"{url}/docs", timeout=10).status_code == 200
         ready = f"results ready at {url}/runs/{runs[0]['id']}"
@@ -69,6 +75,14 @@ def test_up_serves_a_benchmark_of_head(tmp_path: Path) -> None:
             raise
     assert proc.returncode == 0, log_path.read_text()
     assert (tmp_path / "home" / "benchfarm.db").is_file()
+    # one log format, the web server's and the in-process agent's lines too (issue 34: plain and JSON
+    # lines mixed), and the long steps say how far they are
+    text = log_path.read_text()
+    odd = [line for line in text.splitlines() if line.strip() and not LOG_LINE.match(line)]
+    assert odd == [], text
+    assert not any(line.split(": ", 1)[1].startswith("{") for line in text.splitlines()), text   # no JSON line
+    assert re.search(r"build of [0-9a-f]{10}: \w+ gemm/\S+ for \S+ \(1/2\)", text), text
+    assert re.search(r"progress stage=timing: .* done=\d+ total=\d+", text), text
 
 
 @pytest.mark.parametrize("command", ["up", "serve"])

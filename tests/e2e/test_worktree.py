@@ -1,6 +1,8 @@
 """A kernel edit not committed yet, as a newcomer makes it: `benchfarm run` in the checkout (no
 --suite) benchmarks that checkout's HEAD and names the uncommitted files; `--worktree` benchmarks
-the working tree as a commit of its own on top of HEAD, labelled as such."""
+the working tree as a commit of its own on top of HEAD, labelled as such. The suite also has a case
+for another machine's target (cuda:sm_90): said not built or run here, named when edited, and a
+`--cases` that selects only such cases is refused before anything is stored."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.store.db import open_store, session_scope
-from pipeline.store.models import Commit
+from pipeline.store.models import Commit, Run
 from tests.helpers.suite_repo import GemmCase, case_id, gemm_suite_files, git, make_suite_repo, write_files
 
 pytestmark = pytest.mark.e2e
@@ -32,9 +34,10 @@ def benchfarm(home: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[
 
 def test_run_names_uncommitted_edits_and_worktree_runs_them(tmp_path: Path) -> None:
     kept, added = GemmCase("kept"), GemmCase("added", m=4)
-    repo = make_suite_repo(tmp_path, gemm_suite_files([kept]), name="suite-repo")
+    gpu = GemmCase("gpu-only", targets=("cuda:sm_90",))      # another machine's: this one has no GPU
+    repo = make_suite_repo(tmp_path, gemm_suite_files([kept, gpu]), name="suite-repo")
     head = git(repo, "rev-parse", "HEAD")
-    write_files(repo, gemm_suite_files([kept, added]))       # the edit, not committed
+    write_files(repo, gemm_suite_files([kept, added, gpu]))  # the edit, not committed
     home = tmp_path / "home"
 
     plain = benchfarm(home, "run", cwd=repo / "kernels")     # no --suite: the checkout we are in
@@ -42,6 +45,25 @@ def test_run_names_uncommitted_edits_and_worktree_runs_them(tmp_path: Path) -> N
     assert "kernels/__init__.py (modified)" in plain.stderr and "--worktree" in plain.stderr, plain.stderr
     assert f"suite-repo@{head[:10]}" in plain.stdout
     assert case_id(kept) in plain.stdout and case_id(added) not in plain.stdout
+    said = " ".join(plain.stdout.split())   # as one line: the console wraps at its width
+    assert "not built or run here: 1 case for targets no device here runs: 1 gemm/*/iree (cuda:sm_90)" in said, said
+    assert "benchfarm build --targets cuda:sm_90" in said and "files changed since" not in said, plain.stdout
+
+    def runs() -> int:
+        engine = open_store(f"sqlite:///{home / 'benchfarm.db'}")
+        with session_scope(engine) as session:
+            count = session.query(Run).count()
+        engine.dispose()
+        return count
+
+    stored = runs()
+    # only cases for another target: refused before anything is stored, naming them and their target
+    elsewhere = benchfarm(home, "run", "--cases", "gemm/gpu-*", cwd=repo)
+    refusal = " ".join(elsewhere.stderr.split())
+    assert elsewhere.returncode == 1 and "traceback" not in elsewhere.stderr.lower(), elsewhere.stderr
+    assert "--cases 'gemm/gpu-*' selects 1 case, none for this machine's targets" in refusal, refusal
+    assert f"they are for cuda:sm_90 ({case_id(gpu)})" in refusal, refusal
+    assert runs() == stored
 
     worktree = benchfarm(home, "run", "--worktree", cwd=repo)
     assert worktree.returncode == 0, worktree.stderr
@@ -63,8 +85,10 @@ def test_run_names_uncommitted_edits_and_worktree_runs_them(tmp_path: Path) -> N
     only = benchfarm(home, "run", "--worktree", "--cases", "gemm/added/*", cwd=repo)
     assert only.returncode == 0, only.stderr
     assert case_id(added) in only.stdout and case_id(kept) not in only.stdout, only.stdout
+    stored = runs()
     none = benchfarm(home, "run", "--cases", "conv/*", cwd=repo)
-    assert none.returncode == 1 and "--cases 'conv/*' selects none of the 1 cases" in none.stderr, none.stderr
+    assert none.returncode == 1 and "--cases 'conv/*' selects none of the 2 cases" in none.stderr, none.stderr
+    assert runs() == stored   # refused, not stored as a failed run
 
     # the stored results of HEAD and of the working-tree commit, compared: three formats
     wt = newest.sha
@@ -79,8 +103,14 @@ def test_run_names_uncommitted_edits_and_worktree_runs_them(tmp_path: Path) -> N
 
     # the edit committed and run whole, then `--cases` again on that commit: the table shows the case
     # this run ran, not the commit's other case from the earlier run
+    # (the commit edits the GPU case too: named as edited, and still not run here)
+    write_files(repo, gemm_suite_files([kept, added, GemmCase(gpu.name, variant="slow", targets=gpu.targets)]))
     git(repo, "commit", "-qam", "gemm: add a case")
-    assert benchfarm(home, "run", cwd=repo).returncode == 0
+    whole = benchfarm(home, "run", cwd=repo)
+    assert whole.returncode == 0, whole.stderr
+    said = " ".join(whole.stdout.split())
+    assert f"(cuda:sm_90) 1 of them has files changed since {head[:10]} (the base): {case_id(gpu)}" in said, said
     again = benchfarm(home, "run", "--cases", "gemm/added/*", cwd=repo)
     assert again.returncode == 0, again.stderr
     assert case_id(added) in again.stdout and case_id(kept) not in again.stdout, again.stdout
+    assert "not built or run here" not in again.stdout   # --cases selects no case of another target

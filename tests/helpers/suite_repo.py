@@ -63,6 +63,9 @@ class GemmCase:
     k: int = 32
     variant: Variant = "ok"
     tile: tuple[int, int] | None = None
+    targets: tuple[str, ...] = ("llvm-cpu:*",)
+    """target patterns the case supports: another machine's (`("cuda:sm_90",)`) makes a case this one
+    neither builds nor runs"""
 
 
 _INIT = '''\
@@ -97,11 +100,11 @@ func.func @mm(%a: tensor<{{m}}x{{k}}xf32>, %b: tensor<{{b_rows}}x{{n}}xf32>) -> 
 """
 
 
-def case(name, m, n, k, variant, tile=None):
+def case(name, m, n, k, variant, tile=None, targets=("llvm-cpu:*",)):
     return KernelCase(
         case_id=CaseId(family="gemm", name=name, shape=f"{{m}}x{{n}}x{{k}}", dtype="f32", impl="iree"),
         model="test",
-        targets=("llvm-cpu:*",),
+        targets=tuple(targets),
         tensors=(
             TensorSpec(name="a", role="input", shape=[m, k], dtype="f32"),
             TensorSpec(name="b", role="input", shape=[k, n], dtype="f32"),
@@ -114,6 +117,7 @@ def case(name, m, n, k, variant, tile=None):
         bytes=4 * (m * k + k * n + m * n),
         make_source=lambda target, m=m, n=n, k=k, variant=variant, tile=tile: IreeSource(mlir=mlir(m, n, k, variant, tile),
                                                                                    entry_point="mm"),
+        source_files=("__init__.py", "reference.py"),
     )
 
 
@@ -132,7 +136,7 @@ def matmul(a, b):
 
 def gemm_suite_files(cases: Sequence[GemmCase], *, suite: str = SUITE) -> dict[str, str]:
     """Files (relative to the repository root) of a suite folder holding the given GEMM cases."""
-    rows = [(c.name, c.m, c.n, c.k, c.variant, c.tile) for c in cases]
+    rows = [(c.name, c.m, c.n, c.k, c.variant, c.tile, c.targets) for c in cases]
     return {
         f"{suite}/__init__.py": _INIT.format(cases=rows),
         f"{suite}/reference.py": _REFERENCE,

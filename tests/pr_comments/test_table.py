@@ -11,6 +11,7 @@ from rich.console import Console
 from pipeline.config import CompareSettings
 from pipeline.pr_comments.report import compile_section
 from pipeline.pr_comments.table import (
+    change_note,
     compile_table,
     format_change,
     format_figure,
@@ -22,7 +23,7 @@ from pipeline.pr_comments.table import (
     terminal_table,
 )
 from pipeline.store import ingest
-from pipeline.store.compare import ComparisonOut, compare
+from pipeline.store.compare import ComparisonOut, compare, only_cases
 from pipeline.store.compile_stats import CompileChangeOut, CompileComparisonOut, relative_change
 from pipeline.store.db import open_store, session_scope
 from tests.helpers import factories as f
@@ -112,6 +113,18 @@ def test_a_wide_terminal_shows_each_case_on_one_line_with_its_interval_and_p(lon
         line = next(line for line in text.splitlines() if str(row.case_id) in line)
         assert row_change(row) in line and format_pvalue(row.pvalue) in line and row_status(row) in line, line
     assert "left out" not in text and "…" not in text, text
+
+
+def test_the_table_says_the_change_is_not_the_ratio_of_the_medians_beside_it(long_comparison: ComparisonOut) -> None:
+    """Issue 34: "base 60.7 ms, now 61.3 ms, -1.5 %" read as a contradiction; a line under the table
+    says where the change comes from, at any width; a table with no change has no such line."""
+    said = change_note(paired=False)
+    assert "timing rounds' levels" in said and "even in sign" in said
+    assert "head/base ratio" in change_note(paired=True)
+    for width in (80, 200):
+        assert said in " ".join(_printed(long_comparison, width).split()), width
+    unmeasured = only_cases(long_comparison, {r.case_id for r in long_comparison.rows if r.status == "no baseline"})
+    assert "even in sign" not in " ".join(_printed(unmeasured, 80).split())
 
 
 def test_the_compile_table_at_80_columns_keeps_case_ids_and_figures_whole() -> None:

@@ -13,7 +13,13 @@ from pathlib import Path
 from urllib.parse import quote
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+)
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
@@ -65,6 +71,11 @@ def mount(app: FastAPI) -> None:
 
         return HTMLResponse(f"<!doctype html><title>refused</title><p>{escape(str(exc))}</p>"
                             '<p><a href="/">benchfarm</a></p>', status_code=403)
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> FileResponse:
+        """The pages name /static/favicon.svg; this is for what asks the old address anyway."""
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     for module in (account, farm, pages, review):  # farm's /runs/new before /runs/{run_id}

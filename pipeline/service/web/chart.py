@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from markupsafe import Markup, escape
 
+from pipeline.pr_comments.table import format_figure, format_seconds
 from pipeline.service.web.data import RooflinePoint
 from pipeline.service.web.render import format_rate
 
@@ -64,35 +65,63 @@ def roofline_svg(points: Sequence[RooflinePoint], peak_flops: float | None, peak
     return Markup("".join(parts))
 
 
-STEP_W, STEP_H, STEP_PAD_L, STEP_PAD_B = 760, 140, 96, 24
+STEP_W, STEP_H, STEP_PAD_L, STEP_PAD_B = 760, 160, 96, 42
+STEP_TICKS = 8
+"""At most this many commits are named under a compile chart (its first and last among them)."""
+
+
+def format_amount(value: float, unit: str) -> str:
+    """A compile figure with its unit as people read it: "805 ms", "12.3 KiB", "71 regs"."""
+    if unit == "s":
+        return format_seconds(value)
+    if unit == "B" and abs(value) >= 1024:
+        for prefix, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+            if abs(value) >= scale:
+                return f"{value / scale:.3g} {prefix}"
+    return f"{format_figure(value) if float(value).is_integer() else f'{value:.3g}'} {unit}"
+
+
+def tick_indices(count: int, most: int = STEP_TICKS) -> list[int]:
+    """Which of `count` points get a label under the axis: all when they fit, else `most` spread evenly,
+    the first and the last among them."""
+    if count <= most:
+        return list(range(count))
+    return sorted({round(i * (count - 1) / (most - 1)) for i in range(most)})
 
 
 def step_svg(values: Sequence[float | None], labels: Sequence[str], metric: str, unit: str,
-             steps: Sequence[int] = ()) -> Markup:
+             steps: Sequence[int] = (), ticks: Sequence[str] | None = None) -> Markup:
     """One compile metric along the commits as a step line (a value holds until the next commit
     changes it); a commit without the figure leaves a gap. Each point's tooltip: commit and value.
     `steps`: indices of the commits where the figure changed (`compile_stats.compile_steps`),
-    marked by a vertical line."""
+    marked by a vertical line. `ticks`: each commit's short name, shown under the axis for a few
+    of them (`tick_indices`); the y axis' figures in their unit (`format_amount`)."""
     known = [v for v in values if v is not None]
     if not known:
         return Markup(f'<p class="muted small">{escape(metric)}: not reported by the compiler.</p>')
     lo, hi = min(known), max(known)
     span = (hi - lo) or max(abs(hi), 1.0) * 0.1
     lo, hi = lo - span * 0.1, hi + span * 0.1
-    step = (STEP_W - STEP_PAD_L - 20) / max(len(values) - 1, 1)
+    step = (STEP_W - STEP_PAD_L - 40) / max(len(values) - 1, 1)
+    axis = STEP_H - STEP_PAD_B
 
     def x(i: int) -> float:
         return STEP_PAD_L + i * step
 
     def y(v: float) -> float:
-        return 8 + (hi - v) / (hi - lo) * (STEP_H - 8 - STEP_PAD_B)
+        return 8 + (hi - v) / (hi - lo) * (axis - 8)
 
     parts = [f'<svg class="compile-chart" viewBox="0 0 {STEP_W} {STEP_H}" role="img" aria-label="{escape(metric)}">',
-             f'<text x="{STEP_PAD_L - 6}" y="{y(max(known)) + 4:.1f}" text-anchor="end">{escape(f"{max(known):g}")}</text>',
-             f'<text x="{STEP_PAD_L - 6}" y="{y(min(known)) + 4:.1f}" text-anchor="end">{escape(f"{min(known):g}")}</text>',
-             f'<text x="{STEP_PAD_L}" y="{STEP_H - 6}">{escape(metric)} ({escape(unit)})</text>']
+             f'<line class="grid" x1="{STEP_PAD_L}" x2="{STEP_W - 20}" y1="{axis}" y2="{axis}"/>']
+    for value in sorted({max(known), min(known)}):
+        parts.append(f'<text class="y-label" x="{STEP_PAD_L - 6}" y="{y(value) + 4:.1f}" text-anchor="end">'
+                     f'{escape(format_amount(value, unit))}</text>')
+    for i in tick_indices(len(values)) if ticks is not None else []:
+        parts.append(f'<text class="x-label" x="{x(i):.1f}" y="{axis + 14}" text-anchor="middle">'
+                     f'{escape(ticks[i])}</text>')
+    parts.append(f'<text x="{STEP_PAD_L}" y="{STEP_H - 6}">{escape(metric)} ({escape(unit)}), by commit</text>')
     for i in steps:
-        parts.append(f'<line class="step" x1="{x(i):.1f}" x2="{x(i):.1f}" y1="4" y2="{STEP_H - STEP_PAD_B}">'
+        parts.append(f'<line class="step" x1="{x(i):.1f}" x2="{x(i):.1f}" y1="4" y2="{axis}">'
                      f'<title>{escape(metric)} changed at {escape(labels[i])}</title></line>')
     path: list[str] = []
     previous: float | None = None
@@ -107,7 +136,7 @@ def step_svg(values: Sequence[float | None], labels: Sequence[str], metric: str,
         path.append(f"{x(i):.1f},{y(v):.1f}")
         previous = v
         parts.append(f'<circle class="point" cx="{x(i):.1f}" cy="{y(v):.1f}" r="3">'
-                     f'<title>{escape(labels[i])}: {escape(f"{v:g}")} {escape(unit)}</title></circle>')
+                     f'<title>{escape(labels[i])}: {escape(format_amount(v, unit))}</title></circle>')
     if len(path) > 1:
         parts.append(f'<polyline class="line" points="{" ".join(path)}"/>')
     parts.append("</svg>")

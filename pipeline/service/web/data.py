@@ -208,13 +208,23 @@ class RooflinePoint:
         return self.flop_rate / min(peak_flops, self.intensity * peak_bytes)
 
 
-def roofline_points(session: Session, device_class: str) -> list[RooflinePoint]:
+@dataclass(frozen=True)
+class LeftOffRoofline:
+    """A latency series of the device class the roofline cannot place, and why."""
+
+    series_id: int
+    case_id: CaseId
+    reason: str
+
+
+def roofline_points(session: Session, device_class: str) -> tuple[list[RooflinePoint], list[LeftOffRoofline]]:
     """Each latency series of the device class with its latest median and its case's FLOPs and
-    bytes per call (the newest bundle's, on one of the device class's targets)."""
+    bytes per call (the newest bundle's, on one of the device class's targets); and the series left
+    off, each with its reason (no FLOPs counted: data movement; no counts in its bundle)."""
     dc = session.execute(sa.select(DeviceClassRow.id, DeviceClassRow.targets)
                          .where(DeviceClassRow.name == device_class)).one_or_none()
     if dc is None:
-        return []
+        return [], []
     newest = (
         sa.select(CompileStat.case_id, CompileStat.flops, CompileStat.bytes,
                   sa.func.row_number().over(partition_by=CompileStat.case_id,
@@ -225,13 +235,17 @@ def roofline_points(session: Session, device_class: str) -> list[RooflinePoint]:
     )
     work = {case_pk: (flops, nbytes) for case_pk, flops, nbytes in session.execute(
         sa.select(newest.c.case_id, newest.c.flops, newest.c.bytes).where(newest.c.rank == 1))}
-    if not work:
-        return []
-    out = []
+    out, left = [], []
     for sid, case_pk, case_id, median in latest_medians(session, device_class_id=dc.id, metric=LATENCY):
-        if case_pk in work and work[case_pk][0] and median:
+        if case_pk not in work:
+            left.append(LeftOffRoofline(sid, case_id, "no FLOP and byte counts in its bundle"))
+        elif not work[case_pk][0]:
+            left.append(LeftOffRoofline(sid, case_id, "no FLOPs counted (moves data only)"))
+        elif not median:
+            left.append(LeftOffRoofline(sid, case_id, "no latency measured"))
+        else:
             out.append(RooflinePoint(sid, case_id, median, *work[case_pk]))
-    return sorted(out, key=lambda p: str(p.case_id))
+    return sorted(out, key=lambda p: str(p.case_id)), sorted(left, key=lambda p: str(p.case_id))
 
 
 def latest_medians(session: Session, *, device_class_id: int, metric: str) -> list[tuple[int, int, CaseId, float]]:

@@ -75,8 +75,11 @@ def adhoc_page(request: Request, session: SessionDep, settings: SettingsDep, use
                              "sign in to trigger a run")
     repositories = data.repositories(session)
     default_repository = settings.repository or (repositories[0] if len(repositories) == 1 else "")
+    classes = farm_data.trigger_classes(session)
+    checked = device_class or next((name for name, online in classes if online), None)   # as the form checks it
     return page(request, "adhoc.html", user, {
-        "classes": farm_data.trigger_classes(session), "repositories": repositories,
+        "classes": classes, "repositories": repositories,
+        "cases_example": farm_data.cases_example(session, checked),
         "default_repository": default_repository, "has_checkout": bool(settings.dispatch.suite_path),
         "form": {"ref": ref or ("HEAD" if settings.dispatch.suite_path else ""), "device_class": device_class,
                  "cases": cases}})

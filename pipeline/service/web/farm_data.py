@@ -17,9 +17,11 @@ from pipeline.store.models import (
     JOB_STATUSES,
     Agent,
     BuildRequest,
+    Case,
     Device,
     DeviceClassRow,
     Job,
+    Series,
 )
 
 RUNNING_LIMIT = 1000
@@ -199,3 +201,20 @@ def trigger_classes(session: Session) -> list[tuple[str, int]]:
         .outerjoin(Agent, Device.agent_id == Agent.id)
         .group_by(DeviceClassRow.name))
     return sorted(((name, int(n)) for name, n in rows), key=lambda r: (-r[1], r[0]))
+
+
+FALLBACK_CASES_EXAMPLE = "gemm/*"
+
+
+def cases_example(session: Session, device_class: str | None) -> str:
+    """An example for the form's case filter that selects cases this farm has measured on
+    `device_class` (any class when None): its most measured family and dtype, "gemm/*/f32/*";
+    `FALLBACK_CASES_EXAMPLE` before any is."""
+    count = sa.func.count(Series.id)
+    query = (sa.select(Case.family, Case.dtype).join(Series, Series.case_id == Case.id)
+             .group_by(Case.family, Case.dtype).order_by(count.desc(), Case.family, Case.dtype).limit(1))
+    if device_class:
+        query = query.join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id).where(
+            DeviceClassRow.name == device_class)
+    found = session.execute(query).first()
+    return f"{found.family}/*/{found.dtype}/*" if found else FALLBACK_CASES_EXAMPLE

@@ -16,7 +16,7 @@ from pipeline.service.web.farm import redirect_to_full_id
 from pipeline.service.web.paging import paginate
 from pipeline.service.web.render import page
 from pipeline.service.web.session import UserDep, browse_guard
-from pipeline.service.web.verdicts import cached_comparison
+from pipeline.service.web.verdicts import NEWEST_RUNS, cached_comparison, run_verdicts
 from pipeline.store import compile_stats, queries
 from pipeline.store.bisect_views import latest_by_change_point, one_commit_ranges
 from pipeline.store.compare import only_cases
@@ -30,20 +30,21 @@ def dashboard(request: Request, session: SessionDep, settings: SettingsDep, user
               device_class: str = "", dtype: str = "", impl: str = "", q: str = "", state: str = "") -> HTMLResponse:
     """Every series' state by family and device class (the first `web.dashboard_tiles` of each
     group, regressed and improved first; a group's own view lists more); filters; counts; the
-    newest runs."""
+    newest runs with their verdicts (each run's own comparison with its base, as its page shows it)."""
     state = state if state in queries.SERIES_STATES else ""
     one_group = bool(family and device_class)
     board = queries.dashboard(session, family=family or None, device_class=device_class or None,
                               dtype=dtype or None, impl=impl or None, text=q.strip() or None, state=state or None,
                               per_group=settings.web.group_tiles if one_group else settings.web.dashboard_tiles)
     filters = {"family": family, "device_class": device_class, "dtype": dtype, "impl": impl, "q": q, "state": state}
+    runs = queries.list_runs(session, limit=NEWEST_RUNS)
     return page(request, "index.html", user, {
         "groups": [g for g in board.groups if g.series], "counts": board.counts, "filters": filters,
         "states": queries.SERIES_STATES, "options": data.dashboard_options(session),
         "group_tiles": settings.web.group_tiles,
         # the series these filters match, the state included (the counts above are per state)
         "series_total": board.counts.get(state, 0) if state else sum(board.counts.values()),
-        "runs": queries.list_runs(session, limit=10)})
+        "runs": runs, "verdicts": run_verdicts(session, settings, runs)})
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
@@ -118,10 +119,10 @@ def series_samples(series_id: RowId, sha: str, session: SessionDep) -> JSONRespo
 def roofline(request: Request, session: SessionDep, settings: SettingsDep, user: UserDep,
              device_class: str = "", order: str = "case", page_number: int = Query(1, alias="page")) -> HTMLResponse:
     """Each case's achieved FLOP/s against the device class's compute and bandwidth ceilings; the
-    table by case or furthest below the roof first, a page at a time."""
+    table by case or furthest below the roof first, a page at a time; the cases left off, named."""
     names = data.device_class_names(session)
     device_class = device_class or (names[0] if names else "")
-    points = data.roofline_points(session, device_class) if device_class else []
+    points, left_off = data.roofline_points(session, device_class) if device_class else ([], [])
     configured = settings.web.ceilings.get(device_class, {})
     best_flops = max((p.flop_rate for p in points), default=None)
     best_bytes = max((p.byte_rate for p in points), default=None)
@@ -135,6 +136,7 @@ def roofline(request: Request, session: SessionDep, settings: SettingsDep, user:
         if order == "share" else points
     return page(request, "roofline.html", user, {
         "device_classes": names, "device_class": device_class, "points": points, "ceilings": ceilings,
+        "left_off": left_off, "unplaced": [p for p in points if not p.intensity],
         "rows": paginate(rows, page_number, settings.web.page_rows), "shares": shares, "order": order,
         "chart": roofline_svg(points, peak_flops, peak_bytes) if points else None})
 
@@ -161,7 +163,8 @@ def compile_history_page(request: Request, session: SessionDep, user: UserDep, r
     steps = compile_stats.compile_steps(history)
     position = {p.sha: i for i, p in enumerate(history)}  # one point per commit
     charts = [step_svg([p.values[m] for p in history], labels, m, METRICS[m].unit,
-                       steps=[position[s.after_sha] for s in steps if s.metric == m])
+                       steps=[position[s.after_sha] for s in steps if s.metric == m],
+                       ticks=[p.sha[:7] for p in history])
               for m in compile_stats.METRIC_COLUMNS]
     return page(request, "compile_history.html", user, {"repository": repository, "case": case, "target": target,
                                                         "history": history, "charts": charts, "steps": steps,

@@ -14,6 +14,7 @@ from markupsafe import Markup, escape
 
 from pipeline.pr_comments.markdown import keep_figures
 from pipeline.pr_comments.table import (
+    change_note,
     format_change,
     format_figure,
     format_pvalue,
@@ -95,7 +96,8 @@ templates.env.filters.update(seconds=format_seconds, change=format_change, pvalu
                              row_change=row_change, row_status=row_status, status_label=status_label,
                              row_counters=row_counters,
                              first_line=first_line, slug=lambda s: str(s).replace(" ", "-"), ago=ago)
-templates.env.globals.update(summary_line=summary_line, commit_url=commit_url, query=query, duration=duration)
+templates.env.globals.update(summary_line=summary_line, commit_url=commit_url, query=query, duration=duration,
+                             change_note=change_note)
 
 
 ERROR_TITLES = {400: "bad request", 401: "sign-in needed", 403: "refused", 404: "not found", 405: "not allowed",

@@ -23,7 +23,12 @@ from pipeline.service.web.session import (
     require_signed_in,
     safe_next,
 )
-from pipeline.service.web.verdicts import ROW_ORDERS, cached_verdict
+from pipeline.service.web.verdicts import (
+    NEWEST_RUNS,
+    ROW_ORDERS,
+    cached_verdict,
+    run_verdicts,
+)
 from pipeline.store import code, commit_refs, compile_stats, queries, triage
 from pipeline.store.bisect_views import latest_by_change_point, one_commit_ranges
 from pipeline.store.code import CodeChangeOut
@@ -151,16 +156,22 @@ def _head(session: SessionDep, repository: str, head: str, pr: str) -> tuple[str
 
 
 @router.get("/regressions", response_class=HTMLResponse)
-def regressions_page(request: Request, session: SessionDep, user: UserDep, device_class: str = "",
-                     family: str = "", state: str = "", lifecycle: str = "") -> HTMLResponse:
+def regressions_page(request: Request, session: SessionDep, settings: SettingsDep, user: UserDep,
+                     device_class: str = "", family: str = "", state: str = "", lifecycle: str = "") -> HTMLResponse:
     """Open regressions (or all in one triage state and/or lifecycle: suspected, confirmed,
-    retracted) with their triage history, their bisection and actions."""
+    retracted) with their triage history, their bisection and actions: change points of the history.
+    Above them, the newest runs whose own verdict is regressed (a run's comparison is not a change
+    point: said so, with links)."""
     found = queries.list_regressions(session, device_class=device_class or None, family=family or None,
                                      state=state if state in TRIAGE_STATES else None,
                                      lifecycle=lifecycle if lifecycle in LIFECYCLE else None, limit=500)
     histories = data.triage_histories(session, [r.id for r in found])
     bisections = latest_by_change_point(session, [r.id for r in found])
+    runs = queries.list_runs(session, limit=NEWEST_RUNS)
+    verdicts = run_verdicts(session, settings, runs)
+    regressed_runs = [(r, v) for r in runs if (v := verdicts.get(r.id)) is not None and v.verdict == "regressed"]
     return page(request, "regressions.html", user, {
+        "regressed_runs": regressed_runs,
         "regressions": found, "histories": histories, "bisections": bisections, "transitions": triage.TRANSITIONS,
         "one_commit": one_commit_ranges(session, [r.id for r in found]),
         "states": TRIAGE_STATES, "lifecycles": LIFECYCLE, "device_classes": data.device_class_names(session),

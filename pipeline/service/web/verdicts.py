@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.config import Settings
 from pipeline.dispatch.triggers import Loop
+from pipeline.pr_comments.table import counts_text
 from pipeline.service.web.data import store_version
 from pipeline.store.compare import (
     STATUSES,
@@ -38,11 +39,20 @@ from pipeline.store.compare import (
     choose_base,
     combine,
     compare,
+    overall_verdict,
     result_device_classes,
     results_version,
 )
 from pipeline.store.db import session_scope
-from pipeline.store.models import Commit, DeviceClassRow, Job, Repository, Run
+from pipeline.store.models import (
+    CaseResultRow,
+    Commit,
+    DeviceClassRow,
+    Job,
+    Repository,
+    Run,
+)
+from pipeline.store.queries import RunOut
 
 ROW_ORDERS: dict[str, Callable[[ComparisonRowOut], Any]] = {
     "verdict": lambda r: (STATUSES.index(r.status), str(r.case_id), r.target),
@@ -55,8 +65,9 @@ ids in their text's order (a CaseId has none: ordering them field by field would
 
 log = logging.getLogger("benchfarm.web.verdicts")
 
-CACHE_SIZE = 128
-"""Comparisons kept (one device class each; ~0.5 MB for 2,000 rows)."""
+CACHE_SIZE = 256
+"""Comparisons kept (one device class each; ~0.5 MB for 2,000 rows): room for the dashboard's newest
+runs on ten device classes (`NEWEST_RUNS`), their commits' and the pages being read."""
 CACHE_TTL_S = 3600.0
 """A kept comparison is recomputed after this long at most: the fingerprint sees new results; the
 limit bounds what it cannot see (a row changed or deleted in place)."""
@@ -113,18 +124,11 @@ def cached_comparison(session: Session, settings: Settings, repository: str, hea
 def _cached(session: Session, settings: Settings, repository: str, head: str, base: str | None, device_class: str,
             merge_base: str | None, version: tuple[int | None, ...], run_id: str | None = None) -> ComparisonOut:
     # a run's comparison is kept under its own key; the fingerprint (the commit's newest result) covers it
+    kept = _still_kept(session, settings, repository, head, base, device_class, merge_base, version, run_id)
+    if kept is not None:
+        return kept
     key = _key(session, settings, repository, head, base, device_class, merge_base, run_id)
     now = time.monotonic()
-    with _kept_lock:
-        kept = _kept.get(key)
-    if kept is not None and now - kept.made_at < CACHE_TTL_S and (
-            kept.store == version or kept.fingerprint is not None
-            and kept.fingerprint == _fingerprint(session, settings, kept.comparison, merge_base)):
-        kept.store = version
-        with _kept_lock:
-            if key in _kept:
-                _kept.move_to_end(key)
-        return kept.comparison
 
     head_before = results_version(session, repository=repository, sha=head, device_class=device_class)
     base_before = base or choose_base(session, repository=repository, sha=head, device_class=device_class,
@@ -150,6 +154,72 @@ def _cached(session: Session, settings: Settings, repository: str, head: str, ba
     return comparison
 
 
+NEWEST_RUNS = 10
+"""The runs the dashboard lists, newest first, each with its verdict."""
+NEWEST_RUNS_BUDGET_S = 0.5
+"""What the dashboard spends computing the verdicts of its newest runs that are not kept yet (a large
+farm's run takes a second or more; the warmer keeps them for the next view): past it, a run's verdict
+is left to its page. The newest run with results is computed whatever it takes."""
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    verdict: str
+    """`overall_verdict` over the run's rows on every device class it stored results on"""
+    counts: str
+    """`counts_text`: "1 regressed, 5 similar" """
+
+
+def run_verdicts(session: Session, settings: Settings, runs: Sequence[RunOut],
+                 budget_s: float = NEWEST_RUNS_BUDGET_S) -> dict[str, RunVerdict | None]:
+    """run id -> the verdict of the run's own results against their base (what its page and `benchfarm
+    run` show: `cached_comparison` of the run on each device class), for the runs that stored results;
+    None for one not computed within `budget_s` (`NEWEST_RUNS_BUDGET_S`)."""
+    classes: dict[str, list[str]] = {}
+    with_results = (sa.select(Job.run_id, DeviceClassRow.name)
+                    .join(DeviceClassRow, Job.device_class_id == DeviceClassRow.id)
+                    .where(Job.run_id.in_([r.id for r in runs]),
+                           sa.exists().where(CaseResultRow.job_id == Job.id)).order_by(DeviceClassRow.name))
+    for run_id, device_class in session.execute(with_results):
+        classes.setdefault(run_id, []).append(device_class)
+    verdicts: dict[str, RunVerdict | None] = {}
+    version = store_version(session)
+    started = time.monotonic()
+    for run in runs:
+        if run.id not in classes:
+            continue
+        # past the budget, only kept comparisons (the first run with results is computed whatever it takes)
+        compute = _cached if not verdicts or time.monotonic() - started <= budget_s else _still_kept
+        try:
+            comparisons = [compute(session, settings, run.repository, run.commit_sha, None, dc, None, version, run.id)
+                           for dc in classes[run.id]]
+        except CompareError:
+            continue
+        if any(c is None for c in comparisons):
+            verdicts[run.id] = None
+        elif rows := [row for c in comparisons if c is not None for row in c.rows]:
+            verdicts[run.id] = RunVerdict(overall_verdict(rows), counts_text(rows))
+    return verdicts
+
+
+def _still_kept(session: Session, settings: Settings, repository: str, head: str, base: str | None,
+                device_class: str, merge_base: str | None, version: tuple[int | None, ...],
+                run_id: str | None = None) -> ComparisonOut | None:
+    """The kept comparison for these inputs while it is valid (module doc); None: compute it."""
+    key = _key(session, settings, repository, head, base, device_class, merge_base, run_id)
+    with _kept_lock:
+        kept = _kept.get(key)
+    if kept is not None and time.monotonic() - kept.made_at < CACHE_TTL_S and (
+            kept.store == version or kept.fingerprint is not None
+            and kept.fingerprint == _fingerprint(session, settings, kept.comparison, merge_base)):
+        kept.store = version
+        with _kept_lock:
+            if key in _kept:
+                _kept.move_to_end(key)
+        return kept.comparison
+    return None
+
+
 def _fingerprint(session: Session, settings: Settings, comparison: ComparisonOut,
                  merge_base: str | None) -> tuple[object, ...]:
     """What the comparison read, as values that change when it would come out different: the head's
@@ -168,15 +238,21 @@ def _fingerprint(session: Session, settings: Settings, comparison: ComparisonOut
 class VerdictWarmer(Loop):
     """Computes the kept comparisons of each job that ends (its commit's, and its run's own results', on
     its device class against the base the pages find), so the first view of a run or a pull request
-    is served kept."""
+    is served kept; on start, those of the dashboard's newest runs (`NEWEST_RUNS`)."""
 
     def __init__(self, settings: Settings, engine: Engine, period_s: float = 2.0) -> None:
         super().__init__("verdict-warmer", period_s)
         self.settings, self.engine = settings, engine
-        with session_scope(engine) as session:  # jobs that ended before the service started: not warmed
-            self._since = session.scalar(sa.select(sa.func.max(Job.finished_at)))
-            self._warmed: set[str] = set(session.scalars(sa.select(Job.id).where(Job.finished_at == self._since))
-                                         if self._since is not None else [])
+        # jobs that ended before the service started: only those of the dashboard's newest runs are warmed
+        with session_scope(engine) as session:
+            newest = sa.select(Run.id).order_by(Run.created_at.desc(), Run.id).limit(NEWEST_RUNS).scalar_subquery()
+            self._since = session.scalar(sa.select(sa.func.min(Job.finished_at))
+                                         .where(Job.run_id.in_(newest), Job.status == "done"))
+            self._warmed: set[str] = set()
+            if self._since is None:   # none of them has results: from now on
+                self._since = session.scalar(sa.select(sa.func.max(Job.finished_at)))
+                self._warmed = set(session.scalars(sa.select(Job.id).where(Job.finished_at == self._since))
+                                   if self._since is not None else [])
 
     def step(self) -> bool:
         with session_scope(self.engine) as session:

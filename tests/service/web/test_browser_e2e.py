@@ -10,6 +10,7 @@ repository)."""
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import shutil
@@ -24,6 +25,8 @@ from typing import Any
 
 import pytest
 import requests
+import sqlalchemy as sa
+from sqlalchemy import Engine
 
 from pipeline.config import Settings
 from pipeline.service.app import create_app
@@ -60,9 +63,17 @@ ADMIN = "e2e-admin-token"
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, demo_store.Demo]]:
-    home = tmp_path_factory.mktemp("web-e2e")
-    engine = open_store(f"sqlite:///{home}/benchfarm.db")
+def site_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """The demo site's store (a test that adds to its history writes here)."""
+    engine = open_store(f"sqlite:///{tmp_path_factory.mktemp('web-e2e')}/benchfarm.db")
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def site(site_engine: Engine) -> Iterator[tuple[str, demo_store.Demo]]:
+    engine = site_engine
+    home = Path(str(engine.url.database)).parent
     demo = demo_store.build(engine, commits=40)
     demo_store.add_farm(engine, demo)
     app = create_app(Settings(home=home, api_token=ADMIN, web={"secret_key": "e2e"}), engine)
@@ -71,7 +82,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, demo_s
                                 headers={"authorization": f"Bearer {ADMIN}"}, timeout=30)
         assert created.status_code == 201, created.text
         yield url, demo
-    engine.dispose()
 
 
 @pytest.fixture(scope="module")
@@ -197,6 +207,14 @@ def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo
     wait(browser).until(signed_in_at("/regressions"))
     sections = browser.find_elements(By.CSS_SELECTOR, "section.regression")
     assert len(sections) == 8
+    cut = browser.execute_script("""
+        const ruler = document.createElement('canvas').getContext('2d');
+        return [...document.querySelectorAll('form.triage input[placeholder]')].filter(input => {
+          const st = getComputedStyle(input);
+          ruler.font = `${st.fontStyle} ${st.fontWeight} ${st.fontSize} ${st.fontFamily}`;
+          const room = input.clientWidth - parseFloat(st.paddingLeft) - parseFloat(st.paddingRight);
+          return ruler.measureText(input.placeholder).width > room; }).map(input => input.placeholder);""")
+    assert cut == [], f"triage placeholders cut: {cut}"   # issue 34: "assignee (assigned)" was
     target = sections[0]
     cp_id = target.get_attribute("id")
     Select(target.find_element(By.NAME, "state")).select_by_visible_text("confirmed")
@@ -259,6 +277,30 @@ def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo
     assert "<script>window.__xss = 4</script>" in browser.find_element(By.ID, "job-error").text  # as text
     no_script_ran(browser)
     shot(browser, "job")
+
+
+def test_change_point_labels_of_a_series_do_not_overlap(site: tuple[str, demo_store.Demo], site_engine: Engine,
+                                                       browser: Any) -> None:
+    """Change points a commit or two apart (a slow commit retracted by the next, then a slowdown that
+    stays) on the vendor control's series: their labels stack instead of overlapping (issue 34).
+    Runs after the tests that count the demo's change points: it adds two."""
+    from pipeline.store.db import session_scope
+    from pipeline.store.models import Case, ChangePoint, Series
+
+    url, demo = site
+    demo_store.extend_history(site_engine, demo, [1.5, 1.0, 1.3, 1.3, 1.3])
+    with session_scope(site_engine) as s:
+        series_id = s.scalar(sa.select(Series.id).join(Case).join(ChangePoint, ChangePoint.series_id == Series.id)
+                             .where(Case.case_id == demo_store.CONTROL).limit(1))
+    browser.get(f"{url}/series/{series_id}")
+    wait(browser).until(lambda d: d.execute_script("return !!window.benchfarmChangePointLabels"))
+    labels = browser.execute_script("return window.benchfarmChangePointLabels")
+    assert len(labels) >= 2, labels
+    overlapping = [(a["text"], b["text"]) for i, a in enumerate(labels) for b in labels[i + 1:]
+                   if a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"]
+                   and a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"]]
+    assert overlapping == [], overlapping
+    assert len({label["y"] for label in labels}) >= 2, labels   # they were close enough to need a second row
 
 
 @pytest.fixture(scope="module")
@@ -355,6 +397,13 @@ def test_compile_statistics_pages_compare_and_history(compile_site: tuple[str, s
           return [...svg.querySelectorAll('text')].map(t => [t.textContent, t.getBBox()])
             .filter(([, b]) => b.x < 0 || b.x + b.width > box.width).map(([s]) => s); });""")
     assert clipped == [], f"labels outside the compile charts: {clipped}"
+    # each chart names its commits under the axis and its figures in their unit (issue 34: no x labels,
+    # and a compile time read "0.804627")
+    for chart in charts:
+        assert [t.text for t in chart.find_elements(By.CSS_SELECTOR, "text.x-label")] == [first[:7], second[:7]]
+    times = charts[[c.get_attribute("aria-label") for c in charts].index("compile_time")]
+    y_labels = [t.text for t in times.find_elements(By.CSS_SELECTOR, "text.y-label")]
+    assert y_labels and all(label.endswith((" s", " ms", " us")) and len(label) <= 8 for label in y_labels), y_labels
     steps = browser.find_elements(By.CSS_SELECTOR, "#compile-steps tr td:nth-child(2)")
     assert "registers" in [td.text for td in steps]
     assert f"{first[:10]}..{second[:10]}" in browser.find_element(By.ID, "compile-steps").text
@@ -573,6 +622,9 @@ def test_trigger_an_adhoc_run_and_watch_it_complete_with_the_embedded_agent(embe
     assert ref.get_attribute("value") == "HEAD"
     box = form.find_element(By.CSS_SELECTOR, f"input[name=device_class][value='{device_class}']")
     assert box.is_selected()
+    # its example selects cases of this machine (issue 34: "gemm/*/bf16/*" selected none of a CPU's)
+    example = form.find_element(By.NAME, "cases").get_attribute("placeholder")
+    assert fnmatch.fnmatchcase(case_id(ADHOC_CASES[0]), example), example
     form.find_element(By.NAME, "cases").send_keys("gemm/*")
     shot(browser, "adhoc-form")
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
@@ -605,6 +657,8 @@ def test_trigger_an_adhoc_run_and_watch_it_complete_with_the_embedded_agent(embe
     # a second run of the same commit, of one case: its page shows that case only
     browser.get(url + "/runs/new")
     form = browser.find_element(By.ID, "adhoc")
+    example = form.find_element(By.NAME, "cases").get_attribute("placeholder")
+    assert example == "gemm/*/f32/*", example   # from what this machine measured
     form.find_element(By.NAME, "cases").send_keys("gemm/alpha/*")
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait(browser).until(ec.visibility_of_element_located((By.ID, "progress")))

@@ -8,7 +8,7 @@ import requests
 import sqlalchemy as sa
 
 from pipeline.store.db import session_scope
-from pipeline.store.models import Case, ChangePoint, Commit, Series, TriageEvent
+from pipeline.store.models import Case, ChangePoint, Commit, Run, Series, TriageEvent
 
 from . import demo_store
 from .conftest import BOOTSTRAP, Service
@@ -42,6 +42,40 @@ def test_dashboard_counts_filters_and_runs(service: Service) -> None:
     assert _counts(text)["series shown"] == 3 and "8192x1024x4096" in text
     only = requests.get(service.url + "/", params={"state": "regressed"}, timeout=30).text
     assert only.count('class="tile regressed"') == 8 and 'class="tile stable"' not in only
+
+
+def _run_row(html: str, run_id: str) -> str:
+    """The dashboard's newest-runs row of one run ('' when it is not listed)."""
+    found = re.search(rf'<tr data-run="{run_id}">.*?</tr>', html, re.S)
+    return found.group(0) if found else ""
+
+
+def test_the_newest_runs_show_their_verdicts_and_the_pages_say_what_they_list(service: Service) -> None:
+    """Issue 34: after a run that printed `regressed`, the dashboard's tiles (the history's change
+    points) showed nothing of it: the newest runs carry their own verdict, and both pages say what
+    they show."""
+    with session_scope(service.engine) as s:
+        pr_run = s.scalar(sa.select(Run.id).where(Run.kind == "pr"))
+        newest_push = s.scalar(sa.select(Run.id).where(Run.kind == "push").order_by(Run.created_at.desc()).limit(1))
+    dashboard = requests.get(service.url + "/", timeout=30).text
+    row = _run_row(dashboard, pr_run)
+    assert 'class="run-verdict status-regressed"' in row and "<b>regressed</b>" in row, row
+    assert "2 regressed, 22 similar; 6 controls" in row, row   # the slowed GEMM on each device class
+    assert "<b>" in _run_row(dashboard, newest_push), dashboard   # a push run has its verdict too
+    assert "verdict compares its own results with their base" in dashboard and 'id="what-tiles-show"' in dashboard
+    regressions = requests.get(service.url + "/regressions", timeout=30).text
+    said = re.search(r'<p class="small muted" id="what-regressions-are">(.*?)</p>', regressions, re.S)
+    assert said and "Change points of each series' history" in said.group(1) and "not one" in said.group(1)
+    listed = re.search(r'<p id="regressed-runs">(.*?)</p>', regressions, re.S)
+    assert listed and f'href="/runs/{pr_run}"' in listed.group(1), regressions
+
+    # the run's own page and the compare page say what its change is, beside the medians
+    run_page = requests.get(f"{service.url}/runs/{pr_run}", timeout=30).text
+    note = re.search(r'<p class="small muted change-note">(.*?)</p>', run_page, re.S)
+    assert note and "even in sign" in note.group(1), run_page
+    assert f'<th class="num" title="{note.group(1)}">change [95% CI]</th>' in run_page
+    compared = requests.get(f"{service.url}/compare", params={"repository": demo_store.REPO, "pr": "7"}, timeout=30).text
+    assert compared.count('class="small muted change-note"') == 2   # one under each device class's table
 
 
 def test_html_in_case_ids_and_commit_messages_is_shown_as_text(service: Service) -> None:
@@ -78,6 +112,17 @@ def test_series_page_graph_data_change_points_and_samples(service: Service) -> N
     assert requests.get(f"{service.url}/static/vendor/uplot/uPlot.iife.min.js", timeout=30).status_code == 200
 
 
+def test_every_page_names_its_icon_and_the_icon_is_served(service: Service) -> None:
+    """Issue 34: a 404 for /favicon.ico on every page."""
+    for path in ("/", "/regressions", "/roofline", "/compare"):
+        assert '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">' in \
+            requests.get(service.url + path, timeout=30).text, path
+    for path in ("/static/favicon.svg", "/favicon.ico"):
+        icon = requests.get(service.url + path, timeout=30)
+        assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml"), path
+        assert icon.text.startswith("<svg"), path
+
+
 def test_compare_page_pull_request_and_two_commits(service: Service) -> None:
     pr = requests.get(f"{service.url}/compare", params={"repository": demo_store.REPO, "pr": "7"}, timeout=30).text
     assert 'id="verdict">regressed<' in pr and pr.count('class="sortable verdict-table"') == 2
@@ -92,9 +137,24 @@ def test_compare_page_pull_request_and_two_commits(service: Service) -> None:
     assert missing.status_code == 404 and "no recorded commit" in missing.text
 
 
-def test_roofline_places_each_case(service: Service) -> None:
+def test_roofline_places_each_case_and_names_those_left_off(service: Service) -> None:
     page = requests.get(f"{service.url}/roofline", params={"device_class": "nvidia-h100-sxm"}, timeout=30).text
     assert page.count('<circle class="case"') == len(service.demo.cases) == 15 and "best measured case" in page
+    assert ">15 of 15 cases on the chart<" in page and 'id="roofline-left-off"' not in page
+    # a newer bundle counts no FLOPs for one case (a gather moves data only): left off, and named
+    from pipeline.contracts import BundleEntry
+    from pipeline.store import ingest
+    from tests.helpers import factories as f
+
+    moved = service.demo.cases[1]
+    entry = BundleEntry.model_validate({**f.built_entry(moved).model_dump(), "flops": 0, "bytes": 4096})
+    with session_scope(service.engine) as s:
+        ingest.ingest_manifest(s, manifest=f.manifest(demo_store.main_sha(1), [entry], repository=demo_store.REPO),
+                               path="/bundles/no-flops")
+    page = requests.get(f"{service.url}/roofline", params={"device_class": "nvidia-h100-sxm"}, timeout=30).text
+    assert page.count('<circle class="case"') == 14 and "14 of 15 cases on the chart; left off:" in page
+    left_off = page.split('id="roofline-left-off"')[1].split("</ul>")[0]
+    assert moved in left_off and "no FLOPs counted (moves data only)" in left_off, left_off
 
 
 def _section(html: str, cp_id: int) -> str:

@@ -1,14 +1,18 @@
 """The pages' comparison cache: kept while what it read is unchanged, recomputed when the head,
-the base or the base choice moves; warmed when a job ends (both stores, real ingest)."""
+the base or the base choice moves; warmed when a job ends, and on start for the dashboard's newest
+runs (both stores, real ingest)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
+import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from pipeline.config import Settings
 from pipeline.service.web.verdicts import (
+    NEWEST_RUNS,
     VerdictWarmer,
     cached_comparison,
     cached_verdict,
@@ -17,6 +21,7 @@ from pipeline.service.web.verdicts import (
 from pipeline.store import ingest
 from pipeline.store.compare import ComparisonOut
 from pipeline.store.db import session_scope
+from pipeline.store.models import Job, Run
 from tests.helpers import factories as f
 from tests.helpers.stores import blank_engine, database_url, engine, seeded  # noqa: F401  (fixtures)
 
@@ -67,12 +72,18 @@ def test_kept_across_unrelated_results_recomputed_when_head_base_or_base_choice_
 
 def test_the_warmer_keeps_the_comparison_of_each_job_that_ends(seeded: Engine, tmp_path: Path) -> None:  # noqa: F811
     settings = Settings(home=tmp_path)
-    with session_scope(seeded) as s:
-        _, old_job = f.run_and_upload(s, 0, [f.ok(f.GEMM, f.series_samples(1e-3))])
-        ingest.set_job_status(s, job_id=old_job, status="done", agent="agent-1")  # ended before the warmer started
+    with session_scope(seeded) as s:   # jobs that ended before the warmer started
+        old_run, old_job = f.run_and_upload(s, 0, [f.ok(f.GEMM, f.series_samples(1e-3))])
+        ingest.set_job_status(s, job_id=old_job, status="done", agent="agent-1")
+        s.execute(sa.update(Run).where(Run.id == old_run).values(created_at=datetime(2026, 1, 1)))
+        s.execute(sa.update(Job).where(Job.id == old_job).values(finished_at=datetime(2026, 1, 1)))
+        for _ in range(NEWEST_RUNS):   # the dashboard's newest runs: the old one is not among them
+            _, job = f.run_and_upload(s, 1, [f.ok(f.GEMM, f.series_samples(1e-3))])
+            ingest.set_job_status(s, job_id=job, status="done", agent="agent-1")
     warmer = VerdictWarmer(settings, seeded)
-    assert not warmer.step()
+    assert warmer.step() and not warmer.step()   # the newest runs' comparisons, for the dashboard's verdicts
     with session_scope(seeded) as s:
+        assert kept_comparison(s, settings, f.REPO, f.sha(1), None, f.DEVICE_CLASS, None) is not None
         assert kept_comparison(s, settings, f.REPO, f.sha(0), None, f.DEVICE_CLASS, None) is None
         run = ingest.create_run(s, repository=f.REPO, commit_sha=f.sha(3), kind="push",
                                 device_classes=[f.DEVICE_CLASS])

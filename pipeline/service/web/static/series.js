@@ -37,29 +37,43 @@
                 stroke: "#8250df" });
   }
 
+  // Change points as vertical lines, each labelled at the top; a label that would overlap one already
+  // drawn goes down a row (and to the line's left where it would leave the plot). The labels' boxes
+  // (CSS pixels) are kept on window.benchfarmChangePointLabels.
   function drawChangePoints(u) {
-    const ctx = u.ctx;
+    const ctx = u.ctx, dpr = devicePixelRatio, right = u.bbox.left + u.bbox.width;
+    const rows = [];   // per row, the [left, right] spans of its labels
+    const placed = [];
     ctx.save();
-    for (const cp of d.change_points) {
+    ctx.font = 11 * dpr + "px system-ui";
+    for (const cp of [...d.change_points].sort((a, b) => a.index - b.index)) {
       const x = Math.round(u.valToPos(cp.index - 0.5, "x", true));
-      if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) continue;
+      if (x < u.bbox.left || x > right) continue;
       // retracted: grey and thin; suspected: dashed; triaged (not open): dotted
       const retracted = cp.lifecycle === "retracted";
       ctx.strokeStyle = retracted ? "#8c959f" : colors[cp.direction] || "#57606a";
-      ctx.lineWidth = (retracted ? 1 : 2) * devicePixelRatio;
+      ctx.lineWidth = (retracted ? 1 : 2) * dpr;
       const dash = cp.lifecycle === "suspected" ? [8, 4] : cp.open ? [] : [3, 3];
-      ctx.setLineDash(dash.map((v) => v * devicePixelRatio));
+      ctx.setLineDash(dash.map((v) => v * dpr));
       ctx.beginPath();
       ctx.moveTo(x, u.bbox.top);
       ctx.lineTo(x, u.bbox.top + u.bbox.height);
       ctx.stroke();
       ctx.fillStyle = ctx.strokeStyle;
-      ctx.font = 11 * devicePixelRatio + "px system-ui";
-      const label = cp.lifecycle === "confirmed" ? cp.state : cp.lifecycle;
-      ctx.fillText(label + " " + (cp.magnitude * 100).toFixed(1) + "%", x + 4 * devicePixelRatio,
-                   u.bbox.top + 12 * devicePixelRatio);
+      const text = (cp.lifecycle === "confirmed" ? cp.state : cp.lifecycle) + " " + (cp.magnitude * 100).toFixed(1) + "%";
+      const width = ctx.measureText(text).width;
+      let left = x + 4 * dpr;
+      if (left + width > right) left = x - 4 * dpr - width;
+      const gap = 6 * dpr;
+      let row = rows.findIndex((spans) => spans.every(([a, b]) => left + width + gap <= a || left >= b + gap));
+      if (row < 0) row = rows.push([]) - 1;
+      rows[row].push([left, left + width]);
+      const baseline = u.bbox.top + (12 + 14 * row) * dpr;
+      ctx.fillText(text, left, baseline);
+      placed.push({ text, x: left / dpr, y: (baseline - 10 * dpr) / dpr, width: width / dpr, height: 12 });
     }
     ctx.restore();
+    window.benchfarmChangePointLabels = placed;
   }
 
   const panel = document.getElementById("samples");
