@@ -63,9 +63,12 @@ class PgServer:
     def log(self) -> Path:
         return self.root / "server.log"
 
+    def url_of(self, database: str) -> str:
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
+
     @property
     def url(self) -> str:
-        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{DATABASE}"
+        return self.url_of(DATABASE)
 
     def _run(self, *argv: str, timeout_s: float = 120) -> None:
         done = subprocess.run([str(self.bin_dir / argv[0]), *argv[1:]], user=self.user, cwd=self.root,
@@ -112,7 +115,7 @@ def own_server() -> Iterator[PgServer]:
     try:
         server.init()
         server.start()
-        with psycopg.connect(server.url.replace(f"/{DATABASE}", "/postgres"), autocommit=True) as admin:
+        with psycopg.connect(server.url_of("postgres"), autocommit=True) as admin:
             admin.execute(f'CREATE DATABASE "{DATABASE}"')
         yield server
     finally:
