@@ -18,11 +18,12 @@ Phases, on one fresh database (created, dropped at the end unless `--keep`):
    what the readers' dashboard and series pages show;
 2. the farm's jobs: `--agents` x `--docs` queued PR jobs of one commit, paired with its base, on
    the GPU class, their bundles registered (`bench/large_document.py`'s manifests);
-3. `benchfarm serve` started; one agent alone uploads one more document (the service's
-   single-agent rate, the second baseline);
+3. `benchfarm serve` started (`_gpu_farm.GpuFarm`, on the bench's database); one agent alone
+   uploads one more document (the service's single-agent rate, the second baseline);
 4. the load: every agent process released at once (each has built its cases), and with them the
-   readers, who loop over their pages until the last agent ends (each loads every page once at least). The service's resident memory (VmRSS) is sampled every 0.5 s, its peak (VmHWM) read
-   at the end.
+   readers, who loop over their pages until the last agent ends (each loads every page once at
+   least). The service's resident memory (VmRSS) is sampled every 0.5 s, its peak (VmHWM) read at
+   the end.
 5. accounting: every job done; the store's samples (head, paired base) equal those sent, each
    (job, case) once.
 
@@ -41,8 +42,6 @@ import json
 import multiprocessing
 import os
 import platform
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -63,6 +62,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import large_document  # noqa: E402 - the full-suite manifests and commits of the one-document bench
 import store_scale  # noqa: E402 - the single-writer baseline and the database lifecycle
+from _gpu_farm import TOKEN, GpuFarm  # noqa: E402 - `benchfarm serve` as the benches start it
 
 from pipeline.agents.client import ServiceClient, ServiceError  # noqa: E402
 from pipeline.agents.upload import DEFAULT_CHUNK_BYTES, deliver  # noqa: E402
@@ -72,7 +72,6 @@ from pipeline.store.db import open_store, session_scope  # noqa: E402
 from pipeline.store.models import Job, Series  # noqa: E402
 from tests.helpers.full_suite import paired_result  # noqa: E402
 
-TOKEN = "bf_bench_load_token"
 REPO, HEAD, BASE = large_document.REPO, large_document.HEAD, large_document.BASE
 GPU_CLASS = DeviceClass(name=large_document.DEVICE_CLASS, kind="gpu", targets=[large_document.TARGET], runtime="cuda")
 
@@ -164,8 +163,9 @@ def agent_main(index: int, url: str, docs: int, cases: int, samples: int, chunk_
             document = {"schema_version": 1, "run_id": job["run_id"], "job_id": job["job_id"], "repository": REPO,
                         "commit": HEAD, "device": {"device_class": GPU_CLASS.name, "uid": uid, "name": "H200",
                                                    "host": f"load-{index}"},
-                        "agent": {"name": name, "version": "bench"}, "started_at": (now - timedelta(minutes=5)).isoformat(),
-                        "finished_at": now.isoformat(), "results": results}
+                        "agent": {"name": name, "version": "bench"},
+                        "started_at": (now - timedelta(minutes=5)).isoformat(), "finished_at": now.isoformat(),
+                        "results": results}
             delivered = deliver(client, document, budget_bytes=chunk_bytes,
                                 post=lambda chunk: timed("upload", lambda: client.post_raw("results", chunk)))
             timed("complete", lambda: client.post(f"jobs/{job['job_id']}/complete", {"agent": name}))
@@ -223,31 +223,6 @@ def rss_mib(pid: int, field: str = "VmRSS") -> float:
     return 0.0
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def serve(url: str, home: Path, port: int) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
-    env.update(BENCHFARM_HOME=str(home), BENCHFARM_DATABASE_URL=url, BENCHFARM_API_TOKEN=TOKEN,
-               BENCHFARM_PORT=str(port), BENCHFARM_HOST="127.0.0.1", PYTHONPATH=str(ROOT))
-    log = (home / "service.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "serve"], cwd=home, env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, (home / "service.log").read_text()[-3000:]
-        try:
-            if requests.get(f"http://127.0.0.1:{port}/api/v1/jobs", timeout=5).status_code == 200:
-                return proc
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit("the service did not answer in 120 s")
-
-
 def accounting(engine: sa.Engine, job_ids: list[str], cases: int, samples_sent: int) -> dict[str, Any]:
     """What the store holds of the farm's jobs against what the agents sent."""
     with engine.connect() as c:
@@ -295,7 +270,7 @@ def main() -> None:
     if not store_scale.create_database(args.url):
         raise SystemExit(f"{args.url} exists already: drop it first")
     home = Path(tempfile.mkdtemp(prefix="bf-load-"))
-    service: subprocess.Popen[bytes] | None = None
+    farm: GpuFarm | None = None
     try:
         engine = open_store(args.url)
         report["single_writer_store_scale"] = single_writer(engine, args)
@@ -303,9 +278,8 @@ def main() -> None:
         job_ids = queue_jobs(engine, args.cases, args.agents * args.docs + 1)
         with session_scope(engine) as s:
             series = list(s.scalars(sa.select(Series.id).order_by(Series.id).limit(50)))
-        port = free_port()
-        service = serve(args.url, home, port)
-        url = f"http://127.0.0.1:{port}"
+        farm = GpuFarm(home, service_env={"BENCHFARM_DATABASE_URL": args.url})
+        service, url = farm.proc, farm.url
         context = multiprocessing.get_context("spawn")
 
         (alone,) = run_agents(context, url, 1, 99, args)
@@ -377,13 +351,10 @@ def main() -> None:
             "load_vs_one_agent_alone": round(rate / report["single_agent_http"]["samples_per_s"], 2)}
         engine.dispose()
     finally:
-        if service is not None:
-            service.send_signal(signal.SIGTERM)
-            try:
-                service.wait(30)
-            except subprocess.TimeoutExpired:
-                service.kill()
-        report["service_log_tail"] = (home / "service.log").read_text()[-1500:] if (home / "service.log").exists() else ""
+        if farm is not None:
+            farm.stop()
+        log = home / "service.log"
+        report["service_log_tail"] = log.read_text()[-1500:] if log.exists() else ""
         if not args.keep:
             store_scale.drop_database(args.url)
     text = json.dumps(report, indent=2, default=str)
