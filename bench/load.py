@@ -42,6 +42,7 @@ import json
 import multiprocessing
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -355,6 +356,7 @@ def main() -> None:
             farm.stop()
         log = home / "service.log"
         report["service_log_tail"] = log.read_text()[-1500:] if log.exists() else ""
+        shutil.rmtree(home, ignore_errors=True)
         if not args.keep:
             store_scale.drop_database(args.url)
     text = json.dumps(report, indent=2, default=str)
