@@ -43,7 +43,8 @@ case "$mode" in
     # phones (tests/agents/test_adb_phone.py): the real adb client, qemu-aarch64 and an aarch64
     # glibc + libstdc++ for IREE's aarch64 tools (then the tools themselves: pip download of the
     # aarch64 iree-base-runtime wheel); the browser (tests/service/web/test_browser_e2e.py): Debian's
-    # chromium and its chromedriver.
+    # chromium and its chromedriver; the fault tests (tests/e2e/test_faults.py): datefudge, which sets an
+    # agent process's wall clock an hour off (libfaketime's clock_nanosleep breaks Python's time.sleep).
     test_pkgs=()
     command -v adb >/dev/null || test_pkgs+=(adb)
     command -v qemu-aarch64 >/dev/null || test_pkgs+=(qemu-user)
@@ -51,11 +52,12 @@ case "$mode" in
     [ -e /usr/aarch64-linux-gnu/lib/libstdc++.so.6 ] || test_pkgs+=(libstdc++6-arm64-cross)
     command -v chromium >/dev/null || test_pkgs+=(chromium)
     command -v chromedriver >/dev/null || test_pkgs+=(chromium-driver)
+    command -v datefudge >/dev/null || test_pkgs+=(datefudge)
     if [ "${#test_pkgs[@]}" -gt 0 ]; then
       as_root=()
       [ "$(id -u)" -eq 0 ] || as_root=(sudo -n)
       if command -v apt-get >/dev/null && "${as_root[@]}" true 2>/dev/null; then
-        echo "benchfarm test: installing ${test_pkgs[*]} for the phone and browser tests" >&2
+        echo "benchfarm test: installing ${test_pkgs[*]} for the phone, browser and fault tests" >&2
         { "${as_root[@]}" apt-get update -qq \
             && "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${test_pkgs[@]}" >/dev/null; } \
           || echo "benchfarm test: apt-get install ${test_pkgs[*]} failed; the phone or browser tests will skip or fail" >&2

@@ -156,6 +156,23 @@ def test_large_document_runs_on_sqlite(tmp_path: Path) -> None:
     assert report["head_samples"] == 1200 and report["sqlite"]["samples"] >= 1200
 
 
+def test_load_runs_on_postgresql_at_a_small_size() -> None:
+    """bench/load.py end to end (a real `benchfarm serve`, agent processes, readers) at a toy size."""
+    import uuid
+
+    from sqlalchemy.engine import make_url
+
+    from tests.helpers.stores import POSTGRES_ADMIN_URL
+
+    url = make_url(POSTGRES_ADMIN_URL).set(database=f"bf_load_{uuid.uuid4().hex[:12]}")
+    out = _bench("load.py", "--url", url.render_as_string(hide_password=False), "--agents", "3", "--readers", "2",
+                 "--cases", "4", "--samples", "300", "--scale-cases", "10", "--scale-commits", "3")
+    report = json.loads(out)
+    assert report["accounting"]["ok"] and report["accounting"]["samples_stored"] == 4 * 4 * 300, report["accounting"]
+    assert report["load"]["documents"] == 3 and report["load"]["answers_5xx"] == 0, report["load"]
+    assert {"dashboard", "compare", "series"} <= set(report["load"]["pages"])
+
+
 def test_lent_gpu_script_runs_detached_and_reports_each_exit(tmp_path: Path) -> None:
     """bench/lent_gpu.sh: commands launched under setsid in their own tree copy, waited on by name; an
     `exit` inside a command still leaves its code (a run that lost its rc was waited on until the limit)."""

@@ -30,7 +30,7 @@ from pipeline.agents.agent_log import AgentLog
 from pipeline.agents.bundle_cache import BundleRefused, fetch_bundle
 from pipeline.agents.client import ServiceClient, ServiceError, Unreachable
 from pipeline.agents.devices import LocalDevice, discover_local_devices
-from pipeline.agents.spool import Spool, Spooled
+from pipeline.agents.spool import Spool, SpoolError, Spooled
 from pipeline.agents.upload import deliver, resend_command
 from pipeline.config import MeasurementSettings, Settings
 from pipeline.contracts import BundleManifest, ResultDocument
@@ -321,8 +321,13 @@ class DeviceAgent:
             document = self._execute(work)
             if document is None:
                 return
-            spooled = self.spool.put(job_id=job_id, agent=self.name, document=document)
-            self.log.event("spooled", job=job_id, path=str(spooled.path), results=len(document.results))
+            try:
+                spooled = self.spool.put(job_id=job_id, agent=self.name, document=document)
+            except SpoolError as exc:   # not sent unspooled: an upload must always have its copy on disk
+                raise JobRefused(f"{exc}; the job's measurements are not kept: free space there") from None
+            # samples: what the store must hold of this job once it is done (none lost, none twice)
+            self.log.event("spooled", job=job_id, path=str(spooled.path), results=len(document.results),
+                           samples=sum(len(r.samples) for r in document.results))
             self.send(spooled)
         except (JobRefused, BundleRefused) as exc:
             self.fail(job_id, str(exc))

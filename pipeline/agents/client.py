@@ -32,7 +32,8 @@ class ServiceError(RuntimeError):
 
 
 class Unreachable(ServiceError):
-    """No answer from the service after the retries (connection refused, reset, timed out)."""
+    """No answer from the service after the retries (connection refused, reset, timed out), or
+    only 503s (the service answers but its store does not: `service.app`'s store_unavailable)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(0, message)
@@ -91,6 +92,8 @@ class ServiceClient:
                 last = f"{method} {path}: HTTP {response.status_code}: {_error_of(response)}"
                 log.debug("%s (attempt %d of %d)", last, attempt + 1, attempts)
                 if attempt + 1 == attempts:
+                    if response.status_code == 503:   # the service is up, its store is not: wait, as for no answer
+                        raise Unreachable(f"{self.base_url} unavailable after {attempts} attempts; last: {last}")
                     raise ServiceError(response.status_code, _error_of(response))
                 continue
             if response.status_code >= 400:

@@ -12,7 +12,12 @@ from typing import Any
 
 from pipeline.contracts import ResultDocument
 
-__all__ = ["Spool", "Spooled"]
+__all__ = ["Spool", "SpoolError", "Spooled"]
+
+
+class SpoolError(OSError):
+    """A result document could not be written to the spool (no space left, read-only): its
+    message names the spool, the job and the system's reason."""
 
 
 @dataclass(frozen=True)
@@ -33,11 +38,16 @@ class Spool:
         body: dict[str, Any] = {"job_id": job_id, "agent": agent, "document": document.model_dump(mode="json")}
         path = self.root / f"{job_id}.json"
         partial = path.with_name(f".{path.name}.part")
-        with partial.open("w") as out:
-            json.dump(body, out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(partial, path)
+        try:
+            with partial.open("w") as out:
+                json.dump(body, out)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(partial, path)
+        except OSError as exc:   # a full or read-only file system: leave no partial file behind
+            partial.unlink(missing_ok=True)
+            raise SpoolError(f"the agent's spool {self.root} cannot keep the results of job {job_id}: "
+                             f"{exc.strerror or exc}") from exc
         return Spooled(path, job_id, agent, body["document"])
 
     def pending(self) -> list[Spooled]:

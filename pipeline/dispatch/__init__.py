@@ -67,7 +67,8 @@ __all__ = [
 ]
 
 CLAIM_CANDIDATES = 8
-"""Candidates read per claim: enough that a claim losing races on SQLite still finds a job."""
+"""Candidates read per claim on SQLite: enough that a claim losing races still finds a job (PostgreSQL
+locks its one candidate and skips the others' instead)."""
 
 
 class DispatchError(ValueError):
@@ -259,10 +260,14 @@ def claim_job(
         .join(DeviceClassRow, Job.device_class_id == DeviceClassRow.id)
         .where(Job.status == "queued", Job.bundle_digest.is_not(None), DeviceClassRow.name.in_(list(by_class)))
         .order_by(Job.created_at, Job.id)
-        .limit(CLAIM_CANDIDATES)
     )
     if session.get_bind().dialect.name == "postgresql":
-        query = query.with_for_update(skip_locked=True, of=Job)
+        # One row, locked: FOR UPDATE holds every row it returns until the claim commits, and SKIP LOCKED
+        # hides them from the claims beside it. Eight candidates each left 32 agents claiming at once
+        # (bench/load.py) finding nothing in a queue of 33 jobs, and waiting a poll period to look again.
+        query = query.limit(1).with_for_update(skip_locked=True, of=Job)
+    else:
+        query = query.limit(CLAIM_CANDIDATES)
     for job_id, device_class in session.execute(query).all():
         uid = by_class[device_class]
         device_id = session.scalar(sa.select(Device.id).where(Device.uid == uid))

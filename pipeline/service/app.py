@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -10,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pipeline import __version__
@@ -44,6 +46,8 @@ from pipeline.store.ingest import IngestError
 from pipeline.store.triage import TriageError
 
 __all__ = ["create_app", "freeze_startup_heap"]
+
+log = logging.getLogger(__name__)
 
 
 def freeze_startup_heap() -> None:
@@ -105,6 +109,21 @@ def create_app(settings: Settings, engine: Engine) -> FastAPI:
     @app.exception_handler(AuthError)
     async def auth_error(request: Request, exc: AuthError) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=422)
+
+    @app.exception_handler(InterfaceError)   # psycopg: "the connection is closed" (the server went away)
+    @app.exception_handler(OperationalError)
+    async def store_unavailable(request: Request, exc: OperationalError | InterfaceError) -> Response:
+        """The store did not answer (PostgreSQL restarting, a connection cut, SQLite locked) or gave up
+        (a deadlock): a 503 with Retry-After, not a 500, so that the client sends the request again. The
+        agents wait a 503 out as an unreachable service (`agents.client`); their writes are idempotent."""
+        said = str(exc.orig or exc).strip()
+        reason = said.splitlines()[0][:300] if said else type(exc).__name__
+        log.warning("store unavailable: %s %s: %s", request.method, request.url.path, reason)
+        message = f"the store is not available ({reason}): send the request again shortly"
+        headers = {"Retry-After": "2"}
+        if wants_html(request):
+            return error_page(request, 503, message, headers=headers)
+        return JSONResponse({"error": message}, status_code=503, headers=headers)
 
     # Pages get their errors as pages with the navigation (web.render.error_page), the API as JSON.
     @app.exception_handler(RequestValidationError)

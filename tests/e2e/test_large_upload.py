@@ -16,68 +16,19 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pytest
 
 from pipeline.agents.client import ServiceClient
 from pipeline.agents.upload import DEFAULT_CHUNK_BYTES, chunks, deliver
 from pipeline.config import Settings
-from pipeline.contracts.arrays import pack
 from tests.helpers.farm import TOKEN, Farm, wait_for
+from tests.helpers.full_suite import SAMPLES_PER_CASE, SUITE_CASES, paired_document, start_paired_job
 from tests.helpers.suite_repo import GemmCase, gemm_suite_files, make_suite_repo
-from tests.helpers import factories as f
 from tests.helpers.stores import database_url  # noqa: F401 - the SQLite and PostgreSQL stores
 
 pytestmark = pytest.mark.e2e
-
-SUITE_CASES = 164
-SAMPLES_PER_CASE = 15_245   # x 164 = 2,500,180 head samples
-HEAD, BASE = f.sha("large-head"), f.sha("large-base")
-GPU_CLASS = "nvidia-h200"
-GPU_TARGET = "cuda:sm_90"
-
-
-def _case(i: int) -> str:
-    return f"gemm/suite-{i:03d}/4096x4096x4096/bf16/triton"
-
-
-def _manifest(commit: str) -> dict[str, Any]:
-    entries = [f.built_entry(_case(i), target=GPU_TARGET) for i in range(SUITE_CASES)]
-    return f.manifest(commit, entries).model_dump(mode="json")
-
-
-def _result(i: int, rng: np.random.Generator) -> dict[str, Any]:
-    """One paired ok case: event-timer-like samples (float32 milliseconds), clocks and temperatures."""
-    def timings(level: float) -> np.ndarray:
-        return rng.lognormal(np.log(level), 0.01, SAMPLES_PER_CASE).astype(np.float32).astype(np.float64) * 1e-3
-
-    head, base = timings(0.05 + i * 1e-4), timings(0.05 + i * 1e-4)
-    stats = {"n": SAMPLES_PER_CASE, "median": float(np.median(head)), "mean": float(head.mean()),
-             "stdev": float(head.std(ddof=1)), "min": float(head.min()), "max": float(head.max())}
-    return {
-        "case": _case(i), "target": GPU_TARGET, "status": "ok", "stats": stats,
-        "samples": pack(head).model_dump(),
-        "sample_clocks_mhz": pack(rng.choice([1980.0, 1965.0, 1950.0], SAMPLES_PER_CASE)).model_dump(),
-        "sample_temperatures_c": pack(rng.choice([55.0, 56.0, 57.0], SAMPLES_PER_CASE)).model_dump(),
-        "paired_base": {"commit": BASE, "samples": pack(base).model_dump()},
-        "rounds": [SAMPLES_PER_CASE // 5] * 4 + [SAMPLES_PER_CASE - 4 * (SAMPLES_PER_CASE // 5)],
-    }
-
-
-def _start_job(farm: Farm, agent: str) -> tuple[str, str]:
-    """A paired job of the suite on the GPU class, started the way `benchfarm run-job` starts one."""
-    run_id, job_id = str(uuid.uuid4()), str(uuid.uuid4())
-    farm.api("PUT", f"runs/{run_id}/jobs/{job_id}", json={
-        "agent": agent, "repository": f.REPO, "kind": "pr",
-        "commit": {"sha": HEAD, "parents": [BASE], "committed_at": datetime.now(UTC).isoformat()},
-        "device_class": {"name": GPU_CLASS, "kind": "gpu", "targets": [GPU_TARGET], "runtime": "cuda"},
-        "manifest": _manifest(HEAD), "base_manifest": _manifest(BASE)})
-    return run_id, job_id
 
 
 def test_a_full_suite_paired_document_uploads_with_default_settings(tmp_path: Path, database_url: str) -> None:  # noqa: F811
@@ -85,11 +36,8 @@ def test_a_full_suite_paired_document_uploads_with_default_settings(tmp_path: Pa
     farm = Farm(root=tmp_path, suite=tmp_path, database_url="" if database_url.startswith("sqlite") else database_url)
     farm.service()   # default max_upload_bytes: nothing raised
     try:
-        run_id, job_id = _start_job(farm, "gpu-agent")
-        rng = np.random.default_rng(12)
-        document = f.result_document(run_id=run_id, job_id=job_id, commit_sha=HEAD, results=[],
-                                     device_class=GPU_CLASS).model_dump(mode="json")
-        document["results"] = [_result(i, rng) for i in range(SUITE_CASES)]
+        run_id, job_id = start_paired_job(farm, "gpu-agent")
+        document = paired_document(run_id, job_id)
         sizes = [len(chunk) for chunk in chunks(document)]
         assert sum(sizes) > Settings().max_upload_bytes, "the document must not fit one request of the default limit"
         assert max(sizes) <= DEFAULT_CHUNK_BYTES < Settings().max_upload_bytes

@@ -102,6 +102,13 @@ class Farm:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def host_lock(self) -> dict[str, str]:
+        """The farm's own host lock (`pipeline.host_lock`), shared by its builder and agents: they wait for
+        each other as on one host, never for another test's compiles on this machine (the default lock
+        is machine-wide, and a busy CI machine held it for minutes)."""
+        return {"BENCHFARM_MEASUREMENT__HOST_LOCK": str(self.root / "host.lock")}
+
     def _prefix(self, name: str) -> list[str]:
         return ["ip", "netns", "exec", self.netns[name]] if name in self.netns else []
 
@@ -110,7 +117,7 @@ class Farm:
         env.update(BENCHFARM_HOST=self.listen or self.host, BENCHFARM_PORT=str(self.port), BENCHFARM_API_TOKEN=TOKEN,
                    BENCHFARM_DISPATCH__SUITE_PATH=str(self.suite), BENCHFARM_DISPATCH__LEASE_S=str(self.lease_s),
                    BENCHFARM_DISPATCH__CLAIM_WAIT_S="2", BENCHFARM_DISPATCH__CLAIM_POLL_S="0.1",
-                   BENCHFARM_BUILD_WORKERS="2")
+                   BENCHFARM_BUILD_WORKERS="2", **self.host_lock)
         if self.database_url:
             env["BENCHFARM_DATABASE_URL"] = self.database_url
         env.update(extra_env or {})
@@ -124,7 +131,7 @@ class Farm:
         """`benchfarm builder` beside a service started with BENCHFARM_DISPATCH__BUILDER=false: the same
         store and home (the service serves the bundles it writes), as the compose file runs them."""
         env = base_env(self.root / "service")
-        env.update(BENCHFARM_BUILD_WORKERS="2")
+        env.update(BENCHFARM_BUILD_WORKERS="2", **self.host_lock)
         if self.database_url:
             env["BENCHFARM_DATABASE_URL"] = self.database_url
         env.update(extra_env or {})
@@ -144,7 +151,7 @@ class Farm:
         env.update(BENCHFARM_AGENT__HEARTBEAT_S="0.5", BENCHFARM_AGENT__RETRIES="1", BENCHFARM_AGENT__BACKOFF_S="0.2",
                    BENCHFARM_AGENT__BACKOFF_MAX_S="1", BENCHFARM_AGENT__TIMEOUT_S="10",
                    BENCHFARM_AGENT__DEVICE_CLASSES=json.dumps({"cpu-x86_64": DEVICE_CLASS, "cpu-aarch64": DEVICE_CLASS}),
-                   BENCHFARM_AGENT__ONLY_CLASSES=json.dumps([DEVICE_CLASS]))
+                   BENCHFARM_AGENT__ONLY_CLASSES=json.dumps([DEVICE_CLASS]), **self.host_lock)
         env.update({**FAST, **(extra_env or {})})
         proc = Proc(name, ["agent", "--server", self.agent_url or self.url, "--token", TOKEN, "--name", name], env,
                     self.root / f"{name}.log", self.root, prefix=self._prefix(name)).start()

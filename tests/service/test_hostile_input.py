@@ -453,48 +453,65 @@ def test_hostile_input_is_refused_and_changes_nothing(farm: Farm, name: str) -> 
     assert snapshot(farm.engine) == before
 
 
-# --- the web UI's forms: the same models and limits as the API's (a 422 page naming the field)
+# --- the web UI's forms: the same models and limits as the API's. A browser (text/html in its Accept)
+# gets a 422 page naming the field; a client asking for JSON alone gets the API's 422 JSON body naming
+# it as `form.<field>` (render.wants_html).
 
-Form = Callable[[Farm], requests.Response]
+Form = Callable[[Farm, dict[str, str]], requests.Response]
+"""(farm, extra headers) -> the form's answer"""
+BROWSER = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}   # Chromium's
+JSON_CLIENT = {"Accept": "application/json"}
 
 
 def _form(path: str, **fields: str) -> Form:
-    def send(farm: Farm) -> requests.Response:
+    def send(farm: Farm, headers: dict[str, str]) -> requests.Response:
         return farm.browser.post(f"{farm.url}{path}", data={"csrf": farm.csrf, **fields}, timeout=60,
-                                 allow_redirects=False)
+                                 allow_redirects=False, headers=headers)
     return send
 
 
 def _sign_in(name: str) -> Form:
-    def send(farm: Farm) -> requests.Response:
+    def send(farm: Farm, headers: dict[str, str]) -> requests.Response:
         browser = requests.Session()
         csrf = _csrf(browser.get(f"{farm.url}/login", timeout=30).text)
         return browser.post(f"{farm.url}/login", data={"csrf": csrf, "name": name, "password": PASSWORD},
-                            timeout=60, allow_redirects=False)
+                            timeout=60, allow_redirects=False, headers=headers)
     return send
 
 
 TRIAGE_FORM = "/change-points/1/triage"
-# name: (request, texts the 422 page names)
-FORM_CASES: dict[str, tuple[Form, tuple[str, ...]]] = {
-    "NUL in a triage note (form)": (_form(TRIAGE_FORM, state="noisy", note="a\x00b"), ("note", "NUL")),
-    "NUL in an assignee (form)": (_form(TRIAGE_FORM, state="assigned", assignee="ada\x00"), ("assignee", "NUL")),
-    "NUL in a bug link (form)": (_form(TRIAGE_FORM, state="confirmed", bug_link="https://bugs/1\x00"),
-                                 ("bug_link", "NUL")),
-    "1 MB assignee (form)": (_form(TRIAGE_FORM, state="assigned", assignee=MB), ("assignee", "at most 200")),
-    "1 MB bug link (form)": (_form(TRIAGE_FORM, state="confirmed", bug_link=MB), ("bug_link", "at most 1000")),
-    "1 MB triage note (form)": (_form(TRIAGE_FORM, state="noisy", note=MB), ("note", "at most 10000")),
-    "an unknown triage state (form)": (_form(TRIAGE_FORM, state="bogus"), ("state",)),
-    "NUL in the name (sign-in form)": (_sign_in("ad\x00a"), ("name", "NUL")),
+# name: (request, the field at fault, what the answer says of it)
+FORM_CASES: dict[str, tuple[Form, str, str]] = {
+    "NUL in a triage note (form)": (_form(TRIAGE_FORM, state="noisy", note="a\x00b"), "note", "NUL"),
+    "NUL in an assignee (form)": (_form(TRIAGE_FORM, state="assigned", assignee="ada\x00"), "assignee", "NUL"),
+    "NUL in a bug link (form)": (_form(TRIAGE_FORM, state="confirmed", bug_link="https://bugs/1\x00"), "bug_link",
+                                 "NUL"),
+    "1 MB assignee (form)": (_form(TRIAGE_FORM, state="assigned", assignee=MB), "assignee", "at most 200"),
+    "1 MB bug link (form)": (_form(TRIAGE_FORM, state="confirmed", bug_link=MB), "bug_link", "at most 1000"),
+    "1 MB triage note (form)": (_form(TRIAGE_FORM, state="noisy", note=MB), "note", "at most 10000"),
+    "an unknown triage state (form)": (_form(TRIAGE_FORM, state="bogus"), "state", "Input should be"),
+    "NUL in the name (sign-in form)": (_sign_in("ad\x00a"), "name", "NUL"),
 }
 
 
 @pytest.mark.parametrize("name", list(FORM_CASES))
 def test_hostile_form_input_is_refused_and_changes_nothing(farm: Farm, name: str) -> None:
-    send, named = FORM_CASES[name]
+    send, field, reason = FORM_CASES[name]
     before = snapshot(farm.engine)
-    response = send(farm)
+    response = send(farm, BROWSER)
     assert response.status_code == 422, response.text[-2000:]
-    for text in named:
-        assert text in response.text, response.text[-2000:]
+    assert response.headers["content-type"].startswith("text/html"), response.headers
+    assert field in response.text and reason in response.text, response.text[-2000:]
+    assert snapshot(farm.engine) == before
+
+
+@pytest.mark.parametrize("name", list(FORM_CASES))
+def test_hostile_form_input_asked_as_json_is_a_json_error_naming_the_field(farm: Farm, name: str) -> None:
+    send, field, reason = FORM_CASES[name]
+    before = snapshot(farm.engine)
+    response = send(farm, JSON_CLIENT)
+    assert response.status_code == 422, response.text[-2000:]
+    assert response.headers["content-type"].startswith("application/json"), response.text[:500]
+    errors = response.json()["errors"]
+    assert any(e["field"] == f"form.{field}" and reason in e["reason"] for e in errors), errors
     assert snapshot(farm.engine) == before

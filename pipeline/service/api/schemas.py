@@ -95,7 +95,8 @@ def document_errors(openapi: dict[str, Any]) -> dict[str, Any]:
     """Every operation's error answers, from what it takes, each an `ErrorBody`: 401 and 403 where
     its security names a scope, 404 where its path names something, 413 and 422 where it takes a
     body, 422 where it takes parameters (FastAPI documents those 422s with its own validation
-    model; the service's handler answers an ErrorBody, so that is what the document says)."""
+    model; the service's handler answers an ErrorBody, so that is what the document says); 503
+    everywhere (the store is away: `app.store_unavailable`)."""
     error_schema = {"$ref": "#/components/schemas/ErrorBody"}
     components = openapi.setdefault("components", {}).setdefault("schemas", {})
     body = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
@@ -113,11 +114,12 @@ def document_errors(openapi: dict[str, Any]) -> dict[str, Any]:
                 wanted |= {413: ERROR_RESPONSES[413]["description"], 422: ERROR_RESPONSES[422]["description"]}
             if parameters:
                 wanted.setdefault(422, "a parameter that does not validate")
+            wanted[503] = "the store is not available (restarting, unreachable): send the request again (Retry-After)"
             responses = operation.setdefault("responses", {})
             for code, description in wanted.items():
                 responses.setdefault(str(code), {"description": description})
             for code, response in responses.items():
-                if code.startswith("4"):
+                if code.startswith("4") or code == "503":
                     response["content"] = {"application/json": {"schema": error_schema}}
     return openapi
 

@@ -101,12 +101,20 @@ templates.env.globals.update(summary_line=summary_line, commit_url=commit_url, q
 
 
 ERROR_TITLES = {400: "bad request", 401: "sign-in needed", 403: "refused", 404: "not found", 405: "not allowed",
-                409: "conflict", 422: "bad request", 500: "server error"}
+                409: "conflict", 422: "bad request", 500: "server error",
+                503: "unavailable"}
 
 
 def wants_html(request: Request) -> bool:
-    """A page's request (not the JSON API's, nor the API docs'): its errors are HTML pages."""
-    return not request.url.path.startswith(("/api/", "/openapi.json", "/docs", "/redoc"))
+    """A page's request (not the JSON API's, nor the API docs'), from a client that takes HTML: its
+    errors are HTML pages. A client of a page or form that asks for JSON alone (`Accept:
+    application/json`, no text/html: a script posting the triage form) gets the API's JSON error
+    body, which names each field at fault (`form.note`), as an API client does; a browser sends
+    text/html in its Accept and gets the page, which names them too."""
+    if request.url.path.startswith(("/api/", "/openapi.json", "/docs", "/redoc")):
+        return False
+    accept = request.headers.get("accept", "").lower()
+    return not ("application/json" in accept and "text/html" not in accept)
 
 
 def error_page(request: Request, status_code: int, message: str, errors: list[dict[str, str]] | None = None,

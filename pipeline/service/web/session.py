@@ -23,7 +23,9 @@ sites' posts too.
 A form's fields are checked like the API's bodies: every field by the one rule for text
 (`pipeline.contracts.text`: no NUL, no lone surrogate) in `checked_form`, then through the model of
 the API's request that does the same (`form_model`: the same types and limits). A field that does
-not pass is a 422 page naming it (the app's RequestValidationError handler), with nothing stored.
+not pass is a 422 page naming it (the app's RequestValidationError handler), with nothing stored; a
+client that asks for JSON alone (`Accept: application/json`) gets the API's 422 JSON body instead,
+`{"error", "errors": [{"field": "form.note", "reason"}]}` (`render.wants_html`).
 """
 
 from __future__ import annotations
