@@ -32,7 +32,8 @@ def _tables(html: str) -> list[list[tuple[str, str, str]]]:
     for body in re.findall(r'<table class="sortable verdict-table"[^>]*>(.*?)</table>', html, re.S):
         rows = []
         for row in re.findall(r'<tr class="row-[^"]+">(.*?)</tr>', body, re.S):
-            case_id = re.search(r'<td class="mono">(?:<a [^>]*>)?([^<]+)', row).group(1)  # type: ignore[union-attr]
+            cell = re.search(r'<td class="mono case-col">(.*?)</td>', row, re.S).group(1)  # type: ignore[union-attr]
+            case_id = re.sub(r"<[^>]+>", "", cell).split(" (control)")[0]   # line-break hints (<wbr>) and the link out
             values = re.findall(r'data-value="([^"]*)"', row)  # base, head, change, p
             status = re.search(r'<td class="status-[^"]+">([a-z ]+)', row).group(1)  # type: ignore[union-attr]
             rows.append((case_id, values[2], status.strip()))
