@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from pipeline.analysis.changepoints import (
+    CONFIRM_PVALUE,
+    CONFIRM_SIZE,
     ChangePoint,
     analyse,
     classify,
@@ -116,8 +118,13 @@ def test_analyse_is_a_function_of_the_history_alone() -> None:
     """What the store does after each commit (`analyse` of the prefix) is what batch reports."""
     values = noisy([(100, 100.0), (100, 103.0), (150, 98.0)], seed=1)
     values[50] *= 1.3
-    for n in (6, 60, 101, 103, 150, 203, 350):
-        assert analyse(values[:n]).confirmed == detect(values[:n])
+    for n in (6, 60, 101, 103, 107, 108, 150, 203, 350):
+        analysed = analyse(values[:n])
+        assert sorted(analysed.confirmed + analysed.pending, key=lambda cp: cp.index) == detect(values[:n])
+        # confirmed: CONFIRM_SIZE commits from the point, p-value under CONFIRM_PVALUE; the rest pending (suspected)
+        assert all(n - cp.index >= CONFIRM_SIZE and cp.pvalue <= CONFIRM_PVALUE for cp in analysed.confirmed)
+        assert all(n - cp.index < CONFIRM_SIZE or cp.pvalue > CONFIRM_PVALUE for cp in analysed.pending)
+    assert indices(analyse(values[:107]).pending) == [100] and indices(analyse(values[:108]).confirmed) == [100]
     assert indices(detect(values)) == [100, 200]
     assert 50 in analyse(values).outliers
 
