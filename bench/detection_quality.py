@@ -55,7 +55,9 @@ Detectors, the same settings for every series:
 - online:   the store: bench/_online_store.py feeds each noise level's series one commit at a
             time through ingest.ingest_result into a SQLite store (push runs, default analysis)
             and reads the standing change points after every commit; scored on the confirmed
-            ones standing at the end, and also on every one it ever confirmed ("online, ever");
+            ones standing at the end, and also on every one it ever confirmed ("online, ever":
+            each stored point once, at the commit where it was first confirmed, which is what its
+            alert named; a point that later moves a commit keeps its row and its alert);
 - otava:    otava.analysis.compute_change_points(series, window_len=50, max_pvalue=0.001,
             min_magnitude=0.0), Otava's own library entry point (its CLI defaults), and
   otava_mm: the same with min_magnitude=0.02 (the store's minimum magnitude);
@@ -322,6 +324,16 @@ def online_delay(timeline: Timeline, t: int) -> int | None:
     return None
 
 
+def first_confirmed(timeline: Timeline) -> dict[int, tuple[int, str]]:
+    """Stored row -> (commit, direction) where it was first confirmed: what its alert announced."""
+    out: dict[int, tuple[int, str]] = {}
+    for points in timeline:
+        for j, life, direction, row in points:
+            if life == "confirmed":
+                out.setdefault(row, (j, direction))
+    return out
+
+
 class AlongTheWay:
     """What the store confirmed commit by commit, as the alerts see it (module doc, "Along the way")."""
 
@@ -331,8 +343,9 @@ class AlongTheWay:
     def add(self, s: Series, timeline: Timeline) -> None:
         confirmed = [{(j, direction, row) for j, life, direction, row in points if life == "confirmed"}
                      for points in timeline]
-        ever = {(j, direction) for points in confirmed for j, direction, _ in points}
-        regressions = {j for j, direction in ever if direction == "regression"}
+        announced = first_confirmed(timeline)
+        ever = sorted({j for j, _ in announced.values()})
+        regressions = {j for j, direction in announced.values() if direction == "regression"}
         # an alert is withdrawn when its row stops being confirmed (a row that moves keeps its alert)
         rows = [{row for _, direction, row in points if direction == "regression"} for points in confirmed]
         withdrawn = len({row for before, after in zip(rows, rows[1:]) for row in before - after})
@@ -348,7 +361,7 @@ class AlongTheWay:
         for key in (f"noise={s.noise:g}", "all"):
             c = self.slices.setdefault(key, {"counts": [0] * 6, "delays": []})
             c["counts"][0] += len(regressions)
-            c["counts"][1] += len(false_points(s, sorted({j for j, _ in ever})) & regressions)
+            c["counts"][1] += len(false_points(s, ever) & regressions)
             c["counts"][2] += withdrawn
             c["counts"][3] += big_withdrawn
             c["counts"][4] += sum(d is not None for d in delays)
@@ -386,9 +399,9 @@ def run(n_per_noise: int, seed: int) -> dict:
         for s, timeline in zip(group, online_timelines([s.values for s in group], STORE), strict=True):
             end = [j for j, life, _, _ in timeline[-1] if life == "confirmed"]
             end_rising = {j for j, life, direction, _ in timeline[-1] if life == "confirmed" and direction == "regression"}
-            once = sorted({j for points in timeline for j, life, _, _ in points if life == "confirmed"})
-            once_rising = {j for points in timeline for j, life, direction, _ in points
-                           if life == "confirmed" and direction == "regression"}
+            announced = first_confirmed(timeline)
+            once = sorted({j for j, _ in announced.values()})
+            once_rising = {j for j, direction in announced.values() if direction == "regression"}
             retracted += len(set(once) - set(end))
             delays = [online_delay(timeline, t) for t in big_steps(s)]
             final.add(s, end, delays, end_rising)

@@ -453,16 +453,19 @@ def analyse(
                     [int(i) for i in np.flatnonzero(flagged)], [cp for cp, ok in zip(reported, held) if not ok])
 
 
-def holds(values: Sequence[float], index: int, rising: bool, *, outliers: Sequence[int] = (), window: int = WINDOW,
-          min_magnitude: float = MIN_MAGNITUDE, pvalue: float = HOLD_PVALUE) -> bool:
+def holds(values: Sequence[float], index: int, rising: bool, *, neighbours: Sequence[int] = (),
+          outliers: Sequence[int] = (), window: int = WINDOW, min_magnitude: float = MIN_MAGNITUDE,
+          pvalue: float = HOLD_PVALUE) -> bool:
     """Whether a change point once confirmed at `index` still stands out (module doc, "Confirmation":
     the hysteresis that keeps it confirmed when `analyse` stops confirming it): the kept commits from
-    it (at most `window`) against the `window` before it, moved the same way (`rising`), by at
-    least half of `min_magnitude`, the pooled t-test under `pvalue`. Outlier runs left out."""
+    it to the next of the other standing change points (`neighbours`; at most `window`) against
+    those since the previous one (at most `window`), moved the same way (`rising`), by at least
+    half of `min_magnitude`, the pooled t-test under `pvalue`. Outlier runs left out."""
     y = np.asarray(values, dtype=np.float64)
     kept = np.ones(y.size, dtype=bool)
     kept[[i for i in outliers if 0 <= i < y.size]] = False
-    lo, hi = max(0, index - window), min(y.size, index + window)
+    lo = max([index - window, 0, *(q for q in neighbours if q < index)])
+    hi = min([index + window, y.size, *(q for q in neighbours if q > index)])
     before, after = y[lo:index][kept[lo:index]], y[index:hi][kept[index:hi]]
     if before.size < 2 or after.size < 2:
         return False

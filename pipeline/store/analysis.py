@@ -233,9 +233,14 @@ def _analyze(session: Session, series: Series, points: list[_Point], settings: A
 
     def held(row: ChangePoint) -> bool:
         """A confirmed point that the history no longer confirms stays confirmed while it holds (hysteresis)."""
-        return row.lifecycle == "confirmed" and changepoints.holds(
-            values, index_of[row.after_commit_id], row.magnitude > 0, outliers=analysed.outliers,
-            window=settings.window, min_magnitude=min_magnitude, pvalue=settings.hold_pvalue)
+        if row.lifecycle != "confirmed":
+            return False
+        at = index_of[row.after_commit_id]
+        neighbours = {cp.index for cp, _ in found} | {index_of[r.after_commit_id] for r in here
+                                                       if r.lifecycle != "retracted"}
+        return changepoints.holds(values, at, row.magnitude > 0, neighbours=sorted(neighbours - {at}),
+                                  outliers=analysed.outliers, window=settings.window, min_magnitude=min_magnitude,
+                                  pvalue=settings.hold_pvalue)
 
     here = [row for row in stored if row.after_commit_id in index_of]  # a rewritten history's others stay
     at_commit = {row.after_commit_id: row for row in stored}
