@@ -49,7 +49,7 @@ from it is above that of the 5 before it).
 Detectors, the same settings for every series:
 - batch:    pipeline.analysis.changepoints.analyse(...).confirmed with the store's defaults
             (AnalysisSettings: window 50, max p 0.001, min magnitude 0.02, min_size 3, confirmation
-            after 8 commits at p <= 1e-5): what the store holds as confirmed;
+            after 8 commits at p <= 1e-8): what the store confirms, less its hysteresis;
 - reported: changepoints.detect with the same settings: every point the detector reports, the
             confirmation rule left out (the store shows the unconfirmed ones as suspected);
 - online:   the store: bench/_online_store.py feeds each noise level's series one commit at a

@@ -83,8 +83,9 @@ as suspected from its first slow commit meanwhile). What still took confirmed po
 bench was a 2 % step whose estimate wavered across the 2 % minimum magnitude, an outlier run next to
 a step, and a staircase re-read as a ramp, while the level had plainly moved. So once confirmed,
 a point has hysteresis (`holds`, applied by the store, which remembers what it confirmed): it stays
-confirmed while the commits from it still differ from the window before it, the same way, by half
-the minimum magnitude at p <= `HOLD_PVALUE` (0.01); it is retracted only when that evidence is gone.
+confirmed while the first commits from it (at least `min_size` of them, up to the next standing
+point) still differ from the level before it, the same way, by half the minimum magnitude at
+p <= `HOLD_PVALUE` (0.01); it is retracted only when that evidence is gone.
 That memory is the one thing the store's confirmed set adds to `analyse` of the same history.
 
 Cost: O(window^2) per window for the energy statistic, O(n / window) windows, so O(n * window):
@@ -112,7 +113,7 @@ MIN_SIZE = 3
 """Commits on each side of a change point, the new level included, before `detect` reports it."""
 CONFIRM_SIZE = 8
 """Commits from a change point to the newest, its own included, before it is confirmed (module doc)."""
-CONFIRM_PVALUE = 1e-6
+CONFIRM_PVALUE = 1e-8
 """Largest p-value of a confirmed change point (module doc, "Confirmation")."""
 HOLD_PVALUE = 0.01
 """A confirmed change point stands while its level still differs at this p-value (`holds`)."""
@@ -455,24 +456,27 @@ def analyse(
 
 def holds(values: Sequence[float], index: int, rising: bool, *, neighbours: Sequence[int] = (),
           outliers: Sequence[int] = (), window: int = WINDOW, min_magnitude: float = MIN_MAGNITUDE,
-          pvalue: float = HOLD_PVALUE) -> bool:
+          min_size: int = MIN_SIZE, pvalue: float = HOLD_PVALUE) -> bool:
     """Whether a change point once confirmed at `index` still stands out (module doc, "Confirmation":
-    the hysteresis that keeps it confirmed when `analyse` stops confirming it): the kept commits from
-    it to the next of the other standing change points (`neighbours`; at most `window`) against
-    those since the previous one (at most `window`), moved the same way (`rising`), by at least
-    half of `min_magnitude`, the pooled t-test under `pvalue`. Outlier runs left out."""
+    the hysteresis that keeps it confirmed when `analyse` stops confirming it): the first k kept
+    commits from it, for some k of at least `min_size` (a slowdown fixed a few commits later was
+    real), up to the next of the other standing change points (`neighbours`; at most `window`),
+    against those since the previous one (at most `window`): moved the same way (`rising`), by at
+    least half of `min_magnitude`, the pooled t-test under `pvalue`. Outlier runs left out."""
     y = np.asarray(values, dtype=np.float64)
     kept = np.ones(y.size, dtype=bool)
     kept[[i for i in outliers if 0 <= i < y.size]] = False
     lo = max([index - window, 0, *(q for q in neighbours if q < index)])
     hi = min([index + window, y.size, *(q for q in neighbours if q > index)])
     before, after = y[lo:index][kept[lo:index]], y[index:hi][kept[index:hi]]
-    if before.size < 2 or after.size < 2:
+    if before.size < 2:
         return False
-    change = float(after.mean()) / float(before.mean()) - 1.0 if before.mean() else math.inf
-    if (change > 0) != rising or abs(change) < min_magnitude / 2:
-        return False
-    return _ttest(before, after) <= pvalue
+    level = float(before.mean())
+    for k in range(min_size, after.size + 1):
+        change = float(after[:k].mean()) / level - 1.0 if level else math.inf
+        if (change > 0) == rising and abs(change) >= min_magnitude / 2 and _ttest(before, after[:k]) <= pvalue:
+            return True
+    return False
 
 
 def _mapped(cp: ChangePoint, kept: np.ndarray) -> ChangePoint:

@@ -240,7 +240,7 @@ def _analyze(session: Session, series: Series, points: list[_Point], settings: A
                                                        if r.lifecycle != "retracted"}
         return changepoints.holds(values, at, row.magnitude > 0, neighbours=sorted(neighbours - {at}),
                                   outliers=analysed.outliers, window=settings.window, min_magnitude=min_magnitude,
-                                  pvalue=settings.hold_pvalue)
+                                  min_size=settings.min_size, pvalue=settings.hold_pvalue)
 
     here = [row for row in stored if row.after_commit_id in index_of]  # a rewritten history's others stay
     at_commit = {row.after_commit_id: row for row in stored}
