@@ -13,6 +13,7 @@ from pipeline.analysis.changepoints import (
     classify,
     dana_running_average,
     detect,
+    holds,
     outlier_runs,
     robust_sigma,
 )
@@ -255,3 +256,15 @@ def test_fault_7_a_slow_drift_is_not_cut_into_steps_without_a_minimum_magnitude(
         drift = 100 * (1 + 0.02 * np.arange(200) / 200)
         total += len(detect(drift * np.exp(np.random.default_rng(seed).normal(0, 0.005, 200)), min_magnitude=0.0))
     assert total <= 2   # issue 13's bound, 0.05 false points per 100 commits: 2 in these 4,000
+
+
+def test_a_confirmed_point_holds_while_the_level_after_it_still_differs() -> None:
+    """The hysteresis (issue 31): a slowdown fixed five commits later still holds; a level that came
+    back within the noise, or went the other way, does not; the next standing point bounds it."""
+    values = noisy([(60, 100.0), (5, 120.0), (60, 100.0)], noise=0.01, seed=3)
+    assert holds(values, 60, True) and not holds(values, 60, False)
+    assert holds(values, 60, True, neighbours=[65])
+    flat = noisy([(120, 100.0)], noise=0.01, seed=4)
+    assert not holds(flat, 60, True) and not holds(flat, 60, False)
+    step = noisy([(60, 100.0), (60, 101.0)], noise=0.001, seed=5)   # +1 %: under half of a 2 % minimum
+    assert holds(step, 60, True) and not holds(step, 60, True, min_magnitude=0.05)
