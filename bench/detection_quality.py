@@ -505,7 +505,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--series", type=int, default=110, help="series per noise level (default 110: 10 per kind)")
     parser.add_argument("--seed", type=int, default=20261121)
     parser.add_argument("--out", help="write the full results as JSON here")
+    parser.add_argument("--before-issue-31", action="store_true",
+                        help="the baseline: confirm what the detector reports (confirm_size = min_size, confirm_pvalue "
+                             "= max_pvalue) and no hysteresis (hold_pvalue 1e-300), as before issue 31")
     args = parser.parse_args(argv)
+    if args.before_issue_31:
+        global STORE
+        STORE = STORE.model_copy(update={"confirm_size": STORE.min_size, "confirm_pvalue": STORE.max_pvalue,
+                                         "hold_pvalue": 1e-300})
     result = run(args.series, args.seed)
     result["machine"] = {"python": platform.python_version(), "platform": platform.platform()}
     print(markdown(result))
