@@ -30,8 +30,8 @@ what changed, so the point's history tells both stories. Hence online equals bat
 hysteresis: after any commit, the store's confirmed change points are
 `changepoints.analyse(...).confirmed` of the history so far, plus the points it confirmed earlier
 that still hold (the only memory; `reanalyze_all` of a store whose change points were deleted
-gives `analyse`'s answer alone). The cost is one `analyse` of each touched series' history per upload, linear
-in the history's length (about 15 ms for 1,000 commits).
+gives `analyse`'s answer alone). The cost is one `analyse` of each touched series' history per
+upload, linear in the history's length (about 15 ms for 1,000 commits).
 
 Concurrent ingests of one series are safe: the row's uniqueness on (series, after commit) and an
 insert that ignores conflicts make the second writer skip it; lifecycle updates are idempotent.
