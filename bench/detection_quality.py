@@ -303,7 +303,8 @@ class Tally:
         delays["all"] = _delay_summary([d for v in self.delays.values() for d in v])
         return {"scores": {k: prf(*v) for k, v in self.counts.items()}, "delay_big_steps": delays,
                 "false_per_100_commits": {k: 100.0 * fp / n for k, (fp, n) in self.no_step.items()},
-                "false_regressions_per_100_commits": {k: 100.0 * fp / n for k, (fp, n) in self.false_regressions.items()},
+                "false_regressions_per_100_commits": {k: 100.0 * fp / n
+                                                      for k, (fp, n) in self.false_regressions.items()},
                 "seconds": seconds}
 
 
@@ -398,7 +399,8 @@ def run(n_per_noise: int, seed: int) -> dict:
         group = [s for s in suite if s.noise == noise]
         for s, timeline in zip(group, online_timelines([s.values for s in group], STORE), strict=True):
             end = [j for j, life, _, _ in timeline[-1] if life == "confirmed"]
-            end_rising = {j for j, life, direction, _ in timeline[-1] if life == "confirmed" and direction == "regression"}
+            end_rising = {j for j, life, direction, _ in timeline[-1]
+                          if life == "confirmed" and direction == "regression"}
             announced = first_confirmed(timeline)
             once = sorted({j for j, _ in announced.values()})
             once_rising = {j for j, direction in announced.values() if direction == "regression"}
