@@ -29,8 +29,9 @@ T0 = datetime(2026, 11, 1, tzinfo=UTC)
 SCALE = 1e-5
 """Series values (around 100) to seconds."""
 
-Timeline = list[list[tuple[int, str]]]
-"""Per commit (after its upload): the stored change points that stand, (index, lifecycle)."""
+Timeline = list[list[tuple[int, str, str, int]]]
+"""Per commit (after its upload): the stored change points that stand, (index, lifecycle, direction,
+row id); a point that moves to a neighbouring commit keeps its row (and its alert)."""
 
 
 def _sha(i: int) -> str:
@@ -75,13 +76,14 @@ def online_timelines(series: Sequence[np.ndarray], settings: AnalysisSettings | 
                     agent=AgentInfo(name="agent", version="0.1.0"), started_at=T0, finished_at=T0,
                     results=results))
             with session_scope(engine) as s:
-                standing: dict[str, list[tuple[int, str]]] = {}
-                for case, sha, lifecycle in s.execute(
-                        sa.select(Case.case_id, Commit.sha, ChangePoint.lifecycle)
+                standing: dict[str, list[tuple[int, str, str, int]]] = {}
+                for case, sha, lifecycle, direction, row_id in s.execute(
+                        sa.select(Case.case_id, Commit.sha, ChangePoint.lifecycle, ChangePoint.direction,
+                                  ChangePoint.id)
                         .join(Series, ChangePoint.series_id == Series.id).join(Case, Series.case_id == Case.id)
                         .join(Commit, ChangePoint.after_commit_id == Commit.id)
                         .where(ChangePoint.lifecycle != "retracted")):
-                    standing.setdefault(str(case), []).append((int(sha, 16), lifecycle))   # a typed CaseId
+                    standing.setdefault(str(case), []).append((int(sha, 16), lifecycle, direction, row_id))  # typed CaseId
                 for k, case in enumerate(cases):
                     timelines[k].append(sorted(standing.get(case, [])))
         engine.dispose()

@@ -36,13 +36,28 @@ MAX_DELAY). Batch detectors are run on the history up to t + d. The online path 
 store holds after commit t + d: a suspected or confirmed point counts if a confirmed one matching
 t is stored later (issue 13: "suspected counts if it is then confirmed").
 
+Along the way (the store after each commit, as its alerts see it; issue 31): per noise level, the
+regressions (rises) the store ever confirmed and how many of them match no true change (per 100
+commits), how many confirmed regressions stopped being confirmed later (each one an alert
+withdrawn: counted per stored row, so a point that moves to a neighbouring commit is not one), the
+steps of at least 3 noise standard deviations that were confirmed and later not (withdrawn), and
+the confirmation delay: the first d at which a confirmed point matching a big step at t stands
+after commit t + d. Beside them the final state's and Otava's F1 and false regressions per 100
+commits (for detectors that report no levels, a point is a rise when the median of the 5 commits
+from it is above that of the 5 before it).
+
 Detectors, the same settings for every series:
-- batch:    pipeline.analysis.changepoints.detect with the store's defaults (AnalysisSettings:
-            window 50, max p 0.001, min magnitude 0.02, min_size 3);
+- batch:    pipeline.analysis.changepoints.analyse(...).confirmed with the store's defaults
+            (AnalysisSettings: window 50, max p 0.001, min magnitude 0.02, min_size 3, confirmation
+            after 8 commits at p <= 1e-8): what the store confirms, less its hysteresis;
+- reported: changepoints.detect with the same settings: every point the detector reports, the
+            confirmation rule left out (the store shows the unconfirmed ones as suspected);
 - online:   the store: bench/_online_store.py feeds each noise level's series one commit at a
             time through ingest.ingest_result into a SQLite store (push runs, default analysis)
             and reads the standing change points after every commit; scored on the confirmed
-            ones standing at the end, and also on every one it ever confirmed ("online, ever");
+            ones standing at the end, and also on every one it ever confirmed ("online, ever":
+            each stored point once, at the commit where it was first confirmed, which is what its
+            alert named; a point that later moves a commit keeps its row and its alert);
 - otava:    otava.analysis.compute_change_points(series, window_len=50, max_pvalue=0.001,
             min_magnitude=0.0), Otava's own library entry point (its CLI defaults), and
   otava_mm: the same with min_magnitude=0.02 (the store's minimum magnitude);
@@ -64,7 +79,7 @@ import numpy as np
 from _online_store import Timeline, online_timelines
 
 from pipeline.config import AnalysisSettings
-from pipeline.analysis.changepoints import dana_running_average, detect
+from pipeline.analysis.changepoints import analyse, dana_running_average, detect
 
 LENGTH = 200
 NOISE_LEVELS = (0.005, 0.01, 0.02, 0.05)
@@ -159,6 +174,12 @@ def make_suite(n_per_noise: int, seed: int) -> list[Series]:
 
 
 def batch(values: np.ndarray) -> list[int]:
+    return [cp.index for cp in analyse(values, window=STORE.window, max_pvalue=STORE.max_pvalue,
+                                       min_magnitude=STORE.min_magnitude, min_size=STORE.min_size,
+                                       confirm_size=STORE.confirm_size, confirm_pvalue=STORE.confirm_pvalue).confirmed]
+
+
+def reported(values: np.ndarray) -> list[int]:
     return [cp.index for cp in detect(values, window=STORE.window, max_pvalue=STORE.max_pvalue,
                                       min_magnitude=STORE.min_magnitude, min_size=STORE.min_size)]
 
@@ -183,8 +204,8 @@ def dana(values: np.ndarray) -> list[int]:
     return dana_running_average(values)
 
 
-DETECTORS: dict[str, Callable[[np.ndarray], list[int]]] = {"batch": batch, "otava": otava, "otava_mm": otava_mm,
-                                                            "dana": dana}
+DETECTORS: dict[str, Callable[[np.ndarray], list[int]]] = {"batch": batch, "reported": reported, "otava": otava,
+                                                            "otava_mm": otava_mm, "dana": dana}
 
 
 def match(changes: list[int], found: list[int]) -> dict[int, int]:
@@ -201,20 +222,30 @@ def match(changes: list[int], found: list[int]) -> dict[int, int]:
     return matched
 
 
-def score(series: Series, found: list[int]) -> tuple[int, int, int]:
-    """(true positives, false positives, false negatives) of one series."""
-    matched = match(series.changes, found)
-    used = set(matched.values())
-    fp = 0
+def false_points(series: Series, found: list[int]) -> set[int]:
+    """The detections that match no true change (the first one inside each drift excepted: module doc)."""
+    used = set(match(series.changes, found).values())
+    false: set[int] = set()
     drift_free = {d: True for d in series.drifts}
     for d in sorted(set(found) - used):
         region = next((r for r in series.drifts if r[0] <= d <= r[1] + TOLERANCE), None)
         if region is not None and drift_free[region]:
             drift_free[region] = False
             continue
-        fp += 1
-    tp = len(matched)
-    return tp, fp, len(series.changes) - tp
+        false.add(d)
+    return false
+
+
+def score(series: Series, found: list[int]) -> tuple[int, int, int]:
+    """(true positives, false positives, false negatives) of one series."""
+    tp = len(match(series.changes, found))
+    return tp, len(false_points(series, found)), len(series.changes) - tp
+
+
+def rises(values: np.ndarray, d: int) -> bool:
+    """Whether the level rises at d (a regression of a latency): the median of the up to 5 commits
+    from d against that of the up to 5 before it (for detectors that report no levels)."""
+    return bool(np.median(values[d:d + 5]) > np.median(values[max(0, d - 5):d])) if d > 0 else False
 
 
 def delay(series: Series, t: int, detector: Callable[[np.ndarray], list[int]]) -> int | None:
@@ -242,9 +273,17 @@ class Tally:
         self.no_step: dict[str, list[int]] = {}
         """kind -> [false points, commits]"""
         self.delays: dict[str, list[int | None]] = {}
+        self.false_regressions: dict[str, list[int]] = {}
+        """noise slice -> [false regressions, commits]"""
 
-    def add(self, s: Series, found: list[int], delays: list[int | None]) -> None:
+    def add(self, s: Series, found: list[int], delays: list[int | None], rising: set[int] | None = None) -> None:
+        """`rising`: the found points that are rises (regressions of a latency); None: judged from the values."""
         tp, fp, fn = score(s, found)
+        rising = rising if rising is not None else {d for d in found if rises(s.values, d)}
+        for key in (f"noise={s.noise:g}", "all"):
+            r = self.false_regressions.setdefault(key, [0, 0])
+            r[0] += len(false_points(s, found) & rising)
+            r[1] += LENGTH
         for key in (f"noise={s.noise:g}", f"scenario={s.scenario}", "all"):
             c = self.counts.setdefault(key, [0, 0, 0])
             c[0] += tp
@@ -264,6 +303,8 @@ class Tally:
         delays["all"] = _delay_summary([d for v in self.delays.values() for d in v])
         return {"scores": {k: prf(*v) for k, v in self.counts.items()}, "delay_big_steps": delays,
                 "false_per_100_commits": {k: 100.0 * fp / n for k, (fp, n) in self.no_step.items()},
+                "false_regressions_per_100_commits": {k: 100.0 * fp / n
+                                                      for k, (fp, n) in self.false_regressions.items()},
                 "seconds": seconds}
 
 
@@ -275,13 +316,71 @@ def online_delay(timeline: Timeline, t: int) -> int | None:
     """First d at which the store, after commit t + d, holds a point matching t (suspected or
     confirmed) that is confirmed then or later (module doc)."""
     confirmed_from = next((i for i, points in enumerate(timeline)
-                           if any(abs(j - t) <= TOLERANCE and life == "confirmed" for j, life in points)), None)
+                           if any(abs(j - t) <= TOLERANCE and life == "confirmed" for j, life, _, _ in points)), None)
     if confirmed_from is None:
         return None
     for d in range(MAX_DELAY + 1):  # the first sighting is at or before confirmed_from
-        if t + d < len(timeline) and any(abs(j - t) <= TOLERANCE for j, _ in timeline[t + d]):
+        if t + d < len(timeline) and any(abs(j - t) <= TOLERANCE for j, _, _, _ in timeline[t + d]):
             return d
     return None
+
+
+def first_confirmed(timeline: Timeline) -> dict[int, tuple[int, str]]:
+    """Stored row -> (commit, direction) where it was first confirmed: what its alert announced."""
+    out: dict[int, tuple[int, str]] = {}
+    for points in timeline:
+        for j, life, direction, row in points:
+            if life == "confirmed":
+                out.setdefault(row, (j, direction))
+    return out
+
+
+class AlongTheWay:
+    """What the store confirmed commit by commit, as the alerts see it (module doc, "Along the way")."""
+
+    def __init__(self) -> None:
+        self.slices: dict[str, dict[str, list]] = {}
+
+    def add(self, s: Series, timeline: Timeline) -> None:
+        confirmed = [{(j, direction, row) for j, life, direction, row in points if life == "confirmed"}
+                     for points in timeline]
+        announced = first_confirmed(timeline)
+        ever = sorted({j for j, _ in announced.values()})
+        regressions = {j for j, direction in announced.values() if direction == "regression"}
+        # an alert is withdrawn when its row stops being confirmed (a row that moves keeps its alert)
+        rows = [{row for _, direction, row in points if direction == "regression"} for points in confirmed]
+        withdrawn = len({row for before, after in zip(rows, rows[1:]) for row in before - after})
+        big_withdrawn, delays = 0, []
+        for t in big_steps(s):
+            held = [any(abs(j - t) <= TOLERANCE for j, _, _ in points) for points in confirmed]
+            if True in held:
+                first = held.index(True)
+                delays.append(first - t)
+                big_withdrawn += not all(held[first:])
+            else:
+                delays.append(None)
+        for key in (f"noise={s.noise:g}", "all"):
+            c = self.slices.setdefault(key, {"counts": [0] * 6, "delays": []})
+            c["counts"][0] += len(regressions)
+            c["counts"][1] += len(false_points(s, ever) & regressions)
+            c["counts"][2] += withdrawn
+            c["counts"][3] += big_withdrawn
+            c["counts"][4] += sum(d is not None for d in delays)
+            c["counts"][5] += LENGTH
+            c["delays"].extend(delays)
+
+    def summary(self) -> dict:
+        out = {}
+        for key, c in self.slices.items():
+            regressions, false, withdrawn, big_withdrawn, big_confirmed, commits = c["counts"]
+            got = sorted(d for d in c["delays"] if d is not None)
+            out[key] = {"regressions": regressions, "false_regressions": false,
+                        "false_regressions_per_100_commits": 100.0 * false / commits, "alerts_withdrawn": withdrawn,
+                        "big_steps_confirmed": big_confirmed, "big_steps_withdrawn": big_withdrawn,
+                        "confirmation_delay_median": float(np.median(got)) if got else None,
+                        "confirmation_delay_p90": float(np.percentile(got, 90)) if got else None,
+                        "big_steps": len(c["delays"])}
+        return out
 
 
 def run(n_per_noise: int, seed: int) -> dict:
@@ -294,21 +393,27 @@ def run(n_per_noise: int, seed: int) -> dict:
             tally.add(s, fn(s.values), [delay(s, t, fn) for t in big_steps(s)])
         out["detectors"][name] = tally.summary(time.perf_counter() - t0)
     t0 = time.perf_counter()
-    final, ever = Tally(), Tally()
+    final, ever, along = Tally(), Tally(), AlongTheWay()
     retracted = 0
     for noise in NOISE_LEVELS:
         group = [s for s in suite if s.noise == noise]
         for s, timeline in zip(group, online_timelines([s.values for s in group], STORE), strict=True):
-            end = [j for j, life in timeline[-1] if life == "confirmed"]
-            once = sorted({j for points in timeline for j, life in points if life == "confirmed"})
+            end = [j for j, life, _, _ in timeline[-1] if life == "confirmed"]
+            end_rising = {j for j, life, direction, _ in timeline[-1]
+                          if life == "confirmed" and direction == "regression"}
+            announced = first_confirmed(timeline)
+            once = sorted({j for j, _ in announced.values()})
+            once_rising = {j for j, direction in announced.values() if direction == "regression"}
             retracted += len(set(once) - set(end))
             delays = [online_delay(timeline, t) for t in big_steps(s)]
-            final.add(s, end, delays)
-            ever.add(s, once, delays)
+            final.add(s, end, delays, end_rising)
+            ever.add(s, once, delays, once_rising)
+            along.add(s, timeline)
     seconds = time.perf_counter() - t0
     out["detectors"]["online"] = final.summary(seconds)
     out["detectors"]["online, ever"] = ever.summary(seconds)
     out["online_confirmed_then_retracted"] = retracted
+    out["along_the_way"] = along.summary()
     return out
 
 
@@ -323,7 +428,7 @@ def _delay_summary(delays: list[int | None]) -> dict:
     }
 
 
-NAMES = ("online", "online, ever", "batch", "otava", "otava_mm", "dana")
+NAMES = ("online", "online, ever", "batch", "reported", "otava", "otava_mm", "dana")
 
 
 def markdown(result: dict) -> str:
@@ -367,6 +472,31 @@ def markdown(result: dict) -> str:
                 continue
             cells.append(f"{d['within_2']:.2f} / {d['median']:g} / {d['p90']:.1f} / {d['missed']}/{d['steps']}")
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    lines += ["", "False regressions per 100 commits (a rise matching no true change; online, ever: every "
+              "one the store ever confirmed, what the alerts sent):", "",
+              "| slice | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for key in [f"noise={n:g}" for n in NOISE_LEVELS] + ["all"]:
+        lines.append(f"| {key} | " + " | ".join(f"{det[n]['false_regressions_per_100_commits'].get(key, 0):.3f}"
+                                                for n in names) + " |")
+    along = result["along_the_way"]
+    lines += ["", "Along the way (the store after each commit; alerts go out on confirmation):", "",
+              "| slice | F1 final / ever / gap | regressions confirmed / false / per 100 commits | alerts withdrawn "
+              f"| steps >= {BIG_STEP_SIGMAS:g} sigma confirmed / withdrawn / missed | confirmation delay median / p90 "
+              "| F1 batch / best Otava | false regressions per 100 commits, final / Otava / Otava mm |",
+              "|---|---|---|---|---|---|---|---|"]
+    for key in [f"noise={n:g}" for n in NOISE_LEVELS] + ["all"]:
+        a = along[key]
+        f_final, f_ever = det["online"]["scores"][key]["f1"], det["online, ever"]["scores"][key]["f1"]
+        f_otava = max(det["otava"]["scores"][key]["f1"], det["otava_mm"]["scores"][key]["f1"])
+        fr = [det[n]["false_regressions_per_100_commits"].get(key, 0) for n in ("online", "otava", "otava_mm")]
+        median = "-" if a["confirmation_delay_median"] is None else f"{a['confirmation_delay_median']:g}"
+        p90 = "-" if a["confirmation_delay_p90"] is None else f"{a['confirmation_delay_p90']:.1f}"
+        lines.append(
+            f"| {key} | {f_final:.3f} / {f_ever:.3f} / {f_final - f_ever:+.3f} | {a['regressions']} / "
+            f"{a['false_regressions']} / {a['false_regressions_per_100_commits']:.3f} | {a['alerts_withdrawn']} | "
+            f"{a['big_steps_confirmed']} / {a['big_steps_withdrawn']} / {a['big_steps'] - a['big_steps_confirmed']} | "
+            f"{median} / {p90} | {det['batch']['scores'][key]['f1']:.3f} / {f_otava:.3f} | "
+            f"{fr[0]:.3f} / {fr[1]:.3f} / {fr[2]:.3f} |")
     lines += ["", f"Points the store confirmed and later retracted: {result['online_confirmed_then_retracted']}",
               "Seconds per detector: " + ", ".join(f"{n} {det[n]['seconds']:.1f}" for n in names if n != "online, ever")]
     return "\n".join(lines)
@@ -377,7 +507,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--series", type=int, default=110, help="series per noise level (default 110: 10 per kind)")
     parser.add_argument("--seed", type=int, default=20261121)
     parser.add_argument("--out", help="write the full results as JSON here")
+    parser.add_argument("--before-issue-31", action="store_true",
+                        help="the baseline: confirm what the detector reports (confirm_size = min_size, confirm_pvalue "
+                             "= max_pvalue) and no hysteresis (hold_pvalue 1e-300), as before issue 31")
     args = parser.parse_args(argv)
+    if args.before_issue_31:
+        global STORE
+        STORE = STORE.model_copy(update={"confirm_size": STORE.min_size, "confirm_pvalue": STORE.max_pvalue,
+                                         "hold_pvalue": 1e-300})
     result = run(args.series, args.seed)
     result["machine"] = {"python": platform.python_version(), "platform": platform.platform()}
     print(markdown(result))

@@ -318,6 +318,12 @@ class AnalysisSettings(BaseModel):
         default=0.02, ge=0, lt=1,
         description="smallest |relative change| of a reported change point, unless the series sets its own")
     min_size: int = Field(default=3, ge=2, description="commits at the new level before a change point is reported")
+    confirm_size: int = Field(default=8, ge=2, description="commits from a reported change point to the newest, "
+                              "its own included, before it is confirmed (and alerted)")
+    confirm_pvalue: float = Field(default=1e-8, gt=0, lt=1, description="largest p-value of a confirmed change "
+                                  "point; a reported one above it stays suspected")
+    hold_pvalue: float = Field(default=0.01, gt=0, lt=1, description="a confirmed change point stays confirmed while "
+                               "the commits from it differ from those before it at this p-value (hysteresis)")
 
 
 class AlertSettings(BaseModel):

@@ -4,13 +4,18 @@ The input is one value per commit on the default branch, oldest first (the per-c
 the samples: see `stats.py` for why the median). `analyse` returns the change points of that
 history in two stages of a lifecycle, plus the commits whose run was left out as an outlier:
 
-- confirmed (`detect`): a change of level with `min_size` commits at the new level that passes
-  the tests below. `detect` is a function of the whole history, and the store runs it on the
+- confirmed: a change of level that `detect` reports (below) and that passes the confirmation
+  rule: at least `confirm_size` commits from it to the newest, and a p-value of at most
+  `confirm_pvalue`, stricter than the detector's `max_pvalue`. A confirmed point is what the
+  alerts announce, so the rule is the one under which one is rarely taken back (module doc,
+  "Confirmation"). `analyse` is a function of the whole history, and the store runs it on the
   whole history after every commit (`analysis`): what the store shows as confirmed after a commit
-  is exactly what a batch analysis of the same history reports, and a point that later data
+  is what a batch analysis of the same history reports, plus the points it confirmed earlier that
+  still hold (`holds`: the hysteresis, the store's only memory), and a point that later data
   refute disappears from it (the store then records it as retracted; nothing here is stateful);
-- suspected (`suspect`): the newest one to `2 * min_size - 1` commits sit apart from the level
-  before them (each nearer their own mean than the old one, the t-test under `max_pvalue`), but
+- suspected: a point `detect` reports that the rule does not confirm (yet) (`Analysis.pending`),
+  and the newest one to `2 * min_size - 1` commits when they sit apart from the level before them
+  (`suspect`: each nearer their own mean than the old one, the t-test under `max_pvalue`) though
   `detect` does not (yet) report them: a slowdown is visible on its first slow commit, and
   becomes confirmed, or is dropped, as the next commits arrive.
 
@@ -51,8 +56,8 @@ Change Point Detection to Hunt for Performance Regressions", ICPE 2023), itself 
    searched position counts as a parameter, as the bends do). Where the ramp fits as well, the
    weakest of them is removed and the merge resumes, until one point stands for the ramp.
 
-`min_size` is the number of commits of the new level needed before a change point is confirmed
-(Dana's "required" confirmations): with the default 3 a step is confirmed once the third commit at
+`min_size` is the number of commits of the new level needed before `detect` reports a change point
+(Dana's "required" confirmations): with the default 3 a step is reported once the third commit at
 its new level has results, two commits after the step. While the last level is young (under
 `2 * min_size` commits) it must also be supported by each of its commits: every one nearer the new
 mean than the old one, and the test still passing with any one of them left out; a pair of slow
@@ -64,6 +69,24 @@ two-commit blip) are not reported. A slow drift (a significant linear trend with
 it) is mostly not reported, and a ramp (the level moving over tens of commits between two flat
 stretches) is reported once: neither has a culprit commit, and cutting one into steps would raise
 a false alarm per window.
+
+Confirmation (`confirmed`): `detect` reports a step two commits after it, and with the first
+few commits of a level the split and merge often change their minds (the split windows shift as the
+history grows; a neighbour appears and a ramp or a closer pair takes the point away; a p-value near
+`max_pvalue` drifts across it). On the detection bench's labelled series fed commit by commit
+(`bench/detection_quality.py`, "along the way"), confirming at `detect`'s own bar confirmed 251
+regressions of which 109 were false, and withdrew real steps. A point reported with
+`CONFIRM_SIZE` commits from it and a p-value under `CONFIRM_PVALUE` is rarely taken back: the
+bench's figures for these values are in BENCHMARKS.md ("Detection quality"). The price is
+delay: an alert comes `CONFIRM_SIZE - 1` commits after the step at the earliest (the point is shown
+as suspected from its first slow commit meanwhile). What still took confirmed points back on the
+bench was a 2 % step whose estimate wavered across the 2 % minimum magnitude, an outlier run next to
+a step, and a staircase re-read as a ramp, while the level had plainly moved. So once confirmed,
+a point has hysteresis (`holds`, applied by the store, which remembers what it confirmed): it stays
+confirmed while the first commits from it (at least `min_size` of them, up to the next standing
+point) still differ from the level before it, the same way, by half the minimum magnitude at
+p <= `HOLD_PVALUE` (0.01); it is retracted only when that evidence is gone.
+That memory is the one thing the store's confirmed set adds to `analyse` of the same history.
 
 Cost: O(window^2) per window for the energy statistic, O(n / window) windows, so O(n * window):
 about 15 ms for 1,000 commits and 35 ms for 3,000 on one core of a 2-core Xeon (the store pays it
@@ -87,7 +110,13 @@ MAX_PVALUE = 0.001
 MIN_MAGNITUDE = 0.0
 """Smallest |relative change| of a reported change point; set per series."""
 MIN_SIZE = 3
-"""Commits on each side of a change point, the new level included, before it is confirmed."""
+"""Commits on each side of a change point, the new level included, before `detect` reports it."""
+CONFIRM_SIZE = 8
+"""Commits from a change point to the newest, its own included, before it is confirmed (module doc)."""
+CONFIRM_PVALUE = 1e-8
+"""Largest p-value of a confirmed change point (module doc, "Confirmation")."""
+HOLD_PVALUE = 0.01
+"""A confirmed change point stands while its level still differs at this p-value (`holds`)."""
 OUTLIER_K = 4.0
 """Outlier-run threshold in robust standard deviations."""
 SPLIT_PVALUE_FACTOR = 10.0
@@ -131,6 +160,8 @@ class Analysis:
     """The newest commits' departure from their level, when `confirmed` does not hold it yet."""
     outliers: list[int] = field(default_factory=list)
     """Commits whose run was left out of the tests as an outlier (`outlier_runs`)."""
+    pending: list[ChangePoint] = field(default_factory=list)
+    """Points `detect` reports that the confirmation rule does not confirm (yet): suspected."""
 
 
 def classify(cp: ChangePoint, lower_is_better: bool) -> Classification:
@@ -384,12 +415,14 @@ def detect(
     min_size: int = MIN_SIZE,
     outlier_k: float = OUTLIER_K,
 ) -> list[ChangePoint]:
-    """Confirmed change points of a per-commit series, oldest first (algorithm: module doc).
+    """Change points the detector reports in a per-commit series, oldest first (algorithm: module
+    doc); `analyse` says which of them are confirmed. Outlier runs are left out first.
 
     Raises ValueError for non-finite values, `window < 2 * min_size` or `min_size < 2`.
     """
-    return analyse(values, window=window, max_pvalue=max_pvalue, min_magnitude=min_magnitude, min_size=min_size,
-                   outlier_k=outlier_k).confirmed
+    analysed = analyse(values, window=window, max_pvalue=max_pvalue, min_magnitude=min_magnitude,
+                       min_size=min_size, outlier_k=outlier_k)
+    return sorted(analysed.confirmed + analysed.pending, key=lambda cp: cp.index)
 
 
 def analyse(
@@ -400,6 +433,8 @@ def analyse(
     min_magnitude: float = MIN_MAGNITUDE,
     min_size: int = MIN_SIZE,
     outlier_k: float = OUTLIER_K,
+    confirm_size: int = CONFIRM_SIZE,
+    confirm_pvalue: float = CONFIRM_PVALUE,
 ) -> Analysis:
     """Confirmed and suspected change points and outlier runs of a history (module doc).
 
@@ -411,10 +446,37 @@ def analyse(
     kept = np.flatnonzero(~flagged)
     clean = y[kept]
     found = _detect(clean, window, max_pvalue, min_magnitude, min_size)
-    confirmed = [_mapped(cp, kept) for cp in found]
+    reported = [_mapped(cp, kept) for cp in found]
+    held = [y.size - cp.index >= confirm_size and cp.pvalue <= confirm_pvalue for cp in reported]
     suspected = suspect(clean, [cp.index for cp in found], window=window, max_pvalue=max_pvalue,
                         min_magnitude=min_magnitude, min_size=min_size)
-    return Analysis(confirmed, _mapped(suspected, kept) if suspected else None, [int(i) for i in np.flatnonzero(flagged)])
+    return Analysis([cp for cp, ok in zip(reported, held) if ok], _mapped(suspected, kept) if suspected else None,
+                    [int(i) for i in np.flatnonzero(flagged)], [cp for cp, ok in zip(reported, held) if not ok])
+
+
+def holds(values: Sequence[float], index: int, rising: bool, *, neighbours: Sequence[int] = (),
+          outliers: Sequence[int] = (), window: int = WINDOW, min_magnitude: float = MIN_MAGNITUDE,
+          min_size: int = MIN_SIZE, pvalue: float = HOLD_PVALUE) -> bool:
+    """Whether a change point once confirmed at `index` still stands out (module doc, "Confirmation":
+    the hysteresis that keeps it confirmed when `analyse` stops confirming it): the first k kept
+    commits from it, for some k of at least `min_size` (a slowdown fixed a few commits later was
+    real), up to the next of the other standing change points (`neighbours`; at most `window`),
+    against those since the previous one (at most `window`): moved the same way (`rising`), by at
+    least half of `min_magnitude`, the pooled t-test under `pvalue`. Outlier runs left out."""
+    y = np.asarray(values, dtype=np.float64)
+    kept = np.ones(y.size, dtype=bool)
+    kept[[i for i in outliers if 0 <= i < y.size]] = False
+    lo = max([index - window, 0, *(q for q in neighbours if q < index)])
+    hi = min([index + window, y.size, *(q for q in neighbours if q > index)])
+    before, after = y[lo:index][kept[lo:index]], y[index:hi][kept[index:hi]]
+    if before.size < 2:
+        return False
+    level = float(before.mean())
+    for k in range(min_size, after.size + 1):
+        change = float(after[:k].mean()) / level - 1.0 if level else math.inf
+        if (change > 0) == rising and abs(change) >= min_magnitude / 2 and _ttest(before, after[:k]) <= pvalue:
+            return True
+    return False
 
 
 def _mapped(cp: ChangePoint, kept: np.ndarray) -> ChangePoint:

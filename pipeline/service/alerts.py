@@ -1,14 +1,22 @@
 """Alerts: a confirmed history regression is announced once per channel: a Slack-compatible
-incoming webhook and/or e-mail (SMTP).
+incoming webhook and/or e-mail (SMTP); one that stops being confirmed is withdrawn the same way.
 
-The analysis confirms change points as commits arrive (`analysis`); this service thread looks for
-regressions that are confirmed and not yet announced on a configured channel (`ChangePoint.alerted_at`
-for the webhook, `emailed_at` for e-mail) and sends one message each, with the series link, the
-magnitude, the commit range and the series' owners (`alerts.owners`: case-id glob -> owner). The
-webhook gets {"text": ...} (Slack, Mattermost, Rocket.Chat and Teams' Slack-compatible hooks read
-it); the mail goes to `alerts.email_to` and to the owners that are e-mail addresses. Each channel
-records when it sent, so a failure on one (retried at the next period) never repeats the other. A
-point retracted and confirmed again is not announced twice. Improvements are not announced.
+The analysis confirms change points as commits arrive (`analysis`; the confirmation rule is the
+one under which a confirmed point is rarely taken back: `changepoints`, "Confirmation"); this
+service thread looks for regressions that are confirmed and not yet announced on a configured
+channel (`ChangePoint.alerted_at` for the webhook, `emailed_at` for e-mail) and sends one message
+each, with the series link, the magnitude, the commit range and the series' owners
+(`alerts.owners`: case-id glob -> owner). The webhook gets {"text": ...} (Slack, Mattermost,
+Rocket.Chat and Teams' Slack-compatible hooks read it); the mail goes to `alerts.email_to` and to
+the owners that are e-mail addresses. Each channel records when it sent, so a failure on one
+(retried at the next period) never repeats the other.
+
+An announced regression that the analysis later retracts, or takes back to suspected, is withdrawn
+on each channel that announced it: a follow-up message saying so and why (the retraction's
+reason), recorded in `alert_withdrawn_at` / `email_withdrawn_at`. Confirmed again after that, it
+is announced again; confirmed again before its withdrawal went out, nothing is sent. Improvements
+are neither announced nor withdrawn. Pull-request comments carry no history alerts (they compare a
+PR with its base), so there is nothing to withdraw there.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import logging
 import re
 import smtplib
 import ssl
+from dataclasses import dataclass
 from email.message import EmailMessage
 from urllib.parse import unquote, urlsplit
 
@@ -89,48 +98,100 @@ class Alerter(Loop):
         self.settings, self.engine = settings, engine
 
     def step(self) -> bool:
+        """Announce what became confirmed, then withdraw what stopped being; True when a batch was full."""
         alerts = self.settings.alerts
         webhook, smtp = alerts.webhook_url.get_secret_value(), alerts.smtp_url.get_secret_value()
-        owed = ([ChangePoint.alerted_at.is_(None)] if webhook else []) + ([ChangePoint.emailed_at.is_(None)] if smtp else [])
-        if not owed:
+        if not webhook and not smtp:
             return False
+        channels = ([_WEBHOOK] if webhook else []) + ([_EMAIL] if smtp else [])
+        announced = self._pass(channels, withdraw=False)
+        withdrawn = self._pass(channels, withdraw=True)
+        return announced or withdrawn
+
+    def _pass(self, channels: list[_Channel], *, withdraw: bool) -> bool:
+        """Send what each channel owes (module doc): announcements of confirmed regressions, or the
+        follow-ups of announced ones that are no longer confirmed. True when the batch was full."""
+        owed = [channel.owes_withdrawal() if withdraw else channel.owes_announcement() for channel in channels]
+        standing = ChangePoint.lifecycle != "confirmed" if withdraw else ChangePoint.lifecycle == "confirmed"
         before, after = sa.orm.aliased(Commit), sa.orm.aliased(Commit)
         with session_scope(self.engine) as session:
             pending = session.execute(
-                sa.select(ChangePoint.id, ChangePoint.series_id, ChangePoint.magnitude, Case.case_id,
-                          DeviceClassRow.name, before.sha, after.sha, ChangePoint.alerted_at, ChangePoint.emailed_at)
+                sa.select(ChangePoint.id, ChangePoint.series_id, ChangePoint.magnitude, ChangePoint.lifecycle,
+                          ChangePoint.reason, Case.case_id, DeviceClassRow.name, before.sha, after.sha,
+                          *owed)
                 .join(Series, ChangePoint.series_id == Series.id).join(Case, Series.case_id == Case.id)
                 .join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
                 .join(before, ChangePoint.before_commit_id == before.id)
                 .join(after, ChangePoint.after_commit_id == after.id)
-                .where(ChangePoint.lifecycle == "confirmed", ChangePoint.direction == "regression", sa.or_(*owed))
+                .where(standing, ChangePoint.direction == "regression", sa.or_(*owed))
                 .order_by(ChangePoint.id).limit(BATCH)).all()
+        alerts = self.settings.alerts
         sent = 0
-        for cp_id, series_id, magnitude, case_id, device_class, first, last, alerted, emailed in pending:
+        for cp_id, series_id, magnitude, lifecycle, reason, case_id, device_class, first, last, *owes in pending:
             owners = owners_of(case_id, alerts.owners)
-            headline = f"benchfarm: {case_id} on {device_class} regressed {magnitude:+.1%}"
-            text = (f"{headline} between {first[:10]} and {last[:10]}: {self.settings.public_url}/series/{series_id}"
-                    + (f" (owners: {', '.join(owners)})" if owners else ""))
-            if webhook and alerted is None:
-                try:
-                    response = requests.post(webhook, json={"text": text}, timeout=10)
-                    response.raise_for_status()
-                except requests.RequestException as exc:
-                    log.warning("alert for change point %d not posted (%s); retried later", cp_id, exc)
-                    break
-                self._mark(cp_id, alerted_at=utcnow())
-            if smtp and emailed is None:
-                recipients = mail_recipients(owners, alerts)
-                if recipients:
-                    try:
-                        send_mail(smtp, sender=alerts.email_from, recipients=recipients, subject=headline, body=text)
-                    except (OSError, smtplib.SMTPException) as exc:
-                        log.warning("alert for change point %d not mailed (%s); retried later", cp_id, exc)
-                        break
-                self._mark(cp_id, emailed_at=utcnow())   # no recipient for this series: nothing owed
+            link = f"{self.settings.public_url}/series/{series_id}"
+            if withdraw:
+                why = reason or "the analysis no longer confirms it; it is suspected again"
+                headline = f"benchfarm: withdrawn: {case_id} on {device_class} regressed {magnitude:+.1%}"
+                text = (f"{headline} between {first[:10]} and {last[:10]} is no longer confirmed ({lifecycle}: "
+                        f"{why}): {link}")
+            else:
+                headline = f"benchfarm: {case_id} on {device_class} regressed {magnitude:+.1%}"
+                text = f"{headline} between {first[:10]} and {last[:10]}: {link}"
+            text += f" (owners: {', '.join(owners)})" if owners else ""
+            for channel, owing in zip(channels, owes, strict=True):
+                if not owing:
+                    continue
+                if not channel.send(self.settings, owners, headline, text, cp_id):
+                    return False   # retried at the next period; the other channels' marks stay
+                column = channel.withdrawn if withdraw else channel.sent
+                self._mark(cp_id, **{column: utcnow()})
             sent += 1
         return sent == BATCH
 
     def _mark(self, cp_id: int, **sent: object) -> None:
         with session_scope(self.engine) as session:
             session.execute(sa.update(ChangePoint).where(ChangePoint.id == cp_id).values(**sent))
+
+
+@dataclass(frozen=True)
+class _Channel:
+    """One way alerts go out, and the two columns that record what it sent for a change point: the
+    announcement (`sent`) and its withdrawal (`withdrawn`; owed while earlier than `sent`)."""
+
+    sent: str
+    withdrawn: str
+
+    def owes_announcement(self) -> sa.ColumnElement[bool]:
+        sent, withdrawn = getattr(ChangePoint, self.sent), getattr(ChangePoint, self.withdrawn)
+        return sa.or_(sent.is_(None), sa.and_(withdrawn.is_not(None), withdrawn >= sent))
+
+    def owes_withdrawal(self) -> sa.ColumnElement[bool]:
+        sent, withdrawn = getattr(ChangePoint, self.sent), getattr(ChangePoint, self.withdrawn)
+        return sa.and_(sent.is_not(None), sa.or_(withdrawn.is_(None), withdrawn < sent))
+
+    def send(self, settings: Settings, owners: list[str], headline: str, text: str, cp_id: int) -> bool:
+        """Post or mail one message; False when it failed (logged; retried later)."""
+        alerts = settings.alerts
+        if self is _WEBHOOK:
+            try:
+                response = requests.post(alerts.webhook_url.get_secret_value(), json={"text": text}, timeout=10)
+                response.raise_for_status()
+            except requests.RequestException as exc:
+                log.warning("alert for change point %d not posted (%s); retried later", cp_id, exc)
+                return False
+            return True
+        recipients = mail_recipients(owners, alerts)
+        if not recipients:
+            return True   # no recipient for this series: nothing owed
+        try:
+            send_mail(alerts.smtp_url.get_secret_value(), sender=alerts.email_from, recipients=recipients,
+                      subject=headline, body=text)
+        except (OSError, smtplib.SMTPException) as exc:
+            log.warning("alert for change point %d not mailed (%s); retried later", cp_id, exc)
+            return False
+        return True
+
+
+_WEBHOOK = _Channel("alerted_at", "alert_withdrawn_at")
+_EMAIL = _Channel("emailed_at", "email_withdrawn_at")

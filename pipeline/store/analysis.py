@@ -9,21 +9,29 @@ After each upload the touched series' whole history goes through `changepoints.a
 function of it, and the stored change points are brought in line with what it reports:
 
 - a reported point that is not stored yet is inserted, `lifecycle` suspected or confirmed, state
-  "needs triage", with a first triage event by `ANALYSIS_WHO`;
+  "needs triage", with a first triage event by `ANALYSIS_WHO`: confirmed when it passes the
+  confirmation rule (`changepoints`, "Confirmation": `AnalysisSettings.confirm_size` commits from it,
+  p-value under `confirm_pvalue`), suspected while it does not (yet); only confirmed regressions
+  are alerted (`pipeline.service.alerts`), and one that stops being confirmed is withdrawn;
 - a stored point that is reported again is updated (levels, p-value, lifecycle: suspected ->
   confirmed); a young point that moved by less than `min_size` commits in the same direction is
   the same point and moves with it;
 - a stored point that is no longer reported is retracted, not deleted: `lifecycle` retracted,
   `retracted_at`, and the `reason` (the later commits' level against the level before it, or its
   commit's run being an outlier); its triage state and history stay. Reported again later, it
-  stands again.
+  stands again;
+- a stored confirmed point that the analysis no longer confirms (not reported, or reported but
+  under the confirmation rule) stays confirmed while it holds (`changepoints.holds`: the level
+  from it still differs from the level before it, the same way): the hysteresis that keeps
+  alerts from flapping (`changepoints`, "Confirmation"). It is retracted when that evidence is gone.
 
 Each lifecycle change is a triage event by `ANALYSIS_WHO` that keeps the triage state and says
-what changed, so the point's history tells both stories. Hence online equals batch: after any
-commit, the store's confirmed change points are exactly `changepoints.detect` of the history so
-far, whether it was fed one commit at a time (`analyze_after_ingest`) or analysed at once
-(`reanalyze_all`). The cost is one `analyse` of each touched series' history per upload, linear
-in the history's length (about 15 ms for 1,000 commits).
+what changed, so the point's history tells both stories. Hence online equals batch up to the
+hysteresis: after any commit, the store's confirmed change points are
+`changepoints.analyse(...).confirmed` of the history so far, plus the points it confirmed earlier
+that still hold (the only memory; `reanalyze_all` of a store whose change points were deleted
+gives `analyse`'s answer alone). The cost is one `analyse` of each touched series' history per
+upload, linear in the history's length (about 15 ms for 1,000 commits).
 
 Concurrent ingests of one series are safe: the row's uniqueness on (series, after commit) and an
 insert that ignores conflicts make the second writer skip it; lifecycle updates are idempotent.
@@ -216,11 +224,24 @@ def _analyze(session: Session, series: Series, points: list[_Point], settings: A
         analysed = changepoints.Analysis([], None)
     else:
         analysed = changepoints.analyse(values, window=settings.window, max_pvalue=settings.max_pvalue,
-                                        min_magnitude=min_magnitude, min_size=settings.min_size)
-    found = [(cp, "confirmed") for cp in analysed.confirmed]
+                                        min_magnitude=min_magnitude, min_size=settings.min_size,
+                                        confirm_size=settings.confirm_size, confirm_pvalue=settings.confirm_pvalue)
+    found = [(cp, "confirmed") for cp in analysed.confirmed] + [(cp, "suspected") for cp in analysed.pending]
     if analysed.suspected is not None:
         found.append((analysed.suspected, "suspected"))
     lower_is_better = series_direction(series)
+
+    def held(row: ChangePoint) -> bool:
+        """A confirmed point that the history no longer confirms stays confirmed while it holds (hysteresis)."""
+        if row.lifecycle != "confirmed":
+            return False
+        at = index_of[row.after_commit_id]
+        neighbours = {cp.index for cp, _ in found} | {index_of[r.after_commit_id] for r in here
+                                                       if r.lifecycle != "retracted"}
+        return changepoints.holds(values, at, row.magnitude > 0, neighbours=sorted(neighbours - {at}),
+                                  outliers=analysed.outliers, window=settings.window, min_magnitude=min_magnitude,
+                                  min_size=settings.min_size, pvalue=settings.hold_pvalue)
+
     here = [row for row in stored if row.after_commit_id in index_of]  # a rewritten history's others stay
     at_commit = {row.after_commit_id: row for row in stored}
     matched: set[int] = set()
@@ -254,6 +275,8 @@ def _analyze(session: Session, series: Series, points: list[_Point], settings: A
             del at_commit[row.after_commit_id]
             row.after_commit_id, row.committed_at = after.id, after.committed_at
             at_commit[after.id] = row
+        if lifecycle == "suspected" and held(row):
+            lifecycle = "confirmed"
         if row.lifecycle != lifecycle:
             notes.append(("stands again, " if row.lifecycle == "retracted" else "") + _note(cp, direction, lifecycle))
             if lifecycle == "confirmed":
@@ -265,7 +288,7 @@ def _analyze(session: Session, series: Series, points: list[_Point], settings: A
         if notes:
             _event(session, row, now, "; ".join(notes))
     for row in here:
-        if row.id in matched or row.lifecycle == "retracted":
+        if row.id in matched or row.lifecycle == "retracted" or held(row):
             continue
         row.reason = _retraction_reason(values, index_of[row.after_commit_id], row, analysed, settings.window)
         row.lifecycle, row.retracted_at = "retracted", now

@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 from pipeline.store.models import Commit, CommitParent, Repository, Run
 
 __all__ = ["FALLBACK_RUN_KINDS", "HISTORY_ORDER", "ChainCommit", "commit_level", "default_branch_chain",
-           "default_branch_head", "update_generations"]
+           "default_branch_head", "extend_generations", "update_generations"]
 
 FALLBACK_RUN_KINDS = ("push", "nightly", "local")
 """Runs whose newest commit is the head when no recorded commit names the default branch."""
@@ -88,6 +88,38 @@ def update_generations(session: Session, repository_id: int) -> None:
         session.execute(sa.update(Commit), changed)   # by primary key; loaded rows read theirs again
         for row in [o for o in session.identity_map.values() if isinstance(o, Commit)]:
             session.expire(row, ["generation"])
+
+
+def extend_generations(session: Session, repository_id: int, added: Sequence[Commit]) -> bool:
+    """Give commits just recorded their generation from their first parents' (one query each for the
+    parents and for stored children), without the walk over the repository that `update_generations`
+    does; the same numbers. False when a stored commit names one of them as its first parent
+    (recorded before its ancestor: its descendants move too) or first parents form a cycle: then
+    the caller walks (`update_generations`)."""
+    shas = {c.sha for c in added}
+    if session.scalar(sa.select(CommitParent.commit_id).join(Commit, CommitParent.commit_id == Commit.id)
+                      .where(Commit.repository_id == repository_id, CommitParent.position == 0,
+                             CommitParent.parent_sha.in_(shas), Commit.sha.not_in(shas)).limit(1)) is not None:
+        return False
+    first_parent = {c.sha: (c.parents[0].parent_sha if c.parents else None) for c in added}
+    outside = {p for p in first_parent.values() if p is not None and p not in shas}
+    generation: dict[str, int] = {sha: level for sha, level in session.execute(
+        sa.select(Commit.sha, Commit.generation).where(Commit.repository_id == repository_id,
+                                                       Commit.sha.in_(outside)))} if outside else {}
+    pending = list(added)
+    while pending:   # parents first: a batch may hold a chain in any order
+        waiting = []
+        for commit in pending:
+            parent = first_parent[commit.sha]
+            if parent is not None and parent in shas and parent not in generation:
+                waiting.append(commit)
+                continue
+            generation[commit.sha] = generation[parent] + 1 if parent in generation else 0
+            commit.generation = generation[commit.sha]
+        if len(waiting) == len(pending):   # a cycle of first parents: leave it to the walk
+            return False
+        pending = waiting
+    return True
 
 
 def commit_level(medians: Iterable[tuple[str, float]]) -> tuple[float, int]:

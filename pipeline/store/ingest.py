@@ -37,7 +37,7 @@ from pipeline.contracts.arrays import to_blob
 from pipeline.contracts.metrics import LATENCY
 from pipeline.store import code
 from pipeline.store.analysis import analyze_after_ingest, learn_paired_noise
-from pipeline.store.history import update_generations
+from pipeline.store.history import extend_generations, update_generations
 from pipeline.store.models import (
     JOB_STATUSES,
     RUN_KINDS,
@@ -134,6 +134,7 @@ def record_commits(
     repo = repository if isinstance(repository, Repository) else upsert_repository(session, name=repository)
     shas = list(dict.fromkeys(c.sha for c in commits))
     changed = False
+    added: list[Commit] = []
     existing = {
         c.sha: c
         for c in session.scalars(sa.select(Commit).where(Commit.repository_id == repo.id, Commit.sha.in_(shas)))
@@ -153,7 +154,7 @@ def record_commits(
             )
             session.add(row)
             existing[info.sha] = row
-            changed = True
+            added.append(row)
             continue
         if row.branch is None and info.branch is not None:
             row.branch = info.branch
@@ -163,7 +164,8 @@ def record_commits(
             row.parents = [CommitParent(position=i, parent_sha=p) for i, p in enumerate(info.parents)]
             changed = True
     session.flush()
-    if changed:   # history's order: the generations, new commits' and their recorded descendants'
+    # history's order: the generations, new commits' and their recorded descendants'
+    if changed or (added and not extend_generations(session, repo.id, added)):
         update_generations(session, repo.id)
     return [existing[c.sha] for c in commits]
 

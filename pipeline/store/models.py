@@ -46,7 +46,8 @@ OPEN_STATES = ("needs triage", "confirmed", "assigned")
 DIRECTIONS = ("regression", "improvement")
 LIFECYCLE = ("suspected", "confirmed", "retracted")
 """What the analysis makes of a change point (`analysis`, `changepoints.analyse`): suspected (the
-newest commits left their level, not yet enough of them), confirmed (the detector reports it),
+newest commits left their level, or the detector reports it and the confirmation rule does not hold
+yet), confirmed (the detector reports it and the confirmation rule holds: what alerts announce),
 retracted (it reported it once and later data refute it; kept with its triage, and with why).
 Apart from the triage state: a person triages, the analysis confirms or retracts."""
 AGENT_STATES = ("online", "offline")
@@ -496,6 +497,11 @@ class ChangePoint(Base):
     """When a confirmed regression was announced (`pipeline.service.alerts`); None: not (yet)."""
     emailed_at: Mapped[datetime | None]
     """When it was e-mailed (the alerts' SMTP channel); None: not (yet)."""
+    alert_withdrawn_at: Mapped[datetime | None]
+    """When the follow-up withdrawing the announcement was posted (the point stopped being confirmed);
+    None, or earlier than `alerted_at` (announced again since): not withdrawn."""
+    email_withdrawn_at: Mapped[datetime | None]
+    """The same for the e-mail channel (against `emailed_at`)."""
 
 
 class TriageEvent(Base):

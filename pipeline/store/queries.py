@@ -438,8 +438,9 @@ class ChangePointOut(BaseModel):
     detected_at: datetime
     history_index: int
     open: bool = Field(description="open triage state, not retracted, after the series' newest intended change point")
-    lifecycle: Lifecycle = Field(description="suspected (the newest commits left their level, not enough of them yet) "
-                                 "| confirmed | retracted (later data refute it)")
+    lifecycle: Lifecycle = Field(description="suspected (the newest commits left their level, or the detector "
+                                 "reports it and it is not confirmed yet) | confirmed (what alerts announce) | "
+                                 "retracted (later data refute it)")
     reason: str = Field(description="why it was retracted; empty otherwise")
     retracted_at: datetime | None
 

@@ -6,11 +6,14 @@ import numpy as np
 import pytest
 
 from pipeline.analysis.changepoints import (
+    CONFIRM_PVALUE,
+    CONFIRM_SIZE,
     ChangePoint,
     analyse,
     classify,
     dana_running_average,
     detect,
+    holds,
     outlier_runs,
     robust_sigma,
 )
@@ -116,8 +119,13 @@ def test_analyse_is_a_function_of_the_history_alone() -> None:
     """What the store does after each commit (`analyse` of the prefix) is what batch reports."""
     values = noisy([(100, 100.0), (100, 103.0), (150, 98.0)], seed=1)
     values[50] *= 1.3
-    for n in (6, 60, 101, 103, 150, 203, 350):
-        assert analyse(values[:n]).confirmed == detect(values[:n])
+    for n in (6, 60, 101, 103, 107, 108, 150, 203, 350):
+        analysed = analyse(values[:n])
+        assert sorted(analysed.confirmed + analysed.pending, key=lambda cp: cp.index) == detect(values[:n])
+        # confirmed: CONFIRM_SIZE commits from the point, p-value under CONFIRM_PVALUE; the rest pending (suspected)
+        assert all(n - cp.index >= CONFIRM_SIZE and cp.pvalue <= CONFIRM_PVALUE for cp in analysed.confirmed)
+        assert all(n - cp.index < CONFIRM_SIZE or cp.pvalue > CONFIRM_PVALUE for cp in analysed.pending)
+    assert indices(analyse(values[:107]).pending) == [100] and indices(analyse(values[:108]).confirmed) == [100]
     assert indices(detect(values)) == [100, 200]
     assert 50 in analyse(values).outliers
 
@@ -248,3 +256,15 @@ def test_fault_7_a_slow_drift_is_not_cut_into_steps_without_a_minimum_magnitude(
         drift = 100 * (1 + 0.02 * np.arange(200) / 200)
         total += len(detect(drift * np.exp(np.random.default_rng(seed).normal(0, 0.005, 200)), min_magnitude=0.0))
     assert total <= 2   # issue 13's bound, 0.05 false points per 100 commits: 2 in these 4,000
+
+
+def test_a_confirmed_point_holds_while_the_level_after_it_still_differs() -> None:
+    """The hysteresis (issue 31): a slowdown fixed five commits later still holds; a level that came
+    back within the noise, or went the other way, does not; the next standing point bounds it."""
+    values = noisy([(60, 100.0), (5, 120.0), (60, 100.0)], noise=0.01, seed=3)
+    assert holds(values, 60, True) and not holds(values, 60, False)
+    assert holds(values, 60, True, neighbours=[65])
+    flat = noisy([(120, 100.0)], noise=0.01, seed=4)
+    assert not holds(flat, 60, True) and not holds(flat, 60, False)
+    step = noisy([(60, 100.0), (60, 101.0)], noise=0.001, seed=5)   # +1 %: under half of a 2 % minimum
+    assert holds(step, 60, True) and not holds(step, 60, True, min_magnitude=0.05)

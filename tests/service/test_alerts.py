@@ -1,6 +1,7 @@
 """Alerts over real sockets: a confirmed history regression reaches a local Slack-compatible receiver
 (HTTP) and a local mail server (SMTP) once per change point and channel, with its owners; a failed
-post or mail is retried without repeating the other channel; improvements are not sent."""
+post or mail is retried without repeating the other channel; improvements are not sent; one that
+the analysis retracts after it was announced is withdrawn by a follow-up on each channel."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from sqlalchemy import Engine
 
 from pipeline.config import AlertSettings, Settings
 from pipeline.service.alerts import Alerter, mail_recipients, owners_of
+from pipeline.store import analysis
 from pipeline.store.db import session_scope
-from pipeline.store.models import ChangePoint
+from pipeline.store.models import ChangePoint, Series
 from tests.helpers.json_standin import JsonStandIn
 from tests.helpers.smtp_standin import SmtpStandIn
 
@@ -125,3 +127,79 @@ def test_owners_are_matched_by_glob() -> None:
     owners = {"gemm/*": "a", "*/iree": "b", "conv/*": "c"}
     assert owners_of("gemm/x/1x1x1/f32/iree", owners) == ["a", "b"]
     assert owners_of("attention/y/1/f16/triton", owners) == []
+
+
+def test_an_announced_regression_that_is_retracted_is_withdrawn_on_each_channel_and_announced_again(
+        seeded: Engine, receiver: Receiver, mail_server: SmtpStandIn, tmp_path: Any) -> None:
+    """The regression confirmed at main-20 is announced; raising the series' minimum magnitude over it (what
+    the series-settings route does: the series analysed again) retracts it, and the next step sends one
+    follow-up per channel that withdraws it, with the reason. Back to the default, it is confirmed again and
+    announced again; nothing is sent twice."""
+    settings = Settings(home=tmp_path, public_url="http://bench.example", alerts=AlertSettings(
+        webhook_url=SecretStr(receiver.url), smtp_url=SecretStr(mail_server.url("bench", "s3cret%2F%2B")),
+        email_to=["kernels@team.example"]))
+    alerter = Alerter(settings, seeded)
+    with session_scope(seeded) as s:
+        record_main(s)
+    for i in range(N):
+        with session_scope(seeded) as s:
+            upload_main(s, i)
+        alerter.step()
+    assert [m["text"].split(" regressed")[0] for m in receiver.messages] == [
+        f"benchfarm: {f.GEMM} on {f.DEVICE_CLASS}"], receiver.messages
+    assert len(mail_server.received) == 1
+
+    def reanalyse(min_magnitude: float | None) -> None:
+        with session_scope(seeded) as s:
+            series = s.scalars(sa.select(Series)).one()
+            series.min_magnitude = min_magnitude
+            s.flush()
+            analysis.analyze_series(s, series.id, settings.analysis)
+
+    reanalyse(0.5)   # +20 % is under the series' new minimum: retracted
+    alerter.step()
+    alerter.step()
+    assert len(receiver.messages) == 2 and len(mail_server.received) == 2
+    withdrawal = receiver.messages[1]["text"]
+    assert withdrawal.startswith(f"benchfarm: withdrawn: {f.GEMM} on {f.DEVICE_CLASS} regressed +"), withdrawal
+    assert "no longer confirmed (retracted: " in withdrawal and f.sha("main-20")[:10] in withdrawal
+    assert mail_server.received[1].message["Subject"].startswith(f"benchfarm: withdrawn: {f.GEMM}")
+    with session_scope(seeded) as s:
+        (row,) = s.scalars(sa.select(ChangePoint).where(ChangePoint.direction == "regression")).all()
+        assert row.lifecycle == "retracted" and row.alerted_at is not None and row.emailed_at is not None
+        assert row.alert_withdrawn_at is not None and row.alert_withdrawn_at >= row.alerted_at
+        assert row.email_withdrawn_at is not None and row.email_withdrawn_at >= row.emailed_at
+
+    reanalyse(None)   # the default again: it stands again, confirmed, and is announced again
+    alerter.step()
+    alerter.step()
+    assert len(receiver.messages) == 3 and len(mail_server.received) == 3
+    assert receiver.messages[2]["text"].startswith(f"benchfarm: {f.GEMM} on {f.DEVICE_CLASS} regressed +")
+    with session_scope(seeded) as s:
+        (row,) = s.scalars(sa.select(ChangePoint).where(ChangePoint.direction == "regression")).all()
+        assert row.lifecycle == "confirmed" and row.alert_withdrawn_at is not None
+        assert row.alerted_at is not None and row.alerted_at > row.alert_withdrawn_at
+
+
+def test_a_regression_confirmed_again_before_its_withdrawal_went_out_is_not_withdrawn(
+        seeded: Engine, receiver: Receiver, tmp_path: Any) -> None:
+    settings = Settings(home=tmp_path, public_url="http://bench.example",
+                        alerts=AlertSettings(webhook_url=SecretStr(receiver.url)))
+    alerter = Alerter(settings, seeded)
+    with session_scope(seeded) as s:
+        record_main(s)
+    for i in range(N):
+        with session_scope(seeded) as s:
+            upload_main(s, i)
+    alerter.step()
+    assert len(receiver.messages) == 1
+    with session_scope(seeded) as s:
+        series = s.scalars(sa.select(Series)).one()
+        series.min_magnitude = 0.5
+        s.flush()
+        analysis.analyze_series(s, series.id, settings.analysis)
+        series.min_magnitude = None
+        s.flush()
+        analysis.analyze_series(s, series.id, settings.analysis)
+    alerter.step()
+    assert len(receiver.messages) == 1, receiver.messages

@@ -10,6 +10,7 @@ from pipeline.contracts.arrays import from_blob
 from pipeline.store import ingest
 from pipeline.store.db import session_scope
 from pipeline.store.ingest import IngestError
+from pipeline.store.history import update_generations
 from pipeline.store.models import (
     Bundle,
     Case,
@@ -33,6 +34,27 @@ def _run(engine: Engine, label: int = 1, classes: tuple[str, ...] = (f.DEVICE_CL
 
 
 # --- commits ---------------------------------------------------------------------------------
+
+
+def test_record_commits_gives_the_generations_of_the_whole_walk_in_any_order(engine: Engine) -> None:
+    """`record_commits` numbers new commits from their parents' generation when it can (no walk over the
+    repository) and walks when a stored commit was recorded before its ancestor: either way, after every
+    batch, the numbers are those of the full walk (`update_generations` then changes nothing)."""
+    chain = [f.commit(f"g{i}", *([f"g{i - 1}"] if i else []), minutes=i) for i in range(12)]
+    side = f.commit("side", "g3", minutes=20)
+    merge = f.commit("merge", "g7", "side", minutes=21)
+    batches = [chain[0:3], [chain[4], chain[3]], [chain[6]], [chain[5], side], [merge, *chain[7:10]], chain[10:]]
+    for batch in batches:
+        with session_scope(engine) as s:
+            ingest.record_commits(s, repository=f.REPO, commits=batch)
+            s.flush()
+            recorded = {sha: level for sha, level in s.execute(sa.select(Commit.sha, Commit.generation))}
+            repository_id = s.scalar(sa.select(Commit.repository_id).limit(1))
+            assert repository_id is not None
+            update_generations(s, repository_id)
+            s.flush()
+            assert {sha: level for sha, level in s.execute(sa.select(Commit.sha, Commit.generation))} == recorded
+    assert recorded[f.sha("g11")] == 11 and recorded[f.sha("side")] == 4 and recorded[f.sha("merge")] == 8
 
 
 def test_record_commits_is_idempotent_and_keeps_parent_order(engine: Engine) -> None:

@@ -221,7 +221,9 @@ def test_change_point_lifecycle_on_the_dashboard_series_and_regressions_pages(se
     stays = demo_store.extend_history(service.engine, demo, [1.3, 1.3])   # a slowdown that stays: suspected ...
     new_id, _, lifecycle, _ = point(stays[0])
     assert lifecycle == "suspected" and _counts(requests.get(service.url + "/", timeout=30).text)["suspected"] == 1
-    demo_store.extend_history(service.engine, demo, [1.3])   # ... confirmed on its third commit
+    demo_store.extend_history(service.engine, demo, [1.3] * 5)   # ... still suspected on its seventh commit
+    assert point(stays[0])[2] == "suspected"
+    demo_store.extend_history(service.engine, demo, [1.3])   # ... confirmed on its eighth (issue 31's rule)
     assert point(stays[0])[2] == "confirmed"
     dashboard = _counts(requests.get(service.url + "/", timeout=30).text)
     assert dashboard["suspected"] == 0 and dashboard["regressed"] == before["regressed"] + 1
