@@ -1,8 +1,8 @@
 """Withdrawn alerts: `change_points.alert_withdrawn_at` and `email_withdrawn_at`, when the follow-up
 that withdraws an announced regression was posted (webhook) and mailed.
 
-Revision ID: 0020
-Revises: 0019
+Revision ID: 0022
+Revises: 0021
 Create Date: 2026-11-27
 
 An announced regression that the analysis no longer confirms (retracted, or back to suspected) is
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0020"
-down_revision: str | None = "0019"
+revision: str = "0022"
+down_revision: str | None = "0021"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
