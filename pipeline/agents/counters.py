@@ -444,19 +444,20 @@ class CounterCollector:
         if self.settings.counters == "off":
             return [(None, "off (measurement setting counters)")] * len(requests)
         out: list[tuple[HardwareCounters | None, str]] = [(None, "")] * len(requests)
-        missing = []
+        # requests of one code (a paired base of the head's binary, a rename) are profiled once
+        missing: dict[str | int, list[int]] = {}
         for i, request in enumerate(requests):
             kept = self.cache.get(request.entry, device_class) if self.cache is not None else None
             if kept is not None:
                 self.reused += 1
                 out[i] = (kept, f"{kept.profiler}: kept from an earlier job on this host (counter cache)")
             else:
-                missing.append(i)
+                missing.setdefault(CounterCache.key(request.entry, device_class) or i, []).append(i)
         if not missing:
             return out
         started = time.monotonic()
         try:
-            taken = self._find().collect_many([requests[i] for i in missing])
+            taken = self._find().collect_many([requests[same[0]] for same in missing.values()])
         except CountersUnavailable as exc:
             taken = [exc] * len(missing)
         except Exception as exc:  # a profiler's failure is the results' note; the job goes on
@@ -464,14 +465,16 @@ class CounterCollector:
             taken = [CountersUnavailable(f"failed: {type(exc).__name__}: {exc}"[:500])] * len(missing)
         finally:
             self.seconds += time.monotonic() - started
-        for i, got in zip(missing, taken, strict=True):
+        for same, got in zip(missing.values(), taken, strict=True):
             if isinstance(got, CountersUnavailable):
-                out[i] = (None, str(got))
+                for i in same:
+                    out[i] = (None, str(got))
                 continue
             self.taken += 1
             if self.cache is not None:
-                self.cache.put(requests[i].entry, device_class, got)
-            out[i] = (got, f"{got.profiler}: one launch on the check's inputs, clocks unchanged")
+                self.cache.put(requests[same[0]].entry, device_class, got)
+            for i in same:
+                out[i] = (got, f"{got.profiler}: one launch on the check's inputs, clocks unchanged")
         return out
 
     def close(self) -> None:

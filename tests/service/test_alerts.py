@@ -129,6 +129,15 @@ def test_owners_are_matched_by_glob() -> None:
     assert owners_of("attention/y/1/f16/triton", owners) == []
 
 
+def reanalyse(engine: Engine, settings: Settings, min_magnitude: float | None) -> None:
+    """The series' minimum magnitude set and the series analysed again, as the series-settings route does."""
+    with session_scope(engine) as s:
+        series = s.scalars(sa.select(Series)).one()
+        series.min_magnitude = min_magnitude
+        s.flush()
+        analysis.analyze_series(s, series.id, settings.analysis)
+
+
 def test_an_announced_regression_that_is_retracted_is_withdrawn_on_each_channel_and_announced_again(
         seeded: Engine, receiver: Receiver, mail_server: SmtpStandIn, tmp_path: Any) -> None:
     """The regression confirmed at main-20 is announced; raising the series' minimum magnitude over it (what
@@ -149,14 +158,7 @@ def test_an_announced_regression_that_is_retracted_is_withdrawn_on_each_channel_
         f"benchfarm: {f.GEMM} on {f.DEVICE_CLASS}"], receiver.messages
     assert len(mail_server.received) == 1
 
-    def reanalyse(min_magnitude: float | None) -> None:
-        with session_scope(seeded) as s:
-            series = s.scalars(sa.select(Series)).one()
-            series.min_magnitude = min_magnitude
-            s.flush()
-            analysis.analyze_series(s, series.id, settings.analysis)
-
-    reanalyse(0.5)   # +20 % is under the series' new minimum: retracted
+    reanalyse(seeded, settings, 0.5)   # +20 % is under the series' new minimum: retracted
     alerter.step()
     alerter.step()
     assert len(receiver.messages) == 2 and len(mail_server.received) == 2
@@ -170,7 +172,7 @@ def test_an_announced_regression_that_is_retracted_is_withdrawn_on_each_channel_
         assert row.alert_withdrawn_at is not None and row.alert_withdrawn_at >= row.alerted_at
         assert row.email_withdrawn_at is not None and row.email_withdrawn_at >= row.emailed_at
 
-    reanalyse(None)   # the default again: it stands again, confirmed, and is announced again
+    reanalyse(seeded, settings, None)   # the default again: it stands again, confirmed, and is announced again
     alerter.step()
     alerter.step()
     assert len(receiver.messages) == 3 and len(mail_server.received) == 3
@@ -193,13 +195,7 @@ def test_a_regression_confirmed_again_before_its_withdrawal_went_out_is_not_with
             upload_main(s, i)
     alerter.step()
     assert len(receiver.messages) == 1
-    with session_scope(seeded) as s:
-        series = s.scalars(sa.select(Series)).one()
-        series.min_magnitude = 0.5
-        s.flush()
-        analysis.analyze_series(s, series.id, settings.analysis)
-        series.min_magnitude = None
-        s.flush()
-        analysis.analyze_series(s, series.id, settings.analysis)
+    reanalyse(seeded, settings, 0.5)
+    reanalyse(seeded, settings, None)
     alerter.step()
     assert len(receiver.messages) == 1, receiver.messages
