@@ -201,8 +201,14 @@ def outlier_runs(values: Sequence[float], *, outlier_k: float = OUTLIER_K, windo
     them and not against each other; and as far from the median of the (up to) three commits on
     either side of it: one that fits the level before it or the level after it is kept. The first
     and the newest commits are never flagged.
+
+    Positive histories are judged in log space: a run's noise is proportional to its level, so
+    after a 20x slowdown the new level's spread is 20x the old one's, and the old level's first
+    differences (which set sigma) made the first commit of the new level look like an outlier.
     """
     x = np.asarray(values, dtype=np.float64)
+    if x.size and np.all(x > 0):
+        x = np.log(x)
     n = x.size
     flagged = np.zeros(n, dtype=bool)
     if n < 3:

@@ -153,6 +153,16 @@ def test_outlier_runs_are_masked_not_moved_and_robust_sigma() -> None:
     assert robust_sigma(noisy([(2000, 100.0)])) == pytest.approx(1.0, rel=0.1)
 
 
+def test_a_20x_slowdown_keeps_its_first_commit_where_noise_grows_with_the_level() -> None:
+    # Medians of CI runs (seconds): 3 runs of a 128^3 GEMM, then 3 with a 1x1 register tile. Judged
+    # on a linear scale, the old level's small spread made the new level's first run an outlier
+    # and the change point was blamed on the commit after the culprit.
+    levels = [1.245e-4, 1.689e-4, 1.266e-4, 3.314e-3, 2.926e-3, 2.914e-3]
+    assert not outlier_runs(levels).any()
+    (point,) = detect(levels, min_magnitude=0.02)
+    assert (point.index, point.last_before) == (3, 2)
+
+
 def test_detect_rejects_bad_input() -> None:
     with pytest.raises(ValueError):
         detect([1.0, float("nan")] * 10)
