@@ -105,7 +105,8 @@ def fetch_decision_rule(client: ServiceClient, device_class: str) -> DecisionRul
         log.warning("the service gives no decision rule (%s): rounds stop on the default thresholds", exc)
         return DecisionRule()
     return DecisionRule(max_pvalue=float(body["max_pvalue"]), default_threshold=float(body["default_threshold"]),
-                        thresholds={str(k): float(v) for k, v in body["thresholds"].items()})
+                        thresholds={str(k): float(v) for k, v in body["thresholds"].items()},
+                        noise_factor=float(body.get("noise_factor", DecisionRule.noise_factor)))
 
 
 def map_devices(devices: Sequence[LocalDevice], mapping: dict[str, str], only: Sequence[str]) -> list[LocalDevice]:

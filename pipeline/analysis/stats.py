@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Literal
 
@@ -51,6 +51,7 @@ from pipeline.contracts.rounds import (  # noqa: F401  (ROUND_TRIM and more re-e
     CHI2_1_MEDIAN,
     DEFAULT_BLOCKS,
     MAX_PVALUE,
+    NOISE_FACTOR,
     PAIRED_DISPERSION_FLOOR,
     POOLED_MIN_ITEMS,
     ROUND_TRIM,
@@ -60,6 +61,7 @@ from pipeline.contracts.rounds import (  # noqa: F401  (ROUND_TRIM and more re-e
     mean_var,
     paired_levels,
     per_group,
+    provisional_threshold,
     round_values,
     t_pvalue,
     t_quantile,
@@ -73,8 +75,6 @@ MIN_ROUNDS = 3
 one degree of freedom and its 95 % interval is +-12.7 standard errors: no answer worth giving."""
 MIN_SAMPLES = 5
 """Fewer samples on a side: insufficient data, whatever the rounds."""
-NOISE_FACTOR = 3.0
-"""k in threshold = max(floor, k x noise): see `threshold`."""
 MAD_TO_SD = 1.4826
 """A normal distribution's standard deviation is 1.4826 times its median absolute deviation."""
 NOISE_MIN_POINTS = 5
@@ -109,6 +109,8 @@ class Estimate:
     """two-sided p-value of "no change"; None with fewer than 2 rounds a side"""
     rounds: int
     """replicates behind it: rounds (paired), the smaller side's rounds (unpaired)"""
+    spread: float | None = None
+    """paired: the standard deviation of the round levels (logs, not calibrated); None below 2 rounds"""
 
 
 @dataclass(frozen=True)
@@ -180,10 +182,12 @@ def paired_estimates(items: Sequence[PairedSamples], *, calibration: Sequence[bo
     1 was raised and its p-values pushed up (three H100 A/A nightlies: mean 0.525, pooled KS p 0.039;
     as it comes: 0.510 and 0.48).
     """
-    mean, se, counts = paired_levels(items, calibration=calibration, groups=groups, blocks=blocks)
+    mean, se, counts, spread = paired_levels(items, calibration=calibration, groups=groups, blocks=blocks)
     tested = counts >= 2
     pvalue, low, high = _t_interval(mean, se, counts - 1, confidence)
-    return _estimates(mean, pvalue, low, high, tested, counts, [len(b) > 0 for b, _, _ in items])
+    estimates = _estimates(mean, pvalue, low, high, tested, counts, [len(b) > 0 for b, _, _ in items])
+    return [replace(e, spread=sd) if e.pvalue is not None and math.isfinite(sd) else e
+            for e, sd in zip(estimates, spread.tolist(), strict=True)]
 
 
 Side = tuple[Sequence[float], Rounds]
@@ -407,7 +411,7 @@ def run_to_run_noise(medians: Sequence[float], digests: Sequence[str | None], mi
 
 
 def _decide(estimate: Estimate, threshold_: float, *, lower_is_better: bool, max_pvalue: float,
-            enough: bool) -> Verdict:
+            enough: bool, different_at: float | None = None) -> Verdict:
     """The three-way verdict (`pipeline.contracts.rounds.classify`): different is regressed or
     improved, same is similar, unknown is inconclusive; insufficient data when not testable."""
     change, pvalue = estimate.change, estimate.pvalue
@@ -415,7 +419,8 @@ def _decide(estimate: Estimate, threshold_: float, *, lower_is_better: bool, max
     if not enough or change is None or pvalue is None or estimate.ci_low is None or estimate.ci_high is None:
         status, pvalue = "insufficient data", None
     else:
-        answer = classify(change, estimate.ci_low, estimate.ci_high, pvalue, threshold_, max_pvalue)
+        answer = classify(change, estimate.ci_low, estimate.ci_high, pvalue, threshold_, max_pvalue,
+                          different_at=different_at)
         if answer == "same":
             status = "similar"
         elif answer == "unknown":
@@ -443,6 +448,8 @@ def paired_verdicts(
     min_samples: int = MIN_SAMPLES,
     calibration: Sequence[bool] | None = None,
     groups: Sequence[str] | None = None,
+    learned: Sequence[bool] | None = None,
+    noise_factor: float = NOISE_FACTOR,
 ) -> list[Verdict]:
     """Is head worse, better or the same as its paired base? (`paired_estimates`, with its
     `calibration` and `groups`)
@@ -452,12 +459,19 @@ def paired_verdicts(
     (p <= max_pvalue) and at least the threshold; similar when its whole interval lies within
     +-threshold and it is not significant at half the threshold or more; else inconclusive. Fewer than `min_rounds` rounds or `min_samples` pairs:
     insufficient data (the point change is still reported).
+
+    `learned` marks the items whose threshold comes from their learned noise (None: all); the others
+    are called different only at `provisional_threshold` (`noise_factor` x their rounds' spread) or more.
     """
     limits = _thresholds(len(items), min_change)
+    known = [True] * len(items) if learned is None else list(learned)
+    if len(known) != len(items):
+        raise ValueError(f"{len(known)} learned marks for {len(items)} comparisons")
     return [_decide(e, limit, lower_is_better=lower_is_better, max_pvalue=max_pvalue,
-                    enough=e.rounds >= min_rounds and len(item[0]) >= min_samples)
-            for e, limit, item in zip(paired_estimates(items, calibration=calibration, groups=groups), limits, items,
-                                      strict=True)]
+                    enough=e.rounds >= min_rounds and len(item[0]) >= min_samples,
+                    different_at=None if ok else provisional_threshold(limit, e.spread, noise_factor))
+            for e, limit, item, ok in zip(paired_estimates(items, calibration=calibration, groups=groups), limits,
+                                          items, known, strict=True)]
 
 
 def verdicts(

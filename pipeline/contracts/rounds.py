@@ -14,6 +14,14 @@ The verdict (Pinpoint's and NVBench's robust compare's three answers) with the c
   miss rate on each side), unless the change is significant and at least half of t
   (`EVIDENT_SHARE`): that is evidence of a change near the threshold's size, not of none;
 - unknown: neither. Not significant is not the same: an interval too wide to tell says unknown.
+
+A case whose noise is not learned yet (`DecisionRule.thresholds` lacks it; the store learns it from a
+few A/A calibrations) is called different only when its change is also at least `noise_factor` times
+the spread of its own rounds (`provisional_threshold`): a round-level test cannot see what a whole job
+shares, and until history says how much that is, a case whose rounds scatter by 8 % cannot be trusted
+with a 12 % change (a loaded 2-core CPU's memory-bound gather: +11.6 % [+4.4, +19.3] between identical
+binaries, its rounds 1.02-1.27 x). The band of same stays the threshold's: a wide spread never makes
+same easier.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ __all__ = [
     "DEFAULT_BLOCKS",
     "EVIDENT_SHARE",
     "MAX_PVALUE",
+    "NOISE_FACTOR",
     "PAIRED_MIN_CHANGE",
     "ROUND_TRIM",
     "Answer",
@@ -41,6 +50,7 @@ __all__ = [
     "classify",
     "level_halfwidth",
     "paired_change",
+    "provisional_threshold",
     "round_values",
     "segment_centres",
     "t_pvalue",
@@ -58,6 +68,9 @@ MAX_PVALUE = 0.01
 """Largest p-value of a change called different."""
 PAIRED_MIN_CHANGE = 0.02
 """Threshold of a paired case whose noise on its device class is not known yet."""
+NOISE_FACTOR = 3.0
+"""A learned threshold is this many times the case's noise (`pipeline.analysis.stats.threshold`); a provisional
+one this many times its rounds' spread (`provisional_threshold`)."""
 
 EVIDENT_SHARE = 0.5
 """A significant change of at least this share of the threshold is never called same, though its interval
@@ -228,6 +241,8 @@ class RoundChange:
     high: float | None
     pvalue: float | None
     rounds: int
+    spread: float | None = None
+    """standard deviation of the round levels (logs, not calibrated); None below 2 rounds"""
 
 
 def paired_change(base: Sequence[float], head: Sequence[float], rounds: Sequence[int],
@@ -236,24 +251,35 @@ def paired_change(base: Sequence[float], head: Sequence[float], rounds: Sequence
     return paired_changes([(base, head, rounds)], confidence=confidence)[0]
 
 
-def _from_se(mean: float, se: float, n: int, confidence: float) -> RoundChange:
+def _from_se(mean: float, se: float, n: int, confidence: float, spread: float | None = None) -> RoundChange:
     """The change exp(mean) - 1 of a mean of n round levels with standard error `se` (logs)."""
     if n < 2 or math.isnan(se):
         return RoundChange(math.expm1(mean), None, None, None, n)
     if se == 0:
-        return RoundChange(math.expm1(mean), math.expm1(mean), math.expm1(mean), 1.0 if mean == 0 else 0.0, n)
+        return RoundChange(math.expm1(mean), math.expm1(mean), math.expm1(mean), 1.0 if mean == 0 else 0.0, n,
+                           spread)
     half = t_quantile(confidence, n - 1) * se
     pvalue = float(t_pvalue(abs(mean) / se, n - 1))
-    return RoundChange(math.expm1(mean), math.expm1(mean - half), math.expm1(mean + half), pvalue, n)
+    return RoundChange(math.expm1(mean), math.expm1(mean - half), math.expm1(mean + half), pvalue, n, spread)
 
 
-def classify(change: float, low: float, high: float, pvalue: float, threshold: float, max_pvalue: float) -> Answer:
+def provisional_threshold(threshold: float, spread: float | None, noise_factor: float) -> float:
+    """The least |change| called different for a case whose noise is not learned yet (module doc):
+    the threshold, or `noise_factor` x its rounds' spread (a relative change) where that is larger."""
+    if spread is None or not math.isfinite(spread):
+        return threshold
+    return max(threshold, math.expm1(noise_factor * spread))
+
+
+def classify(change: float, low: float, high: float, pvalue: float, threshold: float, max_pvalue: float,
+             *, different_at: float | None = None) -> Answer:
     """The three-way verdict on a relative change with its interval and p-value (module doc):
-    different, same or unknown, for the case's threshold (> 0)."""
+    different, same or unknown, for the case's threshold (> 0); `different_at` (at least the
+    threshold) raises the least change called different alone (`provisional_threshold`)."""
     if threshold <= 0:
         raise ValueError(f"a threshold must be positive, not {threshold}")
     significant = pvalue <= max_pvalue
-    if significant and abs(change) >= threshold:
+    if significant and abs(change) >= max(threshold, different_at or 0.0):
         return "different"
     if -threshold <= low and high <= threshold and not (significant and abs(change) >= EVIDENT_SHARE * threshold):
         return "same"
@@ -269,15 +295,23 @@ class DecisionRule:
     max_pvalue: float = MAX_PVALUE
     default_threshold: float = PAIRED_MIN_CHANGE
     thresholds: Mapping[str, float] = field(default_factory=dict)
+    noise_factor: float = NOISE_FACTOR
 
     def threshold(self, case: str) -> float:
         return self.thresholds.get(case, self.default_threshold)
+
+    def different_at(self, case: str, change: RoundChange) -> float:
+        """The least change called different: the threshold, provisional while the case's noise is not learned."""
+        if case in self.thresholds:
+            return self.thresholds[case]
+        return provisional_threshold(self.default_threshold, change.spread, self.noise_factor)
 
     def answer(self, case: str, change: RoundChange) -> Answer:
         """`classify` of a change on the case's threshold; unknown below 2 rounds."""
         if change.low is None or change.high is None or change.pvalue is None:
             return "unknown"
-        return classify(change.change, change.low, change.high, change.pvalue, self.threshold(case), self.max_pvalue)
+        return classify(change.change, change.low, change.high, change.pvalue, self.threshold(case), self.max_pvalue,
+                        different_at=self.different_at(case, change))
 
     def decided(self, case: str, change: RoundChange) -> str | None:
         """"decided: same" or "decided: different" (why a case needs no more rounds), or None. With a
@@ -289,7 +323,7 @@ class DecisionRule:
             return None
         answer = classify(change.change, change.low, change.high, change.pvalue,
                           self.threshold(case) * STOP_MARGIN, self.max_pvalue * STOP_MARGIN)
-        if answer == "different" and abs(change.change) < self.threshold(case):
+        if answer == "different" and abs(change.change) < self.different_at(case, change):
             answer = "unknown"   # the margin narrows the band for "same" only: a change must still reach t
         return None if answer == "unknown" else f"decided: {answer}"
 
@@ -396,10 +430,11 @@ def per_group(estimate: Callable[..., float | None], diffs: np.ndarray, variance
 
 def paired_levels(items: Sequence[PairedSamples], *, calibration: Sequence[bool] | None = None,
                   groups: Sequence[str] | None = None, blocks: int = DEFAULT_BLOCKS
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per paired item, in logs: the mean of its rounds' levels (each round's middle-fifth mean of
-    log(head_i / base_i)), its standard error, and its number of rounds; the standard error scaled by
-    the job's identical binaries (`calibration`, by `groups`) as `stats.paired_estimates` says.
+    log(head_i / base_i)), its standard error, its number of rounds and the rounds' standard deviation
+    (nan below 2); the standard error scaled by the job's identical binaries (`calibration`, by
+    `groups`) as `stats.paired_estimates` says.
     Raises ValueError when base and head differ in length or the rounds do not add up."""
     ratios: list[tuple[Sequence[float], Sequence[int] | None]] = []
     for base, head, rounds in items:
@@ -417,17 +452,17 @@ def paired_levels(items: Sequence[PairedSamples], *, calibration: Sequence[bool]
                                    (counts - 1).astype(float), groups, pool=np.asarray(calibration, dtype=bool),
                                    min_items=POOLED_MIN_ITEMS)
             se = np.where(np.isnan(dispersion), se, se * np.sqrt(dispersion))
-    return mean, se, counts
+    return mean, se, counts, np.sqrt(var)
 
 
 def paired_changes(items: Sequence[PairedSamples], *, calibration: Sequence[bool] | None = None,
                    groups: Sequence[str] | None = None, confidence: float = CONFIDENCE) -> list[RoundChange]:
     """`paired_levels` as changes with their interval and p-value (Student's t over each item's
     rounds); an item with no samples raises, one with fewer than 2 rounds has no interval."""
-    mean, se, counts = paired_levels(items, calibration=calibration, groups=groups)
+    mean, se, counts, spread = paired_levels(items, calibration=calibration, groups=groups)
     out = []
-    for m, s, n in zip(mean.tolist(), se.tolist(), counts.tolist(), strict=True):
+    for m, s, n, sd in zip(mean.tolist(), se.tolist(), counts.tolist(), spread.tolist(), strict=True):
         if n == 0:
             raise ValueError("no rounds")
-        out.append(_from_se(m, s, n, confidence))
+        out.append(_from_se(m, s, n, confidence, None if math.isnan(sd) else sd))
     return out

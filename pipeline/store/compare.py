@@ -20,6 +20,8 @@ the minimum (`paired_min_change`, 2 %, or `min_change`) while the series' noise 
 max(floor, noise_factor x noise), the paired floor (`paired_floor`, 0.5 %) under the minimum where
 the learned noise is that low. The noise is the series' learned one on that device class (`Series.noise_paired`: the sd of a paired A/A change; for unpaired
 rows the sd of a change between two runs, sqrt(2) x `Series.noise_unpaired`, which is one run's).
+A paired row whose noise is not learned yet is regressed or improved only at noise_factor x the spread
+of its own rounds or more (`rounds.provisional_threshold`; the agent stops its rounds on the same rule).
 Unpaired rows also carry the run level of variation in their test (`stats.unpaired_estimates`'
 `run_noise`): one run's rounds cannot show how much two runs of one binary differ. A series with no
 learned run-to-run noise yet borrows it from the comparison's other rows (`stats.run_dispersion`,
@@ -526,9 +528,11 @@ def compare(
     # identical binaries timed in the same job calibrate its paired noise (stats.paired_estimates)
     calibration = [same(head_results[k].binary_digest, head_results[k].paired_binary_digest) for k in to_pair]
     kinds = ["control" if cases[k[0]][0].impl == CONTROL_IMPL else "suite" for k in to_pair]
+    learned = [head_results[k].noise_paired is not None for k in to_pair]
     for key, (base_samples, head_samples, _), v in zip(
             to_pair, pairs, paired_verdicts(pairs, min_change=limits, calibration=calibration, groups=kinds,
-                                            **options), strict=True):
+                                            learned=learned, noise_factor=settings.noise_factor, **options),
+            strict=True):
         h = head_results[key]
         rows.append(_timed_row(cases[key[0]], key[1], _median(base_samples), _median(head_samples), v,
                                same(h.binary_digest, h.paired_binary_digest), shortcut, paired=True,
@@ -610,10 +614,12 @@ class DecisionRuleOut(BaseModel):
     default_threshold: float = Field(description="threshold of a case whose paired noise is not learned yet")
     thresholds: dict[str, float] = Field(description="case id -> its threshold, for the cases whose paired noise on "
                                                      "the device class is learned (stats.threshold)")
+    noise_factor: float = Field(description="a case whose noise is not learned is called regressed or improved only "
+                                            "at noise_factor x the spread of its own rounds or more")
 
     def rule(self) -> DecisionRule:
         return DecisionRule(max_pvalue=self.max_pvalue, default_threshold=self.default_threshold,
-                            thresholds=dict(self.thresholds))
+                            thresholds=dict(self.thresholds), noise_factor=self.noise_factor)
 
 
 def decision_rule(session: Session, *, device_class: str, settings: CompareSettings) -> DecisionRuleOut:
@@ -626,7 +632,7 @@ def decision_rule(session: Session, *, device_class: str, settings: CompareSetti
         .where(DeviceClassRow.name == device_class, Series.metric == METRIC, Series.noise_paired.is_not(None)))
     return DecisionRuleOut(
         device_class=device_class, max_pvalue=settings.max_pvalue, default_threshold=settings.paired_min_change,
-        thresholds={str(case): threshold(settings.paired_min_change, noise, settings.noise_factor,
+        noise_factor=settings.noise_factor, thresholds={str(case): threshold(settings.paired_min_change, noise, settings.noise_factor,
                                          floor=settings.paired_floor) for case, noise in rows})
 
 

@@ -110,6 +110,25 @@ def test_verdicts_follow_threshold_significance_and_direction() -> None:
     assert v.status == "inconclusive" and v.pvalue is not None and v.pvalue > 0.01 and v.change > 0.05
 
 
+def test_a_case_whose_noise_is_not_learned_is_different_only_beyond_its_rounds_spread() -> None:
+    # A loaded 2-core CPU, identical binaries, a memory-bound gather: every round's head slower,
+    # 1.02-1.27 x (cpu_aa, fourteenth session): significant at +11.6 %, past the 2 % minimum.
+    base = [1e-3] * 24
+    head = [1e-3 * v for v in _rounds_at([0.02, 0.05, 0.08, 0.10, 0.12, 0.15, 0.20, 0.27])]
+    pair = (base, head, [3] * 8)
+    [learned] = paired_verdicts([pair], min_change=0.02)
+    assert learned.status == "regressed" and learned.pvalue is not None and learned.pvalue < 0.01
+    [fresh] = paired_verdicts([pair], min_change=0.02, learned=[False])
+    assert fresh.status == "inconclusive" and fresh.threshold == 0.02 and fresh.change == learned.change
+    # a clear change on quiet rounds is different either way, and the band of same is never widened
+    steady = [1e-3 * v for v in _rounds_at([0.095, 0.1, 0.105, 0.1, 0.097, 0.1, 0.1, 0.1])]
+    assert paired_verdicts([(base, steady, [3] * 8)], min_change=0.02, learned=[False])[0].status == "regressed"
+    wide = [1e-3 * v for v in _rounds_at([-0.06, 0.06, -0.05, 0.05, -0.04, 0.04, -0.06, 0.06])]
+    assert paired_verdicts([(base, wide, [3] * 8)], min_change=0.02, learned=[False])[0].status == "inconclusive"
+    with pytest.raises(ValueError, match="learned marks"):
+        paired_verdicts([pair], learned=[False, True])
+
+
 def test_too_few_rounds_or_samples_is_insufficient_data() -> None:
     base, head = [1e-3] * 6, [2e-3] * 6
     [two_rounds] = paired_verdicts([(base, head, [3, 3])])

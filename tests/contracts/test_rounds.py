@@ -106,3 +106,19 @@ def test_the_agent_stops_with_a_margin_the_analysis_does_not_need() -> None:
     small = RoundChange(0.019, 0.0185, 0.0205, 1e-6, 4)       # past 0.9 t, short of t: a change must reach t
     assert rule.answer("c", small) == "unknown" and rule.decided("c", small) is None
     assert 0 < STOP_MARGIN < 1
+
+
+def test_the_agent_holds_a_fresh_case_to_its_rounds_spread_as_the_analysis_does() -> None:
+    from pipeline.contracts.rounds import RoundChange, provisional_threshold
+
+    assert provisional_threshold(0.02, None, 3.0) == 0.02 and provisional_threshold(0.02, 0.001, 3.0) == 0.02
+    assert provisional_threshold(0.02, 0.08, 3.0) == pytest.approx(math.expm1(0.24))
+    scattered = RoundChange(0.116, 0.044, 0.193, 0.004, 8, spread=0.08)
+    fresh = DecisionRule(max_pvalue=0.01, default_threshold=0.02)
+    assert fresh.answer("gather", scattered) == "unknown" and fresh.decided("gather", scattered) is None
+    learned = DecisionRule(max_pvalue=0.01, default_threshold=0.02, thresholds={"gather": 0.05})
+    assert learned.answer("gather", scattered) == "different" and learned.decided("gather", scattered) == "decided: different"
+    assert classify(0.116, 0.044, 0.193, 0.004, 0.02, 0.01, different_at=0.27) == "unknown"
+    assert classify(0.0, -0.01, 0.01, 0.9, 0.02, 0.01, different_at=0.27) == "same"
+    change = paired_change([1.0] * 6, [1.0, 1.1, 1.0, 1.3, 1.0, 1.2], [2, 2, 2])
+    assert change.spread is not None and change.spread > 0
