@@ -4,6 +4,7 @@ verdict (ingest, then compare) decides by the paired test: the slowed case regre
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from pipeline.agents.local import run_bundle
 from pipeline.build.bundle import build_bundle
 from pipeline.build.suite_loader import locate_suite, resolve_commit
 from pipeline.config import CompareSettings, MeasurementSettings
-from pipeline.contracts import BundleManifest, parse_result
+from pipeline.contracts import BundleManifest, CaseResult, parse_result
 from pipeline.store.compare import compare
 from pipeline.store.db import open_store, session_scope
 from tests.helpers.cpu import x86_64_cpu
@@ -142,6 +143,46 @@ def test_a_paired_base_times_on_its_heads_buffers_and_reuses_its_reference(devic
     head.select(4)                          # type: ignore[union-attr]
     assert base.workspace.current == 1      # type: ignore[union-attr]  # the pair moves together
     assert base.read().seconds > 0 and head.read().seconds > 0  # type: ignore[union-attr]
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
+def test_a_call_preempted_by_a_process_on_its_core_is_seen_and_discarded(device: LocalDevice, tmp_path: Path) -> None:
+    """IREE runner on local-sync: a CPU burner pinned to the timing thread's core takes time slices in the
+    middle of calls; those samples say how long the thread was off the CPU and `measure` drops them."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from pipeline.agents.measure import measure, preempted
+    from pipeline.agents.runners.iree_runner import IreeDevice, prepare_entry
+
+    repo = make_suite_repo(tmp_path, gemm_suite_files([GemmCase("big", 192, 192, 192, tile=(1, 1))]))
+    location = locate_suite(repo / "kernels")
+    bundle_dir, manifest = build_bundle(location=location, sha=resolve_commit(location), targets=["llvm-cpu:x86_64"],
+                                        out_dir=tmp_path / "b", cache_dir=tmp_path / "c", workers=1)
+    (entry,) = manifest.entries
+    kernel = prepare_entry(device=IreeDevice("local-sync"), bundle_dir=bundle_dir, entry=entry,
+                           reference_fn=lambda a, b: np.asarray(a, np.float64) @ np.asarray(b, np.float64),
+                           rng=np.random.default_rng(1))
+    assert not isinstance(kernel, CaseResult) and kernel.read().off_cpu_s is not None
+    core = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    burner = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass"])
+    try:
+        os.sched_setaffinity(0, {core})
+        readings = [kernel.read() for _ in range(300)]   # ~1 s of calls of a few ms: the burner gets slices in many
+        measured = measure(kernel.read, SETTINGS.model_copy(update={"min_samples": 20, "min_time_s": 0.0,
+                                                                    "max_rel_noise": 0.99, "warmup_s": 0.0}))
+    finally:
+        os.sched_setaffinity(0, before)
+        burner.kill()
+        burner.wait()
+        kernel.release()
+    cut = [r for r in readings if preempted(r)]
+    assert len(cut) >= 10, [r.off_cpu_s for r in readings[:20]]
+    assert all(r.off_cpu_s is not None and r.off_cpu_s > 1e-4 for r in cut)   # a time slice, not clock noise
+    assert measured.preempted >= 1 and not any(preempted(r) for r in measured.readings)
 
 
 def test_the_job_plans_its_buffer_copies_and_each_case_is_held_on_its_share(

@@ -63,6 +63,8 @@ class CheckedKernel:
     run_once: Callable[[], float]
     clocks_mhz: list[float | None] = field(default_factory=list)
     temperatures_c: list[float | None] = field(default_factory=list)
+    off_cpu_s: list[float] = field(default_factory=list)
+    """a runner whose calls run on the timing thread appends, per call, the time that thread was off the CPU"""
     default_clock_mhz: float | None = None
     release: Callable[[], None] = _nothing
     environment: dict[str, str] = field(default_factory=dict)
@@ -80,8 +82,8 @@ class CheckedKernel:
 
     def read(self) -> Reading:
         """One call of `run_once`, with the clock and temperature it appended (None where it appended none)."""
-        clocks, temps = len(self.clocks_mhz), len(self.temperatures_c)
+        clocks, temps, off = len(self.clocks_mhz), len(self.temperatures_c), len(self.off_cpu_s)
         seconds = self.run_once()
         clock = self.clocks_mhz[-1] if len(self.clocks_mhz) > clocks else None
         temperature = self.temperatures_c[-1] if len(self.temperatures_c) > temps else None
-        return Reading(seconds, clock, temperature)
+        return Reading(seconds, clock, temperature, self.off_cpu_s[-1] if len(self.off_cpu_s) > off else None)

@@ -3,7 +3,8 @@
 Order per entry (docs/design.md, "Measurement"): verify the artifact's sha256, make fresh random
 inputs, upload them once (one copy per placement the agent asks for), run once and compare with the
 float64 reference (a wrong kernel is never timed). What passes is a `CheckedKernel` whose `run_once`
-times one synchronous call on the workspace's current copy; `local.run_bundle` samples it in rounds.
+times one synchronous call on the workspace's current copy, and on `local-sync` how long the thread was
+off the CPU during it (`measure.preempted`); `local.run_bundle` samples it in rounds.
 """
 
 from __future__ import annotations
@@ -154,14 +155,22 @@ def prepare_entry(
             reason=f"correctness check failed: {correctness.detail}", correctness=correctness,
         )
 
+    off_cpu: list[float] = []
+
     def run_once() -> float:
         args = ws.sets[ws.current]
-        start = time.perf_counter_ns()
-        kernel(*args)   # synchronous on local-sync: returns when the dispatch is done
-        return (time.perf_counter_ns() - start) * 1e-9
+        cpu, start = time.thread_time_ns(), time.perf_counter_ns()
+        kernel(*args)   # synchronous on local-sync: returns when the dispatch is done, on this thread
+        wall, cpu = time.perf_counter_ns() - start, time.thread_time_ns() - cpu
+        if on_this_thread:
+            off_cpu.append(max(0, wall - cpu) * 1e-9)
+        return wall * 1e-9
 
     def release() -> None:
         if own:
             ws.release()
 
-    return CheckedKernel(entry=entry, correctness=correctness, run_once=run_once, workspace=ws, release=release)
+    # only local-sync runs a call on the calling thread: another driver's workers leave it waiting
+    on_this_thread = device.driver == "local-sync"
+    return CheckedKernel(entry=entry, correctness=correctness, run_once=run_once, workspace=ws, release=release,
+                         off_cpu_s=off_cpu)
