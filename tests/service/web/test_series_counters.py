@@ -27,10 +27,10 @@ NCU_MISSING = "not available: ncu (Nsight Compute) not found on PATH"
 REFUSED = 'refused: perf_event_open: <script>window.__x = 1</script> (kernel.perf_event_paranoid=4)'
 
 
-def _store_history(engine: Engine) -> None:
+def _store_history(store: Engine) -> None:
     """GEMM along c0 <- c1 <- c2 <- c3 <- c4 (c4 committed before all the others: ancestry, not time, orders
     them) and a pull request's commit off the history; CONV never has counters (no profiler on the host)."""
-    with session_scope(engine) as s:
+    with session_scope(store) as s:
         ingest.record_commits(s, repository=f.REPO, commits=[
             f.commit(4, 3, minutes=-30), f.commit("pr", 3, minutes=10, pull_request=5)])
     one_more = {**BASE_COUNTS, "instructions": BASE_COUNTS["instructions"] + 1,        # exact: a step
@@ -42,15 +42,15 @@ def _store_history(engine: Engine) -> None:
             2: _with(f.ok(f.GEMM, f.series_samples(1e-3)), one_more),
             3: _with(f.ok(f.GEMM, f.series_samples(1e-3)), note=REFUSED),
             4: _with(f.ok(f.GEMM, f.series_samples(1.2e-3)), more_dram)}
-    with session_scope(engine) as s:
+    with session_scope(store) as s:
         for label, result in gemm.items():
             f.upload(s, label, [result, _with(f.ok(f.CONV, f.series_samples(2e-3)), note=NCU_MISSING)], kind="push")
         f.upload(s, "pr", [_with(f.ok(f.GEMM, f.series_samples(1e-3)), {**BASE_COUNTS, "instructions": 5.0})],
                  kind="pr")
 
 
-def _series_id(engine: Engine, case: str, metric: str = "latency") -> int:
-    with session_scope(engine) as s:
+def _series_id(store: Engine, case: str, metric: str = "latency") -> int:
+    with session_scope(store) as s:
         return int(s.scalar(sa.select(Series.id).join(Case).join(DeviceClassRow)
                             .where(Case.case_id == case, DeviceClassRow.name == f.DEVICE_CLASS,
                                    Series.metric == metric)))
