@@ -31,9 +31,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from pipeline.contracts.counters import COUNTERS, COUNTERS_KEY
+from pipeline.contracts.metrics import LATENCY
 from pipeline.contracts.ids import CaseId, CaseIdAsText
 from pipeline.store.history import history_order
-from pipeline.store.models import Case, CaseResultRow, Commit, CounterValue, DeviceClassRow, Job, Run, Series
+from pipeline.store.models import Case, CaseResultRow, Commit, CounterValue, DeviceClassRow, Measurement, Series
 
 __all__ = ["NO_NOTE", "CounterChangeOut", "CounterHistoryOut", "CounterPointOut", "CounterStepOut", "CountersOut",
            "counter_changes", "counter_history", "counters_summary", "result_counters", "row_counters"]
@@ -241,14 +242,16 @@ def counter_history(session: Session, *, case_id: CaseId | str, device_class: st
         reading = readings.setdefault(commit_id, {}).setdefault((result_id, bool(base)), ({}, profiler))
         reading[0][metric] = value
     environments: dict[int, list[dict[str, object] | None]] = {}
-    for commit_id, environment in session.execute(
-            sa.select(Run.commit_id, CaseResultRow.environment).join(Job, CaseResultRow.job_id == Job.id)
-            .join(Run, Job.run_id == Run.id)
-            .where(CaseResultRow.case_id == case_pk, Job.device_class_id == class_pk, CaseResultRow.status == "ok")
-            .order_by(CaseResultRow.id)):
+    for commit_id, environment in session.execute(   # the ok results: those of the latency series, by its index
+            sa.select(Measurement.commit_id, CaseResultRow.environment)
+            .join(CaseResultRow, Measurement.case_result_id == CaseResultRow.id)
+            .join(Series, Measurement.series_id == Series.id)
+            .where(Series.case_id == case_pk, Series.device_class_id == class_pk, Series.metric == LATENCY)
+            .order_by(Measurement.id)):
         environments.setdefault(commit_id, []).append(environment)
     order = history_order(session, readings.keys() | environments.keys())
-    commits = {c.id: c for c in session.scalars(sa.select(Commit).where(Commit.id.in_(order)))} if order else {}
+    commits = {c.id: c for c in session.execute(
+        sa.select(Commit.id, Commit.sha, Commit.committed_at).where(Commit.id.in_(order)))} if order else {}
     history = []
     for commit_id in order:
         read = list(readings.get(commit_id, {}).values())
