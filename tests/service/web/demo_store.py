@@ -8,10 +8,10 @@ one steps down 12% (an improvement) at 30% of it, the control staying flat; the 
 analysed once. A pull request (#7, branch `feature`) off the newest commit slows the first GEMM by
 10%. Bundles carry FLOPs and bytes, so the roofline has points. With `unmeasured` commits, the
 first regressed case has no results there (its change point then spans a range: `add_bisection`
-bisects it). Hardware counters (`counters`): on the GPU class, every suite case's result carries
+bisects it). Hardware counters: on the GPU class, every suite case's result carries
 them (a regressed case executes 12 % more instructions and reads 15 % more DRAM bytes from its step
 on; DRAM bytes and the L2 hit rate jitter within their tolerance); the vendor controls and the CPU
-class have none, and say why.
+class have none, and say why (as an agent's results do).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def _counters(case: str, stepped: bool, rng: random.Random) -> HardwareCounters:
 
 def build(engine: Engine, *, commits: int = 30, scale: int = 1, samples: int = 12,
           device_classes: tuple[str, ...] = ("nvidia-h100-sxm", "cpu-x86-64"), evil: bool = True,
-          unmeasured: Collection[int] = (), counters: bool = True) -> Demo:
+          unmeasured: Collection[int] = ()) -> Demo:
     demo = Demo(cases=_cases(scale), device_classes=list(device_classes), commits=commits)
     suite = [c for c in demo.cases if not c.endswith("/vendor")]
     step_up = {c for i, c in enumerate(suite) if i % 3 == 0}
@@ -155,15 +155,12 @@ def build(engine: Engine, *, commits: int = 30, scale: int = 1, samples: int = 1
                 level *= 1.10
             drift = rng.gauss(0, 0.003)
             values = [level * (1 + drift + rng.gauss(0, 0.005)) for _ in range(samples)]
-            counted, note = None, None
-            if counters:
-                gpu = device_class(sorted(device_classes)[dc_index]).kind == "gpu"
-                counted = (_counters(case, case in step_up and i >= int(commits * 0.6), counter_rng)
-                           if gpu and not case.endswith("/vendor") else None)
-                note = (f"{counted.profiler}: taken on the check's inputs" if counted is not None
-                        else VENDOR if gpu else NO_PERF)
+            gpu = device_class(sorted(device_classes)[dc_index]).kind == "gpu"
+            counted = (_counters(case, case in step_up and i >= int(commits * 0.6), counter_rng)
+                       if gpu and not case.endswith("/vendor") else None)
+            note = f"{counted.profiler}: taken on the check's inputs" if counted is not None else VENDOR if gpu else NO_PERF
             out.append(CaseResult(case=case, target=f.TARGET, status="ok", samples=values, stats=summarize(values),
-                                  counters=counted, environment={COUNTERS_KEY: note} if note else {}))
+                                  counters=counted, environment={COUNTERS_KEY: note}))
         return out
 
     for i in range(commits):
