@@ -30,13 +30,13 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
-from pipeline.contracts.counters import COUNTERS, COUNTERS_KEY
+from pipeline.contracts.counters import COUNTERS, COUNTERS_KEY, Counter
 from pipeline.contracts.metrics import LATENCY
 from pipeline.contracts.ids import CaseId, CaseIdAsText
 from pipeline.store.history import history_order
 from pipeline.store.models import Case, CaseResultRow, Commit, CounterValue, DeviceClassRow, Measurement, Series
 
-__all__ = ["NO_NOTE", "CounterChangeOut", "CounterHistoryOut", "CounterPointOut", "CounterStepOut", "CountersOut",
+__all__ = ["NO_NOTE", "TOLERANCES", "CounterChangeOut", "CounterHistoryOut", "CounterPointOut", "CounterStepOut", "CountersOut",
            "counter_changes", "counter_history", "counters_summary", "result_counters", "row_counters"]
 
 NO_NOTE = "the agent reported none"
@@ -163,6 +163,17 @@ def row_counters(session: Session, sides: Mapping[str, tuple[int, tuple[int, boo
     return out
 
 
+def _tolerance(counter: Counter) -> str:
+    if not counter.tolerance and not counter.relative_tolerance:
+        return f"{counter.label}: any difference"
+    sides = ([f"{counter.relative_tolerance * 100:g} % of the previous value"] if counter.relative_tolerance else []) \
+        + ([f"{counter.tolerance:g} {'points' if counter.percent else counter.unit}"] if counter.tolerance else [])
+    return f"{counter.label}: more than {' or '.join(sides)}"
+
+
+TOLERANCES = "; ".join(_tolerance(c) for c in COUNTERS.values())
+"""What makes a step of each counter (`Counter.tolerance`), as the series page and the API say it."""
+
 SUMMARY_STEPS = 3
 """A history's summary names this many steps, and counts the rest."""
 
@@ -211,9 +222,8 @@ class CounterHistoryOut(BaseModel):
                     "first (the latency series' order: ancestry along the default branch)")
     steps: list[CounterStepOut] = Field(
         description="each commit whose counter differs from the previous commit with that counter by more than the "
-                    "counter's tolerance (instructions: any difference; DRAM bytes: 1 % of the previous value; L2 "
-                    "hit rate: 8 points; achieved occupancy: 0.5 points), oldest first: deterministic figures, so "
-                    "every step is a change")
+                    f"counter's tolerance ({TOLERANCES}), oldest first: deterministic figures, so every step is a "
+                    "change")
     summary: str = Field(description='one line: "counters at 12 of 40 commits (ncu 2025.3.1.0), 1 step: instructions '
                                      'at 0a1b2c3d4e"; or why there are none')
 

@@ -23,7 +23,7 @@ from pipeline.service.web.verdicts import NEWEST_RUNS, cached_comparison, run_ve
 from pipeline.store import compile_stats, queries
 from pipeline.store.bisect_views import latest_by_change_point, one_commit_ranges
 from pipeline.store.compare import only_cases
-from pipeline.store.counters import CounterHistoryOut, counter_history
+from pipeline.store.counters import TOLERANCES, CounterHistoryOut, counter_history
 from pipeline.store.models import Run
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(browse_guard)])
@@ -84,7 +84,8 @@ def series_page(series_id: RowId, request: Request, session: SessionDep, user: U
     control = data.control_series(session, series_id)
     control_history = queries.series_history(session, control[0]) if control else []
     counters = counter_history(session, case_id=summary.case_id, device_class=summary.device_class)
-    infos = data.commit_infos(session, [p.sha for p in history] + [p.sha for p in (counters.history if counters else [])])
+    shas = [p.sha for p in history] + [p.sha for p in (counters.history if counters else [])]
+    infos = data.commit_infos(session, shas)
     position = {p.sha: i for i, p in enumerate(history)}
     control_by_sha = {p.sha: p.median for p in control_history}
     marks = {cp.after_sha: cp for cp in change_points if cp.lifecycle != "retracted"}
@@ -103,7 +104,7 @@ def series_page(series_id: RowId, request: Request, session: SessionDep, user: U
     return page(request, "series.html", user, {
         "summary": summary, "history": history, "change_points": change_points, "marks": marks, "infos": infos,
         "counters": counters, "counter_charts": counter_charts(counters), "counter_moves": counter_moves(counters),
-        "counter_labels": {name: c.label for name, c in COUNTERS.items()},
+        "counter_labels": {name: c.label for name, c in COUNTERS.items()}, "counter_tolerances": TOLERANCES,
         "bisections": latest_by_change_point(session, [cp.id for cp in change_points]),
         "one_commit": one_commit_ranges(session, [cp.id for cp in change_points]),
         "chart": chart, "control": control, "baseline": queries.series_baseline(session, series_id),

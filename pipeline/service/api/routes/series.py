@@ -42,7 +42,7 @@ def get_series(series_id: RowId, session: SessionDep) -> SeriesDetailOut:
             description="Instructions executed, DRAM bytes read and written, L2 hit rate and achieved occupancy, "
                         "commit by commit in the order of the case's latency series (ancestry along the default "
                         "branch), each commit without counters saying why; a step wherever a counter moved beyond "
-                        "its tolerance against the previous commit with it (instructions: any difference). "
+                        "its tolerance against the previous commit with it (`steps`). "
                         "Deterministic figures: computed when read, never triaged, never a verdict. 404: no series "
                         "of that case on that device class.")
 def get_counter_series(session: SessionDep, case: str, device_class: str) -> CounterHistoryOut:
