@@ -22,7 +22,7 @@ O(commits of the repository), independent of the number of measurements.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from statistics import median
@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 from pipeline.store.models import Commit, CommitParent, Repository, Run
 
 __all__ = ["FALLBACK_RUN_KINDS", "HISTORY_ORDER", "ChainCommit", "commit_level", "default_branch_chain",
-           "default_branch_head", "extend_generations", "update_generations"]
+           "default_branch_head", "extend_generations", "history_order", "update_generations"]
 
 FALLBACK_RUN_KINDS = ("push", "nightly", "local")
 """Runs whose newest commit is the head when no recorded commit names the default branch."""
@@ -174,3 +174,21 @@ def default_branch_chain(session: Session, repository_id: int) -> list[ChainComm
         row = by_sha.get(row.parent_sha) if row.parent_sha else None
     chain.reverse()
     return chain
+
+
+def history_order(session: Session, commit_ids: Collection[int]) -> list[int]:
+    """Those of the commits that are history, oldest first: along their repository's default-branch
+    history (`default_branch_chain`), the commits off it (pull requests, working trees, ad-hoc runs of
+    other branches) left out; where a repository has no default-branch history yet, every one of its
+    commits in `HISTORY_ORDER`. Repositories one after another, by id. Every series of a case read
+    along history (latency, hardware counters) is ordered by this, never by commit time first."""
+    if not commit_ids:
+        return []
+    rows = session.execute(sa.select(Commit.id, Commit.repository_id).where(Commit.id.in_(sorted(commit_ids)))
+                           .order_by(Commit.repository_id, *HISTORY_ORDER)).all()
+    ordered: list[int] = []
+    for repository_id in dict.fromkeys(r.repository_id for r in rows):
+        chain = default_branch_chain(session, repository_id)
+        ordered += ([c.id for c in chain if c.id in commit_ids] if chain else
+                    [r.id for r in rows if r.repository_id == repository_id])
+    return ordered

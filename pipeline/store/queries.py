@@ -27,7 +27,8 @@ from pipeline.contracts.counters import COUNTERS
 from pipeline.contracts.ids import CaseIdAsText
 from pipeline.store.analysis import series_direction
 from pipeline.store.bisect_views import BisectionView, latest_by_change_point
-from pipeline.store.history import HISTORY_ORDER, commit_level, default_branch_chain
+from pipeline.store.counters import CounterHistoryOut, counter_history
+from pipeline.store.history import HISTORY_ORDER, commit_level, default_branch_chain, history_order
 from pipeline.store.models import (
     LIFECYCLE,
     OPEN_STATES,
@@ -307,29 +308,24 @@ def _series_summaries(session: Session, *, limit: int, series_ids: int | sa.Scal
 
 def series_history(session: Session, series_id: int) -> list[HistoryPointOut]:
     """One point per measured commit, all its runs combined (`history.commit_level`), in the order of
-    history, oldest first: along its repository's default-branch history (`history.default_branch_chain`,
-    as the analysis reads it), the commits off it (pull requests, working trees, ad-hoc runs of other
+    history, oldest first (`history.history_order`): along its repository's default-branch history,
+    as the analysis reads it, the commits off it (pull requests, working trees, ad-hoc runs of other
     branches: comparable and browsable, not history) left out; where the repository has no
     default-branch history yet, every measured commit in `HISTORY_ORDER`. Never by commit time first."""
     rows = session.execute(
-        sa.select(Commit.id, Commit.repository_id, Commit.sha, Commit.committed_at, Job.run_id, Measurement.median,
+        sa.select(Commit.id, Commit.sha, Commit.committed_at, Job.run_id, Measurement.median,
                   Measurement.min, Measurement.max, Measurement.n)
         .join(Measurement, Measurement.commit_id == Commit.id)
         .join(CaseResultRow, Measurement.case_result_id == CaseResultRow.id)
         .join(Job, CaseResultRow.job_id == Job.id)
         .where(Measurement.series_id == series_id)
-        .order_by(Commit.repository_id, *HISTORY_ORDER, Measurement.id)
+        .order_by(Measurement.id)
     ).all()
     by_commit: dict[int, list[Any]] = {}
     for row in rows:
         by_commit.setdefault(row.id, []).append(row)
-    ordered: list[int] = []
-    for repository_id in dict.fromkeys(row.repository_id for row in rows):
-        chain = default_branch_chain(session, repository_id)
-        ordered += ([c.id for c in chain if c.id in by_commit] if chain else
-                    [c for c in by_commit if by_commit[c][0].repository_id == repository_id])
     points = []
-    for measured in (by_commit[c] for c in ordered):
+    for measured in (by_commit[c] for c in history_order(session, by_commit.keys())):
         level, runs = commit_level((m.run_id, m.median) for m in measured)
         points.append(HistoryPointOut(sha=measured[0].sha, committed_at=measured[0].committed_at, median=level,
                                       min=min(m.min for m in measured), max=max(m.max for m in measured),
@@ -473,6 +469,9 @@ class SeriesDetailOut(SeriesSummary):
     baseline: BaselineOut | None = Field(description="the newest intended change point: the series' reference level")
     history: list[HistoryPointOut]
     change_points: list[ChangePointOut]
+    counters: CounterHistoryOut = Field(description="the hardware counters of the series' case on its device class, "
+                                                    "commit by commit along the same history, and their steps "
+                                                    "(`GET /counter-series`)")
 
 
 def _after_commit_order() -> list[sa.ScalarSelect[Any]]:
@@ -553,13 +552,14 @@ def series_detail(session: Session, series_id: int) -> SeriesDetailOut | None:
     """One series: its summary, settings, baseline, history and change points; None when there is none."""
     summary = get_series(session, series_id)
     row = session.get(Series, series_id)
-    if summary is None or row is None:
+    counters = counter_history(session, case_id=summary.case_id, device_class=summary.device_class) if summary else None
+    if summary is None or row is None or counters is None:
         return None
     settings = SeriesSettingsOut(min_magnitude=row.min_magnitude, lower_is_better=series_direction(row),
                                  lower_is_better_override=row.lower_is_better)
     return SeriesDetailOut(**dict(summary), settings=settings, baseline=series_baseline(session, series_id),
                            history=series_history(session, series_id),
-                           change_points=series_change_points(session, series_id))
+                           change_points=series_change_points(session, series_id), counters=counters)
 
 
 def list_regressions(session: Session, *, device_class: str | None = None, family: str | None = None,

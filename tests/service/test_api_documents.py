@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from pipeline import dispatch
 from pipeline.service import auth, users
 from pipeline.service.api import routes
-from pipeline.store import bisect_views, compare, compile_stats, queries
+from pipeline.store import bisect_views, compare, compile_stats, counters, queries
 
 SHARED_FIELDS = 3
 """Fewer names in common than this is a coincidence (`id`, `sha`), not a copy."""
@@ -32,6 +32,7 @@ PRODUCERS: dict[tuple[str, str], Callable[..., Any]] = {
     ("GET", "/compare"): compare.compare_all,
     ("GET", "/series/{series_id}"): queries.series_detail,
     ("PUT", "/series/{series_id}/settings"): queries.series_detail,
+    ("GET", "/counter-series"): counters.counter_history,
     ("GET", "/compile-series"): compile_stats.list_compile_series,
     ("GET", "/compile-series/history"): compile_stats.compile_history,
     ("GET", "/compile-series/steps"): compile_stats.compile_steps,

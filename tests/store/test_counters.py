@@ -121,3 +121,26 @@ def test_counter_series_stay_out_of_the_dashboard_and_the_series_list(seeded: En
         board = dashboard(s)
         assert {m.metric for g in board.groups for m in g.series} == {"latency"}
         assert sum(board.counts.values()) == 1
+
+
+def test_counter_history_reads_paired_bases_under_their_commit_and_steps_beyond_tolerance(seeded: Engine) -> None:
+    """A paired job's reading of its base binary is one more reading of the base commit; a step is a move
+    beyond the counter's tolerance (the L2 hit rate's 8 points exactly: none; occupancy's 0.5 passed: one)."""
+    from pipeline.store.counters import counter_history
+
+    base_again = {**BASE_COUNTS, "dram_read_bytes": BASE_COUNTS["dram_read_bytes"] + 2000.0}
+    head = {**BASE_COUNTS, "instructions": 900_000.0, "l2_hit_rate": BASE_COUNTS["l2_hit_rate"] + 8.0,
+            "achieved_occupancy": BASE_COUNTS["achieved_occupancy"] + 0.6}
+    with session_scope(seeded) as s:
+        f.upload(s, 0, [_with(f.ok(f.GEMM, f.series_samples(1e-3), binary="g0"), BASE_COUNTS)], kind="push")
+        paired = f.paired_ok(f.GEMM, f.sha(0), f.series_samples(1e-3), f.series_samples(1e-3), binary="g1",
+                             base_binary="g0")
+        f.upload(s, 1, [_with(paired, head, base=base_again)], kind="push")
+        found = counter_history(s, case_id=f.GEMM, device_class=f.DEVICE_CLASS)
+        assert counter_history(s, case_id=f.GEMM, device_class="other-cpu") is None   # never measured there
+    assert found is not None
+    first, second = found.history
+    assert (first.sha, first.readings, second.readings) == (f.sha(0), 2, 1)
+    assert first.values["dram_read_bytes"] == BASE_COUNTS["dram_read_bytes"] + 1000.0   # the median of its two
+    assert [(s.counter, s.after_sha, s.change) for s in found.steps] == [
+        ("instructions", f.sha(1), pytest.approx(-0.1)), ("achieved_occupancy", f.sha(1), pytest.approx(0.6 / 48.5))]

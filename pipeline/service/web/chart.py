@@ -11,9 +11,8 @@ from collections.abc import Sequence
 
 from markupsafe import Markup, escape
 
-from pipeline.pr_comments.table import format_figure, format_seconds
 from pipeline.service.web.data import RooflinePoint
-from pipeline.service.web.render import format_rate
+from pipeline.service.web.render import format_amount, format_rate
 
 # PAD_L holds the y axis' labels, "100 TFLOP/s" at 11 px (about 70 px wide) right-aligned 4 px off the axis
 WIDTH, HEIGHT, PAD_L, PAD_R, PAD_T, PAD_B = 760, 420, 96, 20, 20, 44
@@ -67,18 +66,7 @@ def roofline_svg(points: Sequence[RooflinePoint], peak_flops: float | None, peak
 
 STEP_W, STEP_H, STEP_PAD_L, STEP_PAD_B = 760, 160, 96, 42
 STEP_TICKS = 8
-"""At most this many commits are named under a compile chart (its first and last among them)."""
-
-
-def format_amount(value: float, unit: str) -> str:
-    """A compile figure with its unit as people read it: "805 ms", "12.3 KiB", "71 regs"."""
-    if unit == "s":
-        return format_seconds(value)
-    if unit == "B" and abs(value) >= 1024:
-        for prefix, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-            if abs(value) >= scale:
-                return f"{value / scale:.3g} {prefix}"
-    return f"{format_figure(value) if float(value).is_integer() else f'{value:.3g}'} {unit}"
+"""At most this many commits are named under a step chart (its first and last among them)."""
 
 
 def tick_indices(count: int, most: int = STEP_TICKS) -> list[int]:
@@ -90,12 +78,13 @@ def tick_indices(count: int, most: int = STEP_TICKS) -> list[int]:
 
 
 def step_svg(values: Sequence[float | None], labels: Sequence[str], metric: str, unit: str,
-             steps: Sequence[int] = (), ticks: Sequence[str] | None = None) -> Markup:
-    """One compile metric along the commits as a step line (a value holds until the next commit
-    changes it); a commit without the figure leaves a gap. Each point's tooltip: commit and value.
-    `steps`: indices of the commits where the figure changed (`compile_stats.compile_steps`),
-    marked by a vertical line. `ticks`: each commit's short name, shown under the axis for a few
-    of them (`tick_indices`); the y axis' figures in their unit (`format_amount`)."""
+             steps: Sequence[int] = (), ticks: Sequence[str] | None = None, css_class: str = "compile-chart") -> Markup:
+    """One deterministic figure (a compile metric, a hardware counter) along the commits as a step
+    line (a value holds until the next commit changes it); a commit without the figure leaves a gap.
+    Each point's tooltip: commit and value. `steps`: indices of the commits where the figure changed
+    (`compile_stats.compile_steps`, `counters.counter_history`), marked by a vertical line. `ticks`:
+    each commit's short name, shown under the axis for a few of them (`tick_indices`); the y axis'
+    figures in their unit (`format_amount`). `css_class`: the chart's kind, for the pages' style."""
     known = [v for v in values if v is not None]
     if not known:
         return Markup(f'<p class="muted small">{escape(metric)}: not reported by the compiler.</p>')
@@ -111,7 +100,7 @@ def step_svg(values: Sequence[float | None], labels: Sequence[str], metric: str,
     def y(v: float) -> float:
         return 8 + (hi - v) / (hi - lo) * (axis - 8)
 
-    parts = [f'<svg class="compile-chart" viewBox="0 0 {STEP_W} {STEP_H}" role="img" aria-label="{escape(metric)}">',
+    parts = [f'<svg class="{escape(css_class)}" viewBox="0 0 {STEP_W} {STEP_H}" role="img" aria-label="{escape(metric)}">',
              f'<line class="grid" x1="{STEP_PAD_L}" x2="{STEP_W - 20}" y1="{axis}" y2="{axis}"/>']
     for value in sorted({max(known), min(known)}):
         parts.append(f'<text class="y-label" x="{STEP_PAD_L - 6}" y="{y(value) + 4:.1f}" text-anchor="end">'

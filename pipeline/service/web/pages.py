@@ -7,19 +7,23 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from markupsafe import Markup
 
 from pipeline.contracts import METRICS
+from pipeline.contracts.counters import COUNTERS
+from pipeline.pr_comments.table import format_change
 from pipeline.service.api.deps import RowId, SessionDep, SettingsDep
 from pipeline.service.web import data
 from pipeline.service.web.chart import roofline_svg, step_svg
 from pipeline.service.web.farm import redirect_to_full_id
 from pipeline.service.web.paging import paginate
-from pipeline.service.web.render import page
+from pipeline.service.web.render import format_amount, page
 from pipeline.service.web.session import UserDep, browse_guard
 from pipeline.service.web.verdicts import NEWEST_RUNS, cached_comparison, run_verdicts
 from pipeline.store import compile_stats, queries
 from pipeline.store.bisect_views import latest_by_change_point, one_commit_ranges
 from pipeline.store.compare import only_cases
+from pipeline.store.counters import TOLERANCES, CounterHistoryOut, counter_history
 from pipeline.store.models import Run
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(browse_guard)])
@@ -69,7 +73,9 @@ def run_page(run_id: str, request: Request, session: SessionDep, settings: Setti
 @router.get("/series/{series_id}", response_class=HTMLResponse)
 def series_page(series_id: RowId, request: Request, session: SessionDep, user: UserDep) -> HTMLResponse:
     """The history graph (median, min-max, change points, the vendor control), the change points with
-    their bisections, and the table of values."""
+    their bisections, the hardware counters of the case on the device class along the same history
+    (a step chart per counter, the commits where one moved marked, why a commit has none), and the
+    table of values."""
     summary = queries.get_series(session, series_id)
     if summary is None:
         raise HTTPException(404, f"no series {series_id}")
@@ -77,7 +83,9 @@ def series_page(series_id: RowId, request: Request, session: SessionDep, user: U
     change_points = queries.series_change_points(session, series_id)
     control = data.control_series(session, series_id)
     control_history = queries.series_history(session, control[0]) if control else []
-    infos = data.commit_infos(session, [p.sha for p in history])
+    counters = counter_history(session, case_id=summary.case_id, device_class=summary.device_class)
+    shas = [p.sha for p in history] + [p.sha for p in (counters.history if counters else [])]
+    infos = data.commit_infos(session, shas)
     position = {p.sha: i for i, p in enumerate(history)}
     control_by_sha = {p.sha: p.median for p in control_history}
     marks = {cp.after_sha: cp for cp in change_points if cp.lifecycle != "retracted"}
@@ -95,11 +103,42 @@ def series_page(series_id: RowId, request: Request, session: SessionDep, user: U
     }
     return page(request, "series.html", user, {
         "summary": summary, "history": history, "change_points": change_points, "marks": marks, "infos": infos,
+        "counters": counters, "counter_charts": counter_charts(counters), "counter_moves": counter_moves(counters),
+        "counter_labels": {name: c.label for name, c in COUNTERS.items()}, "counter_tolerances": TOLERANCES,
         "bisections": latest_by_change_point(session, [cp.id for cp in change_points]),
         "one_commit": one_commit_ranges(session, [cp.id for cp in change_points]),
         "chart": chart, "control": control, "baseline": queries.series_baseline(session, series_id),
         "compile_series": compile_stats.compile_targets(session, summary.case_id,
                                                         data.device_class_targets(session, summary.device_class))})
+
+
+def counter_charts(counters: CounterHistoryOut | None) -> list[Markup]:
+    """A step chart per counter read along the history, its steps marked (`counters.counter_history`)."""
+    if counters is None or not counters.units:
+        return []
+    labels = [f"{p.sha[:10]} {p.committed_at:%Y-%m-%d}" for p in counters.history]
+    position = {p.sha: i for i, p in enumerate(counters.history)}
+    return [step_svg([p.values.get(name) for p in counters.history], labels, COUNTERS[name].label, unit,
+                     steps=[position[s.after_sha] for s in counters.steps if s.counter == name],
+                     ticks=[p.sha[:7] for p in counters.history], css_class="counter-chart")
+            for name, unit in counters.units.items()]
+
+
+def counter_moves(counters: CounterHistoryOut | None) -> dict[str, dict[str, str]]:
+    """sha -> counter -> how it moved there against the previous commit with it: "+18.0 %"; a rate in
+    points ("-9.5 pt"); a change too small for a tenth of a percent as the difference ("+1 instr": a
+    step is never shown as "+0.0 %")."""
+    out: dict[str, dict[str, str]] = {}
+    for s in counters.steps if counters else []:
+        counter, difference = COUNTERS[s.counter], s.after - s.before
+        if counter.percent:
+            shown = f"{difference:+.1f} pt"
+        elif s.change is not None and abs(s.change) >= 0.0005:
+            shown = format_change(s.change)
+        else:
+            shown = ("+" if difference > 0 else "-") + format_amount(abs(difference), counter.unit)
+        out.setdefault(s.after_sha, {})[s.counter] = shown
+    return out
 
 
 def data_first_line(info: data.CommitInfo | None) -> str:

@@ -53,6 +53,23 @@ def format_rate(value: float | None, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
+def format_amount(value: float, unit: str) -> str:
+    """A deterministic figure (compile statistics, hardware counters) with its unit as people read it:
+    "805 ms", "12.3 KiB", "71 regs", "1,048,576 instr" (a count whole, so that a difference of one
+    shows), "61.2 %"."""
+    if unit == "s":
+        return format_seconds(value)
+    if unit == "%":
+        return f"{value:.1f} %"
+    if unit == "B" and abs(value) >= 1024:
+        for prefix, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+            if abs(value) >= scale:
+                return f"{value / scale:.3g} {prefix}"
+    if float(value).is_integer():
+        return f"{int(value):,} {unit}"
+    return f"{value:.3g} {unit}" if abs(value) < 1000 else f"{value:,.1f} {unit}"
+
+
 def query(path: str, /, **params: Any) -> str:
     """`path` with the non-empty params as its query string."""
     kept = {k: v for k, v in params.items() if v not in (None, "")}
@@ -92,7 +109,8 @@ def case_breaks(case_id: object) -> Markup:
 
 
 templates.env.filters.update(seconds=format_seconds, change=format_change, pvalue=format_pvalue, rate=format_rate,
-                             figure=format_figure, figures=keep_figures, case_breaks=case_breaks,
+                             figure=format_figure, amount=format_amount, figures=keep_figures,
+                             case_breaks=case_breaks,
                              row_change=row_change, row_status=row_status, status_label=status_label,
                              row_counters=row_counters,
                              first_line=first_line, slug=lambda s: str(s).replace(" ", "-"), ago=ago)

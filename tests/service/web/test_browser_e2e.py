@@ -1,6 +1,6 @@
 """End-to-end in a real headless Chromium (Debian's chromium + chromedriver, driven by Selenium)
 against the running service on a demo store: the dashboard and its filters, a series' graph drawn
-by uPlot with its samples on hover, a pull request's comparison sorted, sign-in and triage of a
+by uPlot with its samples on hover and its hardware counters beside it, a pull request's comparison sorted, sign-in and triage of a
 regression; HTML in a case id or a commit message never runs. Compile statistics of real Triton
 builds (cuda:sm_90 and the build-only hip:gfx1250): their list, compare section and history. Then `benchfarm up --no-run` in a
 subprocess (service, builder and the in-process agent) on a tiny suite: sign in, trigger an ad-hoc
@@ -181,6 +181,20 @@ def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo
     wait(browser).until(lambda d: "samples" in d.find_element(By.ID, "samples").text
                         and "·" in d.find_element(By.ID, "samples").text)
     assert "12 samples" in browser.find_element(By.ID, "samples").text
+    # the case's hardware counters beside its latency (issue 32): a step chart per counter, drawn and in
+    # view, and the table with the commit where the regression's instructions and DRAM bytes moved marked
+    charts = browser.find_elements(By.CSS_SELECTOR, "#counter-charts svg.counter-chart")
+    browser.execute_script("arguments[0].scrollIntoView()", charts[0])
+    assert len(charts) == 5 and all(c.is_displayed() and c.size["height"] > 50 for c in charts)
+    assert len(charts[0].find_elements(By.CSS_SELECTOR, "circle.point")) == 40
+    assert len(charts[0].find_elements(By.CSS_SELECTOR, "line.step")) == 1   # instructions: one step, no jitter
+    table = browser.find_element(By.ID, "counters")
+    assert table.is_displayed() and len(table.find_elements(By.CSS_SELECTOR, "tr")) == 41
+    (marked,) = table.find_elements(By.CSS_SELECTOR, "tr.marked")
+    moved = [td.text for td in marked.find_elements(By.CSS_SELECTOR, "td.moved")]
+    assert len(moved) == 2 and moved[0].endswith("instr +12.0 %") and re.search(r"MiB \+1[45]\.\d %$", moved[1])
+    assert browser.find_element(By.ID, "counters-summary").text.startswith("counters at 40 of 40 commits (ncu ")
+    browser.execute_script("window.scrollTo(0, 0)")
     no_script_ran(browser)
     shot(browser, "series")
 

@@ -1,4 +1,5 @@
-"""Series (case x device class x metric): their history per commit, change points and settings."""
+"""Series (case x device class x metric): their history per commit, change points and settings; a case's
+hardware counters on a device class along the same history (`pipeline.store.counters`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from fastapi import APIRouter, HTTPException, Query
 from pipeline.service.api.deps import RowId, SessionDep, SettingsDep, require_scope
 from pipeline.service.api.schemas import ERROR_RESPONSES, ErrorBody, SeriesSettingsIn
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store import analysis, queries
+from pipeline.store import analysis, counters, queries
+from pipeline.store.counters import CounterHistoryOut
 from pipeline.store.models import Series
 from pipeline.store.queries import SeriesDetailOut
 
@@ -33,6 +35,21 @@ def _detail(session: SessionDep, series_id: RowId) -> SeriesDetailOut:
             responses={404: {"model": ErrorBody}})
 def get_series(series_id: RowId, session: SessionDep) -> SeriesDetailOut:
     return _detail(session, series_id)
+
+
+@router.get("/counter-series", response_model=CounterHistoryOut, responses={404: {"model": ErrorBody}},
+            summary="A case's hardware counters on one device class along history, and their steps",
+            description="Instructions executed, DRAM bytes read and written, L2 hit rate and achieved occupancy, "
+                        "commit by commit in the order of the case's latency series (ancestry along the default "
+                        "branch), each commit without counters saying why; a step wherever a counter moved beyond "
+                        "its tolerance against the previous commit with it (`steps`). "
+                        "Deterministic figures: computed when read, never triaged, never a verdict. 404: no series "
+                        "of that case on that device class.")
+def get_counter_series(session: SessionDep, case: str, device_class: str) -> CounterHistoryOut:
+    found = counters.counter_history(session, case_id=case, device_class=device_class)
+    if found is None:
+        raise HTTPException(404, f"no series of {case} on {device_class}")
+    return found
 
 
 @router.put(
