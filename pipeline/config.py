@@ -202,7 +202,7 @@ class CompareSettings(BaseModel):
         description="the least a paired case's threshold goes down to once its noise is learned: threshold = "
         "max(paired_floor, noise_factor x noise). Paired A/A of the CUDA suite on an H100 (4 jobs, 656 rows): "
         "largest |change| per case median 0.12 %, 90th percentile 0.37 %; at 0.5 %, 0 of 656 rows would have "
-        "been different (BENCHMARKS.md, issue 30)")
+        "been different (docs/benchmarks/history.md, issue 11, twelfth session)")
     max_pvalue: float = Field(default=MAX_PVALUE, gt=0, lt=1,
                               description="largest p-value (a t-test over timing rounds) of a change called regressed "
                               "or improved")

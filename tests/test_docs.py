@@ -53,3 +53,51 @@ def test_readme_names_only_real_commands() -> None:
 ])
 def test_stale_claim_is_gone(path: str, stale: str) -> None:
     assert stale not in (ROOT / path).read_text()
+
+
+BENCHMARKS = ROOT / "BENCHMARKS.md"
+HISTORY = ROOT / "docs" / "benchmarks" / "history.md"
+_SEARCHED = ("pipeline", "bench", "tests", "docs")
+
+
+def _citations() -> list[tuple[Path, str, str]]:
+    """(file, cited document, what follows the name) for every place that cites a benchmarks document."""
+    cited = re.compile(r"(BENCHMARKS\.md|docs/benchmarks/history\.md)\)?(?:,\s*|\s+)(\(?\"[^\"]+\"|issue \d+)")
+    found = []
+    paths = [ROOT / "README.md"] + [p for d in _SEARCHED for p in (ROOT / d).rglob("*") if p.suffix in {".py", ".md"}]
+    for path in paths:
+        if path in (BENCHMARKS, HISTORY, Path(__file__).resolve()):
+            continue
+        text = re.sub(r"\s+", " ", path.read_text())
+        found += [(path, m.group(1), m.group(2).lstrip("(").strip('"')) for m in cited.finditer(text)]
+    return found
+
+
+def test_benchmarks_shows_the_current_figures_in_under_600_lines() -> None:
+    """Today's figure per area (issue 35); the sessions that led there live in the history file."""
+    lines = BENCHMARKS.read_text().splitlines()
+    assert len(lines) < 600, len(lines)
+    assert "docs/benchmarks/history.md" in BENCHMARKS.read_text()
+    areas = {line[3:] for line in lines if line.startswith("## ")}
+    history_areas = {line[3:] for line in HISTORY.read_text().splitlines() if line.startswith("## ")}
+    assert history_areas <= areas, history_areas - areas
+
+
+def test_files_the_benchmarks_name_exist() -> None:
+    for doc in (BENCHMARKS, HISTORY):
+        named = set(re.findall(r"docs/benchmarks/[\w.-]+\.(?:json|csv|md)", doc.read_text()))
+        assert named, doc
+        assert all((ROOT / p).is_file() for p in named), sorted(p for p in named if not (ROOT / p).is_file())
+
+
+def test_citations_of_the_benchmarks_find_what_they_name() -> None:
+    """A docstring that says `BENCHMARKS.md ("UI latency")` or `docs/benchmarks/history.md, issue 11`
+    points at a section or an issue the document has."""
+    citations = _citations()
+    assert len(citations) >= 5, citations
+    for path, doc, what in citations:
+        text = (ROOT / doc).read_text()
+        if what.startswith("issue "):
+            assert re.search(rf"\b{what}\b", text), (path, doc, what)
+        else:
+            assert f"## {what}" in text, (path, doc, what)

@@ -24,7 +24,7 @@ Assumptions shared by everything here:
   log ratio exactly 0 and, when every round says 0, p = 1: an H100 A/A of the suite had 21 of 82
   vendor controls at p = 1 and p-values far from uniform (KS p 1e-6). Averaging the middle fifth
   (about 30 samples of a GPU round) smooths the ticks away; a narrower trim (the middle half) let a
-  loaded CPU's slow samples in (BENCHMARKS.md, issue 11).
+  loaded CPU's slow samples in (docs/benchmarks/history.md, issue 11).
 
 What a round-level test cannot see is an offset fixed for the whole of a job (the placement of
 the job's buffers, a paired slot that is always slower): it makes every round of the job differ

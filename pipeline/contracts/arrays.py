@@ -3,7 +3,7 @@
 A full suite's result document holds millions of numbers (samples, paired base samples, per-sample
 clocks and temperatures). As JSON text a float64 costs ~23 bytes; packed (little-endian float64,
 zlib, base64) a latency sample costs ~4.7 bytes and a clock or temperature under one
-(BENCHMARKS.md, "Result upload size"). Two forms:
+(BENCHMARKS.md, "Result upload and sample storage"). Two forms:
 
 - on the wire, `PackedArray`: `{"dtype": "f64", "encoding": "zlib+base64", "count": N, "data": "..."}`.
   A contract field typed `SampleArray` / `ReadingArray` accepts it or a plain JSON list (imports,

@@ -394,7 +394,7 @@ def run_dispersion(diffs: np.ndarray, variances: np.ndarray, min_items: int = PO
     runs: on identical code their z would be standard normal if the rounds told everything, so the
     median of z^2 says by how much they do not (a quasi-likelihood dispersion). The median ignores
     real changes up to half of the items; more than that makes the tests conservative, not bold.
-    An H100 unpaired A/A of the suite (BENCHMARKS.md, issue 11): 2.9; the p-values uniform with it
+    An H100 unpaired A/A of the suite (docs/benchmarks/history.md, issue 11): 2.9; the p-values uniform with it
     (suite cases' KS p 0.40), piled at 1 with the 3 % run noise assumed before (KS p 1e-35).
     """
     usable = np.isfinite(diffs) & np.isfinite(variances) & (variances > 0)

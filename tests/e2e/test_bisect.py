@@ -125,7 +125,7 @@ def bisected(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bisected]:
     repo, shas = make_repo(root)
     home = root / "service"   # the farm's service home: the history's store, bundles and build cache
     # A loaded 2-core machine now and then slows a whole run (separate runs of one binary differ by up
-    # to 25 %: BENCHMARKS.md, "A/A on the CPU"). A run at either end of the step that is off its level
+    # to 25 %: docs/benchmarks/history.md, "A/A on the CPU"). A run at either end of the step that is off its level
     # is left out as an outlier run, which honestly widens the range: c16 at +2.5 % over a level whose runs
     # agree within 0.5 % made it (c1, c17]; a slow c16 and c17 (+40 %, CI) (c1, c18]. Such a range holds
     # the culprit but takes the search elsewhere than these tests follow, so, as a user would, the runs at

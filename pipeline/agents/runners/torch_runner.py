@@ -83,7 +83,7 @@ def _sdpa(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _Op:
 
     Not the fastest backend by a brief trial: timed with the host's clock, a trial measured launch
     overhead rather than the kernels a graph replays, and two processes picked backends 3-5x apart on
-    decode shapes (an H100 unpaired A/A: llama3-8b-decode's control +342 %, BENCHMARKS.md issue 11). A
+    decode shapes (an H100 unpaired A/A: llama3-8b-decode's control +342 %, docs/benchmarks/history.md, issue 11). A
     control must choose the same implementation in every job, or it measures the choice, not the device.
     """
     import torch.nn.functional as F
@@ -130,7 +130,7 @@ def _conv2d(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _O
 
     # cuDNN's heuristics choose the algorithm, the same in every process. cudnn.benchmark would time the
     # candidates during warm-up and could pick another one next job: an H100 unpaired A/A saw a depthwise
-    # conv's control +48 % and a 3x3's +25 % between two runs of one binary (BENCHMARKS.md, issue 11).
+    # conv's control +48 % and a 3x3's +25 % between two runs of one binary (docs/benchmarks/history.md, issue 11).
     torch.backends.cudnn.benchmark = False
     x, w = (t[n] for n in entry.launch.arguments)  # type: ignore[union-attr]
     x_nchw = x.permute(0, 3, 1, 2)
