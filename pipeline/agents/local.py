@@ -487,7 +487,7 @@ def _sentinels(run_id: str, entries: list[BundleEntry], same: set[int], count: i
 
 @dataclass
 class _Timed:
-    """What the rounds gave one case: its readings, the base's paired with them, throttled and preempted discards."""
+    """What the rounds gave one case: its readings, the base's paired with them, throttled discards, preempted samples."""
 
     head: Measured = field(default_factory=Measured)
     base: Measured = field(default_factory=Measured)
@@ -520,13 +520,11 @@ class _Timed:
         if kernel.default_clock_mhz is not None:   # throttling could be judged: say how often it was seen
             environment["throttled_samples_discarded"] = str(self.head.throttled)
             environment["default_sm_clock_mhz"] = f"{kernel.default_clock_mhz:g}"
-        if kernel.off_cpu_s:   # preemption could be judged: say how often it was seen
-            environment["preempted_samples_discarded"] = str(self.head.preempted)
+        if kernel.off_cpu_s:   # the thread's CPU time was taken: say how often another process took its core
+            environment["preempted_samples"] = str(self.head.preempted)
         if not readings:
-            why = [f"{n} {what}" for n, what in ((self.head.throttled, "taken with the GPU throttled"),
-                                                 (self.head.preempted, "preempted (the host was busy)")) if n]
             return CaseResult(case=entry.case, target=entry.target, status="error", environment=environment,
-                              reason=f"no sample kept: {', '.join(why) or 'none was taken'}")
+                              reason=f"no sample kept: all {self.head.throttled} were taken with the GPU throttled")
         samples = [r.seconds for r in readings]
         clocks = [r.sm_clock_mhz for r in readings]
         temperatures = [r.temperature_c for r in readings]

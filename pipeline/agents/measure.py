@@ -1,8 +1,9 @@
 """The sampling loop (after NVBench's cold measurement): warm up, then time until the noise statistic
 (`MeasurementSettings.noise`: by default the median's relative standard error, not NVBench's
 relative standard deviation) is low enough, or time runs out; samples taken while the GPU was
-throttled are discarded, with a pause, and so are samples whose timing thread was taken off the CPU
-mid-call (`preempted`: on a shared CPU host, another process's time slice inside a sample).
+throttled are discarded, with a pause. Samples whose timing thread was taken off the CPU mid-call
+(`preempted`) are counted: a CPU runner whose call runs on that thread times its CPU time, which leaves
+another process's time slice out (`pipeline.agents.runners.iree_runner`).
 
 Pure: it calls `read_once` (one sample, with the SM clock and temperature read beside it), `clock`
 and `sleep`; all are parameters, so the loop is tested with deterministic fakes.
@@ -37,15 +38,15 @@ class Reading:
     temperature_c: float | None = None
     off_cpu_s: float | None = None
     """wall time minus the timing thread's CPU time over the call, where the call runs on that thread
-    (IREE's local-sync driver): time the thread spent descheduled; None where it cannot be told"""
+    (IREE's local-sync driver): time the thread spent descheduled, left out of `seconds`; None where it
+    cannot be told"""
 
 
 OFF_CPU_SLACK_S = 20e-6
 OFF_CPU_SHARE = 0.01
 """A sample is `preempted` when its thread was off the CPU for more than OFF_CPU_SLACK_S plus this share of
 the sample: two clock reads and an interrupt cost a few microseconds, another process's time slice
-(CFS: 0.75 ms and up) much more. On this 2-core VM beside a test run, up to 40 % of a memory-bound gather's
-rounds came out 1.2x slower on one side (BENCHMARKS.md, "A/A on the CPU")."""
+(CFS: 0.75 ms and up) much more."""
 
 
 def preempted(reading: Reading) -> bool:
@@ -55,7 +56,8 @@ def preempted(reading: Reading) -> bool:
 
 @dataclass
 class Measured:
-    """Every accepted sample in order, and how many were discarded as throttled or preempted."""
+    """Every accepted sample in order, how many were discarded as throttled, and how many accepted ones
+    were `preempted` (their time leaves the preemption out)."""
 
     readings: list[Reading] = field(default_factory=list)
     throttled: int = 0
@@ -118,9 +120,9 @@ def measure(
        sampling phase's wall time reaches max_time_s. A sample whose SM clock is under `throttle_threshold` x `default_clock_mhz` is
        discarded and followed by a pause of `throttle_backoff_s`, which grows after more than two
        such samples in a row (NVBench's rule); it is counted in `Measured.throttled`. With no
-       default clock or no clock reading, nothing is discarded for throttling. A `preempted` sample is
-       discarded without a pause (`Measured.preempted`). Every accepted sample is kept; with every
-       sample discarded until the timeout, none are.
+       default clock or no clock reading, nothing is discarded. `preempted` samples are kept and
+       counted (`Measured.preempted`). Every accepted sample is kept; with every sample throttled until
+       the timeout, none are.
     """
     start = clock()
     while clock() - start < settings.warmup_s:
@@ -131,9 +133,7 @@ def measure(
     start = clock()
     while True:
         reading = read_once()
-        if preempted(reading):
-            measured.preempted += 1
-        elif _throttled(reading, settings, default_clock_mhz):
+        if _throttled(reading, settings, default_clock_mhz):
             if in_a_row > 2:
                 backoff += min(backoff * 1.5, MAX_BACKOFF_STEP_S)
             measured.throttled += 1
@@ -143,6 +143,7 @@ def measure(
         else:
             backoff, in_a_row = settings.throttle_backoff_s, 0
             measured.readings.append(reading)
+            measured.preempted += preempted(reading)
             total += reading.seconds
             samples = measured.samples
             if settings.max_samples and len(samples) >= max(settings.max_samples, settings.min_samples):
@@ -180,8 +181,7 @@ def measure_pairs(
     Warm-up alternates the two for `warmup_s`. Stops when n >= min_samples pairs AND each side's
     samples sum to min_time_s AND the noise statistic of the ratios head[i] / base[i] is at most
     max_rel_noise (the paired verdict reads the ratios, and slow drift that makes each side noisy
-    cancels in them); or at `max_samples` pairs (when set), or max_time_s. A pair with either sample preempted is
-    discarded (both sides count it); one with either sample throttled is discarded (both
+    cancels in them); or at `max_samples` pairs (when set), or max_time_s. A pair with either sample throttled is discarded (both
     sides count it) with `measure`'s back-off.
     """
     readers = (read_base, read_head)
@@ -199,10 +199,7 @@ def measure_pairs(
         for side in pair_order(index):
             pair[side] = readers[side]()
         index += 1
-        if any(preempted(r) for r in pair):   # both sides count it: the pair is what the verdict reads
-            base.preempted += 1
-            head.preempted += 1
-        elif any(_throttled(r, settings, default_clock_mhz) for r in pair):
+        if any(_throttled(r, settings, default_clock_mhz) for r in pair):
             if in_a_row > 2:
                 backoff += min(backoff * 1.5, MAX_BACKOFF_STEP_S)
             base.throttled += 1
@@ -214,6 +211,8 @@ def measure_pairs(
             backoff, in_a_row = settings.throttle_backoff_s, 0
             base.readings.append(pair[0])
             head.readings.append(pair[1])
+            base.preempted += preempted(pair[0])
+            head.preempted += preempted(pair[1])
             totals[0] += pair[0].seconds
             totals[1] += pair[1].seconds
             ratios.append(pair[1].seconds / pair[0].seconds)

@@ -22,7 +22,7 @@ from pipeline.build.bundle import build_bundle
 from pipeline.build.suite_loader import locate_suite, resolve_commit
 from pipeline.config import MeasurementSettings
 from pipeline.contracts import BundleManifest, parse_result
-from pipeline.contracts.counters import COUNTERS_KEY, HardwareCounters
+from pipeline.contracts.counters import COUNTERS, COUNTERS_KEY, HardwareCounters
 from tests.helpers.cpu import x86_64_cpu
 from tests.helpers.suite_repo import (
     GemmCase,
@@ -218,15 +218,18 @@ def test_ncu_counts_each_binary_once_and_the_same_every_time(gpu_bundle: tuple[L
     small, tall = (next(e for e in manifest.entries if e.case == triton_case_id(case))
                    for case in (TritonCase("small"), TritonCase("tall", m=1024)))   # as gpu_bundle builds them
     ncu = NcuProfiler.find(device.info.uid, timeout_s=300)
-    # two processes, other inputs (seeds): the same instructions and DRAM bytes; a 4x taller GEMM counts more
+    # two processes, other inputs (seeds): the same instructions, DRAM bytes within their tolerance (an H200
+    # read 273,408 and 273,152 bytes of one launch in two processes: L2 replacement is not deterministic);
+    # a 4x taller GEMM counts more
     first, second = ([ncu.collect_many([CounterRequest(bundle_dir, e, seed) for e in (small, tall)])
                       for seed in (1, 2)])
     for got in (*first, *second):
         assert isinstance(got, HardwareCounters), got
     for a, b in zip(first, second, strict=True):
         assert isinstance(a, HardwareCounters) and isinstance(b, HardwareCounters)
-        assert {k: a.values[k] for k in ("instructions", "dram_read_bytes", "dram_write_bytes")} == \
-            {k: b.values[k] for k in ("instructions", "dram_read_bytes", "dram_write_bytes")}
+        assert a.values["instructions"] == b.values["instructions"]
+        for name in ("dram_read_bytes", "dram_write_bytes"):
+            assert abs(a.values[name] - b.values[name]) <= COUNTERS[name].relative_tolerance * a.values[name], name
     small_counts, tall_counts = first
     assert isinstance(small_counts, HardwareCounters) and isinstance(tall_counts, HardwareCounters)
     assert tall_counts.values["instructions"] > 3 * small_counts.values["instructions"] > 0

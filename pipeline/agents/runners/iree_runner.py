@@ -3,8 +3,11 @@
 Order per entry (docs/design.md, "Measurement"): verify the artifact's sha256, make fresh random
 inputs, upload them once (one copy per placement the agent asks for), run once and compare with the
 float64 reference (a wrong kernel is never timed). What passes is a `CheckedKernel` whose `run_once`
-times one synchronous call on the workspace's current copy, and on `local-sync` how long the thread was
-off the CPU during it (`measure.preempted`); `local.run_bundle` samples it in rounds.
+times one synchronous call on the workspace's current copy; `local.run_bundle` samples it in rounds.
+On `local-sync` (the CPU default: the call runs on the calling thread) a sample is the thread's CPU time
+over the call, which is its wall time unless another process took the core meanwhile: on this 2-core VM
+beside test runs, a 70 ms decode GEMM's wall time went to 89-255 ms under busy processes, its CPU time
+stayed 60-70 ms. How long the thread was off the CPU is kept (`measure.preempted`).
 """
 
 from __future__ import annotations
@@ -162,15 +165,17 @@ def prepare_entry(
         cpu, start = time.thread_time_ns(), time.perf_counter_ns()
         kernel(*args)   # synchronous on local-sync: returns when the dispatch is done, on this thread
         wall, cpu = time.perf_counter_ns() - start, time.thread_time_ns() - cpu
-        if on_this_thread:
-            off_cpu.append(max(0, wall - cpu) * 1e-9)
-        return wall * 1e-9
+        if not on_this_thread:
+            return wall * 1e-9
+        off_cpu.append(max(0, wall - cpu) * 1e-9)
+        return min(wall, cpu) * 1e-9
 
     def release() -> None:
         if own:
             ws.release()
 
-    # only local-sync runs a call on the calling thread: another driver's workers leave it waiting
+    # only local-sync runs a call on the calling thread (its CPU time is the call's, without the time
+    # slices other processes took meanwhile); another driver's workers leave it waiting: wall time
     on_this_thread = device.driver == "local-sync"
     return CheckedKernel(entry=entry, correctness=correctness, run_once=run_once, workspace=ws, release=release,
                          off_cpu_s=off_cpu)
