@@ -110,7 +110,8 @@ class Estimate:
     rounds: int
     """replicates behind it: rounds (paired), the smaller side's rounds (unpaired)"""
     spread: float | None = None
-    """paired: the standard deviation of the round levels (logs, not calibrated); None below 2 rounds"""
+    """the standard deviation of the round levels' differences (logs, not calibrated: paired, of the rounds'
+    log ratios; unpaired, of one base round's level minus one head round's); None below 2 rounds"""
 
 
 @dataclass(frozen=True)
@@ -271,8 +272,12 @@ def unpaired_estimates(items: Sequence[tuple[Side, Side]], *, run_noise: float |
             se = np.sqrt(total)
     tested = (base_counts >= 2) & (head_counts >= 2)
     pvalue, low, high = _t_interval(diff, se, df, confidence)
-    return _estimates(diff, pvalue, low, high, tested, np.minimum(base_counts, head_counts),
-                      [len(b[0]) > 0 and len(h[0]) > 0 for b, h in items])
+    estimates = _estimates(diff, pvalue, low, high, tested, np.minimum(base_counts, head_counts),
+                           [len(b[0]) > 0 and len(h[0]) > 0 for b, h in items])
+    # the spread of a difference of one base round and one head round (`provisional_threshold`)
+    spread = np.sqrt(base_var + head_var).tolist()
+    return [replace(e, spread=sd) if e.pvalue is not None and math.isfinite(sd) else e
+            for e, sd in zip(estimates, spread, strict=True)]
 
 
 def _welch_df(total: np.ndarray, dof_terms: np.ndarray, otherwise: np.ndarray) -> np.ndarray:
@@ -486,13 +491,18 @@ def verdicts(
     default_run_noise: float | None = None,
     groups: Sequence[str] | None = None,
     calibration: Sequence[bool] | None = None,
+    noise_factor: float = NOISE_FACTOR,
 ) -> list[Verdict]:
     """`paired_verdicts` for two separately timed results ((base samples, rounds), (head samples,
     rounds)), by `unpaired_estimates` (with `run_noise`, `default_run_noise`, `groups` and
-    `calibration`, the run level of variation); `min_rounds` and `min_samples` apply to each side."""
+    `calibration`, the run level of variation); `min_rounds` and `min_samples` apply to each side.
+    An item whose `run_noise` is not known (a fresh series) is different only at `provisional_threshold`
+    or more (`noise_factor` x the spread of its rounds' differences), as a paired one is."""
     limits = _thresholds(len(items), min_change)
+    known = [v is not None and math.isfinite(v) for v in _per_item(run_noise, len(items))]
     estimates = unpaired_estimates(items, run_noise=run_noise, default_run_noise=default_run_noise, groups=groups,
                                    calibration=calibration)
     return [_decide(e, limit, lower_is_better=lower_is_better, max_pvalue=max_pvalue,
-                    enough=e.rounds >= min_rounds and min(len(b[0]), len(h[0])) >= min_samples)
-            for e, limit, (b, h) in zip(estimates, limits, items, strict=True)]
+                    enough=e.rounds >= min_rounds and min(len(b[0]), len(h[0])) >= min_samples,
+                    different_at=None if ok else provisional_threshold(limit, e.spread, noise_factor))
+            for e, limit, (b, h), ok in zip(estimates, limits, items, known, strict=True)]

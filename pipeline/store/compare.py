@@ -20,8 +20,9 @@ the minimum (`paired_min_change`, 2 %, or `min_change`) while the series' noise 
 max(floor, noise_factor x noise), the paired floor (`paired_floor`, 0.5 %) under the minimum where
 the learned noise is that low. The noise is the series' learned one on that device class (`Series.noise_paired`: the sd of a paired A/A change; for unpaired
 rows the sd of a change between two runs, sqrt(2) x `Series.noise_unpaired`, which is one run's).
-A paired row whose noise is not learned yet is regressed or improved only at noise_factor x the spread
-of its own rounds or more (`rounds.provisional_threshold`; the agent stops its rounds on the same rule).
+A row whose noise is not learned yet is regressed or improved only at noise_factor x the spread of its
+own rounds or more (`rounds.provisional_threshold`: paired, of its rounds' log ratios, and the agent stops
+its rounds on the same rule; unpaired, of a base round's level minus a head round's).
 Unpaired rows also carry the run level of variation in their test (`stats.unpaired_estimates`'
 `run_noise`): one run's rounds cannot show how much two runs of one binary differ. A series with no
 learned run-to-run noise yet borrows it from the comparison's other rows (`stats.run_dispersion`,
@@ -553,7 +554,7 @@ def compare(
     for key, ((base_samples, _), (head_samples, _)), v, same_binary in zip(
             to_test, sides, verdicts(sides, min_change=limits, run_noise=learned,
                                      default_run_noise=settings.default_run_noise or None, groups=groups,
-                                     calibration=unchanged, **options), unchanged,
+                                     calibration=unchanged, noise_factor=settings.noise_factor, **options), unchanged,
             strict=True):
         rows.append(_timed_row(cases[key[0]], key[1], _median(base_samples), _median(head_samples), v,
                                same_binary, shortcut,

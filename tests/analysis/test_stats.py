@@ -129,6 +129,21 @@ def test_a_case_whose_noise_is_not_learned_is_different_only_beyond_its_rounds_s
         paired_verdicts([pair], learned=[False, True])
 
 
+def test_an_unpaired_fresh_series_is_different_only_beyond_its_rounds_spread() -> None:
+    # A loaded 2-core CPU, unpaired A/A, a 64 MB memory-bound GEMM: its base run's rounds 12-30 % slower
+    # than the head's (a neighbour's memory traffic in one run), significant at -20 %.
+    base = [1e-3 * v for v in _rounds_at([0.12, 0.30, 0.18, 0.25, 0.15])]
+    head = [1e-3 * v for v in _rounds_at([0.0, 0.03, -0.02, 0.05, 0.01])]
+    item = ((base, [3] * 5), (head, [3] * 5))
+    [learned] = verdicts([item], min_change=0.05, run_noise=0.01)
+    assert learned.status == "improved" and learned.pvalue is not None and learned.pvalue < 0.01
+    [fresh] = verdicts([item], min_change=0.05)
+    assert fresh.status == "inconclusive" and fresh.change == learned.change
+    # steady rounds: a clear 10 % change is regressed on a fresh series too
+    steady = [1e-3 * v for v in _rounds_at([0.1, 0.1, 0.1, 0.1, 0.1])]
+    assert verdicts([(([1e-3] * 15, [3] * 5), (steady, [3] * 5))], min_change=0.05)[0].status == "regressed"
+
+
 def test_too_few_rounds_or_samples_is_insufficient_data() -> None:
     base, head = [1e-3] * 6, [2e-3] * 6
     [two_rounds] = paired_verdicts([(base, head, [3, 3])])
