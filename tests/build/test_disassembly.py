@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,8 @@ from tests.helpers.suite_repo import (
 from tests.helpers.triton_suite import TritonCase, triton_suite_files
 
 SM90, GFX942, X86, AARCH64 = "cuda:sm_90", "hip:gfx942", "llvm-cpu:x86_64", "llvm-cpu:aarch64"
+VULKAN = ["vulkan:valhall", "vulkan:adreno"]
+IREE_HIP = ["hip:gfx942", "hip:gfx950", "hip:gfx1250"]
 
 
 def _build(repo: Path, tmp: Path, targets: list[str]) -> tuple[Path, BundleManifest]:
@@ -38,8 +42,9 @@ def _build(repo: Path, tmp: Path, targets: list[str]) -> tuple[Path, BundleManif
     return bundle_dir, manifest
 
 
-def _entries(manifest: BundleManifest) -> dict[tuple[str, str], BundleEntry]:
-    return {(e.case, e.target): e for e in manifest.entries}
+def _entries(manifest: BundleManifest, *, by_name: bool = False) -> dict[tuple[str, str], BundleEntry]:
+    """Entries by (case, target); `by_name`: by the case's name alone, which a shape edit keeps."""
+    return {(e.case.split("/")[1] if by_name else e.case, e.target): e for e in manifest.entries}
 
 
 def _edit(repo: Path, rel: str, old: str, new: str) -> None:
@@ -63,8 +68,9 @@ def _assert_renamed(tmp: Path, before: tuple[Path, BundleManifest], after: tuple
         assert hashlib.sha256(listing).hexdigest() == entry.code.digest
 
 
-def _assert_code_changed(before: BundleManifest, after: BundleManifest) -> None:
-    old, new = _entries(before), _entries(after)
+def _assert_code_changed(before: BundleManifest, after: BundleManifest, *, by_name: bool = False) -> None:
+    old, new = _entries(before, by_name=by_name), _entries(after, by_name=by_name)
+    assert old.keys() == new.keys() and old
     for key, entry in new.items():
         assert entry.code is not None and old[key].code is not None
         assert entry.code.digest != old[key].code.digest, key
@@ -80,7 +86,7 @@ def test_triton_rename_keeps_the_code_and_a_tile_edit_changes_it(tmp_path: Path)
     for entry in base[1].entries:
         assert entry.code is not None and entry.code.instructions is not None
         assert entry.code.instructions.by_class["mma"] > 0, entry.target   # wgmma / mfma
-        assert entry.code.tool.startswith("cuobjdump -sass" if entry.target == SM90 else "triton amdgcn")
+        assert entry.code.tool.startswith("cuobjdump -sass" if entry.target == SM90 else "llvm-objdump -d")
     for rel in ("kernels/triton_kernel.py", "kernels/__init__.py"):
         _edit(repo, rel, "matmul_kernel", "renamed_matmul_kernel")
     commit_all(repo, "rename every kernel")
@@ -108,10 +114,53 @@ def test_iree_llvm_cpu_rename_keeps_the_code_and_a_tile_edit_changes_it(tmp_path
     _assert_code_changed(renamed[1], _build(repo, tmp_path, targets)[1])
 
 
+def test_iree_gpu_rename_keeps_the_code_and_a_shape_edit_changes_it(tmp_path: Path) -> None:
+    """SPIR-V (vulkan) through spirv-dis, AMD code objects (hip) through llvm-objdump."""
+    gpu = ("vulkan:*", "hip:*")
+    repo = make_suite_repo(tmp_path, gemm_suite_files([GemmCase("a", targets=gpu), GemmCase("b", m=16, targets=gpu)]))
+    targets = [*VULKAN, *IREE_HIP]
+    base = _build(repo, tmp_path, targets)
+    for entry in base[1].entries:
+        assert entry.code is not None and entry.code.instructions is not None, (entry.target, entry.code)
+        mix = entry.code.instructions.by_class
+        assert mix["global_load"] > 0 and mix["global_store"] > 0 and mix["branch"] > 0, (entry.target, mix)
+        vulkan = entry.target.startswith("vulkan:")
+        assert entry.code.tool.startswith("spirv-dis" if vulkan else "llvm-objdump -d"), entry.code.tool
+        assert vulkan or mix["mma"] > 0, (entry.target, mix)   # IREE's f32 GEMM on AMD: MFMA / WMMA
+    rename = (("kernels/__init__.py", "func.func @mm(", "func.func @renamed_mm("),
+              ("kernels/__init__.py", 'entry_point="mm"', 'entry_point="renamed_mm"'))
+    for rel, old, new in rename:
+        _edit(repo, rel, old, new)
+    commit_all(repo, "rename every function")
+    renamed = _build(repo, tmp_path, targets)
+    _assert_renamed(tmp_path, base, renamed)
+
+    write_files(repo, gemm_suite_files([GemmCase("a", m=16, targets=gpu), GemmCase("b", m=32, targets=gpu)]))
+    for rel, old, new in rename:
+        _edit(repo, rel, old, new)
+    commit_all(repo, "taller GEMMs")
+    _assert_code_changed(renamed[1], _build(repo, tmp_path, targets)[1], by_name=True)
+
+
 def test_a_target_without_a_disassembler_says_so() -> None:
-    compiled = compile_iree(IreeSource(mlir=gemm_mlir(), entry_point="mm"), Target.parse("vulkan:valhall"))
+    compiled = compile_iree(IreeSource(mlir=gemm_mlir(), entry_point="mm"), Target.parse("cuda:sm_80"))
     assert compiled.code is not None and compiled.code.digest is None and compiled.listing == ""
-    assert compiled.code.unavailable == "no disassembler in this builder for IREE vulkan executables"
+    assert compiled.code.unavailable is not None
+    assert compiled.code.unavailable.startswith("no disassembler in this builder for IREE cuda executables (PTX")
+
+
+def test_an_llvm_too_old_for_the_chip_says_so_instead_of_guessing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Debian 12's own `llvm` (14) knows no gfx942: the code object is labelled, not misread."""
+    old = shutil.which("llvm-objdump-14")
+    if old is None:
+        pytest.skip("no llvm-objdump-14 here (Debian 12's llvm)")
+    (tmp_path / "llvm-objdump").symlink_to(old)
+    vmfb = compile_iree(IreeSource(mlir=gemm_mlir(), entry_point="mm"), Target.parse("hip:gfx942")).data
+    monkeypatch.setenv("PATH", str(tmp_path))
+    found = disassembly.from_vmfb(vmfb, Target.parse("hip:gfx942"))
+    assert found.code.digest is None and found.listing == ""
+    assert found.code.unavailable is not None and "cannot disassemble gfx942 code objects" in found.code.unavailable
+    assert "apt-get install llvm-22" in found.code.unavailable
 
 
 def test_normalization_drops_addresses_names_and_comments() -> None:
@@ -127,16 +176,66 @@ def test_normalization_drops_addresses_names_and_comments() -> None:
                "   10454:      \tstp\td11, d10, [sp, #-48]!\n")
     assert disassembly.normalize_objdump(objdump) == [
         "function:", "leaq ADDR(%rip), %rcx", "jb <+0x60>", "stp d11, d10, [sp, #-48]!"]
-    amdgcn = ("\t.globl\tk\n\t.p2align\t8\n\t.type\tk,@function\nk:\n\ts_load_dwordx2 s[2:3], s[0:1], 0x0 ; comment\n"
-              ".LBB0_1:\n\tv_mfma_f32_32x32x8_bf16 a[0:15], v[0:1], v[2:3], a[0:15]\n\ts_cbranch_scc1 .LBB0_1\n"
-              "\t.amdhsa_kernel k\n\t\t.amdhsa_next_free_vgpr 64\n\t.end_amdhsa_kernel\n")
-    found = disassembly.from_amdgcn(amdgcn, "k")
-    assert found.listing.splitlines() == ["function:", "s_load_dwordx2 s[2:3], s[0:1], 0x0", ".LBB0_1:",
-                                          "v_mfma_f32_32x32x8_bf16 a[0:15], v[0:1], v[2:3], a[0:15]",
-                                          "s_cbranch_scc1 .LBB0_1"]
-    assert found.code.instructions is not None and found.code.instructions.total == 3
-    assert {c: n for c, n in found.code.instructions.by_class.items() if n} == {
-        "global_load": 1, "mma": 1, "branch": 1}
+    amdgpu = ("\nk.hsaco:\tfile format elf64-amdgpu\n\nDisassembly of section .text:\n\n"
+              "0000000000001700 <k>:\n"
+              "\ts_load_dwordx2 s[2:3], s[0:1], 0x0                         // 000000001700: C0060080 00000000\n"
+              "\tv_mfma_f32_32x32x8_bf16 a[0:15], v[0:1], v[2:3], a[0:15] // 000000001708: D3E80000 04020500\n"
+              "\tv_dual_lshlrev_b32 v10, 1, v0 :: v_dual_bitop2_b32 v52, 16, v0 bitop3:0x40// 000000001740: CF45\n"
+              "\ts_cbranch_scc1 65532                                      // 000000001710: BF85FFFC <k+0x8>\n"
+              "\ts_endpgm                                                   // 000000001714: BF810000\n"
+              "\ts_code_end                                                 // 000000001718: BF9F0000\n")
+    found = disassembly.normalize_amdgpu(amdgpu)
+    assert found == ["function:", "s_load_dwordx2 s[2:3], s[0:1], 0x0",
+                     "v_mfma_f32_32x32x8_bf16 a[0:15], v[0:1], v[2:3], a[0:15]",
+                     "v_dual_lshlrev_b32 v10, 1, v0 :: v_dual_bitop2_b32 v52, 16, v0 bitop3:0x40",
+                     "s_cbranch_scc1 65532", "s_endpgm"]
+    assert disassembly.normalize_amdgpu(amdgpu.replace("<k", "<renamed")) == found
+
+
+_SPIRV = """\
+OpCapability Shader
+%1 = OpExtInstImport "NonSemantic.Shader.DebugInfo.100"
+OpEntryPoint GLCompute %15 "mm_dispatch_0" %10 %11
+OpName %15 "mm_dispatch_0"
+OpDecorate %10 Binding 0
+%3 = OpTypeInt 32 0
+%9 = OpTypeFloat 32
+%5 = OpTypePointer StorageBuffer %9
+%6 = OpTypePointer Workgroup %9
+%7 = OpTypePointer Function %9
+%10 = OpVariable %5 StorageBuffer
+%11 = OpVariable %6 Workgroup
+%14 = OpTypeVoid
+%13 = OpTypeFunction %14
+%20 = OpConstant %3 2
+%15 = OpFunction %14 None %13
+%16 = OpLabel
+%17 = OpVariable %7 Function
+%2 = OpExtInst %14 %1 DebugLine %20 %20
+%21 = OpAccessChain %5 %10 %20
+%22 = OpLoad %9 %21
+OpStore %11 %22
+OpControlBarrier %20 %20 %20
+%23 = OpLoad %9 %11
+OpStore %17 %23
+%24 = OpCooperativeMatrixMulAddKHR %9 %23 %23 %23
+OpBranch %25
+%25 = OpLabel
+OpReturn
+OpFunctionEnd
+"""
+
+
+def test_spirv_normalization_and_mix() -> None:
+    """Names, debug lines and id numbering gone; loads and stores by storage class, only function bodies counted."""
+    lines = disassembly.normalize_spirv(_SPIRV)
+    assert 'OpEntryPoint GLCompute %1 "<kernel>" %2 %3' in lines and not any("OpName" in line for line in lines)
+    assert not any("DebugLine" in line for line in lines) and "function:" in lines
+    renumbered = _SPIRV.replace("%2 = OpExtInst", "%99 = OpExtInst").replace("%25", "%40").replace("mm_", "renamed_")
+    assert disassembly.normalize_spirv(renumbered) == lines
+    classes = disassembly._spirv_classes(lines)
+    assert Counter(classes) == {"global_load": 1, "shared_store": 1, "barrier": 1, "shared_load": 1, "other": 2,
+                                "mma": 1, "branch": 2}   # other: the access chain, the store to a register
 
 
 _JIT_NAME = re.compile(r"@(?:triton|gluon)\.jit[^\n]*\n\s*def (\w+)\(")
