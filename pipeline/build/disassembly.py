@@ -295,8 +295,8 @@ def normalize_objdump(text: str) -> list[str]:
 
 
 def _embedded_elfs(data: bytes) -> list[bytes]:
-    """The 64-bit little-endian ELF objects a .vmfb embeds (llvm-cpu executables), each up to the end
-    of its section header table."""
+    """The 64-bit little-endian ELF objects a .vmfb embeds (llvm-cpu and hip executables), each up to
+    the end of its section header table."""
     found, start = [], data.find(_ELF_MAGIC)
     while start >= 0:
         end = start
@@ -318,8 +318,10 @@ def _objdump() -> str | None:
     """The newest `llvm-objdump` on the PATH: Debian's versioned ones (`llvm-objdump-22`) before the
     unversioned one, which is often older (Debian 12's `llvm` is LLVM 14: no gfx942 and later)."""
     found: dict[int, str] = {}
-    for folder in os.environ.get("PATH", "").split(os.pathsep):
-        for path in Path(folder or ".").glob("llvm-objdump*") if Path(folder or ".").is_dir() else ():
+    for folder in filter(None, os.environ.get("PATH", "").split(os.pathsep)):
+        if not Path(folder).is_dir():
+            continue
+        for path in sorted(Path(folder).glob("llvm-objdump*")):
             match = _LLVM_OBJDUMP.match(path.name)
             if match and os.access(path, os.X_OK):
                 found.setdefault(int(match.group(1) or -1), str(path))   # the first on the PATH of each
