@@ -44,8 +44,11 @@ case "$mode" in
     # glibc + libstdc++ for IREE's aarch64 tools (then the tools themselves: pip download of the
     # aarch64 iree-base-runtime wheel); the browser (tests/service/web/test_browser_e2e.py): Debian's
     # chromium and its chromedriver; the fault tests (tests/e2e/test_faults.py): datefudge, which sets an
-    # agent process's wall clock an hour off (libfaketime's clock_nanosleep breaks Python's time.sleep).
+    # agent process's wall clock an hour off (libfaketime's clock_nanosleep breaks Python's time.sleep);
+    # the builder's disassembly (tests/build/test_disassembly.py): llvm-objdump of Debian 12's llvm-22, which
+    # reads every AMD chip the builder targets (gfx942, gfx950, gfx1250; Debian's own llvm, 14, none of them).
     test_pkgs=()
+    command -v llvm-objdump-22 >/dev/null || test_pkgs+=(llvm-22)
     command -v adb >/dev/null || test_pkgs+=(adb)
     command -v qemu-aarch64 >/dev/null || test_pkgs+=(qemu-user)
     [ -e /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 ] || test_pkgs+=(libc6-arm64-cross)
@@ -57,12 +60,12 @@ case "$mode" in
       as_root=()
       [ "$(id -u)" -eq 0 ] || as_root=(sudo -n)
       if command -v apt-get >/dev/null && "${as_root[@]}" true 2>/dev/null; then
-        echo "benchfarm test: installing ${test_pkgs[*]} for the phone, browser and fault tests" >&2
+        echo "benchfarm test: installing ${test_pkgs[*]} for the phone, browser, fault and disassembly tests" >&2
         { "${as_root[@]}" apt-get update -qq \
             && "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${test_pkgs[@]}" >/dev/null; } \
-          || echo "benchfarm test: apt-get install ${test_pkgs[*]} failed; the phone or browser tests will skip or fail" >&2
+          || echo "benchfarm test: apt-get install ${test_pkgs[*]} failed; the phone, browser or disassembly tests will skip or fail" >&2
       else
-        echo "benchfarm test: cannot install ${test_pkgs[*]} (needs apt-get and root); the phone or browser tests will skip or fail" >&2
+        echo "benchfarm test: cannot install ${test_pkgs[*]} (needs apt-get and root); the phone, browser or disassembly tests will skip or fail" >&2
       fi
     fi
     .venv/bin/python -m tests.helpers.aarch64_iree >/dev/null \

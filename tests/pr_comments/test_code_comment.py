@@ -22,7 +22,9 @@ _md = MarkdownIt("commonmark").enable("table")   # html on, as GitHub's (sanitiz
 
 SLOW = "gemm/llama3-8b-mlp-up/4096x14336x4096/bf16/triton"
 RENAMED = "gemm/llama3-8b-mlp-down/4096x4096x14336/bf16/triton"
-SPIRV = "gemm/llama3-8b-mlp-up/4096x14336x4096/f16/iree"
+PTX = "gemm/llama3-8b-mlp-up/4096x14336x4096/f16/iree"
+NO_PTX = ("no disassembler in this builder for IREE cuda executables (PTX: the driver compiles it for the GPU it "
+          "runs on)")
 
 
 def _change(state: str, summary: str, **fields: object) -> CodeChangeOut:
@@ -40,10 +42,9 @@ def _verdict() -> list:
                          opcodes={"IMAD": 16, "LDG": -8, "HGMMA": 4})),
         row(RENAMED, "unchanged", 0.004, base=1.2e-3, pvalue=0.4, same_code=True, paired=True,
             code=_change("same code", "same code", head_digest="3" * 64, base_digest="3" * 64)),
-        row(SPIRV, "similar", 0.001, base=2.1e-3, pvalue=0.7, target="vulkan:valhall",
-            code=_change("not disassembled", "not disassembled: no disassembler in this builder for IREE vulkan "
-                         "executables", head_digest=None, base_digest=None,
-                         unavailable="no disassembler in this builder for IREE vulkan executables")),
+        row(PTX, "similar", 0.001, base=2.1e-3, pvalue=0.7, target="cuda:sm_80",
+            code=_change("not disassembled", f"not disassembled: {NO_PTX}", head_digest=None, base_digest=None,
+                         unavailable=NO_PTX)),
     ]
     return [comparison("nvidia-h100-sxm", rows)]
 
@@ -83,7 +84,7 @@ def test_the_code_column_and_the_folded_diff_render_on_github() -> None:
 
 
 def test_a_pull_request_says_pr_and_several_device_classes_get_their_column_and_bullets() -> None:
-    two = [*_verdict(), comparison("pixel-8-pro-gpu", [row(SPIRV, "similar", 0.0, target="vulkan:adreno")])]
+    two = [*_verdict(), comparison("pixel-8-pro-gpu", [row(PTX, "similar", 0.0, target="vulkan:adreno")])]
     rendered = _md.render(render_comment(two, settings=SETTINGS, pr=7))
     headers = re.findall(r"<th[^>]*>(.*?)</th>", rendered)
     assert "PR" in headers and "device class" in headers and rendered.count("<li>") == 2
@@ -98,7 +99,7 @@ def test_diffs_go_first_when_the_comment_is_too_long() -> None:
     cut = render_comment(_verdict(), settings=CommentSettings(SETTINGS.public_url, max_chars=limit), code_diffs=diffs)
     assert len(cut) <= limit and 0 < cut.count("```diff") < 10 and "**Truncated**" in cut
     assert f"… and {10 - cut.count('```diff')} more changed kernels" in cut
-    assert all(md_escape(case) in cut for case in (SLOW, RENAMED, SPIRV)), "every row kept: the diffs made room"
+    assert all(md_escape(case) in cut for case in (SLOW, RENAMED, PTX)), "every row kept: the diffs made room"
     shown = render_comment(_verdict(), settings=CommentSettings(SETTINGS.public_url, max_diffs=2), code_diffs=diffs)
     assert shown.count("```diff") == 2 and "… and 8 more changed kernels" in shown
 

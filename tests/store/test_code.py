@@ -149,11 +149,11 @@ def test_a_rename_is_the_same_code_and_a_tile_edit_shows_what_changed(engine: En
 
 
 def test_a_target_without_a_disassembler_is_labelled(engine: Engine) -> None:
-    vulkan = compile_iree(IreeSource(mlir=gemm_mlir(), entry_point="mm"), Target.parse("vulkan:valhall"))
-    assert vulkan.code is not None and vulkan.code.unavailable
-    entry = f.built_entry(f.GEMM, target="vulkan:valhall").model_copy(update={"code": vulkan.code})
-    device_class = DeviceClass(name="mali", kind="gpu", targets=["vulkan:valhall"], runtime="iree", hal_driver="vulkan",
-                               description="a Mali GPU")
+    ptx = compile_iree(IreeSource(mlir=gemm_mlir(), entry_point="mm"), Target.parse("cuda:sm_80"))
+    assert ptx.code is not None and ptx.code.unavailable
+    entry = f.built_entry(f.GEMM, target="cuda:sm_80").model_copy(update={"code": ptx.code})
+    device_class = DeviceClass(name="a100", kind="gpu", targets=["cuda:sm_80"], runtime="iree", hal_driver="cuda",
+                               description="an A100")
     with session_scope(engine) as s:
         ingest.upsert_repository(s, name=f.REPO)
         ingest.record_commits(s, repository=f.REPO, commits=[f.commit(0), f.commit(1, 0, minutes=1)])
@@ -162,16 +162,16 @@ def test_a_target_without_a_disassembler_is_labelled(engine: Engine) -> None:
             ingest.ingest_manifest(s, manifest=f.manifest(f.sha(label), [entry.model_copy(update={
                 "artifact": entry.artifact.model_copy(update={"sha256": f"{label}" * 64})})]),  # type: ignore[union-attr]
                 path="/nowhere")
-            run = ingest.create_run(s, repository=f.REPO, commit_sha=f.sha(label), kind="adhoc", device_classes=["mali"])
+            run = ingest.create_run(s, repository=f.REPO, commit_sha=f.sha(label), kind="adhoc", device_classes=["a100"])
             samples = f.series_samples(1e-3, 12)
-            result = f.ok(f.GEMM, samples, target="vulkan:valhall", binary=f"b{label}")
+            result = f.ok(f.GEMM, samples, target="cuda:sm_80", binary=f"b{label}")
             ingest.ingest_result(s, document=f.result_document(
-                run_id=run.id, job_id=run.jobs[0].id, commit_sha=f.sha(label), results=[result], device_class="mali"),
+                run_id=run.id, job_id=run.jobs[0].id, commit_sha=f.sha(label), results=[result], device_class="a100"),
                 analysis=None)
-        row = compare(s, repository=f.REPO, head_sha=f.sha(1), device_class="mali", settings=SETTINGS,
+        row = compare(s, repository=f.REPO, head_sha=f.sha(1), device_class="a100", settings=SETTINGS,
                       base_sha=f.sha(0)).rows[0]
     assert row.code is not None and row.code.state == "not disassembled"
-    assert row.code.summary == f"not disassembled: {vulkan.code.unavailable}"
+    assert row.code.summary == f"not disassembled: {ptx.code.unavailable}"
 
 
 def test_a_listing_that_is_not_its_digest_is_refused_and_nothing_is_stored(engine: Engine, builds: Builds,
@@ -198,6 +198,7 @@ def test_opcodes_and_side_by_side_of_normalized_listings() -> None:
            "HGMMA.64x128x16.F32 R56, gdesc[UR8], R56 ;\nEXIT\n"
     assert code.opcode_counts(base) == {"LDG": 1, "HGMMA": 1, "EXIT": 1}
     assert code.opcode_of(".LBB0_2:") is None and code.opcode_of("b.ne <+0x60>") == "b"
+    assert code.opcode_of("%12 = OpLoad %3 %9") == "OpLoad" and code.opcode_of("OpStore %9 %12") == "OpStore"
     rows, left_out = code.side_by_side(base, head, context=1)
     assert left_out == 0 and [r.kind for r in rows] == ["equal", "insert", "equal"]
     assert rows[1].base_number is None and rows[1].head_number == 4 and rows[1].head.startswith("HGMMA")
