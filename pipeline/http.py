@@ -70,8 +70,9 @@ class RetryPolicy(Retry):
         return float(min(self.backoff_max, self.backoff_factor * 2 ** (len(self.history) - 1)))
 
     def sleep(self, response: Any = None) -> None:
+        """The server's Retry-After when it gave one (at most backoff_max_s), else the back-off."""
         wait = self.get_retry_after(response) if response is not None and self.respect_retry_after_header else None
-        wait = self.get_backoff_time() if wait is None else wait
+        wait = self.get_backoff_time() if wait is None else min(wait, self.backoff_max)
         if wait > 0:
             self._sleep(wait)
 
@@ -82,7 +83,7 @@ def retry_policy(retries: int, *, backoff_s: float = 0.5, backoff_max_s: float =
     last answer is returned as it is (raise_on_status off) for the caller to judge."""
     return RetryPolicy(total=retries, connect=retries, read=retries, status=retries, other=retries, redirect=False,
                        allowed_methods=IDEMPOTENT_METHODS, status_forcelist=RETRY_STATUSES,
-                       backoff_factor=backoff_s, backoff_max=backoff_max_s, retry_after_max=backoff_max_s,
+                       backoff_factor=backoff_s, backoff_max=backoff_max_s,
                        raise_on_status=False, respect_retry_after_header=True, sleep=sleep)
 
 

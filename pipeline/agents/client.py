@@ -74,7 +74,7 @@ class ServiceClient:
         self.timeout_s, self.retries = timeout_s, retries
         self.backoff_s, self.backoff_max_s = backoff_s, backoff_max_s
         self._sleep = sleep
-        self.headers = {"User-Agent": "benchfarm-agent", **({"Authorization": f"Bearer {token}"} if token else {})}
+        self._headers = {"User-Agent": "benchfarm-agent", **({"Authorization": f"Bearer {token}"} if token else {})}
         self._sessions: dict[int, requests.Session] = {}
         self._lock = threading.Lock()
 
@@ -87,7 +87,7 @@ class ServiceClient:
             if retries not in self._sessions:
                 made = http.session(http.retry_policy(retries, backoff_s=self.backoff_s,
                                                       backoff_max_s=self.backoff_max_s, sleep=self._sleep))
-                made.headers.update(self.headers)
+                made.headers.update(self._headers)
                 self._sessions[retries] = made
             return self._sessions[retries]
 
