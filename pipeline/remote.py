@@ -75,7 +75,7 @@ def resend(settings: Settings, path: Path, *, server: str | None = None, token: 
     job_state = "left as it is (the file names no agent)"
     if agent:
         try:
-            job_state = client.post(f"jobs/{document['job_id']}/complete", {"agent": agent})["status"]
+            job_state = client.post(f"jobs/{document['job_id']}/complete", {"agent": agent}, idempotent=True)["status"]
         except ServiceError as exc:
             job_state = f"not marked done: {exc}"
     return {"job_id": document["job_id"], "chunks": delivered.chunks, "stored": delivered.stored,

@@ -176,7 +176,7 @@ class DeviceAgent:
         body = {"name": self.name, "host": socket.gethostname(), "version": __version__,
                 "devices": [{"device_class": d.device_class.model_dump(mode="json"), "info": d.info.model_dump(mode="json")}
                             for d in self.devices.values()]}
-        reply = self.client.post("agents", body)
+        reply = self.client.post("agents", body, idempotent=True)   # create or refresh: a repeat is the same
         self.claim_wait_s = float(reply["claim_wait_s"])
         self.log.event("registered", agent=self.name, server=self.server,
                        devices={uid: d.device_class.name for uid, d in self.devices.items()})
@@ -220,7 +220,7 @@ class DeviceAgent:
             if self._send_progress:
                 beat["progress"] = self._progress()
             try:
-                reply = self.client.post(f"agents/{self.name}/heartbeat", beat, retries=0)
+                reply = self.client.post(f"agents/{self.name}/heartbeat", beat, retries=0, idempotent=True)
             except ServiceError as exc:
                 if not (exc.status == 422 and "progress" in exc.message and self._send_progress):
                     raise
@@ -228,7 +228,7 @@ class DeviceAgent:
                 self._send_progress = False
                 self.log.event("progress_not_accepted", error=str(exc))
                 reply = self.client.post(f"agents/{self.name}/heartbeat", {k: v for k, v in beat.items() if k != "progress"},
-                                         retries=0)
+                                         retries=0, idempotent=True)
         except Unreachable as exc:
             if not self._unreachable:
                 self.log.event("service_unreachable", error=str(exc))
@@ -293,6 +293,7 @@ class DeviceAgent:
             self.stop.wait(self.settings.agent.heartbeat_s)
             return None
         body = {"agent": self.name, "devices": idle}
+        # no Idempotency-Key: a repeated claim takes another job, so a 5xx or a lost answer is not resent
         try:
             response = self._until_reachable(lambda: self.client.request(
                 "POST", "jobs/claim", json=body, timeout_s=self.claim_wait_s + self.settings.agent.timeout_s))
@@ -407,7 +408,8 @@ class DeviceAgent:
     def fail(self, job_id: str, reason: str) -> None:
         self.log.event("job_failed", job=job_id, reason=reason)
         try:
-            self._until_reachable(lambda: self.client.post(f"jobs/{job_id}/fail", {"agent": self.name, "reason": reason}))
+            body = {"agent": self.name, "reason": reason}
+            self._until_reachable(lambda: self.client.post(f"jobs/{job_id}/fail", body, idempotent=True))
         except ServiceError as exc:
             self.log.event("fail_refused", job=job_id, error=str(exc))
 
@@ -418,7 +420,8 @@ class DeviceAgent:
         spool/rejected/, fails the job and logs one line saying how to resend it."""
         try:
             delivered = deliver(self.client, item.document, budget_bytes=self.settings.agent.upload_chunk_bytes,
-                                post=lambda chunk: self._until_reachable(lambda: self.client.post_raw("results", chunk)))
+                                post=lambda chunk: self._until_reachable(
+                                    lambda: self.client.post_raw("results", chunk, idempotent=True)))
         except InterruptedError:   # stopped while the service was away: the spool keeps it
             return False
         except ServiceError as exc:
@@ -431,7 +434,8 @@ class DeviceAgent:
         self.log.event("uploaded", job=item.job_id, stored=delivered.stored, duplicates=delivered.duplicates,
                        samples=delivered.samples, chunks=delivered.chunks)
         try:
-            self._until_reachable(lambda: self.client.post(f"jobs/{item.job_id}/complete", {"agent": item.agent}))
+            self._until_reachable(lambda: self.client.post(f"jobs/{item.job_id}/complete", {"agent": item.agent},
+                                                          idempotent=True))
         except ServiceError as exc:   # 409: another agent holds the job now; the results are stored anyway
             self.log.event("complete_refused", job=item.job_id, error=str(exc))
         else:

@@ -1,29 +1,35 @@
-"""The one HTTP client of the agents: base URL, bearer token, timeouts, and retries with
-exponential back-off on connection errors and 5xx answers. Everything the agent says to the
-service goes through `ServiceClient`; it carries plain JSON both ways."""
+"""The one HTTP client of the agents: base URL, bearer token, timeouts, and the project's retry
+policy (`pipeline.http`: idempotent requests and keyed POSTs retried on connection errors and
+502/503/504 with exponential back-off). Everything the agent says to the service goes through
+`ServiceClient`; it carries plain JSON both ways."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import requests
+from urllib3.exceptions import MaxRetryError
+from urllib3.util.retry import Retry
+
+from pipeline import http
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ServiceClient", "ServiceError", "Unreachable"]
 
-_RETRY_STATUSES = {500, 502, 503, 504}
 _CHUNK = 1 << 20
 
 
 class ServiceError(RuntimeError):
-    """The service answered with an error (4xx, or 5xx after the retries); `status` is its code."""
+    """The service answered with an error (4xx, or 5xx after the retries the policy allows); `status`
+    is its code."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"HTTP {status}: {message}")
@@ -33,7 +39,7 @@ class ServiceError(RuntimeError):
 
 class Unreachable(ServiceError):
     """No answer from the service after the retries (connection refused, reset, timed out), or
-    only 503s (the service answers but its store does not: `service.app`'s store_unavailable)."""
+    a 503 (the service answers but its store does not: `service.app`'s store_unavailable)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(0, message)
@@ -54,6 +60,10 @@ def _error_of(response: requests.Response) -> str:
     return message
 
 
+def _attempts(n: int) -> str:
+    return f"{n} attempt{'s' * (n != 1)}"
+
+
 class ServiceClient:
     def __init__(self, base_url: str, token: str, *, timeout_s: float = 30.0, retries: int = 5,
                  backoff_s: float = 0.5, backoff_max_s: float = 10.0,
@@ -64,48 +74,60 @@ class ServiceClient:
         self.timeout_s, self.retries = timeout_s, retries
         self.backoff_s, self.backoff_max_s = backoff_s, backoff_max_s
         self._sleep = sleep
-        self.session = requests.Session()
-        if token:
-            self.session.headers["Authorization"] = f"Bearer {token}"
-        self.session.headers["User-Agent"] = "benchfarm-agent"
+        self._headers = {"User-Agent": "benchfarm-agent", **({"Authorization": f"Bearer {token}"} if token else {})}
+        self._sessions: dict[int, requests.Session] = {}
+        self._lock = threading.Lock()
 
     def url(self, path: str) -> str:
         return f"{self.base_url}{self.api_prefix}/{path.lstrip('/')}"
 
+    def _session(self, retries: int) -> requests.Session:
+        """The session retrying `retries` times (one per count asked for: the heartbeat's 0, the rest's)."""
+        with self._lock:
+            if retries not in self._sessions:
+                made = http.session(http.retry_policy(retries, backoff_s=self.backoff_s,
+                                                      backoff_max_s=self.backoff_max_s, sleep=self._sleep))
+                made.headers.update(self._headers)
+                self._sessions[retries] = made
+            return self._sessions[retries]
+
     def request(self, method: str, path: str, *, json: Any = None, data: bytes | None = None,
-                timeout_s: float | None = None, retries: int | None = None, stream: bool = False) -> requests.Response:
-        """One request, retried on connection errors and 5xx; a 4xx raises ServiceError at once."""
-        attempts = (self.retries if retries is None else retries) + 1
-        headers = {"Content-Type": "application/json"} if data is not None else None
-        last = ""
-        for attempt in range(attempts):
-            if attempt:
-                self._sleep(min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1)))
-            try:
-                response = self.session.request(method, self.url(path), json=json, data=data, headers=headers,
-                                                timeout=timeout_s or self.timeout_s, stream=stream)
-            except (requests.ConnectionError, requests.Timeout) as exc:
-                last = f"{method} {path}: {type(exc).__name__}: {exc}"
-                log.debug("%s (attempt %d of %d)", last, attempt + 1, attempts)
-                continue
-            if response.status_code in _RETRY_STATUSES:
-                last = f"{method} {path}: HTTP {response.status_code}: {_error_of(response)}"
-                log.debug("%s (attempt %d of %d)", last, attempt + 1, attempts)
-                if attempt + 1 == attempts:
-                    if response.status_code == 503:   # the service is up, its store is not: wait, as for no answer
-                        raise Unreachable(f"{self.base_url} unavailable after {attempts} attempts; last: {last}")
-                    raise ServiceError(response.status_code, _error_of(response))
-                continue
-            if response.status_code >= 400:
-                raise ServiceError(response.status_code, _error_of(response))
-            return response
-        raise Unreachable(f"{self.base_url} unreachable after {attempts} attempts; last: {last}")
+                timeout_s: float | None = None, retries: int | None = None, stream: bool = False,
+                idempotent: bool = False) -> requests.Response:
+        """One request under `pipeline.http`'s policy; a 4xx raises ServiceError at once, no answer
+        (or only 503s) Unreachable. `idempotent`: the service treats a repeat of this POST as the
+        same request, so it carries an Idempotency-Key and is retried like a GET."""
+        retries = self.retries if retries is None else retries
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        if idempotent:
+            headers.update(http.idempotency_key())
+        what = f"{method} {path}"
+        try:
+            response = self._session(retries).request(method, self.url(path), json=json, data=data, headers=headers,
+                                                      timeout=timeout_s or self.timeout_s, stream=stream)
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            if isinstance(exc.args[0] if exc.args else None, MaxRetryError):
+                raise Unreachable(f"{self.base_url} unreachable after {_attempts(retries + 1)}; last: {what}: "
+                                  f"{type(exc).__name__}: {exc}") from None
+            raise Unreachable(f"{self.base_url}: no answer to {what} ({type(exc).__name__}: {exc}); not sent "
+                              "again, as the service may have carried it out") from None
+        if response.status_code >= 400:
+            retried = getattr(response.raw, "retries", None)   # urllib3's Retry in effect: its history
+            attempts = len(retried.history) + 1 if isinstance(retried, Retry) else 1
+            message = _error_of(response)
+            log.debug("%s: HTTP %d: %s (attempt %d)", what, response.status_code, message, attempts)
+            if response.status_code == 503:   # the service is up, its store is not: wait, as for no answer
+                raise Unreachable(f"{self.base_url} unavailable after {_attempts(attempts)}; "
+                                  f"last: {what}: HTTP 503: {message}")
+            raise ServiceError(response.status_code, message)
+        return response
 
     def get(self, path: str, **kwargs: Any) -> Any:
         response = self.request("GET", path, **kwargs)
         return response.json() if response.content else None
 
     def post(self, path: str, body: Any = None, **kwargs: Any) -> Any:
+        """POST a JSON body; `idempotent=True` where the service treats a repeat as the same request."""
         response = self.request("POST", path, json=body, **kwargs)
         return response.json() if response.status_code != 204 and response.content else None
 

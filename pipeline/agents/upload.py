@@ -63,9 +63,10 @@ def deliver(client: ServiceClient, document: dict[str, Any], *, budget_bytes: in
     """POST every chunk of the document, in order; raises the first ServiceError (the chunks
     before it are stored, and sending the whole document again stores only the rest).
 
-    `post`: how one chunk is sent (default `client.post_raw("results", chunk)`); the agent wraps
+    `post`: how one chunk is sent (default `client.post_raw("results", chunk, idempotent=True)`:
+    ingest is idempotent, so the chunk carries an Idempotency-Key and is retried); the agent wraps
     it to wait out an unreachable service."""
-    send = post or (lambda chunk: client.post_raw("results", chunk))
+    send = post or (lambda chunk: client.post_raw("results", chunk, idempotent=True))
     n = stored = duplicates = samples = 0
     for chunk in chunks(document, budget_bytes):
         summary = send(chunk)

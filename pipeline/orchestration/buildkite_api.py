@@ -4,8 +4,11 @@
 Used when Buildkite is configured (`buildkite.api_token`, `organization`, `pipeline`): a GitHub
 delivery, or an ad-hoc run (`POST /api/v1/runs`, `benchfarm trigger`), then becomes a Buildkite build
 whose first step uploads `benchfarm pipeline`'s steps.
-Sent with the project's one HTTP client (`ServiceClient`: retried on connection errors and 5xx); a
-refused token (401/403) or a refused build (4xx) is reported at once with Buildkite's message.
+Sent with the project's one HTTP client (`ServiceClient`, under `pipeline.http`'s policy): Buildkite
+takes no Idempotency-Key, so the POST is retried only when the connection could not be opened; a
+502/503/504 or a lost answer is reported, not sent again (the build may have been created: a second
+POST would make a second build). A refused token (401/403) or build (4xx) is reported at once with
+Buildkite's message.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.agents.client import ServiceClient, ServiceError
+from pipeline.agents.client import ServiceClient, ServiceError, Unreachable
 from pipeline.config import BuildkiteSettings
 
 __all__ = ["BuildkiteError", "CreatedBuild", "configured", "create_build"]
@@ -51,12 +54,15 @@ def create_build(settings: BuildkiteSettings, *, commit: str, branch: str, messa
                            backoff_s=backoff_s, sleep=sleep, api_prefix="")
     try:
         data = client.post(path, body)
-    except ServiceError as exc:   # retried on connection errors and 5xx already (Unreachable: status 0)
+    except Unreachable as exc:   # no connection after the retries, or no answer / a 503 to the POST
+        raise BuildkiteError(f"Buildkite unreachable: {exc.message}") from None
+    except ServiceError as exc:
         if exc.status in (401, 403):
             raise BuildkiteError(f"Buildkite refused the API token (HTTP {exc.status}: {exc.message}); it needs "
                                  f"the write_builds scope on {settings.organization}") from None
-        if exc.status == 0 or exc.status >= 500:
-            raise BuildkiteError(f"Buildkite unreachable at {client.url(path)} after {retries + 1} attempts; "
-                                 f"last: HTTP {exc.status}: {exc.message}") from None
+        if exc.status >= 500:
+            raise BuildkiteError(f"Buildkite answered HTTP {exc.status} at {client.url(path)}: {exc.message}; the "
+                                 f"build of {commit[:10]} may have been created: look at the pipeline's builds before "
+                                 "triggering again") from None
         raise BuildkiteError(f"Buildkite refused the build (HTTP {exc.status}): {exc.message}") from None
     return CreatedBuild(number=int(data["number"]), web_url=str(data.get("web_url", "")), id=str(data.get("id", "")))

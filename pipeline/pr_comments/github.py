@@ -1,11 +1,12 @@
 """Posting a report on GitHub with PyGithub: one sticky comment per pull request, and the verdict
 as a check run (GitHub App) or a commit status (plain token).
 
-Transport failures are retried where a retry is safe: urllib3's Retry (PyGithub's `GithubRetry`,
-which knows GitHub's rate-limit answers) retries reads and edits on 5xx, and every request on a
-rate limit (403/429 with Retry-After or rate-limit headers: the request was not carried out). A
-POST answered with 5xx may or may not have been carried out, so it is retried here, after looking
-for what it would have created: a second sticky comment is never made.
+Transport failures are retried under the project's one rule (`pipeline.http`): reads are retried
+on 502/503/504 and lost answers, writes are not (PyGithub sends no Idempotency-Key); every request
+is retried on a rate limit (403/429 with Retry-After or rate-limit headers: it was not carried
+out; PyGithub's `GithubRetry` reads those). A write answered with 5xx may or may not have been
+carried out, so the poster decides (`_after_5xx`): an edit sets the same fields again, a new
+comment is retried only after looking for what it would have created (never a second sticky one).
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar, cast
 
 from github import Auth, Github, GithubException, GithubIntegration, GithubRetry
+from github.GithubObject import NotSet
 from github.IssueComment import IssueComment
 from github.PullRequest import PullRequest
+from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
+from pipeline import http
 from pipeline.config import GitHubSettings
 from pipeline.pr_comments.report import Report
 
@@ -46,8 +50,11 @@ class Posted:
 
 
 class _Retry(GithubRetry):
-    """GithubRetry with two changes: a POST is not retried on 5xx (it may have been carried out;
-    the poster decides), and a Retry-After longer than `max_wait_s` gives up instead of waiting."""
+    """GithubRetry under `pipeline.http`'s rule: 502/503/504 and lost answers are retried only for a
+    request `http.resendable` allows (the poster decides for writes), rate limits for every request;
+    a Retry-After longer than `max_wait_s` gives up instead of waiting."""
+
+    RETRY_AFTER_STATUS_CODES = http.RETRY_STATUSES | {429}
 
     def __init__(self, *, max_wait_s: float, **kwargs: Any) -> None:
         self.max_wait_s = max_wait_s
@@ -58,9 +65,15 @@ class _Retry(GithubRetry):
         return super().new(**kw)  # type: ignore[no-any-return]
 
     def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
-        if method.upper() == "POST" and status_code >= 500 and not has_retry_after:
+        if status_code in http.RETRY_STATUSES and not http.resendable(method):
             return False
         return bool(super().is_retry(method, status_code, has_retry_after))
+
+    def increment(self, method: str | None = None, url: str | None = None, response: Any = None,
+                  error: Exception | None = None, _pool: Any = None, _stacktrace: Any = None) -> Self:
+        if isinstance(error, ReadTimeoutError | ProtocolError) and not http.resendable(method or ""):
+            raise error   # sent, answer lost: the write may have been carried out
+        return cast(Self, super().increment(method, url, response, error, _pool, _stacktrace))   # GithubRetry says Retry
 
     def get_retry_after(self, response: Any) -> float | None:
         wait = super().get_retry_after(response)
@@ -76,8 +89,8 @@ def _retry(settings: GitHubSettings) -> _Retry:
         max_wait_s=settings.max_wait_s,
         total=settings.retries, connect=settings.retries, read=settings.retries,
         backoff_factor=settings.backoff_s, backoff_max=max(settings.max_wait_s, settings.backoff_s),
-        status_forcelist=[429, *range(500, 600)],
-        allowed_methods=frozenset({"GET", "HEAD", "POST", "PATCH", "PUT", "DELETE"}),
+        status_forcelist=[429, *sorted(http.RETRY_STATUSES)],   # GithubRetry adds 403 (its rate limits)
+        allowed_methods=http.IDEMPOTENT_METHODS | {"POST", "PATCH"},   # writes too, for rate limits (is_retry)
         raise_on_status=False,      # the last answer goes to PyGithub, which raises GithubException
         secondary_rate_wait=min(60.0, settings.max_wait_s), max_rate_limit_wait=settings.max_wait_s,
     )
@@ -167,8 +180,9 @@ class GitHubPoster:
             state = None
             if check_run is not None:
                 output = {"title": report.title[:255], "summary": report.check_summary()}
-                check_run.edit(status="completed", conclusion=report.conclusion, output=output,
-                               **({"details_url": report.details_url} if report.details_url.startswith("https://") else {}))
+                details = report.details_url if report.details_url.startswith("https://") else NotSet
+                self._after_5xx(lambda: check_run.edit(status="completed", conclusion=report.conclusion,
+                                                       output=output, details_url=details))
             else:
                 state = "failure" if report.conclusion == "failure" else "success"
                 status = {"state": state, "description": report.title[:140], "context": self.settings.check_name,
@@ -194,7 +208,7 @@ class GitHubPoster:
     def _upsert_comment(self, pull: PullRequest, report: Report, login: str | None) -> tuple[int, bool]:
         existing = self.find_comment(pull, report, login)
         if existing is not None:
-            existing.edit(report.body)
+            self._after_5xx(lambda: existing.edit(report.body))
             return existing.id, False
 
         def recover() -> IssueComment | None:  # the POST may have been carried out after all
@@ -202,11 +216,14 @@ class GitHubPoster:
 
         comment = self._after_5xx(lambda: pull.create_issue_comment(report.body), recover=recover)
         if comment.body != report.body:  # found by recover() with an older body
-            comment.edit(report.body)
+            self._after_5xx(lambda: comment.edit(report.body))
         return comment.id, True
 
     def _after_5xx(self, attempt: Callable[[], T], recover: Callable[[], T | None] | None = None) -> T:
-        """Run a POST; on 5xx, back off, look for its effect with `recover`, and try again."""
+        """Run a write (which `_Retry` does not repeat); on 5xx, back off, look for its effect with
+        `recover`, and try again. A repeat is harmless for edits (the same fields set again) and
+        statuses (the newest of a context counts); a new comment has `recover`; a check run created
+        twice after a lost answer stays twice on GitHub (no recovery for it yet)."""
         for n in range(self.settings.retries + 1):
             try:
                 return attempt()

@@ -34,6 +34,7 @@ import requests
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from pipeline import http
 from pipeline.config import AlertSettings, Settings
 from pipeline.contracts.ids import CaseId
 from pipeline.dispatch.triggers import Loop
@@ -62,6 +63,8 @@ def owners_of(case_id: CaseId | str, owners: dict[str, str]) -> list[str]:
 
 _ADDRESS = re.compile(r"[^@\s<>,]+@[^@\s<>,]+\.[^@\s<>,]+")
 SMTP_TIMEOUT_S = 20.0
+WEBHOOK_RETRIES = 2
+"""Connection attempts repeated per webhook post (`pipeline.http`'s policy; a failed post is owed)."""
 
 
 def mail_recipients(owners: list[str], settings: AlertSettings) -> list[str]:
@@ -175,7 +178,10 @@ class _Channel:
         alerts = settings.alerts
         if self is _WEBHOOK:
             try:
-                response = requests.post(alerts.webhook_url.get_secret_value(), json={"text": text}, timeout=10)
+                # a POST without Idempotency-Key (a repeat is a second message): only a connection that
+                # could not be opened is tried again here; any other failure waits for the next period
+                with http.session(http.retry_policy(WEBHOOK_RETRIES)) as client:
+                    response = client.post(alerts.webhook_url.get_secret_value(), json={"text": text}, timeout=10)
                 response.raise_for_status()
             except requests.RequestException as exc:
                 log.warning("alert for change point %d not posted (%s); retried later", cp_id, exc)

@@ -1,7 +1,8 @@
 """Creating Buildkite builds over real HTTP, against a local stand-in of Buildkite's REST API
 (`POST /v2/organizations/{org}/pipelines/{pipeline}/builds`, Bearer token) that checks each request
 against the documented shape: JSON with commit and branch (strings), optional message, env and
-meta_data (objects of strings), pull_request_* fields; answers 201 with number and web_url."""
+meta_data (objects of strings), pull_request_* fields; answers 201 with number and web_url.
+Buildkite takes no Idempotency-Key: a 502 is reported, never sent again (`pipeline.http`)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ class BuildkiteStandIn:
 
     def __init__(self) -> None:
         self.builds: list[dict[str, Any]] = []
-        self.fail_next = 0
+        self.fail_next = 0   # the next requests answered 502 without being carried out
+        self.lose_next = 0   # the next builds created, their answer lost on the way back (a 502)
         self.requests = 0
         self.peer = JsonStandIn(self._answer)
         self.url = self.peer.url
@@ -75,6 +77,9 @@ class BuildkiteStandIn:
             return 422, {"message": f"Validation failed: {', '.join(problems)}"}
         self.builds.append(data)
         number = len(self.builds)
+        if self.lose_next:
+            self.lose_next -= 1
+            return 502, {"message": "Bad gateway"}
         return 201, {"id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"build/{number}")), "number": number,
                      "web_url": f"https://buildkite.com/acme/kernels/builds/{number}", "state": "scheduled",
                      "commit": data["commit"]}
@@ -100,19 +105,31 @@ def test_a_build_is_created_with_the_documented_body(buildkite: BuildkiteStandIn
     assert sent["commit"] == "a" * 40 and sent["pull_request_id"] == 7 and sent["env"]["BENCHFARM_REPOSITORY"]
 
 
-def test_5xx_is_retried_and_a_refused_token_is_reported(buildkite: BuildkiteStandIn) -> None:
-    buildkite.fail_next = 2
+def test_a_502_is_not_sent_again_and_a_refused_token_is_reported(buildkite: BuildkiteStandIn) -> None:
+    """The build was created but its answer lost (a 502 from a proxy): one build, one request, and
+    an error saying to look before triggering again; a refused token is named at once."""
+    buildkite.lose_next = 1
     waits: list[float] = []
-    assert create_build(_settings(buildkite.url), commit="b" * 40, branch="main", message="m",
-                        sleep=waits.append).number == 1
-    assert waits == [0.5, 1.0]
+    with pytest.raises(BuildkiteError, match="answered HTTP 502 .* may have been created"):
+        create_build(_settings(buildkite.url), commit="b" * 40, branch="main", message="m", sleep=waits.append)
+    assert (buildkite.requests, len(buildkite.builds), waits) == (1, 1, [])
+    buildkite.fail_next = 1
+    with pytest.raises(BuildkiteError, match="answered HTTP 502"):
+        create_build(_settings(buildkite.url), commit="b" * 40, branch="main", message="m", sleep=waits.append)
+    assert (buildkite.requests, len(buildkite.builds), waits) == (2, 1, [])
     with pytest.raises(BuildkiteError, match="refused the API token .*HTTP 401.*write_builds"):
         create_build(_settings(buildkite.url, token="wrong"), commit="c" * 40, branch="main", message="m",
                      sleep=lambda s: None)
-    buildkite.fail_next = 10
-    with pytest.raises(BuildkiteError, match="unreachable .* after 4 attempts; last: HTTP 502"):
-        create_build(_settings(buildkite.url), commit="c" * 40, branch="main", message="m", sleep=lambda s: None)
-    assert len(buildkite.builds) == 1
+    assert create_build(_settings(buildkite.url), commit="c" * 40, branch="main", message="m",
+                        sleep=lambda s: None).number == 2
+
+
+def test_a_connection_refused_is_retried_with_back_off() -> None:
+    """Nothing was sent when the connection could not be opened: retried, then reported."""
+    waits: list[float] = []
+    with pytest.raises(BuildkiteError, match="unreachable: .* after 4 attempts"):
+        create_build(_settings("http://127.0.0.1:9"), commit="c" * 40, branch="main", message="m", sleep=waits.append)
+    assert waits == [0.5, 1.0, 2.0]
 
 
 def test_configured_needs_token_organization_and_pipeline() -> None:
@@ -179,16 +196,21 @@ def _processed(url: str) -> dict[str, Any]:
 
 def test_signed_deliveries_to_the_service_become_buildkite_builds(buildkite: BuildkiteStandIn, tmp_path: Path) -> None:
     """End to end: GitHub's signed deliveries over HTTP to the running service; its webhook worker
-    creates the Buildkite builds (a 502 retried), and a refused token is reported on the delivery."""
+    creates the Buildkite builds; a 502 fails the delivery (not sent again: the build may have been
+    created), and a refused token is reported on the delivery."""
     hosted = HostedRepo("acme/kernels", bare=tmp_path / "acme-kernels.git", work=tmp_path / "work")   # never cloned
     head, base = "d" * 40, "e" * 40
     github = GitHubSettings(webhook_secret=SecretStr(SECRET))
     settings = Settings(home=tmp_path / "home", api_token=SecretStr(ADMIN), github=github,
                         buildkite=_settings(buildkite.url))
-    buildkite.fail_next = 1   # Buildkite answers 502 once: retried
+    buildkite.fail_next = 1   # Buildkite answers 502 once: the delivery fails, nothing is sent again
+    payload = pull_request_payload(hosted, 7, action="opened", head_sha=head, head_ref="faster-gemm", base_sha=base)
     with _service(settings) as url:
-        answer = deliver(url, "pull_request", pull_request_payload(hosted, 7, action="opened", head_sha=head,
-                                                                  head_ref="faster-gemm", base_sha=base))
+        assert deliver(url, "pull_request", payload).status_code == 202
+        delivery = _processed(url)
+        assert delivery["state"] == "failed" and "answered HTTP 502" in delivery["outcome"], delivery
+        assert buildkite.requests == 1 and buildkite.builds == []
+        answer = deliver(url, "pull_request", payload)   # delivered again (GitHub's redeliver)
         assert answer.status_code == 202, answer.text
         delivery = _processed(url)
         assert delivery["state"] == "done" and delivery["run_id"] is None, delivery   # nothing queued locally

@@ -56,6 +56,23 @@ def test_first_report_creates_one_comment_second_edits_it(pull: GitHubStandIn, t
     assert len(pull.calls("PATCH", rf"/issues/comments/{first.comment_id}$")) == 1
 
 
+def test_an_edit_answered_502_is_sent_again_by_the_poster_not_by_the_transport(pull: GitHubStandIn,
+                                                                              tmp_path: Path) -> None:
+    """PyGithub's retry repeats no write after a 502 (`pipeline.http`'s rule: writes need an
+    Idempotency-Key, which PyGithub does not send); the poster repeats an edit, which sets the same
+    body again: its own back-off (the injected sleep) shows it was the one that did."""
+    settings = _settings(pull, tmp_path)
+    waits: list[float] = []
+    poster = GitHubPoster(settings.github, sleep=waits.append)
+    first = poster.post(_report(settings, case="gemm/first/1x1x1/bf16/triton"))
+    pull.inject(502, times=2, method="PATCH", path=r"/issues/comments/\d+$", after=True, message="Bad Gateway")
+    poster.post(_report(settings, case="gemm/second/1x1x1/bf16/triton"))
+    assert [r.status for r in pull.calls("PATCH", rf"/issues/comments/{first.comment_id}$")] == [502, 502, 200]
+    assert waits == [0.01, 0.02]
+    [comment] = pull.comments(REPO, PR)
+    assert "gemm/second" in comment["body"]
+
+
 def test_finds_our_comment_on_page_three_among_others(pull: GitHubStandIn, tmp_path: Path) -> None:
     settings = _settings(pull, tmp_path)
     report = _report(settings)
