@@ -159,12 +159,14 @@ def _settings(**changes: object):  # type: ignore[no-untyped-def]
     from pipeline.config import MeasurementSettings
 
     values: dict[str, object] = dict(warmup_s=0.1, min_samples=10, min_time_s=0.1, max_time_s=2.0,
-                                     max_rel_noise=0.005, rounds=5, device_overrides={})
+                                     rounds=5, device_overrides={})
     return MeasurementSettings(**{**values, **changes})
 
 
-NVBENCH = dict(warmup_s=0.1, min_samples=10, min_time_s=0.5, max_time_s=15.0, max_rel_noise=0.005, noise="rel_stdev",
+NVBENCH = dict(warmup_s=0.1, min_samples=10, min_time_s=0.5, max_time_s=15.0,
                throttle_threshold=0.75, throttle_backoff_s=0.05, rounds=1)
+NVBENCH_MAX_REL_STDEV = 0.005
+"""NVBench's stopping criterion: the samples' relative standard deviation at most 0.5 %."""
 
 
 class Store:
@@ -285,7 +287,8 @@ def _nvbench_noise(base_dir: Path, base, device) -> dict[str, dict[str, float]]:
             continue
         kernel = _prepare(runner, base_dir, entry, refs, "nvbench", "j")
         t = time.time()
-        m = measure(kernel.read, settings, default_clock_mhz=kernel.default_clock_mhz)
+        m = measure(kernel.read, settings, default_clock_mhz=kernel.default_clock_mhz,
+                    max_rel_stdev=NVBENCH_MAX_REL_STDEV)
         kernel.release()
         s = m.samples
         out[_name(entry.case)] = {"n": len(s), "mean_us": float(np.mean(s) * 1e6), "median_us": float(np.median(s) * 1e6),

@@ -2,14 +2,15 @@
 
 Precedence: environment, then the file named by `BENCHFARM_CONFIG` (or `./benchfarm.toml` when it
 exists), then the embedded defaults (SQLite under `./.benchfarm/`, service on 127.0.0.1:8080). The
-file is found and read by `load_settings` (pydantic-settings' TOML source), each time it is called.
+file is found and read each time a Settings is made (pydantic-settings' TOML source); `load_settings`
+names a wrong or removed setting and where it came from. What is a setting and what is an argument:
+docs/design.md, "Settings".
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
-from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -30,7 +31,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from pipeline.contracts.rounds import MAX_PVALUE, PAIRED_MIN_CHANGE
+from pipeline.contracts.rounds import MAX_PVALUE, NOISE_FACTOR, PAIRED_MIN_CHANGE
 from pipeline.host_lock import DEFAULT_HOST_LOCK
 
 ENV_PREFIX = "BENCHFARM_"
@@ -40,7 +41,31 @@ class SettingsError(RuntimeError):
     """A setting with a wrong value; the message names the setting and where it came from."""
 
 
-GPU_MEASUREMENT: dict[str, float | int | str] = {"min_time_s": 0.1, "max_time_s": 15.0, "max_rel_noise": 0.005,
+_NO_EFFECT = ("removed: it had no effect (a timing round ends on its share of min_time_s and min_samples; a case "
+              "stops on its rounds: round_ci_target unpaired, the verdict paired); delete it")
+REMOVED_SETTINGS: dict[str, str] = {
+    "measurement.max_rel_noise": _NO_EFFECT,
+    "measurement.noise": _NO_EFFECT,
+    "buildkite.device_classes": "removed: the device classes of one pipeline upload are its argument, `benchfarm "
+                                "pipeline --device-classes` (default: BENCHFARM_PIPELINE_DEVICE_CLASSES in the "
+                                "pipeline's or the build's environment)",
+    "buildkite.cases": "removed: `benchfarm pipeline --cases` (default: BENCHFARM_PIPELINE_CASES in the build's "
+                       "environment)",
+    "buildkite.run_kind": "removed: `benchfarm pipeline --kind` (default: BENCHFARM_PIPELINE_KIND in the build's "
+                          "environment)",
+    "github.comment_max_chars": "removed: GitHub's limit on a comment's body is a constant "
+                                "(pipeline.pr_comments.comment.COMMENT_MAX_CHARS); delete it",
+}
+"""Settings of earlier versions -> why they are gone and what to do instead: a file or environment that
+still sets one stops the command with this message (as any unknown setting does), not with "extra inputs"."""
+
+PIPELINE_ARGUMENTS: dict[str, str] = {"device_classes": "BENCHFARM_PIPELINE_DEVICE_CLASSES",
+                                      "cases": "BENCHFARM_PIPELINE_CASES", "kind": "BENCHFARM_PIPELINE_KIND"}
+"""Environment variables that are arguments, not settings: the defaults of `benchfarm pipeline`'s flags of
+the same names, set in a Buildkite pipeline's environment or in that of a build the service creates."""
+
+
+GPU_MEASUREMENT: dict[str, float | int | str] = {"min_time_s": 0.1, "max_time_s": 15.0,
                                                  "placement_total_bytes": 40 << 30, "max_samples": 1500,
                                                  "rounds": 16, "timing_budget_s": 300.0}
 """GPU budget after NVBench's cold-measurement defaults (a 15 s timeout), with 0.1 s of kernel time per
@@ -62,15 +87,12 @@ def default_device_overrides() -> dict[str, dict[str, float | int | str]]:
     return {"gpu": dict(GPU_MEASUREMENT), "phone": dict(PHONE_MEASUREMENT)}
 
 
-NO_NOISE_CRITERION = 0.999
-"""max_rel_noise inside a round: the time and sample minimums alone end it."""
-
-
 class MeasurementSettings(BaseModel):
-    """Noise-based stopping after NVBench's method: warm up, then sample until the noise statistic
-    (`noise`; NVBench's is `rel_stdev`, ours by default `median_stderr`) is under `max_rel_noise`
-    after a minimum time and number of samples, or a timeout. Defaults suit CPUs; `device_overrides`
-    changes them per device class (by its name, else its kind: `cpu`, `gpu`, `phone`)."""
+    """How a job checks and times its cases (docs/design.md, "Measurement"): warm-up, then rounds of
+    samples, round-robin over the cases; a round of a case ends on its share of the time and sample
+    minimums (`pipeline.agents.measure.per_round`), or its share of max_time_s; a case takes more rounds
+    only while its verdict is undecided. Defaults suit CPUs; `device_overrides` changes them per device
+    class (by its name, else its kind: `cpu`, `gpu`, `phone`; `pipeline.agents.measure.for_device`)."""
 
     model_config = SettingsConfigDict(extra="forbid")
 
@@ -78,11 +100,6 @@ class MeasurementSettings(BaseModel):
     min_samples: int = Field(default=10, ge=2)
     min_time_s: float = Field(default=0.3, ge=0)
     max_time_s: float = Field(default=3.0, gt=0)
-    max_rel_noise: float = Field(default=0.01, gt=0, lt=1, description="stop once the noise statistic is under this")
-    noise: Literal["median_stderr", "rel_stdev"] = Field(
-        default="median_stderr",
-        description="median_stderr: relative standard error of the median (shrinks with more samples); rel_stdev: "
-        "relative standard deviation of the samples, NVBench's stdev criterion")
     throttle_threshold: float = Field(
         default=0.75, ge=0, lt=1,
         description="a sample taken with the SM clock under this fraction of the default clock is discarded (NVBench); "
@@ -153,40 +170,22 @@ class MeasurementSettings(BaseModel):
     device_overrides: dict[str, dict[str, float | int | str]] = Field(
         default_factory=default_device_overrides,
         description="device class name or kind -> settings that differ there; a class's name wins over its kind. "
-        "Configured ones (file, environment) are laid over the defaults key by key: setting one GPU class's "
-        "value keeps the GPU defaults; given to MeasurementSettings itself, they replace them ({}: none)",
+        "Those given to Settings (file, environment, arguments) are laid over the defaults key by key: setting one "
+        "GPU class's value keeps the GPU defaults; given to MeasurementSettings itself, they replace them ({}: none)",
     )
 
     @field_validator("device_overrides")
     @classmethod
     def _known_overrides(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for key, changes in value.items():
+            removed = sorted(name for name in changes if f"measurement.{name}" in REMOVED_SETTINGS)
+            if removed:
+                raise ValueError(f"device_overrides[{key!r}] sets {removed[0]}, "
+                                 + REMOVED_SETTINGS[f"measurement.{removed[0]}"])
             unknown = set(changes) - (set(cls.model_fields) - {"device_overrides"})
             if unknown:
                 raise ValueError(f"device_overrides[{key!r}] sets unknown measurement settings {sorted(unknown)}")
         return value
-
-    def for_device(self, name: str, kind: str) -> MeasurementSettings:
-        """These settings with the overrides of the device's kind, then of its class name, applied."""
-        changes = {**self.device_overrides.get(kind, {}), **self.device_overrides.get(name, {})}
-        if not changes:
-            return self
-        return MeasurementSettings.model_validate({**self.model_dump(), **changes})
-
-    def per_round(self) -> MeasurementSettings:
-        """The budget of one round: time and sample minimums (and the sample cap) split evenly over the
-        rounds every case gets (`min_rounds`); warm-up repeated each round."""
-        rounds = min(self.min_rounds, self.rounds)
-        return self.model_copy(update={
-            "min_samples": max(2, -(-self.min_samples // rounds)),
-            "max_samples": -(-self.max_samples // rounds) if self.max_samples else 0,
-            "min_time_s": self.min_time_s / rounds,
-            "max_time_s": self.max_time_s / rounds,
-            # The noise criterion judges the rounds (round_ci_target, the verdict), not the samples inside one:
-            # within a round, samples are serially correlated and a vendor graph's pairs spread by a few percent,
-            # which kept every such round running to its timeout (3.8 s instead of 0.3 s on an H100).
-            "max_rel_noise": NO_NOISE_CRITERION,
-        })
 
 
 class CompareSettings(BaseModel):
@@ -209,7 +208,7 @@ class CompareSettings(BaseModel):
     min_samples: int = Field(default=5, ge=2, description="fewer samples on a side: insufficient data")
     min_rounds: int = Field(default=3, ge=2, description="fewer timing rounds on a side: insufficient data")
     noise_factor: float = Field(
-        default=3.0, ge=0,
+        default=NOISE_FACTOR, ge=0,
         description="once a case's noise on the device class is learned, its threshold is max(the floor, noise_factor x "
         "that noise), the floor being paired_floor (paired) or min_change: 3 standard deviations of a change between identical code pass 0.27 % of the time (normal noise), "
         "and absorb the uncertainty of a noise learned from a few runs (pipeline.analysis.stats.threshold)")
@@ -244,7 +243,6 @@ class GitHubSettings(BaseModel):
                                 description="what regressions or errors make the check: fail, or neutral (reported only)")
     check_name: str = Field(default="benchfarm", description="name of the check run, context of the commit status")
     comment_top_n: int = Field(default=20, ge=1, description="rows shown per section before linking to the full comparison")
-    comment_max_chars: int = Field(default=65536, ge=2048, le=65536, description="GitHub's limit on a comment's body")
     retries: int = Field(default=5, ge=0, le=20, description="retries of one request on 5xx and rate limits")
     backoff_s: float = Field(default=1.0, ge=0, description="exponential back-off factor between retries")
     max_wait_s: float = Field(default=120.0, ge=0, description="longest single wait (Retry-After, rate-limit reset) before giving up")
@@ -294,13 +292,6 @@ class BuildkiteSettings(BaseModel):
                            "as --suite; empty: benchfarm's default")
     # Builds through Buildkite's REST API: with all three set, a webhook delivery creates a Buildkite build
     # (whose pipeline upload step runs `benchfarm pipeline`) instead of queueing jobs on the built-in dispatcher.
-    # What `benchfarm pipeline` makes steps for when its flags do not say: set in the pipeline's
-    # environment (device_classes), or in a build's by the service (an ad-hoc run's classes, cases, kind).
-    device_classes: str = Field(default="", description="comma-separated device classes the pipeline runs on")
-    cases: str = Field(default="", max_length=400, description="glob over case ids the device steps run; empty: all")
-    run_kind: Literal["", "adhoc", "push", "pr", "nightly"] = Field(
-        default="", description="what the device steps record the run as; empty: from the build (pull request, "
-        "schedule: nightly, else push)")
     api_url: str = Field(default="https://api.buildkite.com", description="Buildkite's REST API root")
     api_token: SecretStr = Field(default=SecretStr(""), description="a Buildkite API access token with write_builds")
     organization: str = Field(default="", description="the organization's slug")
@@ -482,14 +473,10 @@ class AgentSettings(BaseModel):
                     "(keep it well below the service's max_upload_bytes)")
 
 
-_CONFIG_FILE: ContextVar[Path | None] = ContextVar("benchfarm_config_file", default=None)
-"""The config file `load_settings` found, while it builds a Settings (a source cannot take arguments);
-a Settings made directly, as tests do, reads no file."""
-
-
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", validate_default=True
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", validate_default=True,
+        nested_model_default_partial_update=True,   # a group's keys from any source laid over its defaults
     )
 
     home: Path = Field(default=Path(".benchfarm"), description="where the embedded store, bundles and caches live")
@@ -504,17 +491,17 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, description="largest request body accepted")
     log_level: str = Field(default="INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
     build_workers: int = Field(default=0, ge=0, description="parallel compile processes; 0: one per core")
-    measurement: MeasurementSettings = Field(default_factory=MeasurementSettings)
-    compare: CompareSettings = Field(default_factory=CompareSettings)
-    analysis: AnalysisSettings = Field(default_factory=AnalysisSettings)
-    alerts: AlertSettings = Field(default_factory=AlertSettings)
-    bisect: BisectSettings = Field(default_factory=BisectSettings)
-    github: GitHubSettings = Field(default_factory=GitHubSettings)
-    buildkite: BuildkiteSettings = Field(default_factory=BuildkiteSettings)
-    web: WebSettings = Field(default_factory=WebSettings)
-    phones: PhoneSettings = Field(default_factory=PhoneSettings)
-    dispatch: DispatchSettings = Field(default_factory=DispatchSettings)
-    agent: AgentSettings = Field(default_factory=AgentSettings)
+    measurement: MeasurementSettings = MeasurementSettings()
+    compare: CompareSettings = CompareSettings()
+    analysis: AnalysisSettings = AnalysisSettings()
+    alerts: AlertSettings = AlertSettings()
+    bisect: BisectSettings = BisectSettings()
+    github: GitHubSettings = GitHubSettings()
+    buildkite: BuildkiteSettings = BuildkiteSettings()
+    web: WebSettings = WebSettings()
+    phones: PhoneSettings = PhoneSettings()
+    dispatch: DispatchSettings = DispatchSettings()
+    agent: AgentSettings = AgentSettings()
 
     @classmethod
     def settings_customise_sources(
@@ -522,24 +509,11 @@ class Settings(BaseSettings):
         env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Precedence, first wins: explicit arguments, the environment, the config file, defaults.
-        pydantic-settings merges the sources' values deeply, so `BENCHFARM_MEASUREMENT__MIN_SAMPLES`
-        replaces `min_samples` of the file's `[measurement]` and keeps its other keys."""
-        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=_CONFIG_FILE.get())
-
-    @model_validator(mode="before")
-    @classmethod
-    def _device_overrides_over_the_defaults(cls, data: Any) -> Any:
-        """A configured `[measurement.device_overrides.X]` (or its environment variable) would replace the
-        whole default dict, so setting one class's placement budget dropped the GPU's timing defaults."""
-        measurement = data.get("measurement") if isinstance(data, dict) else None
-        given = measurement.get("device_overrides") if isinstance(measurement, dict) else None
-        if not isinstance(given, dict):
-            return data
-        merged: dict[str, Any] = default_device_overrides()
-        for key, changes in given.items():
-            merged[key] = {**merged.get(key, {}), **changes} if isinstance(changes, dict) else changes
-        return {**data, "measurement": {**measurement, "device_overrides": merged}}
+        """Precedence, first wins: explicit arguments, the environment, the config file (`config_file`),
+        defaults. pydantic-settings merges them key by key at every depth (`nested_model_default_partial_update`),
+        so `BENCHFARM_MEASUREMENT__MIN_SAMPLES` replaces `min_samples` of the file's `[measurement]` and keeps
+        its other keys, and `[measurement.device_overrides.X]` keeps the GPU and phone defaults."""
+        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=config_file())
 
     @field_validator("database_url")
     @classmethod
@@ -579,7 +553,8 @@ class Settings(BaseSettings):
         return self.home / "outbox"
 
 
-def _config_file() -> Path | None:
+def config_file() -> Path | None:
+    """The TOML file settings are read from: the one BENCHFARM_CONFIG names, else ./benchfarm.toml if any."""
     named = os.environ.get(f"{ENV_PREFIX}CONFIG")
     if named:
         path = Path(named)
@@ -592,22 +567,24 @@ def _config_file() -> Path | None:
 
 def _describe(error: Any, source: str) -> str:
     loc = [str(p) for p in error["loc"]]
+    name = ".".join(loc)
     env_name = ENV_PREFIX + "__".join(loc).upper()
-    return f"{'.'.join(loc)} (env {env_name}, or in {source}): {error['msg']}"
+    removed = REMOVED_SETTINGS.get(name) if error["type"] == "extra_forbidden" else None
+    return f"{name} (env {env_name}, or in {source}): {removed or error['msg']}"
 
 
 def load_settings(**overrides: Any) -> Settings:
     """Read settings once at start; a wrong value raises SettingsError naming it."""
-    path = _config_file()
+    path = config_file()
+    not_settings = {f"{ENV_PREFIX}CONFIG", *PIPELINE_ARGUMENTS.values()}
     unknown_env = sorted(
         k for k in os.environ
-        if k.startswith(ENV_PREFIX) and k != f"{ENV_PREFIX}CONFIG"
+        if k.startswith(ENV_PREFIX) and k not in not_settings
         and k[len(ENV_PREFIX):].split("__")[0].lower() not in Settings.model_fields
     )
     if unknown_env:
         raise SettingsError(f"unknown setting {unknown_env[0]}; known: " + ", ".join(
             ENV_PREFIX + name.upper() for name in Settings.model_fields))
-    token = _CONFIG_FILE.set(path)
     try:
         return Settings(**overrides)   # the file is read here, by the TOML source
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -616,8 +593,6 @@ def load_settings(**overrides: Any) -> Settings:
         source = str(path) if path else "the config file"
         lines = [_describe(e, source) for e in exc.errors(include_url=False)]
         raise SettingsError("wrong setting: " + "; ".join(lines)) from None
-    finally:
-        _CONFIG_FILE.reset(token)
 
 
 @lru_cache(maxsize=1)

@@ -125,6 +125,11 @@ def test_a_bad_config_file_stops_every_command_with_one_line_naming_it(tmp_path:
     assert said(benchfarm(tmp_path, "jobs")) == (
         "benchfarm: wrong setting: measurement.min_sampels (env BENCHFARM_MEASUREMENT__MIN_SAMPELS, or in "
         "benchfarm.toml): Extra inputs are not permitted")
+    (tmp_path / "benchfarm.toml").write_text("[github]\ncomment_max_chars = 60000\n")   # an earlier version's
+    assert said(benchfarm(tmp_path, "jobs")) == (
+        "benchfarm: wrong setting: github.comment_max_chars (env BENCHFARM_GITHUB__COMMENT_MAX_CHARS, or in "
+        "benchfarm.toml): removed: GitHub's limit on a comment's body is a constant "
+        "(pipeline.pr_comments.comment.COMMENT_MAX_CHARS); delete it")
 
 
 def test_every_flag_and_argument_of_every_command_says_what_it_is() -> None:

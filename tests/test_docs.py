@@ -50,6 +50,9 @@ def test_readme_names_only_real_commands() -> None:
     ("pipeline/config.py", "NVBench's cold-measurement defaults for GPUs"),
     ("pipeline/config.py", "Noise-based stopping (NVBench's method)"),
     ("pipeline/agents/measure.py", "until the median is known well"),
+    ("pipeline/agents/measure.py", "max_rel_noise"),
+    ("pipeline/config.py", "def per_round"),
+    ("pipeline/config.py", "ContextVar"),
 ])
 def test_stale_claim_is_gone(path: str, stale: str) -> None:
     assert stale not in (ROOT / path).read_text()

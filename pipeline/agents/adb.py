@@ -141,11 +141,15 @@ def _cpu_list(text: str) -> list[int]:
     return cpus
 
 
+_PHONES = PhoneSettings()   # the client's defaults are the settings'
+
+
 class Adb:
     """The adb client: `adb [-s SERIAL] ...` with a timeout, an optional private server socket
     (ADB_SERVER_SOCKET) and errors that say what state the device is in."""
 
-    def __init__(self, binary: str = "adb", *, server_socket: str = "", timeout_s: float = 120.0):
+    def __init__(self, binary: str = _PHONES.adb, *, server_socket: str = _PHONES.adb_server_socket,
+                 timeout_s: float = _PHONES.adb_timeout_s):
         self.binary = binary
         self.server_socket = server_socket
         self.timeout_s = timeout_s

@@ -158,7 +158,7 @@ class DeviceAgent:
         self.current: str | None = None
         self._worker: threading.Thread | None = None
         self.lost: set[str] = set()
-        self.claim_wait_s = 20.0
+        self.claim_wait_s = settings.dispatch.claim_wait_s   # the service's, once registration answers
         self._unreachable = False
         self._send_progress = True   # the running job's stage in each heartbeat (a service that refuses it: off)
         self.log.update(agent=self.name, server=self.server)

@@ -20,7 +20,7 @@ from pipeline.agents.adb import AdbTransport
 from pipeline.agents.check_cache import CheckCache
 from pipeline.agents.counters import CounterCache, CounterCollector, CounterRequest
 from pipeline.agents.devices import LocalDevice
-from pipeline.agents.measure import Measured, measure, measure_pairs
+from pipeline.agents.measure import Measured, for_device, measure, measure_pairs, per_round
 from pipeline.agents.placement import job_budget, plan_placements, timing_groups
 from pipeline.agents.runners import CheckedKernel, Workspace
 from pipeline.agents.runners.iree_runner import IreeDevice, prepare_entry
@@ -163,7 +163,7 @@ def run_bundle(
 
     Built entries: ok (samples + stats), wrong (correctness, no samples) or error (the reason).
     Entries that failed to compile: skipped, with the compile error. One case's failure never
-    stops the others. `settings` are taken for the device's class (`MeasurementSettings.for_device`).
+    stops the others. `settings` are taken for the device's class (`measure.for_device`).
     A binary whose check passed on this device class before (`check_cache`) is not checked again.
 
     Timing: round-robin over the cases, at least `min_rounds` and at most `rounds` rounds, and no
@@ -193,7 +193,7 @@ def run_bundle(
     """
     bundle_dir = Path(bundle_dir)
     device_class = device.device_class
-    settings = settings.for_device(device_class.name, device_class.kind)
+    settings = for_device(settings, device_class.name, device_class.kind)
     if (base_bundle_dir is None) != (base_manifest is None):
         raise ValueError("a paired run needs both base_bundle_dir and base_manifest")
     if base_manifest is not None and base_manifest.commit == manifest.commit:
@@ -363,7 +363,7 @@ class _Job:
         # disturbance on the host lands on every case a little rather than on one case entirely.
         settings, steps = self.settings, self.steps
         timed = {index: _Timed() for index in checked}
-        round_settings = settings.per_round()
+        round_settings = per_round(settings)
         active = dict(checked)
 
         def waiting(message: str) -> None:

@@ -1,9 +1,11 @@
-"""The sampling loop (after NVBench's cold measurement): warm up, then time until the noise statistic
-(`MeasurementSettings.noise`: by default the median's relative standard error, not NVBench's
-relative standard deviation) is low enough, or time runs out; samples taken while the GPU was
-throttled are discarded, with a pause. Samples whose timing thread was taken off the CPU mid-call
-(`preempted`) are counted: a CPU runner whose call runs on that thread times its CPU time, which leaves
-another process's time slice out (`pipeline.agents.runners.iree_runner`).
+"""The sampling loop (after NVBench's cold measurement): warm up, then time until the round's share
+of the time and sample minimums is reached, or its share of the time limit runs out; samples taken while
+the GPU was throttled are discarded, with a pause. Samples whose timing thread was taken off the CPU
+mid-call (`preempted`) are counted: a CPU runner whose call runs on that thread times its CPU time, which
+leaves another process's time slice out (`pipeline.agents.runners.iree_runner`). No noise target ends a
+round: samples inside one are correlated, so the rounds are judged (docs/design.md, "Measurement").
+
+Also the settings a job is timed with: its device class's (`for_device`) and one round's (`per_round`).
 
 Pure: it calls `read_once` (one sample, with the SM clock and temperature read beside it), `clock`
 and `sleep`; all are parameters, so the loop is tested with deterministic fakes.
@@ -19,11 +21,9 @@ from dataclasses import dataclass, field
 
 from pipeline.config import MeasurementSettings
 
-__all__ = ["Reading", "Measured", "measure", "measure_pairs", "sample", "pair_order", "noise", "median_rel_stderr", "rel_stdev",
-           "MEDIAN_STDERR_FACTOR", "MAX_BACKOFF_STEP_S", "OFF_CPU_SLACK_S", "OFF_CPU_SHARE", "preempted"]
+__all__ = ["Reading", "Measured", "measure", "measure_pairs", "sample", "pair_order", "rel_stdev", "for_device",
+           "per_round", "MAX_BACKOFF_STEP_S", "OFF_CPU_SLACK_S", "OFF_CPU_SHARE", "preempted"]
 
-MEDIAN_STDERR_FACTOR = math.sqrt(math.pi / 2)
-"""Standard error of the median = sqrt(pi/2) * stdev / sqrt(n) for normal samples (1.2533)."""
 MAX_BACKOFF_STEP_S = 0.5
 """NVBench: after more than 2 throttled samples in a row the pause grows by min(1.5 x pause, 0.5 s)."""
 
@@ -68,33 +68,33 @@ class Measured:
         return [r.seconds for r in self.readings]
 
 
-def median_rel_stderr(samples: Sequence[float]) -> float:
-    """Relative standard error of the median: sqrt(pi/2) * stdev / (sqrt(n) * median).
-
-    Assumes independent, roughly normal samples; for skewed latencies it is an approximation that
-    errs on the cautious side (the stdev grows with the tail). Infinite for fewer than 2 samples.
-    """
-    n = len(samples)
-    if n < 2:
-        return math.inf
-    median = statistics.median(samples)
-    if median <= 0:
-        return math.inf
-    return MEDIAN_STDERR_FACTOR * statistics.stdev(samples) / (math.sqrt(n) * median)
-
-
 def rel_stdev(samples: Sequence[float]) -> float:
     """Relative standard deviation stdev / mean: NVBench's "Noise" column and stdev stopping criterion.
-    Unlike the median's standard error it does not shrink with more samples. Infinite below 2 samples."""
+    Infinite below 2 samples."""
     if len(samples) < 2:
         return math.inf
     mean = statistics.fmean(samples)
     return statistics.stdev(samples) / mean if mean > 0 else math.inf
 
 
-def noise(samples: Sequence[float], statistic: str) -> float:
-    """The settings' noise statistic (`MeasurementSettings.noise`) of the samples."""
-    return rel_stdev(samples) if statistic == "rel_stdev" else median_rel_stderr(samples)
+def for_device(settings: MeasurementSettings, name: str, kind: str) -> MeasurementSettings:
+    """The settings with `device_overrides` of the device's kind, then of its class name, applied."""
+    changes = {**settings.device_overrides.get(kind, {}), **settings.device_overrides.get(name, {})}
+    if not changes:
+        return settings
+    return MeasurementSettings.model_validate({**settings.model_dump(), **changes})
+
+
+def per_round(settings: MeasurementSettings) -> MeasurementSettings:
+    """The budget of one round: time and sample minimums (and the sample cap) split evenly over the
+    rounds every case gets (`min_rounds`); warm-up repeated each round."""
+    rounds = min(settings.min_rounds, settings.rounds)
+    return settings.model_copy(update={
+        "min_samples": max(2, -(-settings.min_samples // rounds)),
+        "max_samples": -(-settings.max_samples // rounds) if settings.max_samples else 0,
+        "min_time_s": settings.min_time_s / rounds,
+        "max_time_s": settings.max_time_s / rounds,
+    })
 
 
 def _throttled(reading: Reading, settings: MeasurementSettings, default_clock_mhz: float | None) -> bool:
@@ -111,12 +111,14 @@ def measure(
     default_clock_mhz: float | None = None,
     clock: Callable[[], float] = time.perf_counter,
     sleep: Callable[[float], None] = time.sleep,
+    max_rel_stdev: float | None = None,
 ) -> Measured:
     """Warm up, then sample (module doc).
 
     1. Warm-up: call `read_once` (results discarded) until `settings.warmup_s` of wall time passed.
-    2. Sample until n >= min_samples AND the samples' sum >= min_time_s AND the noise statistic
-       (`settings.noise`) <= max_rel_noise; or until n reaches `max_samples` (when set) or the
+    2. Sample until n >= min_samples AND the samples' sum >= min_time_s (AND, with `max_rel_stdev`,
+       their `rel_stdev` is at most that: NVBench's noise criterion, which bench/measurement_quality.py
+       compares with; the agent leaves it off); or until n reaches `max_samples` (when set) or the
        sampling phase's wall time reaches max_time_s. A sample whose SM clock is under `throttle_threshold` x `default_clock_mhz` is
        discarded and followed by a pause of `throttle_backoff_s`, which grows after more than two
        such samples in a row (NVBench's rule); it is counted in `Measured.throttled`. With no
@@ -151,7 +153,7 @@ def measure(
             if (
                 len(samples) >= settings.min_samples
                 and total >= settings.min_time_s
-                and noise(samples, settings.noise) <= settings.max_rel_noise
+                and (max_rel_stdev is None or rel_stdev(samples) <= max_rel_stdev)
             ):
                 return measured
         if clock() - start >= settings.max_time_s:
@@ -179,10 +181,8 @@ def measure_pairs(
     `first_pair` so that rounds continue the pattern): index i of the two results is one pair.
 
     Warm-up alternates the two for `warmup_s`. Stops when n >= min_samples pairs AND each side's
-    samples sum to min_time_s AND the noise statistic of the ratios head[i] / base[i] is at most
-    max_rel_noise (the paired verdict reads the ratios, and slow drift that makes each side noisy
-    cancels in them); or at `max_samples` pairs (when set), or max_time_s. A pair with either sample throttled is discarded (both
-    sides count it) with `measure`'s back-off.
+    samples sum to min_time_s; or at `max_samples` pairs (when set), or max_time_s. A pair with either
+    sample throttled is discarded (both sides count it) with `measure`'s back-off.
     """
     readers = (read_base, read_head)
     start, turn = clock(), 0
@@ -190,7 +190,6 @@ def measure_pairs(
         readers[turn % 2]()
         turn += 1
     base, head = Measured(), Measured()
-    ratios: list[float] = []
     totals = [0.0, 0.0]
     backoff, in_a_row, index = settings.throttle_backoff_s, 0, first_pair
     start = clock()
@@ -215,13 +214,10 @@ def measure_pairs(
             head.preempted += preempted(pair[1])
             totals[0] += pair[0].seconds
             totals[1] += pair[1].seconds
-            ratios.append(pair[1].seconds / pair[0].seconds)
-            if settings.max_samples and len(ratios) >= max(settings.max_samples, settings.min_samples):
+            pairs = len(base.readings)
+            if settings.max_samples and pairs >= max(settings.max_samples, settings.min_samples):
                 return base, head
-            if (
-                len(ratios) >= settings.min_samples and min(totals) >= settings.min_time_s
-                and noise(ratios, settings.noise) <= settings.max_rel_noise
-            ):
+            if pairs >= settings.min_samples and min(totals) >= settings.min_time_s:
                 return base, head
         if clock() - start >= settings.max_time_s:
             return base, head

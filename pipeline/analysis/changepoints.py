@@ -103,19 +103,23 @@ from typing import Literal
 import numpy as np
 from scipy.special import stdtr
 
-WINDOW = 50
-"""Commits per analysis window (Otava's default)."""
-MAX_PVALUE = 0.001
-"""Largest p-value of a reported change point (Otava's default)."""
-MIN_MAGNITUDE = 0.0
-"""Smallest |relative change| of a reported change point; set per series."""
-MIN_SIZE = 3
+from pipeline.config import AnalysisSettings
+
+_DEFAULTS = AnalysisSettings()
+"""The functions' defaults are the settings' (`pipeline.config.AnalysisSettings`), defined there once."""
+WINDOW: int = _DEFAULTS.window
+"""Commits per analysis window (Otava's default, 50)."""
+MAX_PVALUE: float = _DEFAULTS.max_pvalue
+"""Largest p-value of a reported change point (Otava's default, 0.001)."""
+MIN_MAGNITUDE: float = _DEFAULTS.min_magnitude
+"""Smallest |relative change| of a reported change point, unless the series sets its own."""
+MIN_SIZE: int = _DEFAULTS.min_size
 """Commits on each side of a change point, the new level included, before `detect` reports it."""
-CONFIRM_SIZE = 8
+CONFIRM_SIZE: int = _DEFAULTS.confirm_size
 """Commits from a change point to the newest, its own included, before it is confirmed (module doc)."""
-CONFIRM_PVALUE = 1e-8
+CONFIRM_PVALUE: float = _DEFAULTS.confirm_pvalue
 """Largest p-value of a confirmed change point (module doc, "Confirmation")."""
-HOLD_PVALUE = 0.01
+HOLD_PVALUE: float = _DEFAULTS.hold_pvalue
 """A confirmed change point stands while its level still differs at this p-value (`holds`)."""
 OUTLIER_K = 4.0
 """Outlier-run threshold in robust standard deviations."""

@@ -45,6 +45,7 @@ import numpy as np
 from scipy.stats import f as f_distribution
 from scipy.stats import t as student_t
 
+from pipeline.config import CompareSettings
 from pipeline.contracts.result import summarize  # noqa: F401  (re-exported: stats is where callers look)
 from pipeline.contracts.rounds import (  # noqa: F401  (ROUND_TRIM and more re-exported with the rest of the rules)
     CONFIDENCE,
@@ -68,12 +69,14 @@ from pipeline.contracts.rounds import (  # noqa: F401  (ROUND_TRIM and more re-e
 )
 from pipeline.contracts.rounds import run_dispersion as _run_dispersion
 
-MIN_CHANGE = 0.05
+_DEFAULTS = CompareSettings()
+"""The functions' defaults are the settings' (`pipeline.config.CompareSettings`), defined there once."""
+MIN_CHANGE: float = _DEFAULTS.min_change
 """Smallest relative change of the median called a regression or an improvement (the floor)."""
-MIN_ROUNDS = 3
+MIN_ROUNDS: int = _DEFAULTS.min_rounds
 """Fewer rounds on a side (paired: pairs of rounds): insufficient data. With 2 rounds a t-test has
 one degree of freedom and its 95 % interval is +-12.7 standard errors: no answer worth giving."""
-MIN_SAMPLES = 5
+MIN_SAMPLES: int = _DEFAULTS.min_samples
 """Fewer samples on a side: insufficient data, whatever the rounds."""
 MAD_TO_SD = 1.4826
 """A normal distribution's standard deviation is 1.4826 times its median absolute deviation."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from collections.abc import Sequence
 
 from pipeline import __version__
@@ -23,7 +24,7 @@ from pipeline.cli.service import (
     cmd_token,
     cmd_user,
 )
-from pipeline.config import SettingsError, load_settings
+from pipeline.config import PIPELINE_ARGUMENTS, SettingsError, load_settings
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,11 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
                    "of the checkout you are in")
     p.add_argument("--base", help="the base commit, built and run beside it (paired); a sha or a ref like --commit")
     p.add_argument("--pr", type=int, help="pull request number: the report goes on it")
-    p.add_argument("--device-classes", help="comma-separated device classes; one queue each "
-                   "(default BENCHFARM_BUILDKITE__DEVICE_CLASSES, e.g. from the pipeline's environment)")
-    p.add_argument("--cases", help="glob over case ids the device steps run (default BENCHFARM_BUILDKITE__CASES: all)")
+    # a build's arguments: flags, else the build's environment (what the service sets on a build it creates)
+    p.add_argument("--device-classes", default=os.environ.get(PIPELINE_ARGUMENTS["device_classes"]),
+                   help="comma-separated device classes; one queue each (default "
+                   f"{PIPELINE_ARGUMENTS['device_classes']}, e.g. from the pipeline's environment)")
+    p.add_argument("--cases", default=os.environ.get(PIPELINE_ARGUMENTS["cases"]),
+                   help=f"glob over case ids the device steps run (default {PIPELINE_ARGUMENTS['cases']}: all)")
     p.add_argument("--kind", choices=["adhoc", "push", "pr", "nightly"],
-                   help="what the device steps record the run as (default BENCHFARM_BUILDKITE__RUN_KIND, else "
+                   default=os.environ.get(PIPELINE_ARGUMENTS["kind"]),
+                   help=f"what the device steps record the run as (default {PIPELINE_ARGUMENTS['kind']}, else "
                    "from the build)")
     p.add_argument("--targets", help="comma-separated targets to build (default: benchfarm build's)")
     p.add_argument("--repository", help="OWNER/NAME (default BENCHFARM_REPOSITORY)")

@@ -132,10 +132,9 @@ def cmd_pipeline(args: argparse.Namespace, settings: Settings) -> int:
     commit, base = full_sha(args.commit), full_sha(args.base) if args.base else None
     try:
         request = PipelineRequest(
-            commit=commit, base=base, pr=args.pr,
-            device_classes=split_targets(args.device_classes or settings.buildkite.device_classes) or [],
+            commit=commit, base=base, pr=args.pr, device_classes=split_targets(args.device_classes) or [],
             targets=split_targets(args.targets), repository=args.repository or settings.repository or None,
-            cases=args.cases or settings.buildkite.cases or None, kind=args.kind or settings.buildkite.run_kind or None)
+            cases=args.cases or None, kind=args.kind or None)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     sys.stdout.write(render_pipeline(build_pipeline(request, settings.buildkite), args.format))

@@ -19,11 +19,14 @@ from dataclasses import dataclass
 
 from buildkite_sdk import CommandStep, Pipeline
 
-from pipeline.config import BuildkiteSettings
+from pipeline.config import PIPELINE_ARGUMENTS, BuildkiteSettings
 from pipeline.contracts.ids import DEVICE_CLASS_PATTERN
 
-__all__ = ["BUILD_KEY", "REPORT_KEY", "STEP_ENV", "PipelineRequest", "build_pipeline", "device_key", "render_pipeline"]
+__all__ = ["BUILD_KEY", "PIPELINE_KINDS", "REPORT_KEY", "STEP_ENV", "PipelineRequest", "build_pipeline", "device_key",
+           "render_pipeline"]
 
+PIPELINE_KINDS = ("adhoc", "push", "pr", "nightly")
+"""What a pipeline's device steps may record their run as (`benchfarm run-job --kind`)."""
 BUILD_KEY = "build"
 REPORT_KEY = "report"
 _SHA = re.compile(r"^[0-9a-f]{7,64}$")
@@ -47,6 +50,8 @@ _AGENT_LOST = ((("exit_status", -1)), (("exit_status", 255)), (("signal_reason",
 
 @dataclass(frozen=True)
 class PipelineRequest:
+    """The arguments of one pipeline upload (`benchfarm pipeline`'s flags)."""
+
     commit: str
     device_classes: Sequence[str]
     base: str | None = None
@@ -61,13 +66,15 @@ class PipelineRequest:
             if sha is not None and not _SHA.match(sha):
                 raise ValueError(f"{name} {sha!r} is not a commit sha (7 to 64 lowercase hex digits)")
         if not self.device_classes:
-            raise ValueError("at least one device class is needed (--device-classes, or "
-                             "BENCHFARM_BUILDKITE__DEVICE_CLASSES in the pipeline's environment)")
+            raise ValueError(f"at least one device class is needed (--device-classes, or "
+                             f"{PIPELINE_ARGUMENTS['device_classes']} in the pipeline's environment)")
         for dc in self.device_classes:
             if not re.fullmatch(DEVICE_CLASS_PATTERN, dc):
                 raise ValueError(f"device class {dc!r} does not match {DEVICE_CLASS_PATTERN}")
         if len(set(self.device_classes)) != len(self.device_classes):
             raise ValueError("a device class is named twice")
+        if self.kind is not None and self.kind not in PIPELINE_KINDS:
+            raise ValueError(f"kind {self.kind!r} is not one of {', '.join(PIPELINE_KINDS)}")
         if self.pr is not None and self.pr < 1:
             raise ValueError(f"pull request number {self.pr} is not positive")
 

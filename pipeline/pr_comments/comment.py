@@ -27,6 +27,7 @@ from urllib.parse import quote
 
 import jinja2
 
+from pipeline.config import GitHubSettings
 from pipeline.contracts.ids import CaseId
 from pipeline.pr_comments.markdown import (
     Md,
@@ -54,9 +55,11 @@ from pipeline.store.compare import (
     counted_status,
 )
 
-__all__ = ["MARKER", "CodeDiff", "CommentSettings", "comment_marker", "render_comment"]
+__all__ = ["COMMENT_MAX_CHARS", "MARKER", "CodeDiff", "CommentSettings", "comment_marker", "render_comment"]
 
 MARKER = "<!-- benchfarm:pr-comment -->"
+COMMENT_MAX_CHARS = 65536
+"""GitHub's limit on a comment's body (characters): a longer one is refused."""
 SeriesIds = Mapping[tuple[CaseId, str], int]  # (case id, device class) -> series id
 
 _SECTIONS = ("Regressed", "Improved", "Inconclusive", "Other cases")
@@ -65,8 +68,8 @@ _SECTIONS = ("Regressed", "Improved", "Inconclusive", "Other cases")
 @dataclass(frozen=True)
 class CommentSettings:
     public_url: str
-    top_n: int = 20
-    max_chars: int = 65536
+    top_n: int = GitHubSettings.model_fields["comment_top_n"].default
+    max_chars: int = COMMENT_MAX_CHARS
     max_diffs: int = 10
     """changed kernels whose listing diff the comment shows"""
     diff_lines: int = 60

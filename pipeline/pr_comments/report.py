@@ -125,8 +125,7 @@ def make_report(comparisons: Sequence[ComparisonOut], *, settings: Settings, pr:
     compile changes, when given, as a section of their own above the footer that does not touch
     the conclusion or the title; the changed kernels' listing diffs folded in the comment."""
     gh = settings.github
-    body = render_comment(comparisons, settings=CommentSettings(settings.public_url, gh.comment_top_n,
-                                                                 gh.comment_max_chars),
+    body = render_comment(comparisons, settings=CommentSettings(settings.public_url, gh.comment_top_n),
                           pr=pr, series_ids=series_ids, code_diffs=code_diffs)
     first = comparisons[0]
     section = compile_section(compiled, public_url=settings.public_url, repository=first.repository) \

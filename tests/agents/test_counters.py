@@ -31,7 +31,7 @@ from tests.helpers.suite_repo import (
     make_suite_repo,
 )
 
-FAST = MeasurementSettings(warmup_s=0.0, min_samples=5, min_time_s=0.0, max_time_s=0.2, max_rel_noise=0.5, rounds=2,
+FAST = MeasurementSettings(warmup_s=0.0, min_samples=5, min_time_s=0.0, max_time_s=0.2, rounds=2,
                            min_rounds=2)
 GOOD, WRONG = GemmCase("good"), GemmCase("wrong", variant="wrong")
 
@@ -237,7 +237,7 @@ def test_ncu_counts_each_binary_once_and_the_same_every_time(gpu_bundle: tuple[L
 
     # through run_bundle: every ok result carries them, a second job reuses them
     cache = CounterCache(tmp_path / "counters")
-    fast = MeasurementSettings(warmup_s=0.01, min_samples=5, min_time_s=0.0, max_time_s=0.2, max_rel_noise=0.5,
+    fast = MeasurementSettings(warmup_s=0.01, min_samples=5, min_time_s=0.0, max_time_s=0.2,
                                rounds=2, min_rounds=2, device_overrides={})
     documents = [run_bundle(bundle_dir=bundle_dir, manifest=manifest, device=device, run_id=f"gpu-{i}",
                             job_id="job-1", settings=fast, counter_cache=cache) for i in (1, 2)]

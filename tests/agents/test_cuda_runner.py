@@ -16,7 +16,7 @@ from pipeline.contracts import BundleManifest, parse_result
 from tests.helpers.suite_repo import make_suite_repo
 from tests.helpers.triton_suite import TritonCase, triton_case_id, triton_suite_files
 
-FAST = MeasurementSettings(warmup_s=0.05, min_samples=10, min_time_s=0.0, max_time_s=0.5, max_rel_noise=0.05)
+FAST = MeasurementSettings(warmup_s=0.05, min_samples=10, min_time_s=0.0, max_time_s=0.5)
 OK, WRONG, UNWRITTEN = TritonCase("ok"), TritonCase("wrong", variant="wrong"), TritonCase("unwritten", variant="unwritten")
 
 

@@ -15,7 +15,7 @@ from pipeline.build.suite_loader import locate_suite, resolve_commit
 from pipeline.config import MeasurementSettings
 from tests.helpers.default_suite import default_suite_repo
 
-FAST = MeasurementSettings(warmup_s=0.0, min_samples=3, min_time_s=0.0, max_time_s=0.05, max_rel_noise=0.5, rounds=1)
+FAST = MeasurementSettings(warmup_s=0.0, min_samples=3, min_time_s=0.0, max_time_s=0.05, rounds=1)
 
 
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86_64 host only")

@@ -23,7 +23,7 @@ from tests.helpers.suite_repo import (
     make_suite_repo,
 )
 
-FAST = MeasurementSettings(warmup_s=0.0, min_samples=5, min_time_s=0.0, max_time_s=0.2, max_rel_noise=0.5, rounds=2,
+FAST = MeasurementSettings(warmup_s=0.0, min_samples=5, min_time_s=0.0, max_time_s=0.2, rounds=2,
                            min_rounds=2)
 GOOD, WRONG, BROKEN = GemmCase("good"), GemmCase("wrong", variant="wrong"), GemmCase("broken", variant="broken")
 

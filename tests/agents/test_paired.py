@@ -31,7 +31,7 @@ from tests.helpers.suite_repo import (
 # ~1 ms a call on one core; "slow" makes beta several times slower
 CASES = [GemmCase("alpha", 128, 128, 128), GemmCase("beta", 96, 128, 160), GemmCase("gamma", 160, 96, 128)]
 ONLY_HEAD = GemmCase("delta", 64, 64, 64)
-SETTINGS = MeasurementSettings(warmup_s=0.02, min_samples=12, min_time_s=0.05, max_time_s=0.6, max_rel_noise=0.01,
+SETTINGS = MeasurementSettings(warmup_s=0.02, min_samples=12, min_time_s=0.05, max_time_s=0.6,
                                rounds=3, device_overrides={})
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pipeline.agents.measure import for_device
 from pipeline.agents.placement import plan_placements
 from pipeline.config import MeasurementSettings
 
@@ -42,7 +43,7 @@ def test_the_gpu_default_gives_every_case_of_the_cuda_suite_two_copies_at_least(
     from pipeline.build.suite_loader import load_suite
     from pipeline.contracts import Target
 
-    gpu = MeasurementSettings().for_device("nvidia-h100", "gpu")
+    gpu = for_device(MeasurementSettings(), "nvidia-h100", "gpu")
     cuda = Target.parse("cuda:sm_90")
     sizes = [sum(t.nbytes for t in c.tensors) for c in load_suite("kernels") if c.supports(cuda)]
     plan = plan_placements(sizes, gpu)
@@ -55,7 +56,7 @@ def test_the_gpu_default_gives_every_case_of_the_cuda_suite_two_copies_at_least(
 def test_the_job_budget_keeps_within_a_share_of_the_device_memory_free() -> None:
     from pipeline.agents.placement import job_budget
 
-    gpu = MeasurementSettings().for_device("nvidia-l4", "gpu")
+    gpu = for_device(MeasurementSettings(), "nvidia-l4", "gpu")
     assert gpu.placement_total_bytes == 40 << 30
     assert job_budget(gpu) == job_budget(gpu, free_bytes=None) == 40 << 30    # the runner cannot tell: as set
     assert job_budget(gpu, free_bytes=79 << 30) == 40 << 30                    # an 80 GiB H100: the 40 GiB hold
@@ -71,7 +72,7 @@ def test_the_cuda_suite_on_smaller_gpus_keeps_its_copies_within_the_share() -> N
     from pipeline.build.suite_loader import load_suite
     from pipeline.contracts import Target
 
-    gpu = MeasurementSettings().for_device("nvidia-l40s", "gpu")
+    gpu = for_device(MeasurementSettings(), "nvidia-l40s", "gpu")
     cuda = Target.parse("cuda:sm_90")
     sizes = [sum(t.nbytes for t in c.tensors) for c in load_suite("kernels") if c.supports(cuda)]
     on_h100 = plan_placements(sizes, gpu, free_bytes=79 << 30)
@@ -101,7 +102,7 @@ def test_the_cuda_suite_on_a_24_gib_gpu_is_timed_in_groups_within_the_share() ->
     from pipeline.build.suite_loader import load_suite
     from pipeline.contracts import Target
 
-    gpu = MeasurementSettings().for_device("nvidia-l4", "gpu")
+    gpu = for_device(MeasurementSettings(), "nvidia-l4", "gpu")
     cuda = Target.parse("cuda:sm_90")
     sizes = [sum(t.nbytes for t in c.tensors) for c in load_suite("kernels") if c.supports(cuda)]
     budget = job_budget(gpu, free_bytes=22 << 30)

@@ -23,7 +23,7 @@ from tests.agents.test_cuda_runner import _nvidia_device
 from tests.helpers.attention_conv_suite import attention_conv_suite_files
 from tests.helpers.suite_repo import make_suite_repo
 
-FAST = MeasurementSettings(warmup_s=0.05, min_samples=10, min_time_s=0.0, max_time_s=0.3, max_rel_noise=0.05, rounds=2)
+FAST = MeasurementSettings(warmup_s=0.05, min_samples=10, min_time_s=0.0, max_time_s=0.3, rounds=2)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed here")

@@ -70,7 +70,7 @@ def test_pipeline_steps_run_in_order_and_post_the_comment(tmp_path: Path) -> Non
     checkout = tmp_path / "jobs" / "upload"
     git(tmp_path, "clone", "-q", str(hosted.bare), str(checkout))
     git(checkout, "checkout", "-q", head)
-    pipeline_env = {"BENCHFARM_BUILDKITE__DEVICE_CLASSES": DEVICE_CLASS, "BENCHFARM_BUILDKITE__SUITE_DIR": "kernels",
+    pipeline_env = {"BENCHFARM_PIPELINE_DEVICE_CLASSES": DEVICE_CLASS, "BENCHFARM_BUILDKITE__SUITE_DIR": "kernels",
                     "BENCHFARM_REPOSITORY": REPO}
     env = {**base_env(tmp_path / "pipeline-home"), **pipeline_env, **_agent_env(static | {"key": "upload"}, head, 7,
                                                                               "upload"),

@@ -29,7 +29,7 @@ def _upload(tmp_path: Path, **build_env: str) -> dict[str, Any]:
     env.update(BENCHFARM_HOME=str(tmp_path / "home"), BUILDKITE="true", BUILDKITE_COMMIT=git(repo, "rev-parse", "HEAD"),
                BUILDKITE_BRANCH="main", BUILDKITE_BUILD_ID="b-1", BUILDKITE_STEP_KEY="upload",
                BUILDKITE_SHIM_ARTIFACTS=str(tmp_path / "artifacts"), PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-               BENCHFARM_BUILDKITE__DEVICE_CLASSES="nvidia-h100-sxm,pixel-8-pro-cpu-big")   # the pipeline's
+               BENCHFARM_PIPELINE_DEVICE_CLASSES="nvidia-h100-sxm,pixel-8-pro-cpu-big")   # the pipeline's
     env.update(build_env)   # the build's environment wins over the pipeline's, as on Buildkite
     command = yaml.safe_load(STATIC_STEP.read_text())["steps"][0]["command"].replace("$$", "$")
     proc = subprocess.run(["bash", "-e", "-c", command], cwd=repo, env=env, capture_output=True, text=True,
@@ -58,7 +58,7 @@ def test_a_push_build_runs_every_class_of_the_pipeline_unpaired(tmp_path: Path) 
 
 def test_an_adhoc_build_runs_its_classes_cases_and_kind(tmp_path: Path) -> None:
     """What the service puts in the environment of a build it creates for `benchfarm trigger`."""
-    document = _upload(tmp_path, BUILDKITE_PULL_REQUEST="false", BENCHFARM_BUILDKITE__DEVICE_CLASSES="cpu-x86_64",
-                       BENCHFARM_BUILDKITE__CASES="gemm/*", BENCHFARM_BUILDKITE__RUN_KIND="adhoc")
+    document = _upload(tmp_path, BUILDKITE_PULL_REQUEST="false", BENCHFARM_PIPELINE_DEVICE_CLASSES="cpu-x86_64",
+                       BENCHFARM_PIPELINE_CASES="gemm/*", BENCHFARM_PIPELINE_KIND="adhoc")
     assert [s["key"] for s in document["steps"]] == ["build", "run-cpu-x86_64", "report"]
     assert _commands(document, "run-cpu-x86_64")[-1].endswith("--device-class cpu-x86_64 --cases 'gemm/*' --kind adhoc")

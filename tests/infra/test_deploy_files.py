@@ -137,7 +137,7 @@ def test_every_setting_the_deployment_files_name_exists(monkeypatch: pytest.Monk
 
     names = sorted({m for path in (ROOT / "infra").rglob("*") if path.is_file()
                     for m in re.findall(r"BENCHFARM_[A-Z0-9_]*[A-Z0-9]", path.read_text(errors="replace"))})
-    assert "BENCHFARM_AGENT__TOKEN" in names and "BENCHFARM_BUILDKITE__DEVICE_CLASSES" in names
+    assert "BENCHFARM_AGENT__TOKEN" in names and "BENCHFARM_PIPELINE_DEVICE_CLASSES" in names
     monkeypatch.chdir(tmp_path)
     unknown = []
     for name in names:

@@ -179,10 +179,30 @@ def test_settings_shape_the_pipeline() -> None:
     ({"device_classes": ["h100", "h100"]}, "named twice"),
     ({"device_classes": ["H100; rm -rf /"]}, "does not match"),
     ({"pr": 0}, "not positive"),
+    ({"kind": "push; rm -rf /"}, "is not one of adhoc, push, pr, nightly"),   # written into the device steps
 ])
 def test_bad_requests_are_refused(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         PipelineRequest(**{"commit": HEAD, "device_classes": ["h100"], **kwargs})
+
+
+def test_the_build_environment_gives_the_flags_defaults(capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build's classes, cases and kind are arguments of `benchfarm pipeline`: its flags, else
+    BENCHFARM_PIPELINE_* in the build's environment (what the service sets on a build it creates)."""
+    monkeypatch.setenv("BENCHFARM_PIPELINE_DEVICE_CLASSES", "cpu-x86_64,nvidia-h100-sxm")
+    monkeypatch.setenv("BENCHFARM_PIPELINE_CASES", "gemm/*")
+    monkeypatch.setenv("BENCHFARM_PIPELINE_KIND", "adhoc")
+    steps = json.loads(_cli(capsys, "--commit", HEAD))["steps"]
+    assert [s["key"] for s in steps] == ["build", "run-cpu-x86_64", "run-nvidia-h100-sxm", "report"]
+    assert steps[1]["commands"][-1].endswith("--device-class cpu-x86_64 --cases 'gemm/*' --kind adhoc")
+    steps = json.loads(_cli(capsys, "--commit", HEAD, "--device-classes", "cpu-x86_64", "--cases", "conv/*",
+                            "--kind", "push"))["steps"]   # the flags win
+    assert [s["key"] for s in steps] == ["build", "run-cpu-x86_64", "report"]
+    assert steps[1]["commands"][-1].endswith("--cases 'conv/*' --kind push")
+    monkeypatch.setenv("BENCHFARM_PIPELINE_KIND", "weekly")
+    assert cli.main(["pipeline", "--commit", HEAD]) == 1
+    assert "kind 'weekly' is not one of adhoc, push, pr, nightly" in capsys.readouterr().err
 
 
 def test_cli_refuses_a_bad_commit(capsys: pytest.CaptureFixture[str]) -> None:

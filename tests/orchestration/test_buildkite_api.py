@@ -257,9 +257,9 @@ def test_benchfarm_trigger_creates_a_buildkite_build_of_the_run(buildkite: Build
         assert bad.status_code == 422 and "device_classes" in bad.text, bad.text
     (sent,) = buildkite.builds
     assert (sent["commit"], sent["branch"], sent["meta_data"]) == (sha, "main", {"benchfarm-kind": "adhoc"})
-    assert sent["env"] == {"BENCHFARM_REPOSITORY": "kernels-repo", "BENCHFARM_BUILDKITE__RUN_KIND": "adhoc",
-                           "BENCHFARM_BUILDKITE__DEVICE_CLASSES": "nvidia-h100-sxm,cpu-x86_64",
-                           "BENCHFARM_BUILDKITE__CASES": "gemm/*"}
+    assert sent["env"] == {"BENCHFARM_REPOSITORY": "kernels-repo", "BENCHFARM_PIPELINE_KIND": "adhoc",
+                           "BENCHFARM_PIPELINE_DEVICE_CLASSES": "nvidia-h100-sxm,cpu-x86_64",
+                           "BENCHFARM_PIPELINE_CASES": "gemm/*"}
     build_id = str(uuid.uuid5(uuid.NAMESPACE_URL, "build/1"))
     (run_id, h100_job), (_, cpu_job) = (buildkite_job_ids(build_id, dc) for dc in ("nvidia-h100-sxm", "cpu-x86_64"))
     lines = done.stdout.splitlines()

@@ -16,6 +16,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline import dispatch
+from pipeline.config import PIPELINE_ARGUMENTS
 from pipeline.contracts import BundleManifest, CommitInfo, DeviceClass
 from pipeline.contracts.ids import DEVICE_CLASS_PATTERN, buildkite_job_ids
 from pipeline.dispatch import triggers
@@ -188,10 +189,10 @@ def _trigger_on_buildkite(body: TriggerRequest, session: SessionDep, settings: S
                                                               ref=body.ref, commit=body.commit)
     default_branch = session.scalar(sa.select(Repository.default_branch).where(Repository.name == repository))
     branch = body.ref if body.ref and body.ref != "HEAD" else default_branch or "main"
-    env = {"BENCHFARM_REPOSITORY": repository, "BENCHFARM_BUILDKITE__DEVICE_CLASSES": ",".join(body.device_classes),
-           "BENCHFARM_BUILDKITE__RUN_KIND": "adhoc"}
+    env = {"BENCHFARM_REPOSITORY": repository, PIPELINE_ARGUMENTS["device_classes"]: ",".join(body.device_classes),
+           PIPELINE_ARGUMENTS["kind"]: "adhoc"}
     if body.cases:
-        env["BENCHFARM_BUILDKITE__CASES"] = body.cases
+        env[PIPELINE_ARGUMENTS["cases"]] = body.cases
     try:
         build = buildkite_api.create_build(
             settings.buildkite, commit=sha, branch=branch, env=env, meta_data={"benchfarm-kind": "adhoc"},
