@@ -1,36 +1,8 @@
-"""Statistics on latency samples: pure functions, named defaults, stated assumptions.
+"""Statistics on latency samples: pure functions over timing rounds (the round, not the sample, is the
+unit of replication), the changes, intervals and verdicts they give, and the noise learned from history
+that sets each case's threshold.
 
-The unit of replication is the timing round, not the sample (docs/design.md, "Measurement"; Kalibera
-and Jones, "Rigorous benchmarking in reasonable time", ISMM 2013). Samples of one round share that
-round's state (clocks, placement of buffers, what else ran) and are serially correlated: treating
-each as an independent observation makes p-values of 1e-200 out of a 0.2 % difference between
-identical binaries. Everything here first reduces a round to one number, then tests those.
-
-Assumptions shared by everything here:
-- the rounds of one result are independent repetitions of the same measurement, and their
-  round-level values (the mean of a round's middle fifth, in logs) are close to normal: a t-test on 3
-  to 50 of them is then exact enough, and it is robust to the mild skew that remains after a
-  trimmed mean and a log;
-- results that do not say how their samples were grouped into rounds (imports, older agents) are
-  split into `DEFAULT_BLOCKS` consecutive blocks of (nearly) equal size, taken as rounds: serial
-  correlation decays within a block, so blocks are nearly independent where samples are not;
-- samples are positive and finite (the result contract enforces it);
-- changes are relative and computed in logs (a ratio, symmetric: +10 % and -9.1 % are one step);
-- a round's level is the mean of its middle fifth (`ROUND_TRIM` cut from either end): latency
-  distributions are skewed to the right (a few slow repetitions from interrupts, clock changes, a
-  neighbour's load), which it ignores almost as a median does (up to 40 % of a round on either
-  side); but a median is a step function of the timer's ticks. On microsecond-scale cases the GPU
-  timer's resolution (32 ns ticks: 0.15 % of 20 us) makes many pairs' ratios equal, a round's median
-  log ratio exactly 0 and, when every round says 0, p = 1: an H100 A/A of the suite had 21 of 82
-  vendor controls at p = 1 and p-values far from uniform (KS p 1e-6). Averaging the middle fifth
-  (about 30 samples of a GPU round) smooths the ticks away; a narrower trim (the middle half) let a
-  loaded CPU's slow samples in (docs/benchmarks/history.md, issue 11).
-
-What a round-level test cannot see is an offset fixed for the whole of a job (the placement of
-the job's buffers, a paired slot that is always slower): it makes every round of the job differ
-alike. That noise is measured from history instead (`robust_sd`: A/A calibrations and run-to-run
-changes) and enters through the threshold (`threshold`): a change counts only when it is larger
-than `NOISE_FACTOR` times it.
+The assumptions and the measurements behind them: docs/design.md, "Round-level statistics".
 """
 
 from __future__ import annotations
