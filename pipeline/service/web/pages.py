@@ -14,7 +14,7 @@ from pipeline.contracts.counters import COUNTERS
 from pipeline.pr_comments.table import format_change
 from pipeline.service.api.deps import RowId, SessionDep, SettingsDep
 from pipeline.service.web import data
-from pipeline.service.web.chart import roofline_svg, step_svg
+from pipeline.service.web.chart import roofline_chart, step_svg
 from pipeline.service.web.farm import redirect_to_full_id
 from pipeline.service.web.paging import paginate
 from pipeline.service.web.render import format_amount, page
@@ -177,7 +177,7 @@ def roofline(request: Request, session: SessionDep, settings: SettingsDep, user:
         "device_classes": names, "device_class": device_class, "points": points, "ceilings": ceilings,
         "left_off": left_off, "unplaced": [p for p in points if not p.intensity],
         "rows": paginate(rows, page_number, settings.web.page_rows), "shares": shares, "order": order,
-        "chart": roofline_svg(points, peak_flops, peak_bytes) if points else None})
+        "chart": roofline_chart(points, peak_flops, peak_bytes)})
 
 
 @router.get("/compile", response_class=HTMLResponse)

@@ -112,6 +112,21 @@ def shot(driver: Any, name: str) -> None:
         driver.set_window_size(1400, 1000)
 
 
+ROOFLINE_DRAWN = """
+    const r = window.benchfarmRoofline, u = r.chart, dpr = devicePixelRatio;
+    const plot = [u.bbox.width / dpr, u.bbox.height / dpr], left = u.bbox.left / dpr;
+    const ruler = document.createElement('canvas').getContext('2d');
+    ruler.font = r.font;
+    const axis = u.axes[1], room = left - axis.ticks.size - axis.gap;
+    const ticks = JSON.parse(document.getElementById('roofline-data').textContent).y_ticks;
+    return {plot, cases: r.cases,
+            inside: r.cases.filter(c => c.x >= 0 && c.x <= plot[0] && c.y >= 0 && c.y <= plot[1]).length,
+            clipped: ticks.map(t => t[1]).filter(s => ruler.measureText(s).width > room),
+            outside: r.labels.filter(l => l.x < left || l.x + l.width > left + plot[0]).map(l => l.text)};"""
+"""The roofline as uPlot drew it (static/roofline.js): the plot's size, each case's place in it, the y
+axis' tick labels wider than the room left of the plot, and the ceilings' labels outside the plot."""
+
+
 def no_script_ran(driver: Any) -> None:
     assert driver.execute_script("return window.__xss === undefined")
 
@@ -241,13 +256,22 @@ def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo
     shot(browser, "regressions")
 
     browser.get(url + "/roofline?device_class=nvidia-h100-sxm")
-    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.roofline circle.case")) == len(demo.cases)
-    clipped = browser.execute_script("""
-        const svg = document.querySelector('svg.roofline'), box = svg.viewBox.baseVal;
-        return [...svg.querySelectorAll('text')].map(t => [t.textContent, t.getBBox()])
-          .filter(([, b]) => b.x < 0 || b.x + b.width > box.width).map(([s]) => s);""")
-    assert clipped == [], f"labels outside the roofline: {clipped}"   # the y axis' labels fit
+    wait(browser).until(lambda b: b.execute_script("return !!window.benchfarmRoofline"))
+    drawn = browser.execute_script(ROOFLINE_DRAWN)
+    assert drawn["inside"] == len(demo.cases) == len(drawn["cases"]), drawn   # uPlot placed every case in the plot
+    assert drawn["clipped"] == [] and drawn["outside"] == [], drawn   # the y axis' labels fit; the ceilings' too
     shot(browser, "roofline")
+    first = drawn["cases"][0]
+    ActionChains(browser).move_to_element_with_offset(browser.find_element(By.CSS_SELECTOR, "#roofline .u-over"),
+                                                      round(first["x"] - drawn["plot"][0] / 2),
+                                                      round(first["y"] - drawn["plot"][1] / 2)).perform()
+    tip = browser.find_element(By.ID, "roofline-tip")
+    wait(browser).until(lambda b: tip.is_displayed())
+    hovered = tip.text.split(":")[0]   # the first case, or one drawn on top of it
+    assert hovered in demo.cases and "of the roof" in tip.text, tip.text
+    ActionChains(browser).click().perform()   # where the mouse is: on the hovered case
+    wait(browser).until(ec.url_contains("/series/"))
+    assert browser.find_element(By.ID, "case-id").text == hovered
     browser.get(url + "/login")
     assert "benchfarm user create" in browser.find_element(By.ID, "login-help").text
     shot(browser, "login")
