@@ -110,7 +110,7 @@ def test_compile_statistics_are_series_per_target_with_history_and_changes(
         assert "hip:gfx1250" in page and case in page
         history_page = requests.get(f"{url}/compile/history", timeout=10, params={
             "repository": first.repository, "case": case, "target": "hip:gfx1250"}).text
-        assert history_page.count('class="compile-chart"') >= 2 and second.commit[:10] in history_page
+        assert history_page.count('class="step-chart compile-chart"') >= 2 and second.commit[:10] in history_page
 
 
 def test_benchfarm_compare_lists_compile_changes_apart_from_the_verdict(

@@ -1,6 +1,6 @@
-"""The charts' data: the roofline's (log-log: FLOP/byte against FLOP/s) for uPlot in the browser
-(static/roofline.js, the chart library of the series graph too), and the step charts of deterministic
-figures along commits (compile statistics, hardware counters) as server-side SVG.
+"""The charts' data for uPlot, drawn in the browser as the series graph is (static/series.js): the
+roofline (log-log: FLOP/byte against FLOP/s, static/roofline.js) and the step charts of deterministic
+figures along commits (compile statistics, hardware counters, static/steps.js).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from jinja2.utils import htmlsafe_json_dumps
 from markupsafe import Markup, escape
 
 from pipeline.service.web.data import RooflinePoint
@@ -48,69 +49,29 @@ def roofline_chart(points: Sequence[RooflinePoint], peak_flops: float | None, pe
     }
 
 
-STEP_W, STEP_H, STEP_PAD_L, STEP_PAD_B = 760, 160, 96, 42
-STEP_TICKS = 8
-"""At most this many commits are named under a step chart (its first and last among them)."""
-
-
-def tick_indices(count: int, most: int = STEP_TICKS) -> list[int]:
-    """Which of `count` points get a label under the axis: all when they fit, else `most` spread evenly,
-    the first and the last among them."""
-    if count <= most:
-        return list(range(count))
-    return sorted({round(i * (count - 1) / (most - 1)) for i in range(most)})
-
-
-def step_svg(values: Sequence[float | None], labels: Sequence[str], metric: str, unit: str,
-             steps: Sequence[int] = (), ticks: Sequence[str] | None = None, css_class: str = "compile-chart") -> Markup:
+def step_chart(values: Sequence[float | None], labels: Sequence[str], metric: str, unit: str,
+               steps: Sequence[int] = (), ticks: Sequence[str] | None = None, css_class: str = "compile-chart") -> Markup:
     """One deterministic figure (a compile metric, a hardware counter) along the commits as a step
-    line (a value holds until the next commit changes it); a commit without the figure leaves a gap.
-    Each point's tooltip: commit and value. `steps`: indices of the commits where the figure changed
-    (`compile_stats.compile_steps`, `counters.counter_history`), marked by a vertical line. `ticks`:
-    each commit's short name, shown under the axis for a few of them (`tick_indices`); the y axis'
-    figures in their unit (`format_amount`). `css_class`: the chart's kind, for the pages' style."""
+    line (a value holds until the next commit changes it), drawn by static/steps.js in uPlot; a commit
+    without the figure leaves a gap. Each point's tooltip: commit and value. `steps`: indices of the
+    commits where the figure changed (`compile_stats.compile_steps`, `counters.counter_history`), marked
+    by a vertical line. `ticks`: each commit's short name, shown under the axis for as many as fit (the
+    first and the last among them); the y axis' figures (the smallest and the largest) in their unit
+    (`format_amount`).
+    `css_class`: the chart's kind, for the pages' style."""
     known = [v for v in values if v is not None]
     if not known:
         return Markup(f'<p class="muted small">{escape(metric)}: not reported by the compiler.</p>')
     lo, hi = min(known), max(known)
     span = (hi - lo) or max(abs(hi), 1.0) * 0.1
-    lo, hi = lo - span * 0.1, hi + span * 0.1
-    step = (STEP_W - STEP_PAD_L - 40) / max(len(values) - 1, 1)
-    axis = STEP_H - STEP_PAD_B
-
-    def x(i: int) -> float:
-        return STEP_PAD_L + i * step
-
-    def y(v: float) -> float:
-        return 8 + (hi - v) / (hi - lo) * (axis - 8)
-
-    parts = [f'<svg class="{escape(css_class)}" viewBox="0 0 {STEP_W} {STEP_H}" role="img" aria-label="{escape(metric)}">',
-             f'<line class="grid" x1="{STEP_PAD_L}" x2="{STEP_W - 20}" y1="{axis}" y2="{axis}"/>']
-    for value in sorted({max(known), min(known)}):
-        parts.append(f'<text class="y-label" x="{STEP_PAD_L - 6}" y="{y(value) + 4:.1f}" text-anchor="end">'
-                     f'{escape(format_amount(value, unit))}</text>')
-    for i in tick_indices(len(values)) if ticks is not None else []:
-        parts.append(f'<text class="x-label" x="{x(i):.1f}" y="{axis + 14}" text-anchor="middle">'
-                     f'{escape(ticks[i])}</text>')
-    parts.append(f'<text x="{STEP_PAD_L}" y="{STEP_H - 6}">{escape(metric)} ({escape(unit)}), by commit</text>')
-    for i in steps:
-        parts.append(f'<line class="step" x1="{x(i):.1f}" x2="{x(i):.1f}" y1="4" y2="{axis}">'
-                     f'<title>{escape(metric)} changed at {escape(labels[i])}</title></line>')
-    path: list[str] = []
-    previous: float | None = None
-    for i, v in enumerate(values):
-        if v is None:
-            if len(path) > 1:
-                parts.append(f'<polyline class="line" points="{" ".join(path)}"/>')
-            path, previous = [], None
-            continue
-        if previous is not None:
-            path.append(f"{x(i):.1f},{y(previous):.1f}")
-        path.append(f"{x(i):.1f},{y(v):.1f}")
-        previous = v
-        parts.append(f'<circle class="point" cx="{x(i):.1f}" cy="{y(v):.1f}" r="3">'
-                     f'<title>{escape(labels[i])}: {escape(format_amount(v, unit))}</title></circle>')
-    if len(path) > 1:
-        parts.append(f'<polyline class="line" points="{" ".join(path)}"/>')
-    parts.append("</svg>")
-    return Markup("".join(parts))
+    data = {
+        "metric": metric, "title": f"{metric} ({unit}), by commit", "values": list(values),
+        "tips": [None if v is None else f"{labels[i]}: {format_amount(v, unit)}" for i, v in enumerate(values)],
+        "steps": [[i, f"{metric} changed at {labels[i]}"] for i in steps],
+        "names": list(ticks) if ticks is not None else [],
+        "y_ticks": [[v, format_amount(v, unit)] for v in sorted({lo, hi})],
+        "y_range": [lo - span * 0.1, hi + span * 0.1],
+    }
+    return Markup(f'<figure class="step-chart {escape(css_class)}" role="img" aria-label="{escape(metric)}">'
+                  f'<div class="step-plot"></div><div class="chart-tip" hidden></div>'
+                  f'<script type="application/json">{htmlsafe_json_dumps(data)}</script></figure>')
