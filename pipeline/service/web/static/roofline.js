@@ -9,20 +9,9 @@
   const tip = document.getElementById("roofline-tip");
   if (!el || !src) return;
   const d = JSON.parse(src.textContent);
-  const css = getComputedStyle(document.documentElement);
-  const blue = css.getPropertyValue("--blue").trim() || "#0550ae";
-  const red = css.getPropertyValue("--red").trim() || "#cf222e";
-  const muted = css.getPropertyValue("--muted").trim() || "#57606a";
-  const font = "11px system-ui, sans-serif";
+  const { blue, red, muted, font, textWidth, labelled } = window.benchfarmCharts;
   const RADIUS = 5, HIT = 8, TICK = 6, GAP = 4;
-
-  const labelled = (ticks) => {
-    const names = new Map(ticks);
-    return { splits: () => ticks.map((t) => t[0]), values: (u, splits) => splits.map((v) => names.get(v) ?? "") };
-  };
-  const ruler = document.createElement("canvas").getContext("2d");
-  ruler.font = font;
-  const widest = Math.max(...d.y_ticks.map((t) => ruler.measureText(t[1]).width), 0);
+  const widest = Math.max(...d.y_ticks.map((t) => textWidth(t[1])), 0);
   const axis = { font, stroke: muted, grid: { stroke: "#e1e4e8", width: 1 }, ticks: { size: TICK, stroke: "#d0d7de" },
                  gap: GAP, filter: (u, splits) => splits };
 

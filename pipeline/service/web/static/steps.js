@@ -4,13 +4,8 @@
 // a dashed vertical line marks each commit where the figure changed; hover a commit for its value.
 (function () {
   "use strict";
-  const css = getComputedStyle(document.documentElement);
-  const blue = css.getPropertyValue("--blue").trim() || "#0550ae";
-  const muted = css.getPropertyValue("--muted").trim() || "#57606a";
-  const font = "11px system-ui, sans-serif";
+  const { blue, muted, font, textWidth, labelled } = window.benchfarmCharts;
   const TICK = 4, GAP = 4, HEIGHT = 160, MAX_TICKS = 8, NAME_GAP = 12;
-  const ruler = document.createElement("canvas").getContext("2d");
-  ruler.font = font;
   // What each chart drew, kept on window.benchfarmStepCharts for the browser test.
   const drawn = (window.benchfarmStepCharts = []);
 
@@ -18,17 +13,13 @@
     const d = JSON.parse(figure.querySelector("script").textContent);
     const plot = figure.querySelector(".step-plot"), tip = figure.querySelector(".chart-tip");
     const n = d.values.length;
-    const labelled = (ticks) => {
-      const names = new Map(ticks);
-      return { splits: () => ticks.map((t) => t[0]), values: (u, splits) => splits.map((v) => names.get(v) ?? "") };
-    };
-    const widest = Math.max(...d.y_ticks.map((t) => ruler.measureText(t[1]).width), 0);
+    const widest = Math.max(...d.y_ticks.map((t) => textWidth(t[1])), 0);
     const axis = { font, stroke: muted, grid: { show: false }, ticks: { size: TICK, stroke: "#d0d7de" }, gap: GAP,
                    filter: (u, splits) => splits };
     const shown = { metric: d.metric, figure, font, points: 0, steps: [], ticks: [] };
     // as many commits named under the axis as their names fit side by side (at most MAX_TICKS), spread
     // evenly, the first and the last among them
-    const nameWidth = Math.max(...d.names.map((s) => ruler.measureText(s).width), 0) + NAME_GAP;
+    const nameWidth = Math.max(...d.names.map(textWidth), 0) + NAME_GAP;
     const commits = {
       splits: (u) => {
         const most = Math.max(2, Math.min(MAX_TICKS, Math.floor(u.bbox.width / devicePixelRatio / nameWidth)));
