@@ -104,3 +104,34 @@ def test_citations_of_the_benchmarks_find_what_they_name() -> None:
             assert re.search(rf"\b{what}\b", text), (path, doc, what)
         else:
             assert f"## {what}" in text, (path, doc, what)
+
+
+DESIGN = ROOT / "docs" / "design.md"
+_NAMED_PATH = re.compile(r"(?<![\w./-])((?:pipeline|tests|docs|bench|infra|kernels)/[\w./-]*\w)(?![\w*])")
+_DESIGN_CITATION = re.compile(r"design\.md\)?,?\s*\(?\\?[\"']([^\"'\\]+)\\?[\"']")
+NOT_FILES = {"tests/test_gemm.py": "pytest-benchmark's example of a test's fullname (contracts/foreign/pytest_benchmark.py)"}
+
+
+def _documented_files() -> list[Path]:
+    """The docstrings, templates and documents a reader follows: the package, the README and the design."""
+    suffixes = {".py", ".md", ".html", ".js", ".j2", ".json"}
+    return [ROOT / "README.md", DESIGN] + sorted(p for p in (ROOT / "pipeline").rglob("*")
+                                                 if p.is_file() and p.suffix in suffixes)
+
+
+def test_no_docstring_or_document_names_a_file_the_repository_lacks() -> None:
+    """Issue 35: 17 docstrings once pointed to a DESIGN.md that was never in the repository."""
+    missing = [(str(path.relative_to(ROOT)), named) for path in _documented_files()
+               for named in _NAMED_PATH.findall(path.read_text())
+               if named not in NOT_FILES and not (ROOT / named).exists()]
+    assert missing == []
+    assert "DESIGN.md" not in " ".join(path.read_text() for path in _documented_files())
+
+
+def test_citations_of_the_design_find_their_section() -> None:
+    """`docs/design.md, "Comparison"` (or `("PR comment")`) names a `## ` section the design has."""
+    sections = {line[3:].strip() for line in DESIGN.read_text().splitlines() if line.startswith("## ")}
+    cited = {(str(path.relative_to(ROOT)), name) for path in _documented_files()
+             for name in _DESIGN_CITATION.findall(re.sub(r"\s+", " ", path.read_text()))}
+    assert len(cited) >= 20, cited
+    assert sorted((path, name) for path, name in cited if name not in sections) == []

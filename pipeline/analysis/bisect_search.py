@@ -1,38 +1,7 @@
-"""Where in a commit range a level changed: the search of a bisection, as pure functions.
+"""Where in a commit range a level changed: the search of a bisection, as pure functions (`plan`: the
+next probes or what was found; `combine`: one position's readings; `differs`: two levels apart).
 
-Positions 0..n index a first-parent commit range: 0 is the base (the last commit of the old level),
-n the bad commit (the first commit the history saw at the new level), 1..n-1 the commits between,
-oldest first. Each measured position has a `Level`: its paired change against the base with the
-change's 95 % interval (the base's own level is 0 by construction: the base is what each job is
-paired with). Some positions are skipped: their commit could not be built or run.
-
-`plan` looks at each pair of neighbouring measured positions. Where their levels differ (`differs`:
-by at least `min_jump`, and by more than the two intervals' combined half-width) the change, or a
-part of it, happened between them:
-- neighbours one commit apart: the later one is a culprit, with the jump between the two;
-- commits between them, some not tried yet: probe the one nearest the middle (binary search);
-- every commit between them skipped: the range stays unresolved, the skipped commits named.
-Pairs whose levels do not differ hold no culprit and are not searched, so a change made by one
-commit costs ceil(log2(n)) probes after the bad commit's own, and a change spread over k commits
-is followed down each branch where the level moved (about k * log2(n)).
-
-A change found at more than one place is the unusual outcome, and the one noise fakes most easily:
-one job whose level is off by more than its interval says (a part of) the change is there. So when
-`plan` is given `repeated` (positions measured twice already), it confirms such an outcome before
-returning it: each measured end of each finding is measured once more (probes at positions already
-measured), and a position's readings are joined by `combine`, whose interval spans them all, so a
-level that moved between two jobs of one commit no longer separates it from its neighbours.
-
-"Alike" is not transitive: a measured commit can sit alike both its neighbours while they are apart
-(one noisy reading placed it between: on a 2-core VM two jobs of one binary read +143 % and +187 %, and
-the second hid the rest of a spread change against the bad commit's +230 %). The move between the
-neighbours is then searched all the same: the commit in the middle is read again (with `repeated`, once),
-then, if it still hides the move, the range between its neighbours is probed as if it had no reading.
-
-Assumptions: the level is a step function of the commit (a commit either moves it or not; no
-flaky commits), and each step is at least `min_jump`; smaller moves are not searched for. Noise
-enters through the intervals: a probe whose interval is wide does not separate levels closer than
-its width, which leaves such a pair unsearched rather than chasing noise.
+Positions, the search, its confirmation and assumptions: docs/design.md, "Bisection".
 """
 
 from __future__ import annotations
@@ -113,7 +82,7 @@ def differs(a: Level, b: Level, min_jump: float) -> bool:
 
 def plan(n: int, levels: Mapping[int, Level], *, skipped: Collection[int] = (), pending: Collection[int] = (),
          min_jump: float, repeated: Collection[int] | None = None) -> Plan:
-    """What to run next, and what is known so far (module doc). `levels`: measured positions (the
+    """What to run next, and what is known so far (docs/design.md, "Bisection"). `levels`: measured positions (the
     base, 0, may be left out); `skipped`: positions that could not be built or run; `pending`:
     positions whose probe is queued or running; `repeated`: positions run twice already (None: a
     finding at several places is returned unconfirmed). The bad commit (n) is probed first, alone:
@@ -161,9 +130,10 @@ def plan(n: int, levels: Mapping[int, Level], *, skipped: Collection[int] = (), 
 
 def _hidden_moves(order: Sequence[int], known: Mapping[int, Level], min_jump: float, *, skipped: Collection[int],
                   pending: Collection[int], repeated: Collection[int] | None) -> tuple[list[int], bool]:
-    """Probes for moves a measured position hides (module doc): for each measured a < p < b, consecutive,
-    with p alike both a and b while a and b are apart: p again (once, when `repeated` is given), else the
-    free position nearest the middle of (a, b); and whether such a probe is already queued."""
+    """Probes for moves a measured position hides (docs/design.md, "Bisection"): for each measured
+    a < p < b, consecutive, with p alike both a and b while a and b are apart: p again (once, when
+    `repeated` is given), else the free position nearest the middle of (a, b); and whether such a probe
+    is already queued."""
     probes: set[int] = set()
     waiting = False
     for a, p, b in zip(order, order[1:], order[2:], strict=False):

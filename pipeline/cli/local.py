@@ -55,7 +55,8 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     """Two commits' stored results: `compare BASE HEAD` on every device class HEAD has results on."""
-    from pipeline.pr_comments.report import compile_section, report_for_commit
+    from pipeline.pr_comments.comment import compile_section
+    from pipeline.pr_comments.report import report_for_commit
     from pipeline.pr_comments.table import code_table, compile_table, terminal_table
     from pipeline.store.compare import (
         CompareError,
@@ -83,8 +84,7 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
                 markdown = report_for_commit(session, settings=settings, repository=repository, sha=head,
                                              base_sha=base, device_classes=classes).body
             elif args.format == "markdown":  # a build-only head (no latency results): its compile section alone
-                markdown = (compile_section(compiled, public_url=settings.public_url, repository=repository)
-                            or f"**Compile:** {compiled.summary}")
+                markdown = compile_section(compiled, public_url=settings.public_url, repository=repository)
         except CompareError as exc:
             raise CliError(f"{exc} (in {shown_url(settings.database_url)}, repository {repository})") from None
     if args.format == "json":

@@ -3,8 +3,8 @@ agent (which decides, round by round, whether a case needs more rounds) and the 
 judges the stored rounds). numpy only, so the agent stays light.
 
 A round's level is the mean of its middle fifth (`ROUND_TRIM` cut at each end), in logs: latency is
-skewed to the right and a median is a step function of the timer's ticks (`pipeline.analysis.stats`
-says why, with the measurements behind it). The rounds are the replicates (Kalibera and Jones,
+skewed to the right and a median is a step function of the timer's ticks (docs/design.md, "Round-level
+statistics", says why, with the measurements behind it). The rounds are the replicates (Kalibera and Jones,
 ISMM 2013): a change's interval is Student's t over them.
 
 The verdict (Pinpoint's and NVBench's robust compare's three answers) with the case's threshold t
@@ -359,8 +359,9 @@ def mean_var(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.nda
 
 POOLED_MIN_ITEMS = 20
 """Fewest testable items of an unpaired comparison a run-level dispersion is pooled from."""
-CHI2_1_MEDIAN = 0.454936
-"""The median of a chi-square variable with one degree of freedom: of z^2 for a standard normal z."""
+CHI2_1_MEDIAN = 0.454936423119572
+"""The median of a chi-square variable with one degree of freedom: of z^2 for a standard normal z
+(`scipy.stats.chi2.median(1)`, which agents do not install; a test holds the two equal)."""
 
 
 PAIRED_DISPERSION_FLOOR = 0.5

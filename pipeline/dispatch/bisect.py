@@ -1,34 +1,9 @@
-"""Bisection: from a change point over a commit range to the commit that made it.
+"""Bisection: from a confirmed change point over a commit range to the commit that made it, by paired
+runs of the range's commits against its base (`bisect_search.plan` picks them); `Bisector`, a service
+thread, starts and advances them.
 
-A confirmed change point says the level moved somewhere in (before commit, after commit]. When
-pushes are benchmarked in batches, or nightly, that range holds many first-parent commits. A
-bisection finds the one (after Chrome's Pinpoint): on the change point's device class, with only
-its case, it runs commits of the range paired with the range's base (`triggers.queue_run` with a
-base: both bundles built by the service's builder, whose cache makes every case a commit did not
-touch free; the agent times head and base interleaved on the same buffers) and narrows down
-(`bisect_search.plan`) until one commit remains: the culprit. It may also find that the change
-is spread over several commits (each moved the level by a share of it: not attributable to one
-commit), that the culprit hides among commits that could not be built or run (they are named),
-or that paired runs do not reproduce the change at all. A change found at several places is
-confirmed before it is reported: the commits at the ends of each move run a second time, and a
-commit's readings are combined (`bisect_search.combine`), so one noisy job cannot split a change.
-
-Lifecycle (`Bisection.state`): queued (requested; waits while `bisect.max_active` others run) ->
-running (the range resolved, steps queued as jobs) -> done (an outcome, `models.BISECTION_OUTCOMES`),
-failed (it could not go on: the reason says why), or cancelled (its change point was retracted).
-One bisection per change point is active at a time (a partial unique index). Bounded: at most
-`bisect.max_steps` jobs and `bisect.max_device_s` seconds of device time; a bisection reaching
-either stops with what it knows ("limit reached": the range left open).
-
-Started automatically (`start_automatic`, `bisect.auto`) for a regression confirmed over a range
-of more than one first-parent commit, and on request (`request_bisection`: the API, the CLI, the
-series and regressions pages). `Bisector`, a service thread beside the builder and the reaper,
-cancels the bisections of retracted change points, starts the automatic ones and advances each
-running one as its jobs finish. The outcome is attached to the change point as a triage event
-(by `WHO`, keeping its triage state), so the regressions page and the change point's history say
-which commit did it.
-
-Like `dispatch`, the functions take a Session and commit nothing; the thread owns transactions.
+Outcomes, lifecycle and bounds: docs/design.md, "Bisection". Like `dispatch`, the functions take a
+Session and commit nothing; the thread owns transactions.
 """
 
 from __future__ import annotations
@@ -126,7 +101,7 @@ def _first_parent_sha(session: Session, commit_id: int) -> str | None:
 
 
 def request_bisection(session: Session, settings: Settings, *, change_point_id: int, who: str) -> Bisection:
-    """A queued bisection of the change point (module doc). Raises BisectNotFound for an unknown
+    """A queued bisection of the change point (docs/design.md, "Bisection"). Raises BisectNotFound for an unknown
     change point, BisectConflict when one is active already, BisectError when there is nothing to
     bisect (retracted, or a range of one commit: that commit is the culprit)."""
     cp = session.get(ChangePoint, change_point_id)

@@ -6,7 +6,8 @@ vendor control or a row marked device drift), the rest folded in `<details>`; th
 verdict of `compare.overall_verdict` and its counts; each section shows at most `top_n` rows and
 links to the full comparison when it has more. A section whose rows say what changed in their code
 (`ComparisonRowOut.code`) has a code column; then each changed kernel's listing diff, folded and cut
-to `CommentSettings.diff_lines` lines (`CodeDiff`, at most `max_diffs` of them). The hidden marker on
+to `CommentSettings.diff_lines` lines (`CodeDiff`, at most `max_diffs` of them); the compile changes above
+the footer (`_compile.md.j2`, beside the verdict, never part of it). The hidden marker on
 the first line finds the comment again; the body never passes GitHub's size limit (diffs are dropped,
 then rows, then lines cut, with a link to the full comparison).
 
@@ -40,6 +41,7 @@ from pipeline.pr_comments.markdown import (
     truncate_lines,
 )
 from pipeline.pr_comments.table import (
+    format_figure,
     format_pvalue,
     format_seconds,
     row_change,
@@ -54,8 +56,10 @@ from pipeline.store.compare import (
     ComparisonRowOut,
     counted_status,
 )
+from pipeline.store.compile_stats import CompileComparisonOut
 
-__all__ = ["COMMENT_MAX_CHARS", "MARKER", "CodeDiff", "CommentSettings", "comment_marker", "render_comment"]
+__all__ = ["COMMENT_MAX_CHARS", "COMPILE_ROWS", "MARKER", "CodeDiff", "CommentSettings", "comment_marker",
+           "compile_section", "render_comment"]
 
 MARKER = "<!-- benchfarm:pr-comment -->"
 COMMENT_MAX_CHARS = 65536
@@ -172,9 +176,11 @@ def render_comment(
     pr: int | None = None,
     series_ids: SeriesIds | None = None,
     code_diffs: Sequence[CodeDiff] = (),
+    compiled: CompileComparisonOut | None = None,
 ) -> str:
-    """The comment's Markdown for a verdict: one Comparison per device class, of one head commit, and
-    the listing diffs of its changed kernels."""
+    """The comment's Markdown for a verdict: one Comparison per device class, of one head commit, the
+    listing diffs of its changed kernels, and the compile changes (`compiled`, when any) in a section
+    above the footer that counts toward the size limit but never toward the verdict."""
     if not comparisons:
         raise ValueError("a report needs at least one comparison")
     first = comparisons[0]
@@ -198,6 +204,8 @@ def render_comment(
         "head_label": "PR" if pr is not None else "head",
         "full_link": full_link,
         "code_total": len(code_diffs),
+        "compile": _compile_view(compiled, settings.public_url, first.repository)
+        if compiled is not None and compiled.changes and compiled.base_sha is not None else None,
         "footer": Md("benchfarm · regressed / improved: significant over the timing rounds (p) and at least the "
                      "case's threshold (the minimum change, or a multiple of its measured noise once learned); "
                      "similar: the whole 95&nbsp;% interval within ±threshold; inconclusive: neither, so not known to be "
@@ -233,6 +241,35 @@ def render_comment(
             most(settings.top_n - 1, lambda n: fits(body_with(n, 0)))
         body = body_with(limit, shown)
     return truncate_lines(body, settings.max_chars, tail)   # only when even the headers do not fit
+
+
+COMPILE_ROWS = 10
+"""Compile changes listed in a report before the link to the rest."""
+
+
+def _compile_view(compiled: CompileComparisonOut, public_url: str, repository: str) -> dict[str, Any]:
+    """The compile section as `_compile.md.j2` shows it: the first `COMPILE_ROWS` changes, a link to all
+    (none without a base)."""
+    changes = compiled.changes if compiled.base_sha is not None else []
+    link = ""
+    if len(changes) > COMPILE_ROWS and compiled.base_sha is not None:
+        link = md_link("all compile changes", md_url(public_url, "api/v1/compile-series/compare", {
+            "repository": repository, "head": compiled.head_sha, "base": compiled.base_sha}))
+    return {
+        "summary": Md(compiled.summary),   # our own words and numbers
+        "base": (compiled.base_sha or "")[:10],
+        "rows": [{"case_id": c.case_id, "target": c.target, "metric": c.metric, "base": format_figure(c.base),
+                  "head": format_figure(c.head), "change": f"{c.change:+.1%}" if c.change is not None else "-"}
+                 for c in changes[:COMPILE_ROWS]],
+        "hidden": max(0, len(changes) - COMPILE_ROWS), "link": link,
+    }
+
+
+def compile_section(compiled: CompileComparisonOut, *, public_url: str, repository: str) -> str:
+    """The compile section alone (`benchfarm compare --format markdown` of a build-only head): the
+    changes folded under their summary line, or the summary line alone when nothing changed."""
+    return _environment().get_template("_compile.md.j2").render(
+        compile=_compile_view(compiled, public_url, repository))
 
 
 def _diff_view(diff: CodeDiff) -> dict[str, Any]:

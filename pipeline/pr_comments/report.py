@@ -23,8 +23,8 @@ from pipeline.pr_comments.comment import (
     comment_marker,
     render_comment,
 )
-from pipeline.pr_comments.markdown import md_escape, md_link, md_url, truncate_lines
-from pipeline.pr_comments.table import format_figure, verdict_line
+from pipeline.pr_comments.markdown import md_url, truncate_lines
+from pipeline.pr_comments.table import verdict_line
 from pipeline.store import code, compile_stats
 from pipeline.store.code import CodeChangeOut
 from pipeline.store.compare import METRIC, STATUSES, ComparisonOut, combine, compare
@@ -92,47 +92,16 @@ class Report:
         return cls(**data)
 
 
-COMPILE_ROWS = 10
-"""Compile changes listed in a report before the link to the rest."""
-
-
-def compile_section(compiled: CompileComparisonOut, *, public_url: str, repository: str) -> str:
-    """Markdown: one line naming what changed, the figures folded under it (beside the verdict,
-    never part of it); empty when nothing changed."""
-    changes = compiled.changes
-    if not changes or compiled.base_sha is None:
-        return ""
-    lines = ["", f"**Compile:** {compiled.summary} (not part of the verdict)", "",
-             "<details>", f"<summary>compile statistics against {compiled.base_sha[:10]}</summary>", "",
-             "| case | target | metric | base | now | change |", "|---|---|---|---:|---:|---:|"]
-    for c in changes[:COMPILE_ROWS]:
-        change = f"{c.change:+.1%}" if c.change is not None else "-"
-        lines.append(f"| {md_escape(c.case_id)} | {md_escape(c.target)} | {md_escape(c.metric)} | "
-                     f"{md_escape(format_figure(c.base))} | {md_escape(format_figure(c.head))} "
-                     f"| {md_escape(change)} |")
-    if len(changes) > COMPILE_ROWS:
-        url = md_url(public_url, "api/v1/compile-series/compare", {"repository": repository, "head": compiled.head_sha,
-                                                                   "base": compiled.base_sha})
-        lines.append(f"\n{len(changes) - COMPILE_ROWS} more: {md_link('all compile changes', url)}")
-    lines += ["", "</details>"]
-    return "\n".join(lines) + "\n"
-
-
 def make_report(comparisons: Sequence[ComparisonOut], *, settings: Settings, pr: int | None = None,
                 series_ids: SeriesIds | None = None, compiled: CompileComparisonOut | None = None,
                 code_diffs: Sequence[CodeDiff] = ()) -> Report:
     """Render the verdict into a Report (comment body, title, conclusion by the configured policy);
-    compile changes, when given, as a section of their own above the footer that does not touch
-    the conclusion or the title; the changed kernels' listing diffs folded in the comment."""
+    compile changes, when given, in the comment (`render_comment`), never in the conclusion or the
+    title; the changed kernels' listing diffs folded in the comment."""
     gh = settings.github
     body = render_comment(comparisons, settings=CommentSettings(settings.public_url, gh.comment_top_n),
-                          pr=pr, series_ids=series_ids, code_diffs=code_diffs)
+                          pr=pr, series_ids=series_ids, code_diffs=code_diffs, compiled=compiled)
     first = comparisons[0]
-    section = compile_section(compiled, public_url=settings.public_url, repository=first.repository) \
-        if compiled is not None else ""
-    if section:
-        text, footer = body.rstrip("\n").rsplit("\n<sub>", 1) if "\n<sub>" in body else (body.rstrip("\n"), None)
-        body = text.rstrip("\n") + "\n" + section + (f"\n<sub>{footer}\n" if footer is not None else "")
     verdict = combine(first.repository, first.head_sha, list(comparisons))  # the one verdict, as the store's
     return Report(
         repository=first.repository, head_sha=first.head_sha, pr=pr, body=body,

@@ -1,72 +1,8 @@
-"""Compare a commit with its base: the pull-request verdict (docs/design.md, "Analysis": PR verdict).
+"""Compare a commit with its base: the pull-request verdict, a row per case and target (regressed,
+improved, similar, inconclusive, unchanged...) and the one overall verdict every report uses.
 
-Base: `base_choice.choose_base` (given, paired, else the merge-base walk); a case the base has no
-result of is compared with the nearest older ancestor that has one (`base_choice.older_bases`,
-named in `case_bases`), unless the base was given.
-
-Per case and target, the newest result of each commit is used (of the head's run, when one is
-named: a run's page shows its own results), with all its samples, judged on
-its timing rounds (`stats`: the round, not the sample, is the unit of replication):
-- paired (the head's result carries the base's samples of the same job): `stats.paired_verdicts`,
-  a t-test over the rounds' log ratios (each round's middle fifth's mean); where the job timed 20 or
-  more identical binaries (of the row's kind: suite case or vendor control), their spread calibrates
-  every row's variance (`stats.paired_estimates`' `calibration`);
-- unpaired: `stats.verdicts`, Welch's t-test over each side's log round levels (the mean of each round's middle fifth).
-Three answers (`pipeline.contracts.rounds.classify`, the rule the agent's rounds stop on too), with
-the case's threshold t: regressed or improved when the change is significant (p <= max_pvalue) and
-|change| >= t; similar when its whole 95 % interval lies within [-t, +t]; inconclusive otherwise
-(not significant is not the same). t = `stats.threshold(minimum, noise, noise_factor, floor)`:
-the minimum (`paired_min_change`, 2 %, or `min_change`) while the series' noise is not learned, else
-max(floor, noise_factor x noise), the paired floor (`paired_floor`, 0.5 %) under the minimum where
-the learned noise is that low. The noise is the series' learned one on that device class (`Series.noise_paired`: the sd of a paired A/A change; for unpaired
-rows the sd of a change between two runs, sqrt(2) x `Series.noise_unpaired`, which is one run's).
-A row whose noise is not learned yet is regressed or improved only at noise_factor x the spread of its
-own rounds or more (`rounds.provisional_threshold`: paired, of its rounds' log ratios, and the agent stops
-its rounds on the same rule; unpaired, of a base round's level minus a head round's).
-Unpaired rows also carry the run level of variation in their test (`stats.unpaired_estimates`'
-`run_noise`): one run's rounds cannot show how much two runs of one binary differ. A series with no
-learned run-to-run noise yet borrows it from the comparison's other rows (`stats.run_dispersion`,
-with `stats.POOLED_MIN_ITEMS` rows or more; vendor controls and suite cases apart when each kind has
-that many) or else is assumed to have
-`CompareSettings.default_run_noise`; its threshold assumes that default either way. Rows whose
-binaries are the same in both runs then add what still separates them, a shift the two runs share
-(`stats.run_shift_variance`, 10 such rows or more), to every row's variance.
-Every row carries its change's 95 % interval (ci_low, ci_high); base and head medians are those
-of the very samples the change was computed from.
-
-Identical code is not a change (`CompareSettings.same_binary_shortcut`): when the head's and the
-base's binary digests (`BundleEntry.binary_digest`: artifact, launch, inputs) are equal, the row
-is "unchanged" (shown "unchanged (same binary)"), with its change and interval when it was timed
-(a free A/A calibration) but never regressed or improved. Paired rows compare the result's own
-digest with its paired base's; unpaired rows the head result's with the base result's. A head
-result "skipped" because its binary is the base's (the agent does not time it again) is an
-unchanged row showing the base's median; so is one skipped because its code is the base's
-(`BundleEntry.code_digest`: same instructions, launch and inputs, names aside; the agent's reason
-says so, `SAME_CODE_SKIP`), shown "unchanged (same code)". Other skipped results are left out.
-A drift sentinel of such a case (timed although its code is the base's: `CaseResultRow.code_digest`
-equal to its paired base's, or unpaired to the base result's) is unchanged (same code) too, its
-timing kept. Every row whose binaries differ carries what changed in its code (`code`,
-`pipeline.store.code.code_changes`: the head's newest bundle against its base's).
-
-Hardware counters (`pipeline.store.counters`): every row whose head result is ok carries its counters
-against its base's (the paired base's, else the base result's) and a line of what moved; beside the
-verdict, never part of it.
-
-Statuses (`STATUSES`, the one vocabulary, in the order rows and counts are shown everywhere):
-regressed / errored (head wrong or error) / improved / inconclusive / insufficient data / no baseline
-(no base, or the base has no ok result of the case) / similar / unchanged.
-
-Vendor controls: a case whose impl is `vendor` (cuBLAS, cuDNN, SDPA through torch) is the control
-of the suite cases with its family, shape and dtype (its name too, when several match). A
-regressed or improved case whose control moved the same way, significantly (p <= max_pvalue), by
-at least `DRIFT_RATIO` of the case's change is marked `drift` (probable device drift, not a code
-change): the PR cannot have changed the vendor library, so the device did.
-
-The verdict (`overall_verdict`, the only one: terminal, API, pages, PR comment and check use it)
-counts each row as `counted_status` says: controls do not count, drift-marked and unchanged rows
-count as similar. Regressed if any regressed, else improved if any improved, else inconclusive if any,
-else insufficient data if any, else no baseline if any case had no base, else similar. Errored rows are counted apart
-(`errored`), never hidden in the verdict's word.
+Why each rule (the base, paired and unpaired tests, thresholds, identical code, vendor controls, how
+the verdict counts rows): docs/design.md, "Comparison"; the statistics: `pipeline.analysis.stats`.
 """
 
 from __future__ import annotations
@@ -352,7 +288,8 @@ def _median(values: Sequence[float]) -> float:
 
 
 def _mark_controls(rows: list[ComparisonRowOut], max_pvalue: float) -> list[ComparisonRowOut]:
-    """Attach each suite case's vendor control and mark probable device drift (module doc)."""
+    """Attach each suite case's vendor control and mark probable device drift (docs/design.md,
+    "Comparison": vendor controls)."""
     controls: dict[tuple[str, str, str, str], ComparisonRowOut] = {}
     named: dict[tuple[str, str, str, str, str], ComparisonRowOut] = {}
     for r in rows:
@@ -388,7 +325,7 @@ def status_label(status: str, *, same_code: bool = False) -> str:
 
 
 def counted_status(row: ComparisonRowOut) -> str | None:
-    """What a row counts as in the verdict (module doc): None for a control (it judges the device,
+    """What a row counts as in the verdict (docs/design.md, "Comparison"): None for a control (it judges the device,
     not the code); similar for a row marked drift or unchanged; else its status."""
     if row.is_control:
         return None
@@ -398,7 +335,7 @@ def counted_status(row: ComparisonRowOut) -> str | None:
 
 
 def overall_verdict(rows: Iterable[ComparisonRowOut]) -> str:
-    """One word for a set of rows (module doc): the first of VERDICTS that a row counts as."""
+    """One word for a set of rows (docs/design.md, "Comparison"): the first of VERDICTS that a row counts as."""
     statuses = {counted_status(r) for r in rows}
     return next((v for v in VERDICTS if v in statuses), "no baseline")
 
@@ -432,7 +369,7 @@ def compare(
     merge_base: str | None = None,
     run_id: str | None = None,
 ) -> ComparisonOut:
-    """Compare head with its base (module doc) on one device class.
+    """Compare head with its base (docs/design.md, "Comparison") on one device class.
 
     One row per (case, target) that head has a result for, skipped cases left out (except those
     not timed because their binary is the base's: unchanged), sorted by case and target. `run_id`:
@@ -624,7 +561,7 @@ class DecisionRuleOut(BaseModel):
 
 
 def decision_rule(session: Session, *, device_class: str, settings: CompareSettings) -> DecisionRuleOut:
-    """The thresholds the comparison will judge a paired job on this device class with (module doc),
+    """The thresholds the comparison will judge a paired job on this device class with (docs/design.md, "Comparison"),
     for the agent to stop each case's rounds by: every latency series of the class whose paired noise
     is learned, and the minimum for the others. An unknown device class has no learned noise."""
     rows = session.execute(

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy.stats import chi2, median_abs_deviation
 from scipy.stats import f as f_distribution
 from scipy.stats import kstest, mannwhitneyu, norm, ttest_ind, wilcoxon
 from scipy.stats import t as student_t
@@ -417,6 +418,36 @@ def test_run_shift_variance_known_answers() -> None:
     assert run_shift_variance(tens[:9], np.zeros(9)) is None
     with_df = run_shift_variance(tens, np.zeros(10), df=np.full(10, 4.0))
     assert with_df == pytest.approx(0.04 / f_distribution.median(1, 4.0), rel=1e-9)
+
+
+def test_run_shift_variance_is_the_root_to_rounding() -> None:
+    """With an odd number of items the median is the k-th smallest term (k = (n + 1) / 2), at most 1 once
+    k items' own roots r_i = diff_i^2 / m - variance_i lie at or under s: the answer is the k-th smallest r_i
+    (or 0). brentq finds it to rounding, zero variances (an infinite excess at s = 0) too."""
+    rng = np.random.default_rng(7)
+    worst = 0.0
+    for trial in range(300):
+        n = int(rng.choice([11, 21, 41, 81]))
+        variances = rng.uniform(1e-8, 1e-4, n) * (rng.random(n) > (0.3 if trial % 2 else -1.0))
+        diffs = rng.normal(0, 1, n) * np.sqrt(variances + rng.uniform(1e-6, 3e-4)) * rng.uniform(0.5, 3)
+        df = rng.choice([2.0, 4.0, 7.5], n)
+        m = f_distribution.median(1, df)
+        exact = max(0.0, float(np.sort(np.square(diffs) / m - variances)[(n + 1) // 2 - 1]))
+        got = run_shift_variance(diffs, variances, df=df)
+        assert (got == 0.0) == (exact == 0.0), (got, exact)
+        worst = max(worst, abs(got - exact) / exact if exact else 0.0)
+    assert worst < 1e-13, worst
+
+
+def test_hand_written_statistics_equal_scipys() -> None:
+    """What stays written by hand, and why: the chi-square median in the agent's import path (no scipy
+    there) and `robust_sd`'s MAD (scipy's gives the same bits ten times slower)."""
+    assert CHI2_1_MEDIAN == chi2.median(1)
+    rng = np.random.default_rng(3)
+    for size in (1, 2, 5, 20, 101):
+        values = rng.normal(0, 0.01, size)
+        assert robust_sd(list(values)) == 1.4826 * median_abs_deviation(values, center=lambda x, axis: 0.0)
+        assert robust_sd(list(values), center=None) == 1.4826 * median_abs_deviation(values)
 
 
 def _shifted_runs(rng: np.random.Generator, cases: int, shift: float, spread: float, change: float = 0.0,

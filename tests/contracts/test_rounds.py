@@ -8,12 +8,15 @@ import math
 import numpy as np
 import pytest
 from scipy.stats import t as student_t
+from scipy.stats import trim_mean
 
 from pipeline.contracts.rounds import (
+    ROUND_TRIM,
     DecisionRule,
     classify,
     level_halfwidth,
     paired_change,
+    segment_centres,
     t_pvalue,
     t_quantile,
 )
@@ -29,6 +32,17 @@ def test_students_t_without_scipy_equals_scipys(df: int) -> None:
     assert t_pvalue(np.inf, df) == 0.0 and t_pvalue(0.0, df) == 1.0
     for confidence in (0.9, 0.95, 0.99):
         assert t_quantile(confidence, df) == pytest.approx(student_t.ppf(0.5 + confidence / 2, df), rel=1e-10)
+
+
+def test_round_levels_are_scipys_trimmed_means() -> None:
+    """A round's level is `scipy.stats.trim_mean(round, ROUND_TRIM)`, written with numpy alone (agents do not
+    install scipy), all rounds of one size in one sort: the same values up to the order of the sums."""
+    rng = np.random.default_rng(5)
+    sizes = np.array([1, 2, 3, 4, 5, 7, 10, 33, 150, 150, 1])
+    values = rng.lognormal(-9, 0.3, int(sizes.sum()))
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    expected = [trim_mean(values[s:s + n], ROUND_TRIM) for s, n in zip(starts, sizes, strict=True)]
+    assert np.allclose(segment_centres(values, sizes), expected, rtol=1e-14, atol=0.0)
 
 
 def test_degrees_of_freedom_must_be_whole_and_positive() -> None:

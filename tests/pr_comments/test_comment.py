@@ -12,6 +12,7 @@ from pipeline.config import load_settings
 from pipeline.contracts.ids import CaseId
 from pipeline.pr_comments.comment import MARKER, CommentSettings, comment_marker, render_comment
 from pipeline.pr_comments.report import conclusion_for, make_report
+from pipeline.store.compile_stats import CompileChangeOut, CompileComparisonOut, relative_change
 from tests.pr_comments.factories import BASE, HEAD, comparison, row
 
 SETTINGS = CommentSettings(public_url="http://bf.example:8080", top_n=20)
@@ -102,6 +103,26 @@ def test_long_comment_fits_githubs_limit_with_a_link() -> None:
     small = render_comment([comparison("h100", rows[:30])],
                            settings=CommentSettings("http://bf.example", top_n=1000, max_chars=4000))
     assert len(small) <= 4000 and "**Truncated**" in small
+
+
+def test_the_compile_section_sits_above_the_footer_within_githubs_limit() -> None:
+    """The compile changes are part of the one rendered body (`_compile.md.j2`): above the footer, and
+    counted when rows are dropped to fit (spliced in after the fit, 12 of them took a 3,500-character
+    comment to 4,459)."""
+    changes = [CompileChangeOut(case_id=_id(f"k{i}"), target="cuda:sm_90", metric="registers", base=96 + i, head=71,
+                                change=relative_change(71, 96 + i)) for i in range(12)]
+    compiled = CompileComparisonOut(head_sha=HEAD, base_sha=BASE, base_source="given", compared=12,
+                                    summary="12 cases changed registers", changes=changes)
+    rows = [row(_id(f"r{i:02d}"), "regressed", 0.1 + i / 100) for i in range(30)]
+    for limit in (65536, 3500):
+        settings = load_settings(public_url="http://bf.example", github={"comment_max_chars": limit})
+        body = make_report([comparison("h100", rows)], settings=settings, pr=1, compiled=compiled).body
+        assert len(body) <= limit, (limit, len(body))
+        assert "**Compile:** 12 cases changed registers (not part of the verdict)" in body
+        compile_part = body.split("**Compile:**")[1]
+        assert compile_part.count("| registers |") == 10 and "2 more: [all compile changes](" in compile_part
+        assert compile_part.rstrip().endswith("</sub>") and "<sub>" not in body.split("**Compile:**")[0]
+    assert body.count("| gemm/r") < 30 and "**Truncated**" in body   # rows went to make room
 
 
 def test_the_check_follows_the_verdict_and_errors() -> None:

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from pipeline.config import CompareSettings
-from pipeline.pr_comments.report import compile_section
+from pipeline.pr_comments.comment import compile_section
 from pipeline.pr_comments.table import (
     change_note,
     compile_table,

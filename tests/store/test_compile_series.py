@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -110,7 +111,7 @@ def test_compile_statistics_are_series_per_target_with_history_and_changes(
         assert "hip:gfx1250" in page and case in page
         history_page = requests.get(f"{url}/compile/history", timeout=10, params={
             "repository": first.repository, "case": case, "target": "hip:gfx1250"}).text
-        assert history_page.count('class="compile-chart"') >= 2 and second.commit[:10] in history_page
+        assert history_page.count('class="step-chart compile-chart"') >= 2 and second.commit[:10] in history_page
 
 
 def test_benchfarm_compare_lists_compile_changes_apart_from_the_verdict(
@@ -244,7 +245,10 @@ def test_a_kernel_change_shows_as_register_and_size_changes_per_target_in_the_co
             assert f'data-value="{new}">{new}</td>' in page.text
         history_page = requests.get(f"{url}/compile/history", timeout=10, params={
             "repository": first.repository, "case": case, "target": "cuda:sm_90"}).text
-        assert 'id="compile-steps"' in history_page and '<line class="step"' in history_page
+        charts = {c["metric"]: c for c in map(json.loads, re.findall(
+            r'<figure class="step-chart compile-chart"[^>]*>.*?<script type="application/json">(.*?)</script>',
+            history_page))}
+        assert 'id="compile-steps"' in history_page and [i for i, _ in charts["registers"]["steps"]] == [1]
 
 
 def test_compile_changes_sit_beside_a_similar_latency_verdict_and_leave_the_check_green(

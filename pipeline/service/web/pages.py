@@ -14,7 +14,7 @@ from pipeline.contracts.counters import COUNTERS
 from pipeline.pr_comments.table import format_change
 from pipeline.service.api.deps import RowId, SessionDep, SettingsDep
 from pipeline.service.web import data
-from pipeline.service.web.chart import roofline_svg, step_svg
+from pipeline.service.web.chart import roofline_chart, step_chart
 from pipeline.service.web.farm import redirect_to_full_id
 from pipeline.service.web.paging import paginate
 from pipeline.service.web.render import format_amount, page
@@ -118,7 +118,7 @@ def counter_charts(counters: CounterHistoryOut | None) -> list[Markup]:
         return []
     labels = [f"{p.sha[:10]} {p.committed_at:%Y-%m-%d}" for p in counters.history]
     position = {p.sha: i for i, p in enumerate(counters.history)}
-    return [step_svg([p.values.get(name) for p in counters.history], labels, COUNTERS[name].label, unit,
+    return [step_chart([p.values.get(name) for p in counters.history], labels, COUNTERS[name].label, unit,
                      steps=[position[s.after_sha] for s in counters.steps if s.counter == name],
                      ticks=[p.sha[:7] for p in counters.history], css_class="counter-chart")
             for name, unit in counters.units.items()]
@@ -177,7 +177,7 @@ def roofline(request: Request, session: SessionDep, settings: SettingsDep, user:
         "device_classes": names, "device_class": device_class, "points": points, "ceilings": ceilings,
         "left_off": left_off, "unplaced": [p for p in points if not p.intensity],
         "rows": paginate(rows, page_number, settings.web.page_rows), "shares": shares, "order": order,
-        "chart": roofline_svg(points, peak_flops, peak_bytes) if points else None})
+        "chart": roofline_chart(points, peak_flops, peak_bytes)})
 
 
 @router.get("/compile", response_class=HTMLResponse)
@@ -201,7 +201,7 @@ def compile_history_page(request: Request, session: SessionDep, user: UserDep, r
     labels = [f"{p.sha[:10]} {p.committed_at:%Y-%m-%d}" for p in history]
     steps = compile_stats.compile_steps(history)
     position = {p.sha: i for i, p in enumerate(history)}  # one point per commit
-    charts = [step_svg([p.values[m] for p in history], labels, m, METRICS[m].unit,
+    charts = [step_chart([p.values[m] for p in history], labels, m, METRICS[m].unit,
                        steps=[position[s.after_sha] for s in steps if s.metric == m],
                        ticks=[p.sha[:7] for p in history])
               for m in compile_stats.METRIC_COLUMNS]

@@ -1,31 +1,7 @@
-"""Who is browsing: signed session cookies, sign-in by password or token, CSRF, the browse guard.
+"""Who is browsing: signed session cookies, sign-in by password or token, CSRF, the browse guard, and
+form fields checked as the API's bodies are.
 
-The session is Starlette's `SessionMiddleware` (`install_sessions`): a small JSON object in the cookie
-`benchfarm_session`, signed and timestamped by itsdangerous (`TimestampSigner`: HMAC-SHA1 over a key
-derived from `WebSettings.secret_key`, or from a random key per process). A cookie that is tampered
-with, signed by another key or older than `WebSettings.session_hours` is an empty session. The
-cookie is re-signed (its clock restarted) only when the session changes, not on every response:
-`session_hours` counts from the sign-in or the session's last change (a flash message set or
-shown), never sliding with mere browsing. It is HttpOnly and SameSite=Lax, and Secure
-when `public_url` is https. Nothing bounds its size (browsers drop cookies over 4 kB): it holds
-a few short strings, who signed in and how, never a password or a token:
-- `via: "password"`: `user` names a row of `users`, looked up again on every request, so a
-  disabled user is signed out at once;
-- `via: "token"`: `token_hash` is the sha256 of the API token used, looked up again on every
-  request, so a revoked token signs its sessions out; the bootstrap token (BENCHFARM_API_TOKEN)
-  is kept as its hash and compared with the setting's.
-A principal needs the `user` scope (or `admin`) to sign in: agent tokens cannot.
-
-CSRF: a random token per session (`csrf`), put in every form by the templates and compared in
-constant time on every form post (`checked_form`); SameSite=Lax keeps the cookie off other
-sites' posts too.
-
-A form's fields are checked like the API's bodies: every field by the one rule for text
-(`pipeline.contracts.text`: no NUL, no lone surrogate) in `checked_form`, then through the model of
-the API's request that does the same (`form_model`: the same types and limits). A field that does
-not pass is a 422 page naming it (the app's RequestValidationError handler), with nothing stored; a
-client that asks for JSON alone (`Accept: application/json`) gets the API's 422 JSON body instead,
-`{"error", "errors": [{"field": "form.note", "reason"}]}` (`render.wants_html`).
+What the cookie holds, how long it lasts and why: docs/design.md, "Web sessions".
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,11 @@ from tests.helpers.stores import blank_engine, database_url, engine  # noqa: F40
 from . import demo_store
 
 BOOTSTRAP = "bootstrap-admin-token"
+
+
+def roofline_data(page: str) -> dict:
+    """The roofline chart's data as the page hands it to uPlot (`chart.roofline_chart`)."""
+    return json.loads(page.split('<script type="application/json" id="roofline-data">')[1].split("</script>")[0])
 
 
 @dataclass

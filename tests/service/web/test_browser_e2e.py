@@ -112,6 +112,43 @@ def shot(driver: Any, name: str) -> None:
         driver.set_window_size(1400, 1000)
 
 
+ROOFLINE_DRAWN = """
+    const r = window.benchfarmRoofline, u = r.chart, dpr = devicePixelRatio;
+    const plot = [u.bbox.width / dpr, u.bbox.height / dpr], left = u.bbox.left / dpr;
+    const ruler = document.createElement('canvas').getContext('2d');
+    ruler.font = r.font;
+    const axis = u.axes[1], room = left - axis.ticks.size - axis.gap;
+    const ticks = JSON.parse(document.getElementById('roofline-data').textContent).y_ticks;
+    return {plot, cases: r.cases,
+            inside: r.cases.filter(c => c.x >= 0 && c.x <= plot[0] && c.y >= 0 && c.y <= plot[1]).length,
+            clipped: ticks.map(t => t[1]).filter(s => ruler.measureText(s).width > room),
+            outside: r.labels.filter(l => l.x < left || l.x + l.width > left + plot[0]).map(l => l.text)};"""
+"""The roofline as uPlot drew it (static/roofline.js): the plot's size, each case's place in it, the y
+axis' tick labels wider than the room left of the plot, and the ceilings' labels outside the plot."""
+
+
+STEP_CHARTS_DRAWN = """
+    return window.benchfarmStepCharts.map(s => {
+      const u = s.chart, dpr = devicePixelRatio, left = u.bbox.left / dpr, right = (u.bbox.left + u.bbox.width) / dpr;
+      const ruler = document.createElement('canvas').getContext('2d');
+      ruler.font = s.font;
+      const d = JSON.parse(s.figure.querySelector('script').textContent), y = u.axes[1];
+      const px = u.ctx.getImageData(0, 0, u.ctx.canvas.width, u.ctx.canvas.height).data;
+      let painted = 0; for (let i = 3; i < px.length; i += 4) if (px[i]) painted++;
+      const spans = s.ticks.map(([i, name]) => {
+        const at = left + u.valToPos(i, 'x'), half = ruler.measureText(name).width / 2;
+        return [name, at - half, at + half]; });
+      const xClipped = spans.filter(([, a, b]) => a < 0 || b > u.width).map(([name]) => name);
+      const overlapping = spans.slice(1).filter(([, a], k) => a < spans[k][2]).map(([name]) => name);
+      const yClipped = d.y_ticks.map(t => t[1]).filter(s => ruler.measureText(s).width > left - y.ticks.size - y.gap);
+      return {kind: [...s.figure.classList].find(c => c !== 'step-chart'), metric: s.metric, points: s.points,
+              steps: s.steps, painted: painted > 500, x_labels: s.ticks.map(t => t[1]),
+              y_labels: d.y_ticks.map(t => t[1]), clipped: [...xClipped, ...yClipped], overlapping}; });"""
+"""The step charts as uPlot drew them (static/steps.js): each one's kind and metric, points and step lines,
+whether its canvas is painted, its axes' labels, those that do not fit the canvas and the commit names
+that run into the one before."""
+
+
 def no_script_ran(driver: Any) -> None:
     assert driver.execute_script("return window.__xss === undefined")
 
@@ -183,11 +220,13 @@ def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo
     assert "12 samples" in browser.find_element(By.ID, "samples").text
     # the case's hardware counters beside its latency (issue 32): a step chart per counter, drawn and in
     # view, and the table with the commit where the regression's instructions and DRAM bytes moved marked
-    charts = browser.find_elements(By.CSS_SELECTOR, "#counter-charts svg.counter-chart")
+    charts = browser.find_elements(By.CSS_SELECTOR, "#counter-charts figure.counter-chart")
     browser.execute_script("arguments[0].scrollIntoView()", charts[0])
     assert len(charts) == 5 and all(c.is_displayed() and c.size["height"] > 50 for c in charts)
-    assert len(charts[0].find_elements(By.CSS_SELECTOR, "circle.point")) == 40
-    assert len(charts[0].find_elements(By.CSS_SELECTOR, "line.step")) == 1   # instructions: one step, no jitter
+    steps = browser.execute_script(STEP_CHARTS_DRAWN)
+    assert [c["kind"] for c in steps] == ["counter-chart"] * 5 and steps[0]["points"] == 40 and steps[0]["painted"]
+    assert len(steps[0]["steps"]) == 1   # instructions: one step, no jitter
+    assert all(len(c["x_labels"]) >= 3 and c["overlapping"] == [] == c["clipped"] for c in steps), steps
     table = browser.find_element(By.ID, "counters")
     assert table.is_displayed() and len(table.find_elements(By.CSS_SELECTOR, "tr")) == 41
     (marked,) = table.find_elements(By.CSS_SELECTOR, "tr.marked")
@@ -241,13 +280,22 @@ def test_dashboard_filters_series_graph_compare_and_triage(site: tuple[str, demo
     shot(browser, "regressions")
 
     browser.get(url + "/roofline?device_class=nvidia-h100-sxm")
-    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.roofline circle.case")) == len(demo.cases)
-    clipped = browser.execute_script("""
-        const svg = document.querySelector('svg.roofline'), box = svg.viewBox.baseVal;
-        return [...svg.querySelectorAll('text')].map(t => [t.textContent, t.getBBox()])
-          .filter(([, b]) => b.x < 0 || b.x + b.width > box.width).map(([s]) => s);""")
-    assert clipped == [], f"labels outside the roofline: {clipped}"   # the y axis' labels fit
+    wait(browser).until(lambda b: b.execute_script("return !!window.benchfarmRoofline"))
+    drawn = browser.execute_script(ROOFLINE_DRAWN)
+    assert drawn["inside"] == len(demo.cases) == len(drawn["cases"]), drawn   # uPlot placed every case in the plot
+    assert drawn["clipped"] == [] and drawn["outside"] == [], drawn   # the y axis' labels fit; the ceilings' too
     shot(browser, "roofline")
+    first = drawn["cases"][0]
+    ActionChains(browser).move_to_element_with_offset(browser.find_element(By.CSS_SELECTOR, "#roofline .u-over"),
+                                                      round(first["x"] - drawn["plot"][0] / 2),
+                                                      round(first["y"] - drawn["plot"][1] / 2)).perform()
+    tip = browser.find_element(By.ID, "roofline-tip")
+    wait(browser).until(lambda b: tip.is_displayed())
+    hovered = tip.text.split(":")[0]   # the first case, or one drawn on top of it
+    assert hovered in demo.cases and "of the roof" in tip.text, tip.text
+    ActionChains(browser).click().perform()   # where the mouse is: on the hovered case
+    wait(browser).until(ec.url_contains("/series/"))
+    assert browser.find_element(By.ID, "case-id").text == hovered
     browser.get(url + "/login")
     assert "benchfarm user create" in browser.find_element(By.ID, "login-help").text
     shot(browser, "login")
@@ -402,21 +450,19 @@ def test_compile_statistics_pages_compare_and_history(compile_site: tuple[str, s
     gfx.find_element(By.TAG_NAME, "a").click()
     wait(browser).until(ec.presence_of_element_located((By.ID, "compile-steps")))
     assert "hip:gfx1250" in browser.page_source and case in browser.find_element(By.TAG_NAME, "h2").text
-    charts = browser.find_elements(By.CSS_SELECTOR, "svg.compile-chart")
+    charts = browser.find_elements(By.CSS_SELECTOR, "figure.compile-chart")
     assert len(charts) == 5 and all(c.size["width"] > 300 for c in charts)
-    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.compile-chart line.step")) >= 2
-    clipped = browser.execute_script("""
-        return [...document.querySelectorAll('svg.compile-chart')].flatMap(svg => {
-          const box = svg.viewBox.baseVal;
-          return [...svg.querySelectorAll('text')].map(t => [t.textContent, t.getBBox()])
-            .filter(([, b]) => b.x < 0 || b.x + b.width > box.width).map(([s]) => s); });""")
+    drawn = browser.execute_script(STEP_CHARTS_DRAWN)
+    assert [c["kind"] for c in drawn] == ["compile-chart"] * 5 and all(c["painted"] for c in drawn)
+    assert sum(len(c["steps"]) for c in drawn) >= 2
+    clipped = [label for c in drawn for label in c["clipped"] + c["overlapping"]]
     assert clipped == [], f"labels outside the compile charts: {clipped}"
     # each chart names its commits under the axis and its figures in their unit (issue 34: no x labels,
     # and a compile time read "0.804627")
-    for chart in charts:
-        assert [t.text for t in chart.find_elements(By.CSS_SELECTOR, "text.x-label")] == [first[:7], second[:7]]
-    times = charts[[c.get_attribute("aria-label") for c in charts].index("compile_time")]
-    y_labels = [t.text for t in times.find_elements(By.CSS_SELECTOR, "text.y-label")]
+    for chart in drawn:
+        assert chart["x_labels"] == [first[:7], second[:7]], chart
+    times = drawn[[c["metric"] for c in drawn].index("compile_time")]
+    y_labels = times["y_labels"]
     assert y_labels and all(label.endswith((" s", " ms", " us")) and len(label) <= 8 for label in y_labels), y_labels
     steps = browser.find_elements(By.CSS_SELECTOR, "#compile-steps tr td:nth-child(2)")
     assert "registers" in [td.text for td in steps]

@@ -11,7 +11,7 @@ from pipeline.store.db import session_scope
 from pipeline.store.models import Case, ChangePoint, Commit, Run, Series, TriageEvent
 
 from . import demo_store
-from .conftest import BOOTSTRAP, Service
+from .conftest import BOOTSTRAP, Service, roofline_data
 
 
 def _csrf(html: str) -> str:
@@ -139,7 +139,12 @@ def test_compare_page_pull_request_and_two_commits(service: Service) -> None:
 
 def test_roofline_places_each_case_and_names_those_left_off(service: Service) -> None:
     page = requests.get(f"{service.url}/roofline", params={"device_class": "nvidia-h100-sxm"}, timeout=30).text
-    assert page.count('<circle class="case"') == len(service.demo.cases) == 15 and "best measured case" in page
+    chart = roofline_data(page)
+    assert len(chart["cases"]) == len(service.demo.cases) == 15 and "best measured case" in page
+    assert {c["case_id"] for c in chart["cases"]} == set(service.demo.cases)
+    assert all(chart["x_range"][0] < c["x"] < chart["x_range"][1] and chart["y_range"][0] < c["y"] < chart["y_range"][1]
+               for c in chart["cases"])
+    assert chart["roof"]["y"][1] == chart["ceilings"]["flops"] and chart["y_ticks"][-1][1].endswith("FLOP/s")
     assert ">15 of 15 cases on the chart<" in page and 'id="roofline-left-off"' not in page
     # a newer bundle counts no FLOPs for one case (a gather moves data only): left off, and named
     from pipeline.contracts import BundleEntry
@@ -152,7 +157,7 @@ def test_roofline_places_each_case_and_names_those_left_off(service: Service) ->
         ingest.ingest_manifest(s, manifest=f.manifest(demo_store.main_sha(1), [entry], repository=demo_store.REPO),
                                path="/bundles/no-flops")
     page = requests.get(f"{service.url}/roofline", params={"device_class": "nvidia-h100-sxm"}, timeout=30).text
-    assert page.count('<circle class="case"') == 14 and "14 of 15 cases on the chart; left off:" in page
+    assert len(roofline_data(page)["cases"]) == 14 and "14 of 15 cases on the chart; left off:" in page
     left_off = page.split('id="roofline-left-off"')[1].split("</ul>")[0]
     assert moved in left_off and "no FLOPs counted (moves data only)" in left_off, left_off
 

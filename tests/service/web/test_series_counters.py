@@ -114,7 +114,7 @@ def test_series_page_and_api_show_the_counters_along_history(seeded: Engine, tmp
 
     assert page.status_code == 200, page.text[-500:]
     text = page.text
-    assert "Hardware counters" in text and text.count('class="counter-chart"') == len(BASE_COUNTS)
+    assert "Hardware counters" in text and text.count('class="step-chart counter-chart"') == len(BASE_COUNTS)
     rows = _table_rows(text, "counters")
     assert [re.search(r'<td class="mono">(?:<a [^>]*>)?([0-9a-f]{10})', r).group(1) for r in rows] == \
         [sha[:10] for sha in reversed(history)]   # newest first, as the values table
@@ -129,7 +129,7 @@ def test_series_page_and_api_show_the_counters_along_history(seeded: Engine, tmp
 
     assert conv_page.status_code == 200
     assert f"no counters at any of 5 commits: {NCU_MISSING}" in conv_page.text
-    assert 'class="counter-chart"' not in conv_page.text
+    assert 'class="step-chart counter-chart"' not in conv_page.text
     assert [NCU_MISSING in r for r in _table_rows(conv_page.text, "counters")] == [True] * 5
 
     assert counter_page.status_code == 200 and len(_table_rows(counter_page.text, "counters")) == 5
