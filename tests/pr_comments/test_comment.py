@@ -115,8 +115,8 @@ def test_the_compile_section_sits_above_the_footer_within_githubs_limit() -> Non
                                     summary="12 cases changed registers", changes=changes)
     rows = [row(_id(f"r{i:02d}"), "regressed", 0.1 + i / 100) for i in range(30)]
     for limit in (65536, 3500):
-        settings = load_settings(public_url="http://bf.example", github={"comment_max_chars": limit})
-        body = make_report([comparison("h100", rows)], settings=settings, pr=1, compiled=compiled).body
+        body = render_comment([comparison("h100", rows)], settings=CommentSettings("http://bf.example", max_chars=limit),
+                              pr=1, compiled=compiled)
         assert len(body) <= limit, (limit, len(body))
         assert "**Compile:** 12 cases changed registers (not part of the verdict)" in body
         compile_part = body.split("**Compile:**")[1]
