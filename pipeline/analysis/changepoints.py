@@ -95,6 +95,7 @@ per touched series and upload; see BENCHMARKS.md, "Detection quality").
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -123,6 +124,8 @@ HOLD_PVALUE: float = _DEFAULTS.hold_pvalue
 """A confirmed change point stands while its level still differs at this p-value (`holds`)."""
 OUTLIER_K = 4.0
 """Outlier-run threshold in robust standard deviations."""
+SPLIT_MEMO = 1 << 17
+"""Windows whose split `_window_splits` remembers (about 25 MB at 50 commits a window)."""
 SPLIT_PVALUE_FACTOR = 10.0
 """The split step accepts candidates at this multiple of `max_pvalue` (Otava uses 10)."""
 
@@ -184,7 +187,17 @@ def robust_sigma(values: Sequence[float]) -> float:
     if x.size < 2:
         return 0.0
     d = np.diff(x)
-    return float(1.4826 * np.median(np.abs(d - np.median(d))) / math.sqrt(2.0))
+    return float(1.4826 * _median(np.abs(d - _median(d))) / math.sqrt(2.0))
+
+
+def _median(x: np.ndarray) -> float:
+    """`np.median` of a 1-D array, the same number (the middle value, or the mean of the middle
+    two), without its generic machinery: the outlier mask takes two per block of every history."""
+    ordered = np.sort(x)
+    half = ordered.size // 2
+    if ordered.size % 2:
+        return float(ordered[half])
+    return float((ordered[half - 1] + ordered[half]) / 2)
 
 
 def _local_sigma(x: np.ndarray, window: int) -> np.ndarray:
@@ -326,27 +339,24 @@ def _step_beyond_trend(y: np.ndarray, at: int, others: Sequence[int], max_pvalue
 
 
 def _best_split(x: np.ndarray, min_size: int) -> int | None:
-    """Split of x maximising the E-Divisive energy statistic (power 1), sides >= min_size."""
+    """Split of x maximising the E-Divisive energy statistic (power 1), sides >= min_size.
+
+    Every candidate split at once, each term in the order a loop over them would add it (so the
+    statistic, and hence the argmax, is the same to the last bit); the first of equal maxima wins."""
     n = x.size
     if n < 2 * min_size:
         return None
     d = np.abs(x[:, None] - x[None, :])
     p = np.zeros((n + 1, n + 1))
     p[1:, 1:] = d.cumsum(0).cumsum(1)
-
-    def block(a: int, b: int, c: int, e: int) -> float:  # sum of d[a:b, c:e]
-        return p[b, e] - p[a, e] - p[b, c] + p[a, c]
-
-    best, best_q = None, -math.inf
-    for tau in range(min_size, n - min_size + 1):
-        m, k = tau, n - tau
-        between = block(0, tau, tau, n) / (m * k)
-        within_l = block(0, tau, 0, tau) / (m * (m - 1))
-        within_r = block(tau, n, tau, n) / (k * (k - 1))
-        q = m * k / n * (2 * between - within_l - within_r)
-        if q > best_q:
-            best, best_q = tau, q
-    return best
+    tau = np.arange(min_size, n - min_size + 1)
+    m, k = tau, n - tau
+    # sums of d over [0, tau) x [tau, n), [0, tau)^2 and [tau, n)^2 from the 2-D prefix sums
+    between = (p[tau, n] - p[0, n] - p[tau, tau] + p[0, tau]) / (m * k)
+    within_l = (p[tau, tau] - p[0, tau] - p[tau, 0] + p[0, 0]) / (m * (m - 1))
+    within_r = (p[n, n] - p[tau, n] - p[n, tau] + p[tau, tau]) / (k * (k - 1))
+    q = m * k / n * (2 * between - within_l - within_r)
+    return int(tau[int(np.argmax(q))])
 
 
 def _split(y: np.ndarray, a: int, b: int, pvalue: float, min_size: int, out: set[int]) -> None:
@@ -359,6 +369,17 @@ def _split(y: np.ndarray, a: int, b: int, pvalue: float, min_size: int, out: set
     out.add(tau)
     _split(y, a, tau, pvalue, min_size, out)
     _split(y, tau, b, pvalue, min_size, out)
+
+
+@functools.lru_cache(maxsize=SPLIT_MEMO)
+def _window_splits(window: bytes, pvalue: float, min_size: int) -> tuple[int, ...]:
+    """`_split` of one window (its values' bytes), positions relative to it. Memoised: after an
+    upload the history's older windows hold the same values as at the previous one, so only the
+    newest windows cost anything (a pure function of its arguments: the memo changes no answer)."""
+    y = np.frombuffer(window, dtype=np.float64)
+    out: set[int] = set()
+    _split(y, 0, y.size, pvalue, min_size, out)
+    return tuple(sorted(out))
 
 
 def _young_level_holds(left: np.ndarray, right: np.ndarray, max_pvalue: float, min_magnitude: float) -> bool:
@@ -549,7 +570,7 @@ def _detect(y: np.ndarray, window: int, max_pvalue: float, min_magnitude: float,
     if starts[-1] + window < n:
         starts.append(n - window)
     for s in starts:
-        _split(y, s, min(n, s + window), split_pvalue, min_size, weak)
+        weak.update(s + c for c in _window_splits(y[s:min(n, s + window)].tobytes(), split_pvalue, min_size))
 
     # Merge: drop the weakest failing candidate until all pass.
     cps = sorted(weak)

@@ -63,10 +63,11 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
@@ -89,6 +90,7 @@ from pipeline.store.models import (
     Repository,
     Run,
     Series,
+    SeriesTail,
     TriageEvent,
     utcnow,
 )
@@ -109,6 +111,10 @@ ANALYSIS_WHO = "benchfarm analysis"
 """Who the first triage event ("needs triage") of a detected change point names."""
 ANALYZED_RUN_KINDS = FALLBACK_RUN_KINDS
 """Runs whose upload triggers analysis, besides any run of a commit recorded on the default branch."""
+TAIL_WINDOWS = 4
+"""Analysis windows of a history the analysis after an upload reads (module doc, "Incremental")."""
+SETTLED_WINDOWS = 2
+"""Windows into that stretch from which change points are judged; older ones are settled."""
 NOISE_HISTORY = 30
 """Newest default-branch commits (unpaired) or A/A calibrations (paired) a series' noise is learned from."""
 
@@ -125,12 +131,46 @@ class AnalysisSummary:
     """stored change points retracted"""
 
 
-@dataclass(frozen=True)
-class _Point:
-    commit: ChainCommit
-    value: float
-    digest: str | None = None
-    """the binary the measurement timed (None: not reported)"""
+@dataclass
+class _History:
+    """The stretch of a series' history one analysis reads (module doc, "Incremental")."""
+
+    commit_ids: np.ndarray
+    """int64, oldest first"""
+    values: np.ndarray
+    """float64: each commit's level (`history.commit_level`)"""
+    digests: list[str | None]
+    """the binaries the newest (up to `NOISE_HISTORY`) commits timed (the newest run's), oldest first"""
+    length: int
+    """commits in the whole history; the stretch is its last `len(values)`"""
+    judged_from: int = 0
+    """position in the whole history from which change points are reported and stored points
+    reconciled; those before it are settled"""
+
+    @property
+    def offset(self) -> int:
+        return self.length - self.values.size
+
+    def stretch(self, window: int) -> _History:
+        """The newest commits the analysis after an upload reads (module doc, "Incremental")."""
+        start = stretch_start(self.length, window)
+        if start <= self.offset:
+            return self
+        cut = start - self.offset
+        return _History(self.commit_ids[cut:], self.values[cut:], self.digests, self.length,
+                        judged_from=start + SETTLED_WINDOWS * window if start else 0)
+
+
+def stretch_start(length: int, window: int) -> int:
+    """Position in a history of `length` commits of the first commit the analysis after an upload
+    reads: `TAIL_WINDOWS` windows back, rounded down to the split's half-window grid (so the same
+    windows recur from upload to upload and `changepoints` remembers their splits); 0 while the
+    whole history is that short."""
+    span = TAIL_WINDOWS * window
+    if length <= span:
+        return 0
+    step = max(1, window // 2)
+    return (length - span) // step * step
 
 
 @dataclass
@@ -147,8 +187,8 @@ def series_direction(series: Series) -> bool:
     return METRICS[series.metric].lower_is_better
 
 
-def _histories(session: Session, chain: Sequence[ChainCommit], series_ids: Iterable[int] | None) -> dict[int, list[_Point]]:
-    """series id -> its history on `chain` (module doc), oldest first. One query."""
+def _histories(session: Session, chain: Sequence[ChainCommit], series_ids: Iterable[int] | None) -> dict[int, _History]:
+    """series id -> its whole history on `chain` (module doc), oldest first. One query."""
     position = {c.id: i for i, c in enumerate(chain)}
     if not position:
         return {}
@@ -165,12 +205,15 @@ def _histories(session: Session, chain: Sequence[ChainCommit], series_ids: Itera
     for series_id, commit_id, run_id, median, digest in session.execute(query):
         if commit_id in position:
             measured[series_id][commit_id].append((run_id, median, digest))
-    # a commit's value combines all its runs (`history.commit_level`); its binary: the newest run's
-    return {
-        series_id: [_Point(chain[position[c]], commit_level((r, m) for r, m, _ in runs)[0], runs[-1][2])
-                    for c, runs in sorted(values.items(), key=lambda kv: position[kv[0]])]
-        for series_id, values in measured.items()
-    }
+    out: dict[int, _History] = {}
+    for series_id, values in measured.items():
+        commits = sorted(values, key=position.__getitem__)
+        # a commit's value combines all its runs (`history.commit_level`); its binary: the newest run's
+        levels = [commit_level((r, m) for r, m, _ in values[c])[0] for c in commits]
+        digests = [values[c][-1][2] for c in commits[-NOISE_HISTORY:]]
+        out[series_id] = _History(np.array(commits, dtype=np.int64), np.array(levels, dtype=np.float64),
+                                  digests, len(commits))
+    return out
 
 
 def _stored_change_points(session: Session, series_ids: Sequence[int]) -> dict[int, list[ChangePoint]]:
@@ -208,27 +251,31 @@ def _event(session: Session, row: ChangePoint, now: datetime, note: str) -> None
     session.add(TriageEvent(change_point_id=row.id, state=row.state, who=ANALYSIS_WHO, at=now, note=note))
 
 
-def _analyze(session: Session, series: Series, points: list[_Point], settings: AnalysisSettings, *,
-             stored: Sequence[ChangePoint], tally: _Tally) -> None:
-    """Analyse one series' whole history and bring its stored change points in line (module doc).
-    `stored`: the series' change points already stored."""
+def _analyze(session: Session, series: Series, history: _History, commit_of: Callable[[int], ChainCommit],
+             settings: AnalysisSettings, *, stored: Sequence[ChangePoint], tally: _Tally) -> None:
+    """Analyse one series' history stretch and bring its stored change points from `judged_from`
+    in line (module doc). `stored`: the series' change points already stored."""
     now = utcnow()
-    series.history_points = len(points)
+    series.history_points = history.length
     series.analyzed_at = now
-    recent = points[-NOISE_HISTORY:]
-    series.noise_unpaired = stats.run_to_run_noise([p.value for p in recent], [p.digest for p in recent])
-    index_of = {p.commit.id: i for i, p in enumerate(points)}
-    values = [p.value for p in points]
+    values = history.values
+    recent = values[-NOISE_HISTORY:]
+    series.noise_unpaired = stats.run_to_run_noise([float(v) for v in recent], history.digests[-recent.size:])
     min_magnitude = series.min_magnitude if series.min_magnitude is not None else settings.min_magnitude
-    if len(points) < 2 * settings.min_size:
+    if values.size < 2 * settings.min_size:
         analysed = changepoints.Analysis([], None)
     else:
         analysed = changepoints.analyse(values, window=settings.window, max_pvalue=settings.max_pvalue,
                                         min_magnitude=min_magnitude, min_size=settings.min_size,
                                         confirm_size=settings.confirm_size, confirm_pvalue=settings.confirm_pvalue)
+    judged = history.judged_from - history.offset   # stretch positions from which points are judged
     found = [(cp, "confirmed") for cp in analysed.confirmed] + [(cp, "suspected") for cp in analysed.pending]
     if analysed.suspected is not None:
         found.append((analysed.suspected, "suspected"))
+    found = [(cp, lifecycle) for cp, lifecycle in found if cp.index >= judged]
+    if not found and not stored:
+        return
+    index_of = {int(c): i for i, c in enumerate(history.commit_ids)}
     lower_is_better = series_direction(series)
 
     def held(row: ChangePoint) -> bool:
@@ -242,19 +289,22 @@ def _analyze(session: Session, series: Series, points: list[_Point], settings: A
                                   outliers=analysed.outliers, window=settings.window, min_magnitude=min_magnitude,
                                   min_size=settings.min_size, pvalue=settings.hold_pvalue)
 
-    here = [row for row in stored if row.after_commit_id in index_of]  # a rewritten history's others stay
+    # points of a rewritten history and settled ones (before `judged`) stay as they are
+    here = [row for row in stored if index_of.get(row.after_commit_id, -1) >= judged]
     at_commit = {row.after_commit_id: row for row in stored}
     matched: set[int] = set()
     for cp, lifecycle in found:
         direction = changepoints.classify(cp, lower_is_better)
-        before, after = points[cp.last_before].commit, points[cp.index].commit
+        before = commit_of(int(history.commit_ids[cp.last_before]))
+        after = commit_of(int(history.commit_ids[cp.index]))
         row = at_commit.get(after.id)
         if row is None or row.id in matched:
             row = next((r for r in here if r.id not in matched and r.lifecycle != "retracted"
                         and r.direction == direction and abs(index_of[r.after_commit_id] - cp.index) < settings.min_size),
                        None)
-        fields = {"before_commit_id": before.id, "history_index": cp.index, "before_level": cp.before_mean,
-                  "after_level": cp.after_mean, "magnitude": cp.magnitude, "pvalue": cp.pvalue}
+        fields = {"before_commit_id": before.id, "history_index": cp.index + history.offset,
+                  "before_level": cp.before_mean, "after_level": cp.after_mean, "magnitude": cp.magnitude,
+                  "pvalue": cp.pvalue}
         if row is None:
             row_id = _insert_change_point(session, {
                 "series_id": series.id, "after_commit_id": after.id, "committed_at": after.committed_at,
@@ -317,24 +367,121 @@ def _series_repositories(session: Session, series_ids: Iterable[int] | None) -> 
         .where(Measurement.series_id.in_(list(series_ids)))))
 
 
+def _load_tails(session: Session, repository_id: int, series_ids: Sequence[int]) -> dict[int, SeriesTail]:
+    out: dict[int, SeriesTail] = {}
+    for i in range(0, len(series_ids), 1000):
+        chunk = list(series_ids[i:i + 1000])
+        out.update((t.series_id, t) for t in session.scalars(
+            sa.select(SeriesTail).where(SeriesTail.repository_id == repository_id, SeriesTail.series_id.in_(chunk))))
+    return out
+
+
+def _extended(tail: SeriesTail, position: dict[int, int], commit_id: int, level: float,
+              digest: str | None) -> _History | None:
+    """The tail with commit at chain position `at` added (or its newest commit's level replaced, a
+    rerun of it), when the tail still fits the chain and `at` is not older than its newest commit;
+    None otherwise (the caller reads the history again)."""
+    at = position[commit_id]
+    ids = np.frombuffer(tail.commit_ids, dtype=np.int64)
+    values = np.frombuffer(tail.levels, dtype=np.float64)
+    if not ids.size:
+        return None
+    newest = position.get(int(ids[-1]))
+    if newest is None or position.get(int(ids[0])) != tail.first_position or newest > at:
+        return None
+    digests = list(tail.digests)
+    if newest == at:   # another run of the newest commit: its level combines them all
+        values = np.append(values[:-1], level)
+        digests[-1] = digest
+        return _History(ids, values, digests, tail.length)
+    return _History(np.append(ids, commit_id), np.append(values, level),
+                    (digests + [digest])[-NOISE_HISTORY:], tail.length + 1)
+
+
+def _store_tail(session: Session, tails: dict[int, SeriesTail], series_id: int, repository_id: int,
+                history: _History, position: dict[int, int], window: int) -> None:
+    """Keep the newest commits the next upload's analysis will need (`stretch_start`)."""
+    keep = TAIL_WINDOWS * window + max(1, window // 2)
+    ids, values = history.commit_ids[-keep:], history.values[-keep:]
+    fields = {"length": history.length, "first_position": position[int(ids[0])],
+              "commit_ids": ids.astype(np.int64).tobytes(), "levels": values.astype(np.float64).tobytes(),
+              "digests": list(history.digests[-NOISE_HISTORY:])}
+    tail = tails.get(series_id)
+    if tail is None:
+        session.add(SeriesTail(series_id=series_id, repository_id=repository_id, **fields))
+        return
+    for name, value in fields.items():
+        setattr(tail, name, value)
+
+
+def _reconcile(session: Session, histories: dict[int, _History], series_ids: Sequence[int], chain: Sequence[ChainCommit],
+               settings: AnalysisSettings, tally: _Tally) -> None:
+    rows = {s.id: s for i in range(0, len(series_ids), 1000)
+            for s in session.scalars(sa.select(Series).where(Series.id.in_(list(series_ids[i:i + 1000]))))}
+    stored = _stored_change_points(session, sorted(rows))
+    by_id = {c.id: c for c in chain}
+    empty = _History(np.zeros(0, dtype=np.int64), np.zeros(0), [], 0)
+    for series_id in sorted(rows):
+        _analyze(session, rows[series_id], histories.get(series_id, empty), by_id.__getitem__, settings,
+                 stored=stored.get(series_id, []), tally=tally)
+
+
 def _run(session: Session, series_ids: list[int] | None, settings: AnalysisSettings, *,
          repository_ids: list[int] | None = None) -> AnalysisSummary:
+    """The batch analysis: every series' whole history (module doc); their tails rebuilt."""
     repositories = repository_ids if repository_ids is not None else _series_repositories(session, series_ids)
     analysed: set[int] = set()
     tally = _Tally()
     for repository_id in repositories:
         chain = default_branch_chain(session, repository_id)
+        position = {c.id: i for i, c in enumerate(chain)}
         histories = _histories(session, chain, series_ids)
-        wanted = series_ids if series_ids is not None else list(histories)
-        rows = {s.id: s for i in range(0, len(wanted), 1000)
-                for s in session.scalars(sa.select(Series).where(Series.id.in_(list(wanted[i:i + 1000]))))}
-        stored = _stored_change_points(session, sorted(rows))
-        for series_id in sorted(rows):
-            _analyze(session, rows[series_id], histories.get(series_id, []), settings,
-                     stored=stored.get(series_id, []), tally=tally)
-            analysed.add(series_id)
+        wanted = sorted(series_ids if series_ids is not None else histories)
+        _reconcile(session, histories, wanted, chain, settings, tally)
+        tails = _load_tails(session, repository_id, wanted)
+        for series_id, history in histories.items():
+            _store_tail(session, tails, series_id, repository_id, history, position, settings.window)
+        analysed.update(wanted)
     session.flush()  # the series' history_points / analyzed_at: one batched UPDATE, not one per series
     return AnalysisSummary(series=len(analysed), new_change_points=tally.added, confirmed=tally.confirmed,
+                           retracted=tally.retracted)
+
+
+def _run_incremental(session: Session, commit_id: int, series_ids: list[int], repository_id: int,
+                     settings: AnalysisSettings) -> AnalysisSummary:
+    """After an upload of `commit_id`: each series' tail with the commit's level added, its newest
+    stretch analysed (module doc, "Incremental"); a series whose tail does not fit is read whole."""
+    chain = default_branch_chain(session, repository_id)
+    position = {c.id: i for i, c in enumerate(chain)}
+    if commit_id not in position:   # not on the default-branch history: it changes no series' history
+        return AnalysisSummary(0, 0)
+    levels: dict[int, list[tuple[str, float, str | None]]] = defaultdict(list)
+    for chunk in range(0, len(series_ids), 1000):
+        for series_id, run_id, median, digest in session.execute(
+            sa.select(Measurement.series_id, Job.run_id, Measurement.median, CaseResultRow.binary_digest)
+            .join(CaseResultRow, Measurement.case_result_id == CaseResultRow.id)
+            .join(Job, CaseResultRow.job_id == Job.id)
+            .where(Measurement.commit_id == commit_id, Measurement.series_id.in_(series_ids[chunk:chunk + 1000]))
+            .order_by(Measurement.id)):
+            levels[series_id].append((run_id, median, digest))
+    tails = _load_tails(session, repository_id, series_ids)
+    histories: dict[int, _History] = {}
+    for series_id in series_ids:
+        tail, runs = tails.get(series_id), levels.get(series_id)
+        if tail is not None and runs:
+            extended = _extended(tail, position, commit_id, commit_level((r, m) for r, m, _ in runs)[0], runs[-1][2])
+            if extended is not None:
+                histories[series_id] = extended
+    missing = [i for i in series_ids if i not in histories]
+    if missing:
+        histories.update(_histories(session, chain, missing))
+    tally = _Tally()
+    stretches = {i: h.stretch(settings.window) for i, h in histories.items()}
+    _reconcile(session, stretches, series_ids, chain, settings, tally)
+    for series_id, history in histories.items():
+        _store_tail(session, tails, series_id, repository_id, history, position, settings.window)
+    session.flush()
+    return AnalysisSummary(series=len(series_ids), new_change_points=tally.added, confirmed=tally.confirmed,
                            retracted=tally.retracted)
 
 
@@ -364,7 +511,7 @@ def analyze_after_ingest(session: Session, document: ResultDocument, settings: A
         .where(Measurement.commit_id == commit.id, Series.device_class_id == job.device_class_id)))
     if not series_ids:
         return AnalysisSummary(0, 0)
-    return _run(session, series_ids, settings, repository_ids=[run.repository_id])
+    return _run_incremental(session, commit.id, series_ids, run.repository_id, settings)
 
 
 def reanalyze_all(session: Session, settings: AnalysisSettings) -> AnalysisSummary:
