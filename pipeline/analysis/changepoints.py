@@ -205,8 +205,14 @@ def _local_sigma(x: np.ndarray, window: int) -> np.ndarray:
     step = max(1, window // 2)
     out = np.empty(x.size)
     for lo in range(0, x.size, step):
-        out[lo:lo + step] = robust_sigma(x[max(0, lo - step // 2): lo + step + step // 2 + 1])
+        out[lo:lo + step] = _block_sigma(x[max(0, lo - step // 2): lo + step + step // 2 + 1].tobytes())
     return out
+
+
+@functools.lru_cache(maxsize=SPLIT_MEMO)
+def _block_sigma(block: bytes) -> float:
+    """`robust_sigma` of a block's values (bytes), memoised as `_window_splits` is."""
+    return robust_sigma(np.frombuffer(block, dtype=np.float64))
 
 
 def outlier_runs(values: Sequence[float], *, outlier_k: float = OUTLIER_K, window: int = WINDOW) -> np.ndarray:
@@ -574,8 +580,19 @@ def _detect(y: np.ndarray, window: int, max_pvalue: float, min_magnitude: float,
 
     # Merge: drop the weakest failing candidate until all pass.
     cps = sorted(weak)
+    reach = max(TREND_SPANS) * window
+    known: dict[tuple[int, ...], ChangePoint] = {}
+
+    def tested(i: int) -> ChangePoint:
+        """`_stats` of cps[i], remembered for this merge: it depends only on the candidates within
+        `reach` of it, and removing a candidate farther away leaves it as it was."""
+        key = (cps[i], *(q for q in cps if abs(q - cps[i]) <= reach))
+        if key not in known:
+            known[key] = _stats(y, cps, i, window, min_size, max_pvalue, min_magnitude)
+        return known[key]
+
     while cps:
-        stats = [_stats(y, cps, i, window, min_size, max_pvalue, min_magnitude) for i in range(len(cps))]
+        stats = [tested(i) for i in range(len(cps))]
         failing = [
             i for i, st in enumerate(stats) if st.pvalue > max_pvalue or abs(st.magnitude) < min_magnitude
         ]

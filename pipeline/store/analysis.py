@@ -63,8 +63,9 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 from datetime import datetime
 
 import numpy as np
@@ -180,7 +181,12 @@ class _Tally:
     retracted: int = 0
 
 
-def series_direction(series: Series) -> bool:
+class _Directed(Protocol):
+    lower_is_better: bool | None
+    metric: str
+
+
+def series_direction(series: _Directed) -> bool:
     """lower_is_better for the series: its own setting, else its metric's."""
     if series.lower_is_better is not None:
         return series.lower_is_better
@@ -251,16 +257,15 @@ def _event(session: Session, row: ChangePoint, now: datetime, note: str) -> None
     session.add(TriageEvent(change_point_id=row.id, state=row.state, who=ANALYSIS_WHO, at=now, note=note))
 
 
-def _analyze(session: Session, series: Series, history: _History, commit_of: Callable[[int], ChainCommit],
-             settings: AnalysisSettings, *, stored: Sequence[ChangePoint], tally: _Tally) -> None:
+def _analyze(session: Session, series: Any, history: _History, commit_of: Callable[[int], ChainCommit],
+             settings: AnalysisSettings, *, stored: Sequence[ChangePoint], tally: _Tally, now: datetime) -> dict[str, Any]:
     """Analyse one series' history stretch and bring its stored change points from `judged_from`
-    in line (module doc). `stored`: the series' change points already stored."""
-    now = utcnow()
-    series.history_points = history.length
-    series.analyzed_at = now
+    in line (module doc). `series`: its row (id, min_magnitude, lower_is_better, metric); `stored`:
+    its change points already stored. Returns the series' analysis state to write."""
     values = history.values
     recent = values[-NOISE_HISTORY:]
-    series.noise_unpaired = stats.run_to_run_noise([float(v) for v in recent], history.digests[-recent.size:])
+    state = {"id": series.id, "history_points": history.length, "analyzed_at": now,
+             "noise_unpaired": stats.run_to_run_noise([float(v) for v in recent], history.digests[-recent.size:])}
     min_magnitude = series.min_magnitude if series.min_magnitude is not None else settings.min_magnitude
     if values.size < 2 * settings.min_size:
         analysed = changepoints.Analysis([], None)
@@ -274,7 +279,7 @@ def _analyze(session: Session, series: Series, history: _History, commit_of: Cal
         found.append((analysed.suspected, "suspected"))
     found = [(cp, lifecycle) for cp, lifecycle in found if cp.index >= judged]
     if not found and not stored:
-        return
+        return state
     index_of = {int(c): i for i, c in enumerate(history.commit_ids)}
     lower_is_better = series_direction(series)
 
@@ -344,6 +349,7 @@ def _analyze(session: Session, series: Series, history: _History, commit_of: Cal
         row.lifecycle, row.retracted_at = "retracted", now
         _event(session, row, now, f"retracted: {row.reason}")
         tally.retracted += 1
+    return state
 
 
 def _insert_change_point(session: Session, row: dict[str, object]) -> int | None:
@@ -367,20 +373,23 @@ def _series_repositories(session: Session, series_ids: Iterable[int] | None) -> 
         .where(Measurement.series_id.in_(list(series_ids)))))
 
 
-def _load_tails(session: Session, repository_id: int, series_ids: Sequence[int]) -> dict[int, SeriesTail]:
-    out: dict[int, SeriesTail] = {}
+def _load_tails(session: Session, repository_id: int, series_ids: Sequence[int]) -> dict[int, Any]:
+    """series id -> its stored tail row (series_id, length, first_position, commit_ids, levels, digests)."""
+    table = SeriesTail.__table__
+    out: dict[int, Any] = {}
     for i in range(0, len(series_ids), 1000):
-        chunk = list(series_ids[i:i + 1000])
-        out.update((t.series_id, t) for t in session.scalars(
-            sa.select(SeriesTail).where(SeriesTail.repository_id == repository_id, SeriesTail.series_id.in_(chunk))))
+        out.update((row.series_id, row) for row in session.execute(
+            sa.select(table.c.series_id, table.c.length, table.c.first_position, table.c.commit_ids, table.c.levels,
+                      table.c.digests)
+            .where(table.c.repository_id == repository_id, table.c.series_id.in_(list(series_ids[i:i + 1000])))))
     return out
 
 
-def _extended(tail: SeriesTail, position: dict[int, int], commit_id: int, level: float,
+def _extended(tail: Any, position: dict[int, int], commit_id: int, level: float,
               digest: str | None) -> _History | None:
-    """The tail with commit at chain position `at` added (or its newest commit's level replaced, a
-    rerun of it), when the tail still fits the chain and `at` is not older than its newest commit;
-    None otherwise (the caller reads the history again)."""
+    """The tail with the commit added (or its newest commit's level replaced: a rerun of it), when
+    the tail still fits the chain and the commit is not older than its newest one; None otherwise
+    (the caller reads the history again)."""
     at = position[commit_id]
     ids = np.frombuffer(tail.commit_ids, dtype=np.int64)
     values = np.frombuffer(tail.levels, dtype=np.float64)
@@ -394,36 +403,50 @@ def _extended(tail: SeriesTail, position: dict[int, int], commit_id: int, level:
         values = np.append(values[:-1], level)
         digests[-1] = digest
         return _History(ids, values, digests, tail.length)
-    return _History(np.append(ids, commit_id), np.append(values, level),
-                    (digests + [digest])[-NOISE_HISTORY:], tail.length + 1)
+    return _History(np.append(ids, commit_id), np.append(values, level), (digests + [digest])[-NOISE_HISTORY:],
+                    tail.length + 1)
 
 
-def _store_tail(session: Session, tails: dict[int, SeriesTail], series_id: int, repository_id: int,
-                history: _History, position: dict[int, int], window: int) -> None:
-    """Keep the newest commits the next upload's analysis will need (`stretch_start`)."""
+def _store_tails(session: Session, repository_id: int, histories: dict[int, _History], stored: Collection[int],
+                 position: dict[int, int], window: int) -> None:
+    """Keep each series' newest commits that its next upload's analysis will need (`stretch_start`):
+    one executemany UPDATE for the series that had a tail, one INSERT for the others."""
     keep = TAIL_WINDOWS * window + max(1, window // 2)
-    ids, values = history.commit_ids[-keep:], history.values[-keep:]
-    fields = {"length": history.length, "first_position": position[int(ids[0])],
-              "commit_ids": ids.astype(np.int64).tobytes(), "levels": values.astype(np.float64).tobytes(),
-              "digests": list(history.digests[-NOISE_HISTORY:])}
-    tail = tails.get(series_id)
-    if tail is None:
-        session.add(SeriesTail(series_id=series_id, repository_id=repository_id, **fields))
-        return
-    for name, value in fields.items():
-        setattr(tail, name, value)
+    rows = []
+    for series_id, history in histories.items():
+        ids, values = history.commit_ids[-keep:], history.values[-keep:]
+        rows.append({"series_id": series_id, "repository_id": repository_id, "length": history.length,
+                     "first_position": position[int(ids[0])], "commit_ids": ids.astype(np.int64).tobytes(),
+                     "levels": values.astype(np.float64).tobytes(), "digests": list(history.digests[-NOISE_HISTORY:])})
+    table = SeriesTail.__table__
+    updates = [r for r in rows if r["series_id"] in stored]
+    if updates:
+        session.execute(table.update().where(table.c.series_id == sa.bindparam("b_series"),
+                                             table.c.repository_id == sa.bindparam("b_repository")),
+                        [{**r, "b_series": r["series_id"], "b_repository": r["repository_id"]} for r in updates])
+    inserts = [r for r in rows if r["series_id"] not in stored]
+    if inserts:
+        session.execute(table.insert(), inserts)
 
 
 def _reconcile(session: Session, histories: dict[int, _History], series_ids: Sequence[int], chain: Sequence[ChainCommit],
                settings: AnalysisSettings, tally: _Tally) -> None:
-    rows = {s.id: s for i in range(0, len(series_ids), 1000)
-            for s in session.scalars(sa.select(Series).where(Series.id.in_(list(series_ids[i:i + 1000]))))}
+    """Analyse each series and write its analysis state (one executemany UPDATE)."""
+    table = Series.__table__
+    rows = {r.id: r for i in range(0, len(series_ids), 1000) for r in session.execute(
+        sa.select(table.c.id, table.c.min_magnitude, table.c.lower_is_better, table.c.metric)
+        .where(table.c.id.in_(list(series_ids[i:i + 1000]))))}
     stored = _stored_change_points(session, sorted(rows))
     by_id = {c.id: c for c in chain}
     empty = _History(np.zeros(0, dtype=np.int64), np.zeros(0), [], 0)
-    for series_id in sorted(rows):
-        _analyze(session, rows[series_id], histories.get(series_id, empty), by_id.__getitem__, settings,
-                 stored=stored.get(series_id, []), tally=tally)
+    now = utcnow()
+    states = [_analyze(session, rows[series_id], histories.get(series_id, empty), by_id.__getitem__, settings,
+                       stored=stored.get(series_id, []), tally=tally, now=now) for series_id in sorted(rows)]
+    if states:
+        session.execute(table.update().where(table.c.id == sa.bindparam("b_id")),
+                        [{"b_id": st.pop("id"), **st} for st in states])
+        for loaded in [o for o in session.identity_map.values() if isinstance(o, Series) and o.id in rows]:
+            session.expire(loaded, ["history_points", "analyzed_at", "noise_unpaired"])
 
 
 def _run(session: Session, series_ids: list[int] | None, settings: AnalysisSettings, *,
@@ -438,9 +461,9 @@ def _run(session: Session, series_ids: list[int] | None, settings: AnalysisSetti
         histories = _histories(session, chain, series_ids)
         wanted = sorted(series_ids if series_ids is not None else histories)
         _reconcile(session, histories, wanted, chain, settings, tally)
-        tails = _load_tails(session, repository_id, wanted)
-        for series_id, history in histories.items():
-            _store_tail(session, tails, series_id, repository_id, history, position, settings.window)
+        table = SeriesTail.__table__
+        had_tail = set(session.scalars(sa.select(table.c.series_id).where(table.c.repository_id == repository_id)))
+        _store_tails(session, repository_id, histories, had_tail, position, settings.window)
         analysed.update(wanted)
     session.flush()  # the series' history_points / analyzed_at: one batched UPDATE, not one per series
     return AnalysisSummary(series=len(analysed), new_change_points=tally.added, confirmed=tally.confirmed,
@@ -478,8 +501,7 @@ def _run_incremental(session: Session, commit_id: int, series_ids: list[int], re
     tally = _Tally()
     stretches = {i: h.stretch(settings.window) for i, h in histories.items()}
     _reconcile(session, stretches, series_ids, chain, settings, tally)
-    for series_id, history in histories.items():
-        _store_tail(session, tails, series_id, repository_id, history, position, settings.window)
+    _store_tails(session, repository_id, histories, tails, position, settings.window)
     session.flush()
     return AnalysisSummary(series=len(series_ids), new_change_points=tally.added, confirmed=tally.confirmed,
                            retracted=tally.retracted)
