@@ -62,8 +62,9 @@ Noise (the verdict's threshold is max(floor, k x noise), `stats.threshold`), kep
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Sequence
+import threading
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 from datetime import datetime
@@ -91,7 +92,6 @@ from pipeline.store.models import (
     Repository,
     Run,
     Series,
-    SeriesTail,
     TriageEvent,
     utcnow,
 )
@@ -114,6 +114,8 @@ ANALYZED_RUN_KINDS = FALLBACK_RUN_KINDS
 """Runs whose upload triggers analysis, besides any run of a commit recorded on the default branch."""
 TAIL_WINDOWS = 4
 """Analysis windows of a history the analysis after an upload reads (module doc, "Incremental")."""
+TAIL_CACHE_SERIES = 50_000
+"""Series whose tail a process keeps (about 4 KB each at the default window)."""
 SETTLED_WINDOWS = 2
 """Windows into that stretch from which change points are judged; older ones are settled."""
 NOISE_HISTORY = 30
@@ -373,69 +375,104 @@ def _series_repositories(session: Session, series_ids: Iterable[int] | None) -> 
         .where(Measurement.series_id.in_(list(series_ids)))))
 
 
-def _load_tails(session: Session, repository_id: int, series_ids: Sequence[int]) -> dict[int, Any]:
-    """series id -> its stored tail row (series_id, length, first_position, commit_ids, levels, digests)."""
-    table = SeriesTail.__table__
-    out: dict[int, Any] = {}
-    for i in range(0, len(series_ids), 1000):
-        out.update((row.series_id, row) for row in session.execute(
-            sa.select(table.c.series_id, table.c.length, table.c.first_position, table.c.commit_ids, table.c.levels,
-                      table.c.digests)
-            .where(table.c.repository_id == repository_id, table.c.series_id.in_(list(series_ids[i:i + 1000])))))
-    return out
+@dataclass(frozen=True)
+class _Tail:
+    """A series' newest commits as its last analysis in this process left them, and the analysis
+    state it wrote (`Series.history_points`, `Series.analyzed_at`): valid while the store still
+    holds that state (nobody else analysed the series since, and that transaction committed)."""
+
+    history: _History
+    history_points: int
+    analyzed_at: datetime
+    first_position: int
+    """chain positions of its first and newest commits: a chain that changed under them (grew at its
+    start, a commit recorded in between, rewritten) no longer matches"""
+    newest_position: int
 
 
-def _extended(tail: Any, position: dict[int, int], commit_id: int, level: float,
+class _Tails:
+    """The tails of the series this process analysed last (module doc, "Incremental"): a bounded
+    LRU, shared by the threads of one process."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[tuple[str, int, int], _Tail] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, int, int]) -> _Tail | None:
+        """key: (the store's URL, repository id, series id)."""
+        with self._lock:
+            tail = self._items.get(key)
+            if tail is not None:
+                self._items.move_to_end(key)
+            return tail
+
+    def put(self, key: tuple[str, int, int], tail: _Tail) -> None:
+        with self._lock:
+            self._items[key] = tail
+            self._items.move_to_end(key)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+
+
+TAILS = _Tails(TAIL_CACHE_SERIES)
+
+
+def _extended(tail: _Tail, position: dict[int, int], commit_id: int, level: float,
               digest: str | None) -> _History | None:
-    """The tail with the commit added (or its newest commit's level replaced: a rerun of it), when
-    the tail still fits the chain and the commit is not older than its newest one; None otherwise
-    (the caller reads the history again)."""
+    """The tail's history with the commit added (or its newest commit's level replaced: a rerun of
+    it), when the chain still holds the tail where it was and the commit is not older than its
+    newest one; None otherwise (the caller reads the history again)."""
     at = position[commit_id]
-    ids = np.frombuffer(tail.commit_ids, dtype=np.int64)
-    values = np.frombuffer(tail.levels, dtype=np.float64)
-    if not ids.size:
+    history = tail.history
+    ids, values = history.commit_ids, history.values
+    if (not ids.size or position.get(int(ids[0])) != tail.first_position
+            or position.get(int(ids[-1])) != tail.newest_position or tail.newest_position > at):
         return None
-    newest = position.get(int(ids[-1]))
-    if newest is None or position.get(int(ids[0])) != tail.first_position or newest > at:
-        return None
-    digests = list(tail.digests)
-    if newest == at:   # another run of the newest commit: its level combines them all
-        values = np.append(values[:-1], level)
+    digests = list(history.digests)
+    if tail.newest_position == at:   # another run of the newest commit: its level combines them all
         digests[-1] = digest
-        return _History(ids, values, digests, tail.length)
+        return _History(ids, np.append(values[:-1], level), digests, history.length)
     return _History(np.append(ids, commit_id), np.append(values, level), (digests + [digest])[-NOISE_HISTORY:],
-                    tail.length + 1)
+                    history.length + 1)
 
 
-def _store_tails(session: Session, repository_id: int, histories: dict[int, _History], stored: Collection[int],
-                 position: dict[int, int], window: int) -> None:
-    """Keep each series' newest commits that its next upload's analysis will need (`stretch_start`):
-    one executemany UPDATE for the series that had a tail, one INSERT for the others."""
+def _store_key(session: Session) -> str:
+    return session.get_bind().url.render_as_string(hide_password=True)
+
+
+def _remember(store: str, repository_id: int, histories: dict[int, _History], position: dict[int, int], window: int,
+              analyzed_at: datetime) -> None:
+    """Keep each analysed series' newest commits that its next upload's analysis needs (`stretch_start`)."""
     keep = TAIL_WINDOWS * window + max(1, window // 2)
-    rows = []
     for series_id, history in histories.items():
-        ids, values = history.commit_ids[-keep:], history.values[-keep:]
-        rows.append({"series_id": series_id, "repository_id": repository_id, "length": history.length,
-                     "first_position": position[int(ids[0])], "commit_ids": ids.astype(np.int64).tobytes(),
-                     "levels": values.astype(np.float64).tobytes(), "digests": list(history.digests[-NOISE_HISTORY:])})
-    table = SeriesTail.__table__
-    updates = [r for r in rows if r["series_id"] in stored]
-    if updates:
-        session.execute(table.update().where(table.c.series_id == sa.bindparam("b_series"),
-                                             table.c.repository_id == sa.bindparam("b_repository")),
-                        [{**r, "b_series": r["series_id"], "b_repository": r["repository_id"]} for r in updates])
-    inserts = [r for r in rows if r["series_id"] not in stored]
-    if inserts:
-        session.execute(table.insert(), inserts)
+        ids = history.commit_ids[-keep:]
+        if not ids.size:
+            continue
+        kept = _History(ids.copy(), history.values[-keep:].copy(), list(history.digests[-NOISE_HISTORY:]),
+                        history.length)
+        TAILS.put((store, repository_id, series_id), _Tail(kept, history.length, analyzed_at, position[int(ids[0])],
+                                                    position[int(ids[-1])]))
 
 
-def _reconcile(session: Session, histories: dict[int, _History], series_ids: Sequence[int], chain: Sequence[ChainCommit],
-               settings: AnalysisSettings, tally: _Tally) -> None:
-    """Analyse each series and write its analysis state (one executemany UPDATE)."""
+def _series_rows(session: Session, series_ids: Sequence[int], *, lock: bool) -> dict[int, Any]:
+    """series id -> (id, min_magnitude, lower_is_better, metric, history_points, analyzed_at); with
+    `lock`, the rows locked in id order (PostgreSQL; SQLite serialises writers anyway) so that two
+    uploads of one device class analyse one after the other, each seeing the other's commit."""
     table = Series.__table__
-    rows = {r.id: r for i in range(0, len(series_ids), 1000) for r in session.execute(
-        sa.select(table.c.id, table.c.min_magnitude, table.c.lower_is_better, table.c.metric)
-        .where(table.c.id.in_(list(series_ids[i:i + 1000]))))}
+    rows: dict[int, Any] = {}
+    ordered = sorted(series_ids)
+    for i in range(0, len(ordered), 1000):
+        query = (sa.select(table.c.id, table.c.min_magnitude, table.c.lower_is_better, table.c.metric,
+                           table.c.history_points, table.c.analyzed_at)
+                 .where(table.c.id.in_(ordered[i:i + 1000])).order_by(table.c.id))
+        rows.update((r.id, r) for r in session.execute(query.with_for_update() if lock else query))
+    return rows
+
+
+def _reconcile(session: Session, histories: dict[int, _History], rows: dict[int, Any], chain: Sequence[ChainCommit],
+               settings: AnalysisSettings, tally: _Tally) -> datetime:
+    """Analyse each series and write its analysis state (one executemany UPDATE); returns its time."""
     stored = _stored_change_points(session, sorted(rows))
     by_id = {c.id: c for c in chain}
     empty = _History(np.zeros(0, dtype=np.int64), np.zeros(0), [], 0)
@@ -443,10 +480,12 @@ def _reconcile(session: Session, histories: dict[int, _History], series_ids: Seq
     states = [_analyze(session, rows[series_id], histories.get(series_id, empty), by_id.__getitem__, settings,
                        stored=stored.get(series_id, []), tally=tally, now=now) for series_id in sorted(rows)]
     if states:
+        table = Series.__table__
         session.execute(table.update().where(table.c.id == sa.bindparam("b_id")),
                         [{"b_id": st.pop("id"), **st} for st in states])
         for loaded in [o for o in session.identity_map.values() if isinstance(o, Series) and o.id in rows]:
             session.expire(loaded, ["history_points", "analyzed_at", "noise_unpaired"])
+    return now
 
 
 def _run(session: Session, series_ids: list[int] | None, settings: AnalysisSettings, *,
@@ -460,10 +499,9 @@ def _run(session: Session, series_ids: list[int] | None, settings: AnalysisSetti
         position = {c.id: i for i, c in enumerate(chain)}
         histories = _histories(session, chain, series_ids)
         wanted = sorted(series_ids if series_ids is not None else histories)
-        _reconcile(session, histories, wanted, chain, settings, tally)
-        table = SeriesTail.__table__
-        had_tail = set(session.scalars(sa.select(table.c.series_id).where(table.c.repository_id == repository_id)))
-        _store_tails(session, repository_id, histories, had_tail, position, settings.window)
+        analyzed_at = _reconcile(session, histories, _series_rows(session, wanted, lock=False), chain, settings,
+                                 tally)
+        _remember(_store_key(session), repository_id, histories, position, settings.window, analyzed_at)
         analysed.update(wanted)
     session.flush()  # the series' history_points / analyzed_at: one batched UPDATE, not one per series
     return AnalysisSummary(series=len(analysed), new_change_points=tally.added, confirmed=tally.confirmed,
@@ -473,11 +511,12 @@ def _run(session: Session, series_ids: list[int] | None, settings: AnalysisSetti
 def _run_incremental(session: Session, commit_id: int, series_ids: list[int], repository_id: int,
                      settings: AnalysisSettings) -> AnalysisSummary:
     """After an upload of `commit_id`: each series' tail with the commit's level added, its newest
-    stretch analysed (module doc, "Incremental"); a series whose tail does not fit is read whole."""
+    stretch analysed (module doc, "Incremental"); a series without a valid tail is read whole."""
     chain = default_branch_chain(session, repository_id)
     position = {c.id: i for i, c in enumerate(chain)}
     if commit_id not in position:   # not on the default-branch history: it changes no series' history
         return AnalysisSummary(0, 0)
+    rows = _series_rows(session, series_ids, lock=True)
     levels: dict[int, list[tuple[str, float, str | None]]] = defaultdict(list)
     for chunk in range(0, len(series_ids), 1000):
         for series_id, run_id, median, digest in session.execute(
@@ -487,23 +526,26 @@ def _run_incremental(session: Session, commit_id: int, series_ids: list[int], re
             .where(Measurement.commit_id == commit_id, Measurement.series_id.in_(series_ids[chunk:chunk + 1000]))
             .order_by(Measurement.id)):
             levels[series_id].append((run_id, median, digest))
-    tails = _load_tails(session, repository_id, series_ids)
     histories: dict[int, _History] = {}
-    for series_id in series_ids:
-        tail, runs = tails.get(series_id), levels.get(series_id)
-        if tail is not None and runs:
-            extended = _extended(tail, position, commit_id, commit_level((r, m) for r, m, _ in runs)[0], runs[-1][2])
-            if extended is not None:
-                histories[series_id] = extended
-    missing = [i for i in series_ids if i not in histories]
+    store = _store_key(session)
+    for series_id, row in rows.items():
+        tail, runs = TAILS.get((store, repository_id, series_id)), levels.get(series_id)
+        if tail is None or not runs or (tail.history_points, tail.analyzed_at) != (row.history_points,
+                                                                                  row.analyzed_at):
+            continue
+        extended = _extended(tail, position, commit_id, commit_level((r, m) for r, m, _ in runs)[0],
+                             runs[-1][2])
+        if extended is not None:
+            histories[series_id] = extended
+    missing = [i for i in rows if i not in histories]
     if missing:
         histories.update(_histories(session, chain, missing))
     tally = _Tally()
     stretches = {i: h.stretch(settings.window) for i, h in histories.items()}
-    _reconcile(session, stretches, series_ids, chain, settings, tally)
-    _store_tails(session, repository_id, histories, tails, position, settings.window)
+    analyzed_at = _reconcile(session, stretches, rows, chain, settings, tally)
+    _remember(store, repository_id, histories, position, settings.window, analyzed_at)
     session.flush()
-    return AnalysisSummary(series=len(series_ids), new_change_points=tally.added, confirmed=tally.confirmed,
+    return AnalysisSummary(series=len(rows), new_change_points=tally.added, confirmed=tally.confirmed,
                            retracted=tally.retracted)
 
 

@@ -242,27 +242,6 @@ class Series(Base):
     """Relative standard deviation of the run-to-run change of the median, learned from history."""
 
 
-class SeriesTail(Base):
-    """The newest commits of a series' default-branch history in one repository, as the last
-    analysis read them (`analysis`, "Incremental"): the next upload of a newer commit appends to
-    it instead of reading the series' whole history again. A cache, rebuilt from the measurements
-    whenever it does not fit the chain (an older commit measured, history rewritten).
-
-    `length`: commits in the whole history; `first_position`: the chain position of the first
-    commit held (a chain that grew at its start no longer matches it); `commit_ids` / `levels`:
-    int64 and float64 arrays, oldest first; `digests`: the binaries of the newest ones (noise)."""
-
-    __tablename__ = "series_tails"
-
-    series_id: Mapped[int] = mapped_column(sa.ForeignKey("series.id", ondelete="CASCADE"), primary_key=True)
-    repository_id: Mapped[int] = mapped_column(sa.ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
-    length: Mapped[int]
-    first_position: Mapped[int]
-    commit_ids: Mapped[bytes] = mapped_column(sa.LargeBinary)
-    levels: Mapped[bytes] = mapped_column(sa.LargeBinary)
-    digests: Mapped[list[str]] = mapped_column(sa.JSON)
-
-
 class Bundle(Base):
     __tablename__ = "bundles"
 

@@ -1,6 +1,7 @@
 """The analysis after an upload reads the series' tail (`analysis`, "Incremental"), not its whole
 history, and stores what a batch analysis of the whole history reports; a tail that no longer fits
-(an older commit measured again, a rerun) is rebuilt from the measurements."""
+(an older commit measured again, a rerun, a series analysed by another process) is read again from
+the measurements."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pipeline.config import AnalysisSettings
 from pipeline.store import analysis, ingest
 from pipeline.store.db import session_scope
 from pipeline.store.history import commit_level, default_branch_chain
-from pipeline.store.models import CaseResultRow, ChangePoint, Job, Measurement, Repository, Series, SeriesTail
+from pipeline.store.models import CaseResultRow, ChangePoint, Job, Measurement, Repository, Series
 
 from tests.helpers import factories as f
 
@@ -69,6 +70,13 @@ def _whole_history(s: Session) -> tuple[int, list[int], list[float]]:
     return series_id, ids, [commit_level(runs[c])[0] for c in ids]
 
 
+def _tail(s: Session, series_id: int) -> analysis._Tail:
+    tail = analysis.TAILS.get((s.get_bind().url.render_as_string(hide_password=True),
+                               s.scalar(sa.select(Repository.id)) or 0, series_id))
+    assert tail is not None
+    return tail
+
+
 def _batch(values: list[float]) -> set[int]:
     found = changepoints.analyse(values, window=SETTINGS.window, max_pvalue=SETTINGS.max_pvalue,
                                  min_magnitude=SETTINGS.min_magnitude, min_size=SETTINGS.min_size,
@@ -86,9 +94,9 @@ def test_uploads_analysed_from_the_tail_store_what_the_batch_analysis_of_the_who
         long_history: Engine) -> None:
     with session_scope(long_history) as s:
         series_id, ids, values = _whole_history(s)
-        tail = s.get(SeriesTail, (series_id, s.scalar(sa.select(Repository.id))))
-        assert tail is not None and tail.length == len(ids) == LENGTH
-        held = np.frombuffer(tail.levels, dtype=np.float64)
+        tail = _tail(s, series_id)
+        assert tail.history_points == len(ids) == LENGTH
+        held = tail.history.values
         assert held.size < LENGTH and list(held) == values[-held.size:]
         batch = _batch(values)
         assert batch >= {60, 170, 290, 400} and _standing(s, series_id, ids) == batch
@@ -110,8 +118,23 @@ def test_an_older_commit_measured_again_rebuilds_the_tail_and_the_points_follow(
     with session_scope(long_history) as s:
         series_id, ids, values = _whole_history(s)
         assert values[100] == pytest.approx(2e-3, rel=0.01) and values[-1] == pytest.approx(1.5e-3, rel=0.01)
-        tail = s.get(SeriesTail, (series_id, s.scalar(sa.select(Repository.id))))
-        assert tail is not None and tail.length == LENGTH
-        held = np.frombuffer(tail.levels, dtype=np.float64)
+        tail = _tail(s, series_id)
+        assert tail.history_points == LENGTH
+        held = tail.history.values
         assert list(held) == values[-held.size:]
+        assert _standing(s, series_id, ids) == _batch(values)
+
+
+def test_a_series_analysed_by_another_process_or_none_is_read_whole(long_history: Engine,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    with session_scope(long_history) as s:   # another process analysed it since: its state is not ours
+        s.execute(sa.update(Series).values(analyzed_at=None))
+        upload(s, LENGTH - 1, 1.5e-3)
+    monkeypatch.setattr(analysis, "TAILS", analysis._Tails(10))   # a process that analysed nothing yet
+    with session_scope(long_history) as s:
+        upload(s, LENGTH - 1, 1.5e-3)
+    with session_scope(long_history) as s:
+        series_id, ids, values = _whole_history(s)
+        assert values[-1] == pytest.approx(1.5e-3, rel=0.01)
+        assert list(_tail(s, series_id).history.values) == values[-_tail(s, series_id).history.values.size:]
         assert _standing(s, series_id, ids) == _batch(values)
