@@ -241,7 +241,7 @@ def outlier_runs(values: Sequence[float], *, outlier_k: float = OUTLIER_K, windo
     if n >= 5:
         centre[2:-2] = np.median(np.stack([x[:-4], x[1:-3], x[2:-2], x[3:-1], x[4:]]), axis=0)
     for i in (1, n - 2):
-        centre[i] = np.median(x[i - 1 : i + 2])
+        centre[i] = _median(x[i - 1 : i + 2])
     inner = slice(1, n - 1)
     limit = outlier_k * sigma[inner]
     far = _beyond(np.abs(x[inner] - centre[inner]), limit)
@@ -250,7 +250,7 @@ def outlier_runs(values: Sequence[float], *, outlier_k: float = OUTLIER_K, windo
     # commit of the old level looked like the outlier (12, 12, 18, 12 | 53, 53, 53, 53 lost its step).
     for i in np.flatnonzero(far) + 1:
         sides = (x[max(0, i - 3):i], x[i + 1:i + 4])
-        if any(abs(x[i] - np.median(side)) <= outlier_k * sigma[i] for side in sides if side.size):
+        if any(abs(x[i] - _median(side)) <= outlier_k * sigma[i] for side in sides if side.size):
             far[i - 1] = False
     flagged[inner] = far
     return flagged
