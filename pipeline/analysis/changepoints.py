@@ -8,8 +8,8 @@ history in two stages of a lifecycle, plus the commits whose run was left out as
   rule: at least `confirm_size` commits from it to the newest, and a p-value of at most
   `confirm_pvalue`, stricter than the detector's `max_pvalue`. A confirmed point is what the
   alerts announce, so the rule is the one under which one is rarely taken back (module doc,
-  "Confirmation"). `analyse` is a function of the whole history, and the store runs it on the
-  whole history after every commit (`analysis`): what the store shows as confirmed after a commit
+  "Confirmation"). `analyse` is a function of the history it is given, and the store runs it on the
+  newest 200 commits after every commit (`analysis`, "Incremental"): what the store shows as confirmed after a commit
   is what a batch analysis of the same history reports, plus the points it confirmed earlier that
   still hold (`holds`: the hysteresis, the store's only memory), and a point that later data
   refute disappears from it (the store then records it as retracted; nothing here is stateful);
@@ -89,8 +89,11 @@ p <= `HOLD_PVALUE` (0.01); it is retracted only when that evidence is gone.
 That memory is the one thing the store's confirmed set adds to `analyse` of the same history.
 
 Cost: O(window^2) per window for the energy statistic, O(n / window) windows, so O(n * window):
-about 15 ms for 1,000 commits and 35 ms for 3,000 on one core of a 2-core Xeon (the store pays it
-per touched series and upload; see BENCHMARKS.md, "Detection quality").
+about 15 ms for 1,000 commits on one core of a 2-core Xeon. The splits of a window and the noise of a
+block of the outlier mask are remembered by their values (`_window_splits`, `_block_sigma`): the
+store analyses the newest 200 commits of a history after each upload (`pipeline.store.analysis`,
+"Incremental"), whose older windows hold the same values as at the previous upload, so only the
+newest ones cost anything. The memo changes no answer.
 """
 
 from __future__ import annotations
@@ -475,8 +478,8 @@ def analyse(
 ) -> Analysis:
     """Confirmed and suspected change points and outlier runs of a history (module doc).
 
-    A pure function of `values`: the store calls it on the whole history after each commit, a
-    batch analysis on the same history gets the same answer. Raises ValueError as `detect`.
+    A pure function of `values` (its memos change no answer): the store calls it on the newest
+    stretch of a history after each commit, a batch analysis on the whole history. Raises ValueError as `detect`.
     """
     y = _checked(values, window, min_size)
     flagged = outlier_runs(y, outlier_k=outlier_k, window=window)

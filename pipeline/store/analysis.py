@@ -5,8 +5,9 @@ A series' history is one value per commit of the repository's default-branch his
 measurement in the series, oldest first; the value combines every run of the commit
 (`history.commit_level`: the median of the runs' levels; a rerun adds a level, it replaces none).
 
-After each upload the touched series' whole history goes through `changepoints.analyse`, a pure
-function of it, and the stored change points are brought in line with what it reports:
+After each upload the newest stretch of each touched series' history goes through
+`changepoints.analyse`, a pure function of it, and the stored change points from `judged_from` on
+are brought in line with what it reports ("Incremental" below for the stretch):
 
 - a reported point that is not stored yet is inserted, `lifecycle` suspected or confirmed, state
   "needs triage", with a first triage event by `ANALYSIS_WHO`: confirmed when it passes the
@@ -30,8 +31,27 @@ what changed, so the point's history tells both stories. Hence online equals bat
 hysteresis: after any commit, the store's confirmed change points are
 `changepoints.analyse(...).confirmed` of the history so far, plus the points it confirmed earlier
 that still hold (the only memory; `reanalyze_all` of a store whose change points were deleted
-gives `analyse`'s answer alone). The cost is one `analyse` of each touched series' history per
-upload, linear in the history's length (about 15 ms for 1,000 commits).
+gives `analyse`'s answer alone).
+
+Incremental: the analysis after an upload costs what the new commit needs, not what the history
+holds. It reads the newest `TAIL_WINDOWS` analysis windows of the history (`stretch_start`: 200
+commits at the default window of 50, rounded down to the split's half-window grid so the same
+windows recur and `changepoints` remembers their splits) and judges the change points from
+`SETTLED_WINDOWS` windows into that stretch (the newest 100-125 commits); older points are settled
+and kept as they are. Every test `detect` makes reaches at most two windows either side of a
+point, so a point judged with two windows of history on each side is what the whole-history
+analysis reports: `bench/store_scale.py --check` compares the two on every series of the store
+(BENCHMARKS.md, "Store at scale"), and tests/store/test_incremental_analysis.py on a history of
+430 commits with steps and outliers. The stretch comes from the series' tail that this process
+kept after its last analysis (`TAILS`, an LRU of the newest 225 commits per series): the upload's
+commit is appended to it (or replaces its newest commit's level: a rerun), so the upload reads
+only its own commit's measurements. A tail is used only while the store still holds the analysis
+state it was kept with (`Series.history_points`, `analyzed_at`: no other process or rolled-back
+transaction analysed the series since) and the chain still holds its first and newest commits
+where they were; otherwise, after a restart, and for an older commit measured again, the
+series' whole history is read as before. The series rows are locked in id order first
+(PostgreSQL), so two uploads of one device class analyse in turn and each sees the other's
+commit. `reanalyze_all` and `analyze_series` read whole histories and judge every point.
 
 Concurrent ingests of one series are safe: the row's uniqueness on (series, after commit) and an
 insert that ignores conflicts make the second writer skip it; lifecycle updates are idempotent.
@@ -561,8 +581,9 @@ def analyze_after_ingest(session: Session, document: ResultDocument, settings: A
     otherwise (a pull request's commits are not default-branch history).
 
     Cost: the default-branch chain (one query over the repository's commits), the touched series'
-    measurements and stored change points (one query each), and `changepoints.analyse` of each
-    touched series' history. Idempotent: a document uploaded again changes nothing."""
+    rows, this commit's measurements and their stored change points (one query each), and
+    `changepoints.analyse` of each touched series' newest stretch (module doc, "Incremental").
+    Idempotent: a document uploaded again changes nothing."""
     job = session.get(Job, document.job_id)
     if job is None:
         return AnalysisSummary(0, 0)
