@@ -57,6 +57,7 @@ import numpy as np
 import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -81,7 +82,7 @@ from pipeline.service.api.routes.results import parse_batch
 from pipeline.service.app import freeze_startup_heap
 from pipeline.store import analysis, ingest, queries
 from pipeline.store.db import make_engine, open_store, session_scope
-from pipeline.store.models import ChangePoint, Commit, Job, Measurement, Run, Series
+from pipeline.store.models import ChangePoint, Commit, DeviceClassRow, Job, Measurement, Run, Series
 
 REPO = "scale/kernels"
 TARGET = "llvm-cpu:x86_64"
@@ -381,9 +382,24 @@ def analysed_uploads(engine: sa.Engine, shape: Shape, jobs: dict[int, list[tuple
                             "new_change_points": summary.new_change_points})
             print(f"  upload commit {commit} class {dc}: ingest {t_ingest:.2f} s, analysis {t_analysis:.2f} s "
                   f"({summary.series} series)", file=sys.stderr, flush=True)
+    # the baseline: the whole-history analysis of the last upload's series (what every upload ran
+    # before the incremental analysis), in a transaction rolled back
+    with engine.connect() as connection:
+        transaction = connection.begin()
+        with Session(connection) as s:
+            series_ids = list(s.scalars(sa.select(Series.id).join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
+                                        .where(DeviceClassRow.name == classes[-1])))
+            repository_id = s.scalar(sa.select(Run.repository_id).limit(1))
+            t = time.perf_counter()
+            analysis._run(s, series_ids, settings, repository_ids=[repository_id])
+            whole_history_s = time.perf_counter() - t
+        transaction.rollback()
+    print(f"  baseline: whole-history analysis of the last upload's {len(series_ids)} series {whole_history_s:.2f} s",
+          file=sys.stderr, flush=True)
     analysis_s = [u["analysis_s"] for u in uploads]
     warm = analysis_s[shape.device_classes:] or analysis_s   # the first upload of each class reads its tails cold
     return {"uploads": uploads, "cases_per_upload": shape.cases, "history_commits": shape.commits,
+            "baseline_whole_history_analysis_s": whole_history_s,
             "analysis_s_median": statistics.median(warm), "analysis_s_max": max(warm),
             "ingest_s_median": statistics.median(u["ingest_s"] for u in uploads),
             "samples_per_s_with_analysis": sum(u["samples"] for u in uploads) / sum(

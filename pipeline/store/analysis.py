@@ -458,7 +458,7 @@ def _extended(tail: _Tail, position: dict[int, int], commit_id: int, level: floa
 
 
 def _store_key(session: Session) -> str:
-    return session.get_bind().url.render_as_string(hide_password=True)
+    return session.get_bind().engine.url.render_as_string(hide_password=True)
 
 
 def _remember(store: str, repository_id: int, histories: dict[int, _History], position: dict[int, int], window: int,

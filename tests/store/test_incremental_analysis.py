@@ -71,7 +71,7 @@ def _whole_history(s: Session) -> tuple[int, list[int], list[float]]:
 
 
 def _tail(s: Session, series_id: int) -> analysis._Tail:
-    tail = analysis.TAILS.get((s.get_bind().url.render_as_string(hide_password=True),
+    tail = analysis.TAILS.get((s.get_bind().engine.url.render_as_string(hide_password=True),
                                s.scalar(sa.select(Repository.id)) or 0, series_id))
     assert tail is not None
     return tail
