@@ -423,7 +423,10 @@ def check_against_batch(engine: sa.Engine) -> dict[str, Any]:
             standing.setdefault(series_id, set()).add(commit_id)
         for repository_id in s.scalars(sa.select(Commit.repository_id).distinct()):
             chain = default_branch_chain(s, repository_id)
-            for series_id, history in analysis._histories(s, chain, None).items():
+            every = list(s.scalars(sa.select(Series.id).order_by(Series.id)))
+            histories = (item for i in range(0, len(every), 500)
+                         for item in analysis._histories(s, chain, every[i:i + 500]).items())
+            for series_id, history in histories:
                 found = changepoints.analyse(history.values, window=settings.window, max_pvalue=settings.max_pvalue,
                                              min_magnitude=settings.min_magnitude, min_size=settings.min_size,
                                              confirm_size=settings.confirm_size,

@@ -134,6 +134,8 @@ ANALYZED_RUN_KINDS = FALLBACK_RUN_KINDS
 """Runs whose upload triggers analysis, besides any run of a commit recorded on the default branch."""
 TAIL_WINDOWS = 4
 """Analysis windows of a history the analysis after an upload reads (module doc, "Incremental")."""
+BATCH_SERIES = 500
+"""Series whose whole histories the batch analysis reads at a time."""
 TAIL_CACHE_SERIES = 50_000
 """Series whose tail a process keeps (about 4 KB each at the default window)."""
 SETTLED_WINDOWS = 2
@@ -517,12 +519,15 @@ def _run(session: Session, series_ids: list[int] | None, settings: AnalysisSetti
     for repository_id in repositories:
         chain = default_branch_chain(session, repository_id)
         position = {c.id: i for i, c in enumerate(chain)}
-        histories = _histories(session, chain, series_ids)
-        wanted = sorted(series_ids if series_ids is not None else histories)
-        analyzed_at = _reconcile(session, histories, _series_rows(session, wanted, lock=False), chain, settings,
-                                 tally)
-        _remember(_store_key(session), repository_id, histories, position, settings.window, analyzed_at)
-        analysed.update(wanted)
+        every = series_ids if series_ids is not None else list(session.scalars(sa.select(Series.id).order_by(Series.id)))
+        for i in range(0, len(every), BATCH_SERIES):   # a bounded part of the histories in memory at a time
+            chunk = every[i:i + BATCH_SERIES]
+            histories = _histories(session, chain, chunk)
+            wanted = sorted(chunk if series_ids is not None else histories)
+            analyzed_at = _reconcile(session, histories, _series_rows(session, wanted, lock=False), chain, settings,
+                                     tally)
+            _remember(_store_key(session), repository_id, histories, position, settings.window, analyzed_at)
+            analysed.update(wanted)
     session.flush()  # the series' history_points / analyzed_at: one batched UPDATE, not one per series
     return AnalysisSummary(series=len(analysed), new_change_points=tally.added, confirmed=tally.confirmed,
                            retracted=tally.retracted)
