@@ -98,11 +98,11 @@ newest ones cost anything. The memo changes no answer.
 
 from __future__ import annotations
 
-import functools
+import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 from scipy.special import stdtr
@@ -127,8 +127,8 @@ HOLD_PVALUE: float = _DEFAULTS.hold_pvalue
 """A confirmed change point stands while its level still differs at this p-value (`holds`)."""
 OUTLIER_K = 4.0
 """Outlier-run threshold in robust standard deviations."""
-SPLIT_MEMO = 1 << 17
-"""Windows whose split `_window_splits` remembers (about 25 MB at 50 commits a window)."""
+MEMO_SIZE = 250_000
+"""Answers `_remembered` keeps (window splits, block noise, candidate tests; about 300 bytes each)."""
 SPLIT_PVALUE_FACTOR = 10.0
 """The split step accepts candidates at this multiple of `max_pvalue` (Otava uses 10)."""
 
@@ -141,6 +141,7 @@ STEPS_BIC_MARGIN = 6.0
 steps to count as the better explanation (6: "strong" evidence on Kass and Raftery's scale)."""
 
 Classification = Literal["regression", "improvement"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -208,14 +209,26 @@ def _local_sigma(x: np.ndarray, window: int) -> np.ndarray:
     step = max(1, window // 2)
     out = np.empty(x.size)
     for lo in range(0, x.size, step):
-        out[lo:lo + step] = _block_sigma(x[max(0, lo - step // 2): lo + step + step // 2 + 1].tobytes())
+        block = x[max(0, lo - step // 2): lo + step + step // 2 + 1]
+        out[lo:lo + step] = _remembered("sigma", block, (), lambda: robust_sigma(block))
     return out
 
 
-@functools.lru_cache(maxsize=SPLIT_MEMO)
-def _block_sigma(block: bytes) -> float:
-    """`robust_sigma` of a block's values (bytes), memoised as `_window_splits` is."""
-    return robust_sigma(np.frombuffer(block, dtype=np.float64))
+_MEMO: dict[tuple[object, ...], object] = {}
+
+
+def _remembered(kind: str, values: np.ndarray, arguments: tuple[object, ...], compute: Callable[[], T]) -> T:
+    """`compute()`, a pure function of `values` and `arguments`, remembered by a digest of the values
+    (module doc, "Cost"): the store analyses the newest 200 commits of a history after each upload,
+    whose older windows and blocks hold the same values as at the previous upload. At most
+    `MEMO_SIZE` answers are kept (then all are dropped: the next uploads fill it again)."""
+    key = (kind, hashlib.blake2b(values.tobytes(), digest_size=16).digest(), values.size, *arguments)
+    found = _MEMO.get(key)
+    if found is None:
+        if len(_MEMO) >= MEMO_SIZE:
+            _MEMO.clear()
+        found = _MEMO[key] = compute()
+    return found  # type: ignore[return-value]  # stored by this function with the kind's type
 
 
 def outlier_runs(values: Sequence[float], *, outlier_k: float = OUTLIER_K, window: int = WINDOW) -> np.ndarray:
@@ -380,12 +393,8 @@ def _split(y: np.ndarray, a: int, b: int, pvalue: float, min_size: int, out: set
     _split(y, tau, b, pvalue, min_size, out)
 
 
-@functools.lru_cache(maxsize=SPLIT_MEMO)
-def _window_splits(window: bytes, pvalue: float, min_size: int) -> tuple[int, ...]:
-    """`_split` of one window (its values' bytes), positions relative to it. Memoised: after an
-    upload the history's older windows hold the same values as at the previous one, so only the
-    newest windows cost anything (a pure function of its arguments: the memo changes no answer)."""
-    y = np.frombuffer(window, dtype=np.float64)
+def _window_splits(y: np.ndarray, pvalue: float, min_size: int) -> tuple[int, ...]:
+    """`_split` of one window's values, positions relative to it."""
     out: set[int] = set()
     _split(y, 0, y.size, pvalue, min_size, out)
     return tuple(sorted(out))
@@ -579,7 +588,9 @@ def _detect(y: np.ndarray, window: int, max_pvalue: float, min_magnitude: float,
     if starts[-1] + window < n:
         starts.append(n - window)
     for s in starts:
-        weak.update(s + c for c in _window_splits(y[s:min(n, s + window)].tobytes(), split_pvalue, min_size))
+        part = y[s:min(n, s + window)]
+        weak.update(s + c for c in _remembered("split", part, (split_pvalue, min_size),
+                                               lambda: _window_splits(part, split_pvalue, min_size)))
 
     # Merge: drop the weakest failing candidate until all pass.
     cps = sorted(weak)
@@ -589,10 +600,17 @@ def _detect(y: np.ndarray, window: int, max_pvalue: float, min_magnitude: float,
     def tested(i: int) -> ChangePoint:
         """`_stats` of cps[i], remembered for this merge: it depends only on the candidates within
         `reach` of it, and removing a candidate farther away leaves it as it was."""
-        key = (cps[i], *(q for q in cps if abs(q - cps[i]) <= reach))
-        if key not in known:
-            known[key] = _stats(y, cps, i, window, min_size, max_pvalue, min_magnitude)
-        return known[key]
+        c = cps[i]
+        a, b = max(0, c - reach), min(n, c + reach)
+        near = tuple(q - a for q in cps if a <= q < b)
+        if (c, near) not in known:
+            part = y[a:b]
+            found = _remembered("stats", part, (c - a, near, window, min_size, max_pvalue, min_magnitude),
+                                lambda: _stats(part, list(near), near.index(c - a), window, min_size, max_pvalue,
+                                               min_magnitude))
+            known[(c, near)] = ChangePoint(found.index + a, found.before_mean, found.after_mean, found.magnitude,
+                                           found.pvalue)
+        return known[(c, near)]
 
     while cps:
         stats = [tested(i) for i in range(len(cps))]
