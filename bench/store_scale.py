@@ -14,13 +14,17 @@ Phases, each timed on its own:
    one push run per commit (the dispatcher's part, not the agents');
 2. load: `ingest.ingest_result` with real `ResultDocument`s, `--batch` documents per
    transaction as POST /results/batch does (minus HTTP and JSON parsing, which the bench times
-   apart on one batch). The bulk of the history goes in with analysis off (analysis=None);
-   the last `--analysed-commits` commits go in with the service's default analysis settings
-   (`analyze_after_ingest`, what a push upload runs), and that rate is reported apart.
-   Documents are built (pydantic validation included) outside the timed calls;
+   apart on one batch), analysis off (analysis=None), every commit but the newest
+   `--analysed-commits`. Documents are built (pydantic validation included) outside the timed calls;
 3. re-analysis: `analysis.reanalyze_all` on the whole store (or `--reanalyze-series` of them,
    extrapolated), in one transaction, committed: the change points it finds are what the
-   dashboard then counts (a rerun on a kept store redoes the detection and stores nothing new).
+   dashboard then counts, and every series' tail is stored (a rerun on a kept store redoes the
+   detection and stores nothing new);
+3b. analysed uploads: the newest `--analysed-commits` commits, one job per device class, each
+   uploaded as a push with the service's default analysis (what the service runs after an upload),
+   the ingest and `analyze_after_ingest` timed apart per upload (issue 31: <= 1 s of analysis per
+   2,000-case upload at 500 and at 5,000 commits of history); `--check` then compares every
+   series' standing change points with a batch analysis of its whole history;
 4. queries, on the analysed store: `queries.series_history` on `--history-queries` random
    series, `queries.dashboard` `--dashboard-runs` times (after one warm-up each), each call in
    its own session.
@@ -53,6 +57,7 @@ import numpy as np
 import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -77,7 +82,7 @@ from pipeline.service.api.routes.results import parse_batch
 from pipeline.service.app import freeze_startup_heap
 from pipeline.store import analysis, ingest, queries
 from pipeline.store.db import make_engine, open_store, session_scope
-from pipeline.store.models import ChangePoint, Commit, Job, Measurement, Run, Series
+from pipeline.store.models import ChangePoint, Commit, DeviceClassRow, Job, Measurement, Run, Series
 
 REPO = "scale/kernels"
 TARGET = "llvm-cpu:x86_64"
@@ -239,41 +244,37 @@ def _batches(shape: Shape, batch: int, analysed_from: int | None = None) -> Iter
 
 def load(engine: sa.Engine, shape: Shape, jobs: dict[int, list[tuple[str, str]]], *, batch: int, seed: int,
          analysed_commits: int, progress: bool) -> dict[str, Any]:
-    """Ingest every document through `ingest.ingest_result`; times the ingest transactions only."""
+    """Ingest the documents of every commit but the newest `analysed_commits` (`analysed_uploads`
+    uploads them after the re-analysis) through `ingest.ingest_result`, analysis off; times the
+    ingest transactions only."""
     levels = Levels(shape, seed)
     rng = np.random.default_rng(seed + 1)
     cases, classes = case_ids(shape.cases), device_class_names(shape.device_classes)
     analysed_from = shape.commits - analysed_commits
-    settings = AnalysisSettings()
     plain = {"seconds": 0.0, "samples": 0, "documents": 0, "transactions": 0}
-    analysed = {"seconds": 0.0, "samples": 0, "documents": 0, "transactions": 0}
     building = 0.0
     started = time.perf_counter()
     last_report = started
     for pairs in _batches(shape, batch, analysed_from):
+        if pairs[0][0] >= analysed_from:
+            break
         t = time.perf_counter()
         documents = [document(shape, levels, cases, classes, commit=c, dc=d, run_id=jobs[c][d][0],
                               job_id=jobs[c][d][1], rng=rng) for c, d in pairs]
         building += time.perf_counter() - t
-        with_analysis = pairs[0][0] >= analysed_from
-        bucket = analysed if with_analysis else plain
         t = time.perf_counter()
         with session_scope(engine) as s:
-            stored = sum(ingest.ingest_result(s, document=doc, analysis=settings if with_analysis else None).samples
-                         for doc in documents)
-        bucket["seconds"] += time.perf_counter() - t
-        bucket["samples"] += stored
-        bucket["documents"] += len(documents)
-        bucket["transactions"] += 1
+            stored = sum(ingest.ingest_result(s, document=doc, analysis=None).samples for doc in documents)
+        plain["seconds"] += time.perf_counter() - t
+        plain["samples"] += stored
+        plain["documents"] += len(documents)
+        plain["transactions"] += 1
         if progress and time.perf_counter() - last_report > 30:
             last_report = time.perf_counter()
-            done = plain["samples"] + analysed["samples"]
-            print(f"  {done:,} samples in {last_report - started:.0f} s "
+            print(f"  {plain['samples']:,} samples in {last_report - started:.0f} s "
                   f"(ingest {plain['samples'] / max(plain['seconds'], 1e-9):,.0f}/s)", file=sys.stderr, flush=True)
-    for bucket in (plain, analysed):
-        bucket["samples_per_s"] = bucket["samples"] / bucket["seconds"] if bucket["seconds"] else None
-    return {"without_analysis": plain, "with_analysis": analysed, "document_building_s": building,
-            "wall_s": time.perf_counter() - started}
+    plain["samples_per_s"] = plain["samples"] / plain["seconds"] if plain["seconds"] else None
+    return {"without_analysis": plain, "document_building_s": building, "wall_s": time.perf_counter() - started}
 
 
 def http_batch_overhead(shape: Shape, jobs: dict[int, list[tuple[str, str]]], *, batch: int, seed: int) -> dict[str, Any]:
@@ -355,6 +356,91 @@ def time_reanalysis(engine: sa.Engine, subset: int | None) -> dict[str, Any]:
             "extrapolated_full_s": seconds * series_total / analysed if analysed else None}
 
 
+def analysed_uploads(engine: sa.Engine, shape: Shape, jobs: dict[int, list[tuple[str, str]]], *, first: int,
+                     seed: int) -> dict[str, Any]:
+    """The newest commits, each device class's job uploaded as a push with the service's default
+    analysis: per upload, the ingest transaction's part and `analyze_after_ingest`'s part timed apart
+    (the service runs both in one transaction, as here)."""
+    levels = Levels(shape, seed)
+    rng = np.random.default_rng(seed + 3)
+    cases, classes = case_ids(shape.cases), device_class_names(shape.device_classes)
+    settings = AnalysisSettings()
+    uploads = []
+    for commit in range(first, shape.commits):
+        for dc in range(shape.device_classes):
+            doc = document(shape, levels, cases, classes, commit=commit, dc=dc, run_id=jobs[commit][dc][0],
+                           job_id=jobs[commit][dc][1], rng=rng)
+            with session_scope(engine) as s:
+                t = time.perf_counter()
+                stored = ingest.ingest_result(s, document=doc, analysis=None).samples
+                t_ingest = time.perf_counter() - t
+                t = time.perf_counter()
+                summary = analysis.analyze_after_ingest(s, doc, settings)
+                t_analysis = time.perf_counter() - t
+            uploads.append({"commit": commit, "device_class": dc, "samples": stored, "ingest_s": t_ingest,
+                            "analysis_s": t_analysis, "series": summary.series,
+                            "new_change_points": summary.new_change_points})
+            print(f"  upload commit {commit} class {dc}: ingest {t_ingest:.2f} s, analysis {t_analysis:.2f} s "
+                  f"({summary.series} series)", file=sys.stderr, flush=True)
+    # the baseline: the whole-history analysis of the last upload's series (what every upload ran
+    # before the incremental analysis), in a transaction rolled back
+    with engine.connect() as connection:
+        transaction = connection.begin()
+        with Session(connection) as s:
+            series_ids = list(s.scalars(sa.select(Series.id).join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
+                                        .where(DeviceClassRow.name == classes[-1])))
+            repository_id = s.scalar(sa.select(Run.repository_id).limit(1))
+            t = time.perf_counter()
+            analysis._run(s, series_ids, settings, repository_ids=[repository_id])
+            whole_history_s = time.perf_counter() - t
+        transaction.rollback()
+    print(f"  baseline: whole-history analysis of the last upload's {len(series_ids)} series {whole_history_s:.2f} s",
+          file=sys.stderr, flush=True)
+    analysis_s = [u["analysis_s"] for u in uploads]
+    warm = analysis_s[shape.device_classes:] or analysis_s   # the first upload of each class reads its tails cold
+    return {"uploads": uploads, "cases_per_upload": shape.cases, "history_commits": shape.commits,
+            "baseline_whole_history_analysis_s": whole_history_s,
+            "analysis_s_median": statistics.median(warm), "analysis_s_max": max(warm),
+            "ingest_s_median": statistics.median(u["ingest_s"] for u in uploads),
+            "samples_per_s_with_analysis": sum(u["samples"] for u in uploads) / sum(
+                u["ingest_s"] + u["analysis_s"] for u in uploads)}
+
+
+def check_against_batch(engine: sa.Engine) -> dict[str, Any]:
+    """The store's standing change points (suspected or confirmed) of every series against a batch
+    `changepoints.analyse` of its whole history now: how many series differ (target 0)."""
+    from pipeline.analysis import changepoints
+    from pipeline.store.history import default_branch_chain
+
+    settings = AnalysisSettings()
+    t = time.perf_counter()
+    differing: list[dict[str, Any]] = []
+    series_checked = 0
+    with session_scope(engine) as s:
+        standing: dict[int, set[int]] = {}
+        for series_id, commit_id in s.execute(sa.select(ChangePoint.series_id, ChangePoint.after_commit_id)
+                                              .where(ChangePoint.lifecycle != "retracted")):
+            standing.setdefault(series_id, set()).add(commit_id)
+        for repository_id in s.scalars(sa.select(Commit.repository_id).distinct()):
+            chain = default_branch_chain(s, repository_id)
+            every = list(s.scalars(sa.select(Series.id).order_by(Series.id)))
+            histories = (item for i in range(0, len(every), 500)
+                         for item in analysis._histories(s, chain, every[i:i + 500]).items())
+            for series_id, history in histories:
+                found = changepoints.analyse(history.values, window=settings.window, max_pvalue=settings.max_pvalue,
+                                             min_magnitude=settings.min_magnitude, min_size=settings.min_size,
+                                             confirm_size=settings.confirm_size,
+                                             confirm_pvalue=settings.confirm_pvalue)
+                points = found.confirmed + found.pending + ([found.suspected] if found.suspected else [])
+                batch = {int(history.commit_ids[cp.index]) for cp in points}
+                series_checked += 1
+                if batch != standing.get(series_id, set()):
+                    differing.append({"series": series_id, "batch": sorted(batch),
+                                      "store": sorted(standing.get(series_id, set()))})
+    return {"series_checked": series_checked, "series_differing": len(differing), "examples": differing[:10],
+            "seconds": time.perf_counter() - t}
+
+
 def store_size(engine: sa.Engine) -> dict[str, Any]:
     with engine.connect() as c:
         counts = {name: c.scalar(sa.select(sa.func.count()).select_from(model)) for name, model in
@@ -387,7 +473,10 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=10)
     parser.add_argument("--batch", type=int, default=10, help="result documents per transaction (one job each)")
     parser.add_argument("--analysed-commits", type=int, default=3,
-                        help="the last N commits are ingested with the default analysis on (rate reported apart)")
+                        help="the last N commits are uploaded after the re-analysis, each with the default analysis "
+                             "on (analysis time per upload reported apart)")
+    parser.add_argument("--check", action="store_true",
+                        help="at the end, compare every series' standing change points with a batch analysis")
     parser.add_argument("--history-queries", type=int, default=200)
     parser.add_argument("--dashboard-runs", type=int, default=30)
     parser.add_argument("--reanalyze-series", type=int, default=None,
@@ -417,14 +506,23 @@ def main() -> None:
             report["setup_s"] = time.perf_counter() - t
             print(f"setup: {report['setup_s']:.1f} s; loading {shape.total_samples:,} samples", file=sys.stderr)
             report["http_batch_parse"] = http_batch_overhead(shape, jobs, batch=args.batch, seed=args.seed)
+            analysed_commits = min(args.analysed_commits, shape.commits)
             report["load"] = load(engine, shape, jobs, batch=args.batch, seed=args.seed,
-                                  analysed_commits=min(args.analysed_commits, shape.commits), progress=True)
+                                  analysed_commits=analysed_commits, progress=True)
             with engine.connect() as c:
                 c.execute(sa.text("COMMIT"))
                 for table in ("measurements", "series", "commits", "change_points", "case_results"):
                     c.execute(sa.text(f"ANALYZE {table}"))
         report["reanalysis"] = time_reanalysis(engine, args.reanalyze_series)
         print(f"reanalysis: {report['reanalysis']}", file=sys.stderr)
+        if not args.skip_load and analysed_commits:
+            report["analysed_uploads"] = analysed_uploads(engine, shape, jobs, first=shape.commits - analysed_commits,
+                                                          seed=args.seed)
+            print(f"analysed uploads: median {report['analysed_uploads']['analysis_s_median']:.3f} s of analysis "
+                  f"per {shape.cases}-case upload", file=sys.stderr)
+        if args.check:
+            report["check_against_batch"] = check_against_batch(engine)
+            print(f"check: {report['check_against_batch']}", file=sys.stderr)
         report["store"] = store_size(engine)
         print(f"store: {report['store']}", file=sys.stderr)
         freeze_startup_heap()  # the queries run as in the service, whose start-up heap is frozen

@@ -8,8 +8,8 @@ history in two stages of a lifecycle, plus the commits whose run was left out as
   rule: at least `confirm_size` commits from it to the newest, and a p-value of at most
   `confirm_pvalue`, stricter than the detector's `max_pvalue`. A confirmed point is what the
   alerts announce, so the rule is the one under which one is rarely taken back (module doc,
-  "Confirmation"). `analyse` is a function of the whole history, and the store runs it on the
-  whole history after every commit (`analysis`): what the store shows as confirmed after a commit
+  "Confirmation"). `analyse` is a function of the history it is given, and the store runs it on the
+  newest 200 commits after every commit (`analysis`, "Incremental"): what the store shows as confirmed after a commit
   is what a batch analysis of the same history reports, plus the points it confirmed earlier that
   still hold (`holds`: the hysteresis, the store's only memory), and a point that later data
   refute disappears from it (the store then records it as retracted; nothing here is stateful);
@@ -89,16 +89,20 @@ p <= `HOLD_PVALUE` (0.01); it is retracted only when that evidence is gone.
 That memory is the one thing the store's confirmed set adds to `analyse` of the same history.
 
 Cost: O(window^2) per window for the energy statistic, O(n / window) windows, so O(n * window):
-about 15 ms for 1,000 commits and 35 ms for 3,000 on one core of a 2-core Xeon (the store pays it
-per touched series and upload; see BENCHMARKS.md, "Detection quality").
+about 15 ms for 1,000 commits on one core of a 2-core Xeon. The splits of a window and the noise of a
+block of the outlier mask are remembered by their values (`_window_splits`, `_block_sigma`): the
+store analyses the newest 200 commits of a history after each upload (`pipeline.store.analysis`,
+"Incremental"), whose older windows hold the same values as at the previous upload, so only the
+newest ones cost anything. The memo changes no answer.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 from scipy.special import stdtr
@@ -123,6 +127,8 @@ HOLD_PVALUE: float = _DEFAULTS.hold_pvalue
 """A confirmed change point stands while its level still differs at this p-value (`holds`)."""
 OUTLIER_K = 4.0
 """Outlier-run threshold in robust standard deviations."""
+MEMO_SIZE = 250_000
+"""Answers `_remembered` keeps (window splits, block noise, candidate tests; about 300 bytes each)."""
 SPLIT_PVALUE_FACTOR = 10.0
 """The split step accepts candidates at this multiple of `max_pvalue` (Otava uses 10)."""
 
@@ -135,6 +141,7 @@ STEPS_BIC_MARGIN = 6.0
 steps to count as the better explanation (6: "strong" evidence on Kass and Raftery's scale)."""
 
 Classification = Literal["regression", "improvement"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -184,7 +191,17 @@ def robust_sigma(values: Sequence[float]) -> float:
     if x.size < 2:
         return 0.0
     d = np.diff(x)
-    return float(1.4826 * np.median(np.abs(d - np.median(d))) / math.sqrt(2.0))
+    return float(1.4826 * _median(np.abs(d - _median(d))) / math.sqrt(2.0))
+
+
+def _median(x: np.ndarray) -> float:
+    """`np.median` of a 1-D array, the same number (the middle value, or the mean of the middle
+    two), without its generic machinery: the outlier mask takes two per block of every history."""
+    ordered = np.sort(x)
+    half = ordered.size // 2
+    if ordered.size % 2:
+        return float(ordered[half])
+    return float((ordered[half - 1] + ordered[half]) / 2)
 
 
 def _local_sigma(x: np.ndarray, window: int) -> np.ndarray:
@@ -192,8 +209,26 @@ def _local_sigma(x: np.ndarray, window: int) -> np.ndarray:
     step = max(1, window // 2)
     out = np.empty(x.size)
     for lo in range(0, x.size, step):
-        out[lo:lo + step] = robust_sigma(x[max(0, lo - step // 2): lo + step + step // 2 + 1])
+        block = x[max(0, lo - step // 2): lo + step + step // 2 + 1]
+        out[lo:lo + step] = _remembered("sigma", block, (), lambda: robust_sigma(block))
     return out
+
+
+_MEMO: dict[tuple[object, ...], object] = {}
+
+
+def _remembered(kind: str, values: np.ndarray, arguments: tuple[object, ...], compute: Callable[[], T]) -> T:
+    """`compute()`, a pure function of `values` and `arguments`, remembered by a digest of the values
+    (module doc, "Cost"): the store analyses the newest 200 commits of a history after each upload,
+    whose older windows and blocks hold the same values as at the previous upload. At most
+    `MEMO_SIZE` answers are kept (then all are dropped: the next uploads fill it again)."""
+    key = (kind, hashlib.blake2b(values.tobytes(), digest_size=16).digest(), values.size, *arguments)
+    found = _MEMO.get(key)
+    if found is None:
+        if len(_MEMO) >= MEMO_SIZE:
+            _MEMO.clear()
+        found = _MEMO[key] = compute()
+    return found  # type: ignore[return-value]  # stored by this function with the kind's type
 
 
 def outlier_runs(values: Sequence[float], *, outlier_k: float = OUTLIER_K, window: int = WINDOW) -> np.ndarray:
@@ -222,7 +257,7 @@ def outlier_runs(values: Sequence[float], *, outlier_k: float = OUTLIER_K, windo
     if n >= 5:
         centre[2:-2] = np.median(np.stack([x[:-4], x[1:-3], x[2:-2], x[3:-1], x[4:]]), axis=0)
     for i in (1, n - 2):
-        centre[i] = np.median(x[i - 1 : i + 2])
+        centre[i] = _median(x[i - 1 : i + 2])
     inner = slice(1, n - 1)
     limit = outlier_k * sigma[inner]
     far = _beyond(np.abs(x[inner] - centre[inner]), limit)
@@ -231,7 +266,7 @@ def outlier_runs(values: Sequence[float], *, outlier_k: float = OUTLIER_K, windo
     # commit of the old level looked like the outlier (12, 12, 18, 12 | 53, 53, 53, 53 lost its step).
     for i in np.flatnonzero(far) + 1:
         sides = (x[max(0, i - 3):i], x[i + 1:i + 4])
-        if any(abs(x[i] - np.median(side)) <= outlier_k * sigma[i] for side in sides if side.size):
+        if any(abs(x[i] - _median(side)) <= outlier_k * sigma[i] for side in sides if side.size):
             far[i - 1] = False
     flagged[inner] = far
     return flagged
@@ -326,27 +361,24 @@ def _step_beyond_trend(y: np.ndarray, at: int, others: Sequence[int], max_pvalue
 
 
 def _best_split(x: np.ndarray, min_size: int) -> int | None:
-    """Split of x maximising the E-Divisive energy statistic (power 1), sides >= min_size."""
+    """Split of x maximising the E-Divisive energy statistic (power 1), sides >= min_size.
+
+    Every candidate split at once, each term in the order a loop over them would add it (so the
+    statistic, and hence the argmax, is the same to the last bit); the first of equal maxima wins."""
     n = x.size
     if n < 2 * min_size:
         return None
     d = np.abs(x[:, None] - x[None, :])
     p = np.zeros((n + 1, n + 1))
     p[1:, 1:] = d.cumsum(0).cumsum(1)
-
-    def block(a: int, b: int, c: int, e: int) -> float:  # sum of d[a:b, c:e]
-        return p[b, e] - p[a, e] - p[b, c] + p[a, c]
-
-    best, best_q = None, -math.inf
-    for tau in range(min_size, n - min_size + 1):
-        m, k = tau, n - tau
-        between = block(0, tau, tau, n) / (m * k)
-        within_l = block(0, tau, 0, tau) / (m * (m - 1))
-        within_r = block(tau, n, tau, n) / (k * (k - 1))
-        q = m * k / n * (2 * between - within_l - within_r)
-        if q > best_q:
-            best, best_q = tau, q
-    return best
+    tau = np.arange(min_size, n - min_size + 1)
+    m, k = tau, n - tau
+    # sums of d over [0, tau) x [tau, n), [0, tau)^2 and [tau, n)^2 from the 2-D prefix sums
+    between = (p[tau, n] - p[0, n] - p[tau, tau] + p[0, tau]) / (m * k)
+    within_l = (p[tau, tau] - p[0, tau] - p[tau, 0] + p[0, 0]) / (m * (m - 1))
+    within_r = (p[n, n] - p[tau, n] - p[n, tau] + p[tau, tau]) / (k * (k - 1))
+    q = m * k / n * (2 * between - within_l - within_r)
+    return int(tau[int(np.argmax(q))])
 
 
 def _split(y: np.ndarray, a: int, b: int, pvalue: float, min_size: int, out: set[int]) -> None:
@@ -359,6 +391,13 @@ def _split(y: np.ndarray, a: int, b: int, pvalue: float, min_size: int, out: set
     out.add(tau)
     _split(y, a, tau, pvalue, min_size, out)
     _split(y, tau, b, pvalue, min_size, out)
+
+
+def _window_splits(y: np.ndarray, pvalue: float, min_size: int) -> tuple[int, ...]:
+    """`_split` of one window's values, positions relative to it."""
+    out: set[int] = set()
+    _split(y, 0, y.size, pvalue, min_size, out)
+    return tuple(sorted(out))
 
 
 def _young_level_holds(left: np.ndarray, right: np.ndarray, max_pvalue: float, min_magnitude: float) -> bool:
@@ -448,8 +487,8 @@ def analyse(
 ) -> Analysis:
     """Confirmed and suspected change points and outlier runs of a history (module doc).
 
-    A pure function of `values`: the store calls it on the whole history after each commit, a
-    batch analysis on the same history gets the same answer. Raises ValueError as `detect`.
+    A pure function of `values` (its memos change no answer): the store calls it on the newest
+    stretch of a history after each commit, a batch analysis on the whole history. Raises ValueError as `detect`.
     """
     y = _checked(values, window, min_size)
     flagged = outlier_runs(y, outlier_k=outlier_k, window=window)
@@ -549,12 +588,32 @@ def _detect(y: np.ndarray, window: int, max_pvalue: float, min_magnitude: float,
     if starts[-1] + window < n:
         starts.append(n - window)
     for s in starts:
-        _split(y, s, min(n, s + window), split_pvalue, min_size, weak)
+        part = y[s:min(n, s + window)]
+        weak.update(s + c for c in _remembered("split", part, (split_pvalue, min_size),
+                                               lambda: _window_splits(part, split_pvalue, min_size)))
 
     # Merge: drop the weakest failing candidate until all pass.
     cps = sorted(weak)
+    reach = max(TREND_SPANS) * window
+    known: dict[tuple[int, ...], ChangePoint] = {}
+
+    def tested(i: int) -> ChangePoint:
+        """`_stats` of cps[i], remembered for this merge: it depends only on the candidates within
+        `reach` of it, and removing a candidate farther away leaves it as it was."""
+        c = cps[i]
+        a, b = max(0, c - reach), min(n, c + reach)
+        near = tuple(q - a for q in cps if a <= q < b)
+        if (c, near) not in known:
+            part = y[a:b]
+            found = _remembered("stats", part, (c - a, near, window, min_size, max_pvalue, min_magnitude),
+                                lambda: _stats(part, list(near), near.index(c - a), window, min_size, max_pvalue,
+                                               min_magnitude))
+            known[(c, near)] = ChangePoint(found.index + a, found.before_mean, found.after_mean, found.magnitude,
+                                           found.pvalue)
+        return known[(c, near)]
+
     while cps:
-        stats = [_stats(y, cps, i, window, min_size, max_pvalue, min_magnitude) for i in range(len(cps))]
+        stats = [tested(i) for i in range(len(cps))]
         failing = [
             i for i, st in enumerate(stats) if st.pvalue > max_pvalue or abs(st.magnitude) < min_magnitude
         ]

@@ -5,8 +5,9 @@ A series' history is one value per commit of the repository's default-branch his
 measurement in the series, oldest first; the value combines every run of the commit
 (`history.commit_level`: the median of the runs' levels; a rerun adds a level, it replaces none).
 
-After each upload the touched series' whole history goes through `changepoints.analyse`, a pure
-function of it, and the stored change points are brought in line with what it reports:
+After each upload the newest stretch of each touched series' history goes through
+`changepoints.analyse`, a pure function of it, and the stored change points from `judged_from` on
+are brought in line with what it reports ("Incremental" below for the stretch):
 
 - a reported point that is not stored yet is inserted, `lifecycle` suspected or confirmed, state
   "needs triage", with a first triage event by `ANALYSIS_WHO`: confirmed when it passes the
@@ -30,8 +31,27 @@ what changed, so the point's history tells both stories. Hence online equals bat
 hysteresis: after any commit, the store's confirmed change points are
 `changepoints.analyse(...).confirmed` of the history so far, plus the points it confirmed earlier
 that still hold (the only memory; `reanalyze_all` of a store whose change points were deleted
-gives `analyse`'s answer alone). The cost is one `analyse` of each touched series' history per
-upload, linear in the history's length (about 15 ms for 1,000 commits).
+gives `analyse`'s answer alone).
+
+Incremental: the analysis after an upload costs what the new commit needs, not what the history
+holds. It reads the newest `TAIL_WINDOWS` analysis windows of the history (`stretch_start`: 200
+commits at the default window of 50, rounded down to the split's half-window grid so the same
+windows recur and `changepoints` remembers their splits) and judges the change points from
+`SETTLED_WINDOWS` windows into that stretch (the newest 100-125 commits); older points are settled
+and kept as they are. Every test `detect` makes reaches at most two windows either side of a
+point, so a point judged with two windows of history on each side is what the whole-history
+analysis reports: `bench/store_scale.py --check` compares the two on every series of the store
+(BENCHMARKS.md, "Store at scale"), and tests/store/test_incremental_analysis.py on a history of
+430 commits with steps and outliers. The stretch comes from the series' tail that this process
+kept after its last analysis (`TAILS`, an LRU of the newest 225 commits per series): the upload's
+commit is appended to it (or replaces its newest commit's level: a rerun), so the upload reads
+only its own commit's measurements. A tail is used only while the store still holds the analysis
+state it was kept with (`Series.history_points`, `analyzed_at`: no other process or rolled-back
+transaction analysed the series since) and the chain still holds its first and newest commits
+where they were; otherwise, after a restart, and for an older commit measured again, the
+series' whole history is read as before. The series rows are locked in id order first
+(PostgreSQL), so two uploads of one device class analyse in turn and each sees the other's
+commit. `reanalyze_all` and `analyze_series` read whole histories and judge every point.
 
 Concurrent ingests of one series are safe: the row's uniqueness on (series, after commit) and an
 insert that ignores conflicts make the second writer skip it; lifecycle updates are idempotent.
@@ -62,11 +82,14 @@ Noise (the verdict's threshold is max(floor, k x noise), `stats.threshold`), kep
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+import threading
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 from datetime import datetime
 
+import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
@@ -109,6 +132,14 @@ ANALYSIS_WHO = "benchfarm analysis"
 """Who the first triage event ("needs triage") of a detected change point names."""
 ANALYZED_RUN_KINDS = FALLBACK_RUN_KINDS
 """Runs whose upload triggers analysis, besides any run of a commit recorded on the default branch."""
+TAIL_WINDOWS = 4
+"""Analysis windows of a history the analysis after an upload reads (module doc, "Incremental")."""
+BATCH_SERIES = 500
+"""Series whose whole histories the batch analysis reads at a time."""
+TAIL_CACHE_SERIES = 50_000
+"""Series whose tail a process keeps (about 4 KB each at the default window)."""
+SETTLED_WINDOWS = 2
+"""Windows into that stretch from which change points are judged; older ones are settled."""
 NOISE_HISTORY = 30
 """Newest default-branch commits (unpaired) or A/A calibrations (paired) a series' noise is learned from."""
 
@@ -125,12 +156,46 @@ class AnalysisSummary:
     """stored change points retracted"""
 
 
-@dataclass(frozen=True)
-class _Point:
-    commit: ChainCommit
-    value: float
-    digest: str | None = None
-    """the binary the measurement timed (None: not reported)"""
+@dataclass
+class _History:
+    """The stretch of a series' history one analysis reads (module doc, "Incremental")."""
+
+    commit_ids: np.ndarray
+    """int64, oldest first"""
+    values: np.ndarray
+    """float64: each commit's level (`history.commit_level`)"""
+    digests: list[str | None]
+    """the binaries the newest (up to `NOISE_HISTORY`) commits timed (the newest run's), oldest first"""
+    length: int
+    """commits in the whole history; the stretch is its last `len(values)`"""
+    judged_from: int = 0
+    """position in the whole history from which change points are reported and stored points
+    reconciled; those before it are settled"""
+
+    @property
+    def offset(self) -> int:
+        return self.length - self.values.size
+
+    def stretch(self, window: int) -> _History:
+        """The newest commits the analysis after an upload reads (module doc, "Incremental")."""
+        start = stretch_start(self.length, window)
+        if start <= self.offset:
+            return self
+        cut = start - self.offset
+        return _History(self.commit_ids[cut:], self.values[cut:], self.digests, self.length,
+                        judged_from=start + SETTLED_WINDOWS * window if start else 0)
+
+
+def stretch_start(length: int, window: int) -> int:
+    """Position in a history of `length` commits of the first commit the analysis after an upload
+    reads: `TAIL_WINDOWS` windows back, rounded down to the split's half-window grid (so the same
+    windows recur from upload to upload and `changepoints` remembers their splits); 0 while the
+    whole history is that short."""
+    span = TAIL_WINDOWS * window
+    if length <= span:
+        return 0
+    step = max(1, window // 2)
+    return (length - span) // step * step
 
 
 @dataclass
@@ -140,15 +205,20 @@ class _Tally:
     retracted: int = 0
 
 
-def series_direction(series: Series) -> bool:
+class _Directed(Protocol):
+    lower_is_better: bool | None
+    metric: str
+
+
+def series_direction(series: _Directed) -> bool:
     """lower_is_better for the series: its own setting, else its metric's."""
     if series.lower_is_better is not None:
         return series.lower_is_better
     return METRICS[series.metric].lower_is_better
 
 
-def _histories(session: Session, chain: Sequence[ChainCommit], series_ids: Iterable[int] | None) -> dict[int, list[_Point]]:
-    """series id -> its history on `chain` (module doc), oldest first. One query."""
+def _histories(session: Session, chain: Sequence[ChainCommit], series_ids: Iterable[int] | None) -> dict[int, _History]:
+    """series id -> its whole history on `chain` (module doc), oldest first. One query."""
     position = {c.id: i for i, c in enumerate(chain)}
     if not position:
         return {}
@@ -165,12 +235,15 @@ def _histories(session: Session, chain: Sequence[ChainCommit], series_ids: Itera
     for series_id, commit_id, run_id, median, digest in session.execute(query):
         if commit_id in position:
             measured[series_id][commit_id].append((run_id, median, digest))
-    # a commit's value combines all its runs (`history.commit_level`); its binary: the newest run's
-    return {
-        series_id: [_Point(chain[position[c]], commit_level((r, m) for r, m, _ in runs)[0], runs[-1][2])
-                    for c, runs in sorted(values.items(), key=lambda kv: position[kv[0]])]
-        for series_id, values in measured.items()
-    }
+    out: dict[int, _History] = {}
+    for series_id, values in measured.items():
+        commits = sorted(values, key=position.__getitem__)
+        # a commit's value combines all its runs (`history.commit_level`); its binary: the newest run's
+        levels = [commit_level((r, m) for r, m, _ in values[c])[0] for c in commits]
+        digests = [values[c][-1][2] for c in commits[-NOISE_HISTORY:]]
+        out[series_id] = _History(np.array(commits, dtype=np.int64), np.array(levels, dtype=np.float64),
+                                  digests, len(commits))
+    return out
 
 
 def _stored_change_points(session: Session, series_ids: Sequence[int]) -> dict[int, list[ChangePoint]]:
@@ -208,27 +281,30 @@ def _event(session: Session, row: ChangePoint, now: datetime, note: str) -> None
     session.add(TriageEvent(change_point_id=row.id, state=row.state, who=ANALYSIS_WHO, at=now, note=note))
 
 
-def _analyze(session: Session, series: Series, points: list[_Point], settings: AnalysisSettings, *,
-             stored: Sequence[ChangePoint], tally: _Tally) -> None:
-    """Analyse one series' whole history and bring its stored change points in line (module doc).
-    `stored`: the series' change points already stored."""
-    now = utcnow()
-    series.history_points = len(points)
-    series.analyzed_at = now
-    recent = points[-NOISE_HISTORY:]
-    series.noise_unpaired = stats.run_to_run_noise([p.value for p in recent], [p.digest for p in recent])
-    index_of = {p.commit.id: i for i, p in enumerate(points)}
-    values = [p.value for p in points]
+def _analyze(session: Session, series: Any, history: _History, commit_of: Callable[[int], ChainCommit],
+             settings: AnalysisSettings, *, stored: Sequence[ChangePoint], tally: _Tally, now: datetime) -> dict[str, Any]:
+    """Analyse one series' history stretch and bring its stored change points from `judged_from`
+    in line (module doc). `series`: its row (id, min_magnitude, lower_is_better, metric); `stored`:
+    its change points already stored. Returns the series' analysis state to write."""
+    values = history.values
+    recent = values[-NOISE_HISTORY:]
+    state = {"id": series.id, "history_points": history.length, "analyzed_at": now,
+             "noise_unpaired": stats.run_to_run_noise([float(v) for v in recent], history.digests[-recent.size:])}
     min_magnitude = series.min_magnitude if series.min_magnitude is not None else settings.min_magnitude
-    if len(points) < 2 * settings.min_size:
+    if values.size < 2 * settings.min_size:
         analysed = changepoints.Analysis([], None)
     else:
         analysed = changepoints.analyse(values, window=settings.window, max_pvalue=settings.max_pvalue,
                                         min_magnitude=min_magnitude, min_size=settings.min_size,
                                         confirm_size=settings.confirm_size, confirm_pvalue=settings.confirm_pvalue)
+    judged = history.judged_from - history.offset   # stretch positions from which points are judged
     found = [(cp, "confirmed") for cp in analysed.confirmed] + [(cp, "suspected") for cp in analysed.pending]
     if analysed.suspected is not None:
         found.append((analysed.suspected, "suspected"))
+    found = [(cp, lifecycle) for cp, lifecycle in found if cp.index >= judged]
+    if not found and not stored:
+        return state
+    index_of = {int(c): i for i, c in enumerate(history.commit_ids)}
     lower_is_better = series_direction(series)
 
     def held(row: ChangePoint) -> bool:
@@ -242,19 +318,22 @@ def _analyze(session: Session, series: Series, points: list[_Point], settings: A
                                   outliers=analysed.outliers, window=settings.window, min_magnitude=min_magnitude,
                                   min_size=settings.min_size, pvalue=settings.hold_pvalue)
 
-    here = [row for row in stored if row.after_commit_id in index_of]  # a rewritten history's others stay
+    # points of a rewritten history and settled ones (before `judged`) stay as they are
+    here = [row for row in stored if index_of.get(row.after_commit_id, -1) >= judged]
     at_commit = {row.after_commit_id: row for row in stored}
     matched: set[int] = set()
     for cp, lifecycle in found:
         direction = changepoints.classify(cp, lower_is_better)
-        before, after = points[cp.last_before].commit, points[cp.index].commit
+        before = commit_of(int(history.commit_ids[cp.last_before]))
+        after = commit_of(int(history.commit_ids[cp.index]))
         row = at_commit.get(after.id)
         if row is None or row.id in matched:
             row = next((r for r in here if r.id not in matched and r.lifecycle != "retracted"
                         and r.direction == direction and abs(index_of[r.after_commit_id] - cp.index) < settings.min_size),
                        None)
-        fields = {"before_commit_id": before.id, "history_index": cp.index, "before_level": cp.before_mean,
-                  "after_level": cp.after_mean, "magnitude": cp.magnitude, "pvalue": cp.pvalue}
+        fields = {"before_commit_id": before.id, "history_index": cp.index + history.offset,
+                  "before_level": cp.before_mean, "after_level": cp.after_mean, "magnitude": cp.magnitude,
+                  "pvalue": cp.pvalue}
         if row is None:
             row_id = _insert_change_point(session, {
                 "series_id": series.id, "after_commit_id": after.id, "committed_at": after.committed_at,
@@ -294,6 +373,7 @@ def _analyze(session: Session, series: Series, points: list[_Point], settings: A
         row.lifecycle, row.retracted_at = "retracted", now
         _event(session, row, now, f"retracted: {row.reason}")
         tally.retracted += 1
+    return state
 
 
 def _insert_change_point(session: Session, row: dict[str, object]) -> int | None:
@@ -317,24 +397,180 @@ def _series_repositories(session: Session, series_ids: Iterable[int] | None) -> 
         .where(Measurement.series_id.in_(list(series_ids)))))
 
 
+@dataclass(frozen=True)
+class _Tail:
+    """A series' newest commits as its last analysis in this process left them, and the analysis
+    state it wrote (`Series.history_points`, `Series.analyzed_at`): valid while the store still
+    holds that state (nobody else analysed the series since, and that transaction committed)."""
+
+    history: _History
+    history_points: int
+    analyzed_at: datetime
+    first_position: int
+    """chain positions of its first and newest commits: a chain that changed under them (grew at its
+    start, a commit recorded in between, rewritten) no longer matches"""
+    newest_position: int
+
+
+class _Tails:
+    """The tails of the series this process analysed last (module doc, "Incremental"): a bounded
+    LRU, shared by the threads of one process."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[tuple[str, int, int], _Tail] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, int, int]) -> _Tail | None:
+        """key: (the store's URL, repository id, series id)."""
+        with self._lock:
+            tail = self._items.get(key)
+            if tail is not None:
+                self._items.move_to_end(key)
+            return tail
+
+    def put(self, key: tuple[str, int, int], tail: _Tail) -> None:
+        with self._lock:
+            self._items[key] = tail
+            self._items.move_to_end(key)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+
+
+TAILS = _Tails(TAIL_CACHE_SERIES)
+
+
+def _extended(tail: _Tail, position: dict[int, int], commit_id: int, level: float,
+              digest: str | None) -> _History | None:
+    """The tail's history with the commit added (or its newest commit's level replaced: a rerun of
+    it), when the chain still holds the tail where it was and the commit is not older than its
+    newest one; None otherwise (the caller reads the history again)."""
+    at = position[commit_id]
+    history = tail.history
+    ids, values = history.commit_ids, history.values
+    if (not ids.size or position.get(int(ids[0])) != tail.first_position
+            or position.get(int(ids[-1])) != tail.newest_position or tail.newest_position > at):
+        return None
+    digests = list(history.digests)
+    if tail.newest_position == at:   # another run of the newest commit: its level combines them all
+        digests[-1] = digest
+        return _History(ids, np.append(values[:-1], level), digests, history.length)
+    return _History(np.append(ids, commit_id), np.append(values, level), (digests + [digest])[-NOISE_HISTORY:],
+                    history.length + 1)
+
+
+def _store_key(session: Session) -> str:
+    return session.get_bind().engine.url.render_as_string(hide_password=True)
+
+
+def _remember(store: str, repository_id: int, histories: dict[int, _History], position: dict[int, int], window: int,
+              analyzed_at: datetime) -> None:
+    """Keep each analysed series' newest commits that its next upload's analysis needs (`stretch_start`)."""
+    keep = TAIL_WINDOWS * window + max(1, window // 2)
+    for series_id, history in histories.items():
+        ids = history.commit_ids[-keep:]
+        if not ids.size:
+            continue
+        kept = _History(ids.copy(), history.values[-keep:].copy(), list(history.digests[-NOISE_HISTORY:]),
+                        history.length)
+        TAILS.put((store, repository_id, series_id), _Tail(kept, history.length, analyzed_at, position[int(ids[0])],
+                                                    position[int(ids[-1])]))
+
+
+def _series_rows(session: Session, series_ids: Sequence[int], *, lock: bool) -> dict[int, Any]:
+    """series id -> (id, min_magnitude, lower_is_better, metric, history_points, analyzed_at); with
+    `lock`, the rows locked in id order (PostgreSQL; SQLite serialises writers anyway) so that two
+    uploads of one device class analyse one after the other, each seeing the other's commit."""
+    table = Series.__table__
+    rows: dict[int, Any] = {}
+    ordered = sorted(series_ids)
+    for i in range(0, len(ordered), 1000):
+        query = (sa.select(table.c.id, table.c.min_magnitude, table.c.lower_is_better, table.c.metric,
+                           table.c.history_points, table.c.analyzed_at)
+                 .where(table.c.id.in_(ordered[i:i + 1000])).order_by(table.c.id))
+        rows.update((r.id, r) for r in session.execute(query.with_for_update() if lock else query))
+    return rows
+
+
+def _reconcile(session: Session, histories: dict[int, _History], rows: dict[int, Any], chain: Sequence[ChainCommit],
+               settings: AnalysisSettings, tally: _Tally) -> datetime:
+    """Analyse each series and write its analysis state (one executemany UPDATE); returns its time."""
+    stored = _stored_change_points(session, sorted(rows))
+    by_id = {c.id: c for c in chain}
+    empty = _History(np.zeros(0, dtype=np.int64), np.zeros(0), [], 0)
+    now = utcnow()
+    states = [_analyze(session, rows[series_id], histories.get(series_id, empty), by_id.__getitem__, settings,
+                       stored=stored.get(series_id, []), tally=tally, now=now) for series_id in sorted(rows)]
+    if states:
+        table = Series.__table__
+        session.execute(table.update().where(table.c.id == sa.bindparam("b_id")),
+                        [{"b_id": st.pop("id"), **st} for st in states])
+        for loaded in [o for o in session.identity_map.values() if isinstance(o, Series) and o.id in rows]:
+            session.expire(loaded, ["history_points", "analyzed_at", "noise_unpaired"])
+    return now
+
+
 def _run(session: Session, series_ids: list[int] | None, settings: AnalysisSettings, *,
          repository_ids: list[int] | None = None) -> AnalysisSummary:
+    """The batch analysis: every series' whole history (module doc); their tails rebuilt."""
     repositories = repository_ids if repository_ids is not None else _series_repositories(session, series_ids)
     analysed: set[int] = set()
     tally = _Tally()
     for repository_id in repositories:
         chain = default_branch_chain(session, repository_id)
-        histories = _histories(session, chain, series_ids)
-        wanted = series_ids if series_ids is not None else list(histories)
-        rows = {s.id: s for i in range(0, len(wanted), 1000)
-                for s in session.scalars(sa.select(Series).where(Series.id.in_(list(wanted[i:i + 1000]))))}
-        stored = _stored_change_points(session, sorted(rows))
-        for series_id in sorted(rows):
-            _analyze(session, rows[series_id], histories.get(series_id, []), settings,
-                     stored=stored.get(series_id, []), tally=tally)
-            analysed.add(series_id)
+        position = {c.id: i for i, c in enumerate(chain)}
+        every = series_ids if series_ids is not None else list(session.scalars(sa.select(Series.id).order_by(Series.id)))
+        for i in range(0, len(every), BATCH_SERIES):   # a bounded part of the histories in memory at a time
+            chunk = every[i:i + BATCH_SERIES]
+            histories = _histories(session, chain, chunk)
+            wanted = sorted(chunk if series_ids is not None else histories)
+            analyzed_at = _reconcile(session, histories, _series_rows(session, wanted, lock=False), chain, settings,
+                                     tally)
+            _remember(_store_key(session), repository_id, histories, position, settings.window, analyzed_at)
+            analysed.update(wanted)
     session.flush()  # the series' history_points / analyzed_at: one batched UPDATE, not one per series
     return AnalysisSummary(series=len(analysed), new_change_points=tally.added, confirmed=tally.confirmed,
+                           retracted=tally.retracted)
+
+
+def _run_incremental(session: Session, commit_id: int, series_ids: list[int], repository_id: int,
+                     settings: AnalysisSettings) -> AnalysisSummary:
+    """After an upload of `commit_id`: each series' tail with the commit's level added, its newest
+    stretch analysed (module doc, "Incremental"); a series without a valid tail is read whole."""
+    chain = default_branch_chain(session, repository_id)
+    position = {c.id: i for i, c in enumerate(chain)}
+    if commit_id not in position:   # not on the default-branch history: it changes no series' history
+        return AnalysisSummary(0, 0)
+    rows = _series_rows(session, series_ids, lock=True)
+    levels: dict[int, list[tuple[str, float, str | None]]] = defaultdict(list)
+    for chunk in range(0, len(series_ids), 1000):
+        for series_id, run_id, median, digest in session.execute(
+            sa.select(Measurement.series_id, Job.run_id, Measurement.median, CaseResultRow.binary_digest)
+            .join(CaseResultRow, Measurement.case_result_id == CaseResultRow.id)
+            .join(Job, CaseResultRow.job_id == Job.id)
+            .where(Measurement.commit_id == commit_id, Measurement.series_id.in_(series_ids[chunk:chunk + 1000]))
+            .order_by(Measurement.id)):
+            levels[series_id].append((run_id, median, digest))
+    histories: dict[int, _History] = {}
+    store = _store_key(session)
+    for series_id, row in rows.items():
+        tail, runs = TAILS.get((store, repository_id, series_id)), levels.get(series_id)
+        if tail is None or not runs or (tail.history_points, tail.analyzed_at) != (row.history_points,
+                                                                                  row.analyzed_at):
+            continue
+        extended = _extended(tail, position, commit_id, commit_level((r, m) for r, m, _ in runs)[0],
+                             runs[-1][2])
+        if extended is not None:
+            histories[series_id] = extended
+    missing = [i for i in rows if i not in histories]
+    if missing:
+        histories.update(_histories(session, chain, missing))
+    tally = _Tally()
+    stretches = {i: h.stretch(settings.window) for i, h in histories.items()}
+    analyzed_at = _reconcile(session, stretches, rows, chain, settings, tally)
+    _remember(store, repository_id, histories, position, settings.window, analyzed_at)
+    session.flush()
+    return AnalysisSummary(series=len(rows), new_change_points=tally.added, confirmed=tally.confirmed,
                            retracted=tally.retracted)
 
 
@@ -350,8 +586,9 @@ def analyze_after_ingest(session: Session, document: ResultDocument, settings: A
     otherwise (a pull request's commits are not default-branch history).
 
     Cost: the default-branch chain (one query over the repository's commits), the touched series'
-    measurements and stored change points (one query each), and `changepoints.analyse` of each
-    touched series' history. Idempotent: a document uploaded again changes nothing."""
+    rows, this commit's measurements and their stored change points (one query each), and
+    `changepoints.analyse` of each touched series' newest stretch (module doc, "Incremental").
+    Idempotent: a document uploaded again changes nothing."""
     job = session.get(Job, document.job_id)
     if job is None:
         return AnalysisSummary(0, 0)
@@ -364,7 +601,7 @@ def analyze_after_ingest(session: Session, document: ResultDocument, settings: A
         .where(Measurement.commit_id == commit.id, Series.device_class_id == job.device_class_id)))
     if not series_ids:
         return AnalysisSummary(0, 0)
-    return _run(session, series_ids, settings, repository_ids=[run.repository_id])
+    return _run_incremental(session, commit.id, series_ids, run.repository_id, settings)
 
 
 def reanalyze_all(session: Session, settings: AnalysisSettings) -> AnalysisSummary:
