@@ -374,13 +374,14 @@ def analysed_uploads(engine: sa.Engine, shape: Shape, jobs: dict[int, list[tuple
                 t = time.perf_counter()
                 stored = ingest.ingest_result(s, document=doc, analysis=None).samples
                 t_ingest = time.perf_counter() - t
-                t = time.perf_counter()
+                t, cpu = time.perf_counter(), time.process_time()
                 summary = analysis.analyze_after_ingest(s, doc, settings)
-                t_analysis = time.perf_counter() - t
+                t_analysis, cpu_analysis = time.perf_counter() - t, time.process_time() - cpu
             uploads.append({"commit": commit, "device_class": dc, "samples": stored, "ingest_s": t_ingest,
-                            "analysis_s": t_analysis, "series": summary.series,
+                            "analysis_s": t_analysis, "analysis_cpu_s": cpu_analysis, "series": summary.series,
                             "new_change_points": summary.new_change_points})
             print(f"  upload commit {commit} class {dc}: ingest {t_ingest:.2f} s, analysis {t_analysis:.2f} s "
+                  f"(its CPU time {cpu_analysis:.2f} s) "
                   f"({summary.series} series)", file=sys.stderr, flush=True)
     # the baseline: the whole-history analysis of the last upload's series (what every upload ran
     # before the incremental analysis), in a transaction rolled back
@@ -390,16 +391,18 @@ def analysed_uploads(engine: sa.Engine, shape: Shape, jobs: dict[int, list[tuple
             series_ids = list(s.scalars(sa.select(Series.id).join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
                                         .where(DeviceClassRow.name == classes[-1])))
             repository_id = s.scalar(sa.select(Run.repository_id).limit(1))
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             analysis._run(s, series_ids, settings, repository_ids=[repository_id])
-            whole_history_s = time.perf_counter() - t
+            whole_history_s, whole_history_cpu_s = time.perf_counter() - t, time.process_time() - cpu
         transaction.rollback()
-    print(f"  baseline: whole-history analysis of the last upload's {len(series_ids)} series {whole_history_s:.2f} s",
-          file=sys.stderr, flush=True)
+    print(f"  baseline: whole-history analysis of the last upload's {len(series_ids)} series {whole_history_s:.2f} s "
+          f"(its CPU time {whole_history_cpu_s:.2f} s)", file=sys.stderr, flush=True)
     analysis_s = [u["analysis_s"] for u in uploads]
     warm = analysis_s[shape.device_classes:] or analysis_s   # the first upload of each class reads its tails cold
     return {"uploads": uploads, "cases_per_upload": shape.cases, "history_commits": shape.commits,
             "baseline_whole_history_analysis_s": whole_history_s,
+            "baseline_whole_history_analysis_cpu_s": whole_history_cpu_s,
+            "analysis_cpu_s_median": statistics.median(u["analysis_cpu_s"] for u in uploads[shape.device_classes:] or uploads),
             "analysis_s_median": statistics.median(warm), "analysis_s_max": max(warm),
             "ingest_s_median": statistics.median(u["ingest_s"] for u in uploads),
             "samples_per_s_with_analysis": sum(u["samples"] for u in uploads) / sum(
