@@ -248,7 +248,7 @@ class GitHubSettings(BaseModel):
     max_wait_s: float = Field(default=120.0, ge=0, description="longest single wait (Retry-After, rate-limit reset) before giving up")
     seconds_between_writes: float = Field(default=1.0, ge=0, description="GitHub asks for a pause between content writes")
     timeout_s: int = Field(default=30, ge=1)
-    # The webhook (POST /api/v1/webhooks/github, `pipeline.pr_comments.webhook`)
+    # The webhook (POST /api/v1/webhooks/github, `pipeline.service.github_webhook`)
     webhook_secret: SecretStr = Field(
         default=SecretStr(""), description="the webhook's secret: deliveries must carry its X-Hub-Signature-256; "
         "empty: every delivery is refused (401) and nothing is queued")

@@ -26,7 +26,8 @@ from pipeline.analysis import bisect_search
 from pipeline.analysis.bisect_search import BASE, Level
 from pipeline.config import Settings
 from pipeline.contracts.ids import CaseId
-from pipeline.dispatch.triggers import Loop, TriggerError, queue_run
+from pipeline.dispatch.triggers import TriggerError, queue_run
+from pipeline.loops import Loop
 from pipeline.store import ingest
 from pipeline.store.compare import CompareError, compare
 from pipeline.store.db import session_scope

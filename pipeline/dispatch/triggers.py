@@ -28,6 +28,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from pipeline.config import Settings
+from pipeline.loops import Loop
 from pipeline.progress import ProgressLines
 from pipeline import dispatch
 from pipeline.store import commit_refs, ingest
@@ -45,7 +46,7 @@ from pipeline.store.models import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Builder", "Loop", "Nightly", "Reaper", "TriggerError", "TriggerResult", "queue_run", "requeue_silent_builds",
+__all__ = ["Builder", "Nightly", "Reaper", "TriggerError", "TriggerResult", "queue_run", "requeue_silent_builds",
            "resolve_commit_for_trigger"]
 
 
@@ -157,31 +158,6 @@ def queue_run(
 
 
 # --- the service's threads ---------------------------------------------------------------------
-
-
-class Loop(threading.Thread):
-    """A service thread: `step` again and again, pausing `period_s` after a step with nothing to do."""
-
-    def __init__(self, name: str, period_s: float) -> None:
-        super().__init__(name=name, daemon=True)
-        self.period_s = period_s
-        self.stopped = threading.Event()
-
-    def step(self) -> bool:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    def run(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                busy = self.step()
-            except Exception:
-                log.exception("%s: step failed", self.name)
-                busy = False
-            if not busy:
-                self.stopped.wait(self.period_s)
-
-    def stop(self) -> None:
-        self.stopped.set()
 
 
 class Reaper(Loop):

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from pipeline.config import Settings
-from pipeline.dispatch.triggers import Loop
+from pipeline.loops import Loop
 from pipeline.pr_comments.outbox import deliver, flush
 from pipeline.pr_comments.report import Report, report_for_commit
 from pipeline.store.db import session_scope

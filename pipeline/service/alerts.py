@@ -37,7 +37,7 @@ from sqlalchemy.engine import Engine
 from pipeline import http
 from pipeline.config import AlertSettings, Settings
 from pipeline.contracts.ids import CaseId
-from pipeline.dispatch.triggers import Loop
+from pipeline.loops import Loop
 from pipeline.store.db import session_scope
 from pipeline.store.models import (
     Case,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import logging
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -45,7 +47,7 @@ from pipeline.service.web.render import error_page, wants_html
 from pipeline.store.ingest import IngestError
 from pipeline.store.triage import TriageError
 
-__all__ = ["create_app", "freeze_startup_heap"]
+__all__ = ["Lifespan", "create_app", "freeze_startup_heap"]
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +61,15 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
-def create_app(settings: Settings, engine: Engine) -> FastAPI:
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
+
+
+def create_app(settings: Settings, engine: Engine, *, lifespan: Lifespan | None = None) -> FastAPI:
+    """The app over `engine`; `lifespan` runs beside it while it is served (the service's loops:
+    `pipeline.service.runtime.lifespan`; None: none, as the tests' apps)."""
     # docs_url/redoc_url None: FastAPI's own pages load Swagger UI and ReDoc from a CDN, blank offline;
     # /docs is served below with the vendored Swagger UI (web/static/vendor/swagger-ui).
-    app = FastAPI(title="benchfarm", version=__version__, docs_url=None, redoc_url=None,
+    app = FastAPI(title="benchfarm", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan,
                   description="Continuous benchmarking for GPU and mobile kernels: results, series, change points, "
                               "comparisons and their triage.")
 

@@ -1,6 +1,6 @@
-"""The service process: the API, the dispatcher's reaper and builder threads; and the embedded
-one-machine mode (`benchfarm up`), which adds an in-process agent talking HTTP to its own service
-on loopback and (unless told not to) queues a run of the suite's `ref` on this machine's devices."""
+"""The service process: the API with its background loops (`runtime`, run in the app's lifespan); and
+the embedded one-machine mode (`benchfarm up`), which adds an in-process agent talking HTTP to its own
+service on loopback and (unless told not to) queues a run of the suite's `ref` on this machine's devices."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from pipeline import dispatch
 from pipeline.agents.agent import DeviceAgent
 from pipeline.config import Settings
 from pipeline.dispatch import triggers
-from pipeline.service import auth
+from pipeline.service import auth, runtime
 from pipeline.service.app import create_app, freeze_startup_heap
 from pipeline.store.db import open_store, session_scope, shown_url
 from pipeline.store.models import Agent, ApiToken
@@ -179,35 +179,6 @@ class _LogStream(io.TextIOBase):
         return False
 
 
-def start_dispatcher(settings: Settings, engine: Engine) -> list[threading.Thread]:
-    """What the service runs beside the API: leases restarted (agents could not heartbeat while it
-    was down), local jobs whose `benchfarm run` is gone failed (`dispatch.reap_orphaned_local_jobs`), the reaper, the webhook worker, the reporter (`pipeline.pr_comments`), the alerter
-    (`pipeline.service.alerts`), the bisector (`pipeline.dispatch.bisect`), and the builder when it has
-    a suite checkout and `dispatch.builder` (else `benchfarm builder` processes build)."""
-    from pipeline.dispatch.bisect import Bisector
-    from pipeline.pr_comments.reporter import Reporter
-    from pipeline.pr_comments.webhook import WebhookWorker
-    from pipeline.service.alerts import Alerter
-    from pipeline.service.web.verdicts import VerdictWarmer
-
-    with session_scope(engine) as session:
-        extended = dispatch.extend_leases(session, lease_s=settings.dispatch.lease_s)
-        reaped = dispatch.reap_orphaned_local_jobs(session)
-    if reaped:
-        log.warning("failed %d job(s) left unfinished by benchfarm processes that are gone", len(reaped))
-    if extended:
-        log.info("%d running jobs get a fresh lease after the restart", extended)
-    loops: list[threading.Thread] = [triggers.Reaper(settings, engine), WebhookWorker(settings, engine),
-                                     Reporter(settings, engine), VerdictWarmer(settings, engine),
-                                     Alerter(settings, engine), triggers.Nightly(settings, engine),
-                                     Bisector(settings, engine)]
-    if settings.dispatch.suite_path and settings.dispatch.builder:
-        loops.append(triggers.Builder(settings, engine, suite=Path(settings.dispatch.suite_path)))
-    for loop in loops:
-        loop.start()
-    return loops
-
-
 class _Server(uvicorn.Server):
     """uvicorn's server, calling `on_exit` as soon as it is told to stop (Ctrl-C, SIGTERM)."""
 
@@ -234,8 +205,7 @@ def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_s
         settings = settings.model_copy(update={"dispatch": settings.dispatch.model_copy(
             update={"suite_path": str(Path(suite).resolve())})})
     engine = open_store(settings.database_url)
-    app = create_app(settings, engine)
-    start_dispatcher(settings, engine)
+    app = create_app(settings, engine, lifespan=runtime.lifespan)   # the loops run while uvicorn serves it
     agent = start_embedded_agent(settings, engine, suite=suite, ref=ref if run_on_start else None) if suite else None
     log.info("benchfarm serving %s at %s (Ctrl-C stops)", shown_url(settings.database_url), settings.public_url)
     freeze_startup_heap()
@@ -249,12 +219,16 @@ def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_s
     try:
         # graceful shutdown waits for open requests (2 s at most, then cancels them with a traceback each)
         # log_config None: uvicorn's lines go through the command's logging, in its one format
+        # lifespan "on": the app has one (the loops); any failure of it is an error that stops the server
         config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
-                                timeout_graceful_shutdown=2, access_log=access_log, log_config=None)
+                                timeout_graceful_shutdown=2, access_log=access_log, log_config=None, lifespan="on")
+        server = _Server(config, on_exit=stopping)
         try:
-            _Server(config, on_exit=stopping).run()
+            server.run()
         except KeyboardInterrupt:   # uvicorn raises the captured Ctrl-C again once it has stopped: the way out
             pass
+        if not server.started and not app.state.stopping.is_set():
+            raise RuntimeError("the service did not start: its background loops could not (the log above says why)")
     finally:
         if agent is not None:
             agent.stop.set()

@@ -12,7 +12,7 @@ from typing import Any
 
 import requests
 
-from pipeline.pr_comments.webhook import sign
+from pipeline.service.github_webhook import sign
 from tests.helpers.suite_repo import commit_all, git, write_files
 
 SECRET = "webhook-secret-for-tests"

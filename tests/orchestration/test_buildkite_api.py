@@ -144,7 +144,7 @@ def test_a_webhook_delivery_becomes_a_buildkite_build(buildkite: BuildkiteStandI
     import sqlalchemy as sa
 
     from pipeline.config import Settings
-    from pipeline.pr_comments.webhook import Decision, process
+    from pipeline.service.github_webhook import Decision, process
     from pipeline.store.db import open_store, session_scope
     from pipeline.store.models import Run
 
@@ -165,20 +165,17 @@ def test_a_webhook_delivery_becomes_a_buildkite_build(buildkite: BuildkiteStandI
 
 @contextmanager
 def _service(settings: Settings) -> Iterator[str]:
-    """The service's app and its webhook worker thread (as `benchfarm serve` runs them) on a fresh store."""
-    from pipeline.pr_comments.webhook import WebhookWorker
+    """The service's app with its loops, the webhook worker among them (as `benchfarm serve` runs them), on a
+    fresh store."""
+    from pipeline.service import runtime
     from pipeline.service.app import create_app
     from pipeline.store.db import open_store
 
     engine = open_store(settings.database_url)
-    worker = WebhookWorker(settings, engine)
-    worker.start()
     try:
-        with live_server(create_app(settings, engine)) as url:
+        with live_server(create_app(settings, engine, lifespan=runtime.lifespan)) as url:
             yield url
     finally:
-        worker.stop()
-        worker.join(timeout=10)
         engine.dispose()
 
 

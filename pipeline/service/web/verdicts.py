@@ -27,7 +27,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from pipeline.config import Settings
-from pipeline.dispatch.triggers import Loop
+from pipeline.loops import Loop
 from pipeline.pr_comments.table import counts_text
 from pipeline.service.web.data import store_version
 from pipeline.store.compare import (

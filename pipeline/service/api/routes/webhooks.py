@@ -6,7 +6,7 @@ stored), 400 for a body that is not acceptable JSON and 422 for a pull_request o
 fields are not the types GitHub sends (`webhook.Payload`; both naming the field, nothing stored),
 200 "duplicate" for a delivery id already received, 202 "accepted" when it runs something
 (the service's webhook worker fetches, records and queues it), 200 "ignored" otherwise
-(`pipeline.pr_comments.webhook` says which events and actions run)."""
+(`pipeline.service.github_webhook` says which events and actions run)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
 
 from pipeline.contracts import strict_json
-from pipeline.pr_comments.webhook import decide, verify_signature
 from pipeline.service.api.deps import BodyDep, SessionDep, SettingsDep, require_scope
 from pipeline.service.api.strict_route import StrictJsonRoute
+from pipeline.service.github_webhook import decide, verify_signature
 from pipeline.store.models import WebhookDelivery, utcnow
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["webhooks"])

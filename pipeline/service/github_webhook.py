@@ -1,4 +1,6 @@
-"""GitHub webhooks: which deliveries run benchmarks, and running them through the built-in dispatcher.
+"""GitHub webhooks, an inbound trigger of runs: which deliveries run benchmarks, and running them
+through the built-in dispatcher or Buildkite (hence here in the service, above both, as the ad-hoc
+trigger of `api.routes.jobs`).
 
 Receiving (`pipeline.service.api.routes.webhooks`) is quick and does no git work: the signature
 is checked (`verify_signature`), the delivery is looked up by its X-GitHub-Delivery id (a
@@ -42,6 +44,7 @@ from pipeline.config import GitHubSettings, Settings
 from pipeline.contracts import ContractError
 from pipeline.contracts.limits import Int
 from pipeline.dispatch import triggers
+from pipeline.loops import Loop
 from pipeline.store import ingest
 from pipeline.store.compare import choose_base
 from pipeline.store.db import session_scope
@@ -328,7 +331,7 @@ def process(session: Session, settings: Settings, decision: Decision) -> tuple[s
                            f"(merge base {merge_base[:10]}) on {', '.join(classes)}")
 
 
-class WebhookWorker(triggers.Loop):
+class WebhookWorker(Loop):
     """Processes pending deliveries, oldest first, one at a time."""
 
     def __init__(self, settings: Settings, engine: Engine) -> None:

@@ -4,6 +4,7 @@ real HTTP on a service app, with hosted repositories as local bare git repositor
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,8 @@ from sqlalchemy.engine import Engine
 from pipeline import dispatch
 from pipeline.config import DispatchSettings, GitHubSettings, Settings
 from pipeline.contracts import ContractError, DeviceClass, DeviceInfo
-from pipeline.pr_comments.webhook import WebhookWorker, decide, sign, verify_signature
 from pipeline.service.app import create_app
+from pipeline.service.github_webhook import WebhookWorker, decide, sign, verify_signature
 from pipeline.store.db import open_store, session_scope
 from pipeline.store.models import (
     BuildRequest,
@@ -39,6 +40,15 @@ from tests.helpers.suite_repo import GemmCase, gemm_suite_files
 
 CLASS = "test-cpu"
 LABEL = "benchfarm:run"
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Settings from the tests alone: no BENCHFARM_ variable of the caller's, files under tmp_path."""
+    for key in list(os.environ):
+        if key.startswith("BENCHFARM_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
 
 
 def test_signature_is_hmac_sha256_of_the_body() -> None:
