@@ -41,7 +41,7 @@ windows recur and `changepoints` remembers their splits) and judges the change p
 and kept as they are. Every test `detect` makes reaches at most two windows either side of a
 point, so a point judged with two windows of history on each side is what the whole-history
 analysis reports: `bench/store_scale.py --check` compares the two on every series of the store
-(BENCHMARKS.md, "Store at scale"), and tests/store/test_incremental_analysis.py on a history of
+(BENCHMARKS.md, "Store scale"), and tests/store/test_incremental_analysis.py on a history of
 430 commits with steps and outliers. The stretch comes from the series' tail that this process
 kept after its last analysis (`TAILS`, an LRU of the newest 225 commits per series): the upload's
 commit is appended to it (or replaces its newest commit's level: a rerun), so the upload reads
