@@ -243,7 +243,8 @@ class GitHubSettings(BaseModel):
                                 description="what regressions or errors make the check: fail, or neutral (reported only)")
     check_name: str = Field(default="benchfarm", description="name of the check run, context of the commit status")
     comment_top_n: int = Field(default=20, ge=1, description="rows shown per section before linking to the full comparison")
-    retries: int = Field(default=5, ge=0, le=20, description="retries of one request on 5xx and rate limits")
+    retries: int = Field(default=5, ge=0, le=20, description="retries of one request: rate limits always; connection errors and 502/503/504 only where a "
+                         "repeat is harmless (docs/design.md, \"HTTP retries\")")
     backoff_s: float = Field(default=1.0, ge=0, description="exponential back-off factor between retries")
     max_wait_s: float = Field(default=120.0, ge=0, description="longest single wait (Retry-After, rate-limit reset) before giving up")
     seconds_between_writes: float = Field(default=1.0, ge=0, description="GitHub asks for a pause between content writes")
@@ -464,7 +465,8 @@ class AgentSettings(BaseModel):
     heartbeat_s: float = Field(default=10.0, gt=0, description="heartbeat and device re-discovery period")
     work_dir: Path | None = Field(default=None, description="bundle cache, result spool and log; empty: <home>/agent")
     timeout_s: float = Field(default=30.0, gt=0, description="HTTP timeout of one request (a claim adds its wait)")
-    retries: int = Field(default=5, ge=0, description="retries of one request on connection errors and 5xx")
+    retries: int = Field(default=5, ge=0, description="retries of one request on connection errors and 502/503/504, where a repeat "
+                         "is harmless (docs/design.md, \"HTTP retries\")")
     backoff_s: float = Field(default=0.5, ge=0, description="first back-off between retries, doubled up to backoff_max_s")
     backoff_max_s: float = Field(default=10.0, gt=0)
     upload_chunk_bytes: int = Field(
