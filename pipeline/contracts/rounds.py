@@ -185,7 +185,7 @@ def _t_tail(t: np.ndarray, nu: int) -> np.ndarray:
         head += term
         term = term * x * ((2 * k + 2) / (2 * k + 3) if odd else (2 * k + 1) / (2 * k + 2))
     inside = (2 / math.pi) * (theta + sin * np.sqrt(x) * head) if odd else sin * head
-    out = 1.0 - inside
+    out: np.ndarray = 1.0 - inside
     small = inside > 1 - SMALL_P   # 1 - inside would keep few digits: the remainder of the series instead
     if small.any():
         tail = _series_remainder(x[small], term[small], terms, odd)
