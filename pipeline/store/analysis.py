@@ -97,6 +97,7 @@ from pipeline.analysis import changepoints, stats
 from pipeline.config import AnalysisSettings
 from pipeline.contracts import METRICS, ResultDocument
 from pipeline.store.compare import paired_changes
+from pipeline.store.db import dialect_insert
 from pipeline.store.history import (
     FALLBACK_RUN_KINDS,
     ChainCommit,
@@ -378,13 +379,9 @@ def _analyze(session: Session, series: Any, history: _History, commit_of: Callab
 
 def _insert_change_point(session: Session, row: dict[str, object]) -> int | None:
     """INSERT ... ON CONFLICT (series, after commit) DO NOTHING RETURNING id: None when it existed."""
-    if session.get_bind().dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    statement = (insert(ChangePoint.__table__).values(**row)
+    statement = (dialect_insert(session, ChangePoint.__table__).values(**row)
                  .on_conflict_do_nothing(index_elements=["series_id", "after_commit_id"])
-                 .returning(ChangePoint.__table__.c.id))
+                 .returning(ChangePoint.id))
     return session.scalar(statement)
 
 
