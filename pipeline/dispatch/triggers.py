@@ -250,8 +250,10 @@ class Builder(Loop):
                     digests.append(known)
                     continue
                 log.info("building %s@%s for %s", repository, commit[:10], ", ".join(targets))
-                progress = ProgressLines(lambda what, done, total, commit=commit: log.info(
-                    "build of %s: %s (%d/%d)", commit[:10], what, done, total))
+
+                def report(what: str, done: int, total: int, commit: str = commit) -> None:
+                    log.info("build of %s: %s (%d/%d)", commit[:10], what, done, total)
+                progress = ProgressLines(report)
                 bundle_dir, manifest = build_bundle(
                     location=locate_suite(self.suite), sha=commit, targets=targets, out_dir=self.settings.bundles_dir,
                     cache_dir=self.settings.cache_dir, workers=self.settings.build_workers, repository=repository,
