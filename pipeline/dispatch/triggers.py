@@ -346,4 +346,4 @@ class Nightly(Loop):
         head = default_branch_head(session, repo.id) if repo is not None else None
         if repo is None or head is None:
             raise TriggerError("nightly: no suite checkout and no stored default-branch head to run")
-        return repo.name, session.get(Commit, head).sha  # type: ignore[union-attr]
+        return repo.name, session.get_one(Commit, head).sha
