@@ -60,8 +60,9 @@ from scipy.stats import t as student_t
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.analysis.stats import DEFAULT_BLOCKS, Verdict, paired_verdicts, round_values, threshold, verdicts  # noqa: E402
+from pipeline.analysis.stats import Verdict, paired_verdicts, threshold, verdicts  # noqa: E402
 from pipeline.config import CompareSettings  # noqa: E402
+from pipeline.contracts.rounds import DEFAULT_BLOCKS, round_values  # noqa: E402
 
 
 ROUND_COPIES = 5

@@ -273,8 +273,9 @@ def load(engine: sa.Engine, shape: Shape, jobs: dict[int, list[tuple[str, str]]]
             last_report = time.perf_counter()
             print(f"  {plain['samples']:,} samples in {last_report - started:.0f} s "
                   f"(ingest {plain['samples'] / max(plain['seconds'], 1e-9):,.0f}/s)", file=sys.stderr, flush=True)
-    plain["samples_per_s"] = plain["samples"] / plain["seconds"] if plain["seconds"] else None
-    return {"without_analysis": plain, "document_building_s": building, "wall_s": time.perf_counter() - started}
+    rate = plain["samples"] / plain["seconds"] if plain["seconds"] else None
+    return {"without_analysis": {**plain, "samples_per_s": rate}, "document_building_s": building,
+            "wall_s": time.perf_counter() - started}
 
 
 def http_batch_overhead(shape: Shape, jobs: dict[int, list[tuple[str, str]]], *, batch: int, seed: int) -> dict[str, Any]:

@@ -447,7 +447,7 @@ def _stats(y: np.ndarray, cps: list[int], i: int, window: int, min_size: int, ma
     return ChangePoint(index=c, before_mean=before, after_mean=after, magnitude=magnitude, pvalue=pvalue)
 
 
-def _checked(values: Sequence[float], window: int, min_size: int) -> np.ndarray:
+def _checked(values: Sequence[float] | np.ndarray, window: int, min_size: int) -> np.ndarray:
     if min_size < 2 or window < 2 * min_size:
         raise ValueError(f"need min_size >= 2 and window >= 2 * min_size, got {min_size=}, {window=}")
     y = np.asarray(values, dtype=np.float64)
@@ -457,7 +457,7 @@ def _checked(values: Sequence[float], window: int, min_size: int) -> np.ndarray:
 
 
 def detect(
-    values: Sequence[float],
+    values: Sequence[float] | np.ndarray,
     *,
     window: int = WINDOW,
     max_pvalue: float = MAX_PVALUE,
@@ -476,7 +476,7 @@ def detect(
 
 
 def analyse(
-    values: Sequence[float],
+    values: Sequence[float] | np.ndarray,
     *,
     window: int = WINDOW,
     max_pvalue: float = MAX_PVALUE,
@@ -688,7 +688,7 @@ def _ramp_bic(y: np.ndarray, first: int, last: int) -> float:
     return n * math.log(best / n) + 4 * math.log(n)
 
 
-def dana_running_average(values: Sequence[float], *, range_: float = 0.05, required: int = 2) -> list[int]:
+def dana_running_average(values: Sequence[float] | np.ndarray, *, range_: float = 0.05, required: int = 2) -> list[int]:
     """Dana's segmentation (the baseline): indices where a new segment starts.
 
     A running average is kept per segment. A value more than `range_` (relative) away from it opens

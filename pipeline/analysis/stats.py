@@ -31,6 +31,7 @@ from pipeline.contracts.rounds import (  # noqa: F401  (ROUND_TRIM and more re-e
     POOLED_MIN_ITEMS,
     ROUND_TRIM,
     PairedSamples,
+    Samples,
     block_sizes,
     classify,
     mean_var,
@@ -169,7 +170,7 @@ def paired_estimates(items: Sequence[PairedSamples], *, calibration: Sequence[bo
             for e, sd in zip(estimates, spread.tolist(), strict=True)]
 
 
-Side = tuple[Sequence[float], Rounds]
+Side = tuple[Samples, Rounds]
 """(samples, rounds) of one side of an unpaired comparison."""
 
 
