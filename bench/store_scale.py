@@ -391,7 +391,7 @@ def analysed_uploads(engine: sa.Engine, shape: Shape, jobs: dict[int, list[tuple
         with Session(connection) as s:
             series_ids = list(s.scalars(sa.select(Series.id).join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
                                         .where(DeviceClassRow.name == classes[-1])))
-            repository_id = s.scalar(sa.select(Run.repository_id).limit(1))
+            repository_id = s.execute(sa.select(Run.repository_id).limit(1)).scalar_one()
             t, cpu = time.perf_counter(), time.process_time()
             analysis._run(s, series_ids, settings, repository_ids=[repository_id])
             whole_history_s, whole_history_cpu_s = time.perf_counter() - t, time.process_time() - cpu

@@ -504,7 +504,7 @@ def analyse(
                     [int(i) for i in np.flatnonzero(flagged)], [cp for cp, ok in zip(reported, held) if not ok])
 
 
-def holds(values: Sequence[float], index: int, rising: bool, *, neighbours: Sequence[int] = (),
+def holds(values: Sequence[float] | np.ndarray, index: int, rising: bool, *, neighbours: Sequence[int] = (),
           outliers: Sequence[int] = (), window: int = WINDOW, min_magnitude: float = MIN_MAGNITUDE,
           min_size: int = MIN_SIZE, pvalue: float = HOLD_PVALUE) -> bool:
     """Whether a change point once confirmed at `index` still stands out (module doc, "Confirmation":
@@ -596,7 +596,7 @@ def _detect(y: np.ndarray, window: int, max_pvalue: float, min_magnitude: float,
     # Merge: drop the weakest failing candidate until all pass.
     cps = sorted(weak)
     reach = max(TREND_SPANS) * window
-    known: dict[tuple[int, ...], ChangePoint] = {}
+    known: dict[tuple[int, tuple[int, ...]], ChangePoint] = {}
 
     def tested(i: int) -> ChangePoint:
         """`_stats` of cps[i], remembered for this merge: it depends only on the candidates within

@@ -263,8 +263,8 @@ def _note(cp: changepoints.ChangePoint, direction: str, lifecycle: str) -> str:
     return f"{what}: {direction} of {cp.magnitude:+.1%} (p={cp.pvalue:.2g})"
 
 
-def _retraction_reason(values: Sequence[float], index: int, row: ChangePoint, analysed: changepoints.Analysis,
-                       window: int) -> str:
+def _retraction_reason(values: Sequence[float] | np.ndarray, index: int, row: ChangePoint,
+                       analysed: changepoints.Analysis, window: int) -> str:
     """Why the history no longer supports a stored change point (module doc)."""
     if index in analysed.outliers:
         return (f"its commit's run ({values[index]:.4g}) is an outlier: the commits around it stay at the level "
