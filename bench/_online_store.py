@@ -77,13 +77,13 @@ def online_timelines(series: Sequence[np.ndarray], settings: AnalysisSettings | 
                     results=results))
             with session_scope(engine) as s:
                 standing: dict[str, list[tuple[int, str, str, int]]] = {}
-                for case, sha, lifecycle, direction, row_id in s.execute(
+                for case_id, sha, lifecycle, direction, row_id in s.execute(
                         sa.select(Case.case_id, Commit.sha, ChangePoint.lifecycle, ChangePoint.direction,
                                   ChangePoint.id)
                         .join(Series, ChangePoint.series_id == Series.id).join(Case, Series.case_id == Case.id)
                         .join(Commit, ChangePoint.after_commit_id == Commit.id)
                         .where(ChangePoint.lifecycle != "retracted")):
-                    standing.setdefault(str(case), []).append((int(sha, 16), lifecycle, direction, row_id))  # typed CaseId
+                    standing.setdefault(str(case_id), []).append((int(sha, 16), lifecycle, direction, row_id))
                 for k, case in enumerate(cases):
                     timelines[k].append(sorted(standing.get(case, [])))
         engine.dispose()

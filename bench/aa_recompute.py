@@ -60,8 +60,9 @@ from scipy.stats import t as student_t
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.analysis.stats import DEFAULT_BLOCKS, Verdict, paired_verdicts, round_values, threshold, verdicts  # noqa: E402
+from pipeline.analysis.stats import Verdict, paired_verdicts, threshold, verdicts  # noqa: E402
 from pipeline.config import CompareSettings  # noqa: E402
+from pipeline.contracts.rounds import DEFAULT_BLOCKS, round_values  # noqa: E402
 
 
 ROUND_COPIES = 5
@@ -207,7 +208,7 @@ def _summary(name: str, cases: list[str], found: list[Verdict], rows: list[dict[
 def family_table(rows: list[dict[str, object]]) -> list[dict[str, object]]:
     """The rows' p-values pooled per family and kind (a case id's first and last parts)."""
     groups: dict[tuple[str, str], list[float]] = {}
-    for row in rows:
+    for row in rows:   # a row's values are objects to the type checker: its p-value is a float (or None)
         if row["pvalue"] is not None:
             parts = str(row["case"]).split("/")
             groups.setdefault((parts[0], parts[-1]), []).append(float(row["pvalue"]))  # type: ignore[arg-type]
@@ -282,6 +283,7 @@ def main() -> None:
             assert isinstance(g, dict)
             print(f"  {group:6} {g['cases']:3} cases, flagged {g['flagged']}, largest |change| "
                   f"{100 * g['largest_abs_change']:.2f} %, KS D {g['ks_d']:.3f} p {g['ks_p']:.3g}, p = 1: {g['p_at_1']}")
+    # a row's p-value is a float or None (`_summary`), an object to the type checker
     pvalues = [float(r["pvalue"]) for r in rows if r["pvalue"] is not None]  # type: ignore[arg-type]
     pooled = kstest(pvalues, "uniform")
     print(f"pooled: {len(pvalues)} p-values, KS D {pooled.statistic:.3f} p {pooled.pvalue:.3g}")

@@ -57,7 +57,7 @@ def main() -> None:
     demo = demo_store.build(engine, commits=2, scale=args.scale, samples=6, device_classes=("cpu-x86-64",),
                             evil=False)
     with session_scope(engine) as session:
-        def compare() -> comparing.Comparison:
+        def compare() -> comparing.ComparisonOut:
             return comparing.compare(session, repository=demo_store.REPO, head_sha=demo.pr_head,
                                      device_class="cpu-x86-64", settings=CompareSettings())
         rows = compare().rows

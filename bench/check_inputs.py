@@ -16,7 +16,9 @@ import argparse
 import platform
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -47,7 +49,10 @@ def baseline_inputs(tensors: list[TensorSpec], rng: np.random.Generator) -> dict
     return arrays
 
 
-def _timed(fn, *args, **kw) -> tuple[float, object]:  # type: ignore[no-untyped-def]
+T = TypeVar("T")
+
+
+def _timed(fn: Callable[..., T], *args: Any, **kw: Any) -> tuple[float, T]:
     start = time.perf_counter()
     out = fn(*args, **kw)
     return time.perf_counter() - start, out
@@ -77,7 +82,7 @@ def main() -> None:
         view_s, arguments = _timed(lambda: [reference_view(specs[n], inputs[n]) for n in names])  # noqa: B023
         ref_s, _ = _timed(fn, *arguments, **kwargs)
         rows.append((base_s, new_s, ref_s, view_s, str(entry.case)))
-    base, new, ref, view = (sum(r[i] for r in rows) for i in range(4))
+    base, new, ref, view = (sum(r[:4][i] for r in rows) for i in range(4))
     print(f"{platform.node()} ({platform.processor() or platform.machine()}), {len(rows)} entries of {bundle.name}")
     print(f"inputs, baseline (float32 draws rounded to bf16): {base:7.1f} s")
     print(f"inputs, now (bf16 quantile table, bit patterns):  {new:7.1f} s  ({base / new:.1f}x faster)")

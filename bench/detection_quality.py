@@ -112,7 +112,7 @@ def make_series(rng: np.random.Generator, noise: float, scenario: str) -> Series
     sizes: list[float] = []
     drifts: list[tuple[int, int]] = []
 
-    def step(lo: int, hi: int, size: float | None = None) -> float:
+    def step(lo: int, hi: int, size: float | None = None) -> int:
         at = int(rng.integers(lo, hi + 1))
         if size is None:
             size = float(rng.choice(STEP_SIZES)) * float(rng.choice((-1.0, 1.0)))
@@ -350,7 +350,8 @@ class AlongTheWay:
         # an alert is withdrawn when its row stops being confirmed (a row that moves keeps its alert)
         rows = [{row for _, direction, row in points if direction == "regression"} for points in confirmed]
         withdrawn = len({row for before, after in zip(rows, rows[1:]) for row in before - after})
-        big_withdrawn, delays = 0, []
+        big_withdrawn = 0
+        delays: list[int | None] = []
         for t in big_steps(s):
             held = [any(abs(j - t) <= TOLERANCE for j, _, _ in points) for points in confirmed]
             if True in held:

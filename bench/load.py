@@ -227,7 +227,7 @@ def rss_mib(pid: int, field: str = "VmRSS") -> float:
 def accounting(engine: sa.Engine, job_ids: list[str], cases: int, samples_sent: int) -> dict[str, Any]:
     """What the store holds of the farm's jobs against what the agents sent."""
     with engine.connect() as c:
-        statuses = dict(c.execute(sa.text("SELECT status, COUNT(*) FROM jobs WHERE id = ANY(:ids) GROUP BY status"),
+        statuses: dict[str, int] = dict(c.execute(sa.text("SELECT status, COUNT(*) FROM jobs WHERE id = ANY(:ids) GROUP BY status"),
                                   {"ids": job_ids}).all())
         results, distinct = c.execute(sa.text(
             "SELECT COUNT(*), COUNT(DISTINCT (job_id, case_id, target)) FROM case_results WHERE job_id = ANY(:ids)"),

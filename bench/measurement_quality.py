@@ -38,6 +38,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -155,7 +156,7 @@ def build(out: Path) -> None:
 
 # ---- on the GPU -------------------------------------------------------------------------------------
 
-def _settings(**changes: object):  # type: ignore[no-untyped-def]
+def _settings(**changes: object):
     from pipeline.config import MeasurementSettings
 
     values: dict[str, object] = dict(warmup_s=0.1, min_samples=10, min_time_s=0.1, max_time_s=2.0,
@@ -172,7 +173,7 @@ NVBENCH_MAX_REL_STDEV = 0.005
 class Store:
     """A SQLite store with the two commits (and the relabelled ones) recorded, one run per document."""
 
-    def __init__(self, path: Path, base, head, device) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, path: Path, base, head, device) -> None:
         from pipeline.contracts.commits import CommitInfo
         from pipeline.store import ingest
         from pipeline.store.db import open_store, session_scope
@@ -190,10 +191,10 @@ class Store:
             ingest.record_commits(session, repository=self.repo, commits=commits)
             ingest.upsert_device_class(session, device.device_class)
             ingest.upsert_device(session, info=device.info)
-            for manifest, path in ((base, "base"), (head, "head")):
-                ingest.ingest_manifest(session, manifest=manifest, path=path)
+            for manifest, where in ((base, "base"), (head, "head")):
+                ingest.ingest_manifest(session, manifest=manifest, path=where)
 
-    def add(self, document) -> None:  # type: ignore[no-untyped-def]
+    def add(self, document) -> None:
         with self.scope(self.engine) as session:
             run = self.ingest.create_run(session, repository=self.repo, commit_sha=document.commit, kind="adhoc",
                                          device_classes=[self.device.device_class.name])
@@ -201,7 +202,7 @@ class Store:
         with self.scope(self.engine) as session:
             self.ingest.ingest_result(session, document=document, analysis=None)
 
-    def compare(self, head_sha: str, base_sha: str | None = None):  # type: ignore[no-untyped-def]
+    def compare(self, head_sha: str, base_sha: str | None = None):
         from pipeline.config import CompareSettings
         from pipeline.store.compare import compare
 
@@ -226,11 +227,11 @@ def run(bundles: Path, out: Path) -> None:
     print(f"device: {device.info.name} ({device.info.uid}), driver {device.info.driver}", flush=True)
     store = Store(Path("/tmp/mq-store.db"), base, head, device)
     settings = _settings()
-    log: dict[str, object] = {"device": device.info.model_dump(), "settings": settings.model_dump(), "runs": []}
-    runs: list = log["runs"]  # type: ignore[assignment]
+    runs: list[dict[str, Any]] = []
+    log: dict[str, object] = {"device": device.info.model_dump(), "settings": settings.model_dump(), "runs": runs}
     verdicts: dict[str, dict[str, list]] = {}
 
-    def record(kind: str, document, comparison=None) -> None:  # type: ignore[no-untyped-def]
+    def record(kind: str, document, comparison=None) -> None:
         rows = {_name(r.case_id): (r.status, r.change, r.pvalue, r.paired) for r in (comparison.rows if comparison else [])}
         for name, row in rows.items():
             verdicts.setdefault(kind, {}).setdefault(name, []).append(row)
@@ -270,22 +271,25 @@ def run(bundles: Path, out: Path) -> None:
     _report(runs, verdicts, nvbench, out)
 
 
-def _nvbench_noise(base_dir: Path, base, device) -> dict[str, dict[str, float]]:  # type: ignore[no-untyped-def]
+def _nvbench_noise(base_dir: Path, base, device) -> dict[str, dict[str, float]]:
     """NVBench's noise figure for each distinct kernel (g2 stands for the four identical base kernels)."""
     import numpy as np
 
     from pipeline.agents.local import _References, _prepare, _runner
     from pipeline.agents.measure import measure, rel_stdev
     from pipeline.config import MeasurementSettings
+    from pipeline.contracts import CaseResult
 
     runner = _runner(device)
     refs = _References(base_dir / base.suite_source)
-    settings = MeasurementSettings(**NVBENCH, device_overrides={})  # type: ignore[arg-type]
+    settings = MeasurementSettings(**NVBENCH, device_overrides={})
     out = {}
     for entry in base.entries:
         if _name(entry.case) not in ("g2", "ctrl"):
             continue
         kernel = _prepare(runner, base_dir, entry, refs, "nvbench", "j")
+        if isinstance(kernel, CaseResult):
+            raise SystemExit(f"{entry.case}: {kernel.status} ({kernel.reason})")
         t = time.time()
         m = measure(kernel.read, settings, default_clock_mhz=kernel.default_clock_mhz,
                     max_rel_stdev=NVBENCH_MAX_REL_STDEV)
@@ -313,9 +317,9 @@ def _report(runs: list, verdicts: dict, nvbench: dict, out: Path) -> None:
     def spread(values: list[float]) -> float:
         return statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else float("nan")
 
-    med = {n: [] for n in names}
-    ratio_aa = {n: [] for n in names}
-    within = {n: [] for n in names}
+    med: dict[str, list[float]] = {n: [] for n in names}
+    ratio_aa: dict[str, list[float]] = {n: [] for n in names}
+    within: dict[str, list[float]] = {n: [] for n in names}
     for run in runs:
         for r in run["results"]:
             n = _name(r["case"])

@@ -16,9 +16,18 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, TypedDict
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+
+class Row(TypedDict):
+    case: str
+    change: float | None
+    ci: list[float | None]
+    pvalue: float | None
+    round_medians_us: list[list[float]]
 
 
 def one(bundle: Path, cases: str, out: Path) -> None:
@@ -37,12 +46,12 @@ def one(bundle: Path, cases: str, out: Path) -> None:
     document = run_bundle(bundle_dir=bundle_dir, manifest=manifest, device=device, run_id="process-aa",
                           job_id=out.stem, settings=Settings().measurement)
     ok = [r for r in document.results if r.status == "ok"]
+    samples: dict[str, Any] = {f"s{i}": np.asarray(r.samples, dtype=np.float64) for i, r in enumerate(ok)}
     np.savez_compressed(out, meta=json.dumps([{"case": r.case, "rounds": r.rounds, "environment": r.environment}
-                                              for r in ok]),
-                        **{f"s{i}": np.asarray(r.samples, dtype=np.float64) for i, r in enumerate(ok)})
+                                              for r in ok]), **samples)
 
 
-def compare(first: Path, second: Path) -> list[dict[str, object]]:
+def compare(first: Path, second: Path) -> list[Row]:
     import numpy as np
 
     from pipeline.analysis.stats import unpaired_estimates
@@ -53,7 +62,7 @@ def compare(first: Path, second: Path) -> list[dict[str, object]]:
 
     a, b = read(first), read(second)
     cases = sorted(set(a) & set(b))
-    rows = []
+    rows: list[Row] = []
     for case, estimate in zip(cases, unpaired_estimates([(a[c], b[c]) for c in cases]), strict=True):
         levels = []
         for samples, rounds in (a[case], b[case]):
@@ -81,7 +90,7 @@ def main() -> None:
                         "--out", str(args.out), "--child", str(run)], check=True)
     rows = compare(*runs)
     (args.out / "process-aa.json").write_text(json.dumps(rows, indent=1))
-    for row in sorted(rows, key=lambda r: -abs(r["change"] or 0)):   # type: ignore[arg-type,operator]
+    for row in sorted(rows, key=lambda r: -abs(r["change"] or 0)):
         print(f"{(row['change'] or 0) * 100:+7.2f} %  p={row['pvalue']:.2g}  {row['case']}  {row['round_medians_us']}")
 
 

@@ -273,8 +273,9 @@ def load(engine: sa.Engine, shape: Shape, jobs: dict[int, list[tuple[str, str]]]
             last_report = time.perf_counter()
             print(f"  {plain['samples']:,} samples in {last_report - started:.0f} s "
                   f"(ingest {plain['samples'] / max(plain['seconds'], 1e-9):,.0f}/s)", file=sys.stderr, flush=True)
-    plain["samples_per_s"] = plain["samples"] / plain["seconds"] if plain["seconds"] else None
-    return {"without_analysis": plain, "document_building_s": building, "wall_s": time.perf_counter() - started}
+    rate = plain["samples"] / plain["seconds"] if plain["seconds"] else None
+    return {"without_analysis": {**plain, "samples_per_s": rate}, "document_building_s": building,
+            "wall_s": time.perf_counter() - started}
 
 
 def http_batch_overhead(shape: Shape, jobs: dict[int, list[tuple[str, str]]], *, batch: int, seed: int) -> dict[str, Any]:
@@ -390,7 +391,7 @@ def analysed_uploads(engine: sa.Engine, shape: Shape, jobs: dict[int, list[tuple
         with Session(connection) as s:
             series_ids = list(s.scalars(sa.select(Series.id).join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
                                         .where(DeviceClassRow.name == classes[-1])))
-            repository_id = s.scalar(sa.select(Run.repository_id).limit(1))
+            repository_id = s.execute(sa.select(Run.repository_id).limit(1)).scalar_one()
             t, cpu = time.perf_counter(), time.process_time()
             analysis._run(s, series_ids, settings, repository_ids=[repository_id])
             whole_history_s, whole_history_cpu_s = time.perf_counter() - t, time.process_time() - cpu

@@ -92,6 +92,9 @@ case "$mode" in
     # Import boundaries (pyproject's [tool.importlinter]): agents and the builder stay off the store.
     .venv/bin/lint-imports --no-cache >/dev/null \
       || { .venv/bin/lint-imports --no-cache | tail -20; echo "benchfarm test: an import boundary is broken (above)" >&2; exit 1; }
+    # Types (pyproject's [tool.mypy]; docs/design.md, "Types"): 15-40 s cold on 2 cores, ~1 s from its cache.
+    .venv/bin/python -m mypy \
+      || { echo "benchfarm test: mypy found type errors (above)" >&2; exit 1; }
     set +e
     .venv/bin/python -m pytest "$@"
     status=$?

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,7 +92,7 @@ class NotRunHere:
         return "\n".join(lines)
 
 
-def _s(items: Sequence[object]) -> str:
+def _s(items: Sized) -> str:
     return "" if len(items) == 1 else "s"
 
 

@@ -30,7 +30,7 @@ def case(shape: Shape) -> KernelCase:
         reference=reference(shape),
         flops=flops(shape),
         bytes=bytes_moved(shape),
-        make_source=lambda target, shape=shape: source(shape),
+        make_source=lambda target: source(shape),
         source_files=("attention/vendor_cases.py", "attention/triton_cases.py", "attention/reference.py"),
     )
 

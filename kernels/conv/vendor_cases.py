@@ -28,7 +28,7 @@ def case(shape: Shape) -> KernelCase:
         reference=reference(shape),
         flops=flops(shape),
         bytes=bytes_moved(shape),
-        make_source=lambda target, shape=shape: source(shape),
+        make_source=lambda target: source(shape),
         source_files=("conv/vendor_cases.py", "conv/triton_cases.py", "conv/reference.py"),
     )
 

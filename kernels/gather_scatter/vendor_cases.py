@@ -42,7 +42,7 @@ def case(shape: Shape) -> KernelCase:
         reference=reference(shape),
         flops=flops(shape),
         bytes=bytes_moved(shape),
-        make_source=lambda target, shape=shape: source(shape),
+        make_source=lambda target: source(shape),
         source_files=("gather_scatter/vendor_cases.py", "gather_scatter/triton_cases.py", "gather_scatter/reference.py"),
     )
 

@@ -49,7 +49,7 @@ class AgentLog:
         self.state: dict[str, Any] = {"agent": "", "server": "", "devices": {}, "job": None, "progress": None,
                                       "recent": []}
         self._live: Live | None = None
-        if self.terminal:
+        if self.terminal:   # rich takes an IO[str]; a LineStream is the part of one this log writes to
             self._live = Live(self._render(), console=Console(file=self.stream),  # type: ignore[arg-type]
                               refresh_per_second=4, transient=False)
             self._live.start()

@@ -203,7 +203,9 @@ class NcuProfiler:
         out: list[HardwareCounters | CountersUnavailable] = [
             CountersUnavailable("not available: a vendor control runs the host's library (several kernels a call); "
                                 "counters are taken of the bundle's own binaries")] * len(requests)
-        wanted = [i for i, r in enumerate(requests) if r.entry.launch is not None and r.entry.launch.torch is None]
+        launches = {i: r.entry.launch for i, r in enumerate(requests)
+                    if r.entry.launch is not None and r.entry.launch.torch is None}
+        wanted = list(launches)
         if not wanted:
             return out
         env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONPATH": os.pathsep.join(
@@ -215,7 +217,7 @@ class NcuProfiler:
                                         for i in wanted]))
             timeout = self.timeout_s * len(wanted)
             try:
-                kernels = [requests[i].entry.launch.entry_point for i in wanted]  # type: ignore[union-attr]
+                kernels = [launches[i].entry_point for i in wanted]
                 done = subprocess.run(self.command(plan, launched_file, kernels), capture_output=True, text=True,
                                       timeout=timeout, env=env, check=False)
             except subprocess.TimeoutExpired:
@@ -247,7 +249,7 @@ class NcuProfiler:
                                                  f"(exit {done.returncode}: {tail})")
             else:
                 found = next(made, None)
-                entry_point = requests[index].entry.launch.entry_point  # type: ignore[union-attr]
+                entry_point = launches[index].entry_point
                 if found is None or entry_point not in found.kernel:   # ncu may show "name(args)" or templates
                     out[index] = CountersUnavailable(
                         f"failed: ncu's launches do not match the binaries launched (expected {entry_point}, "

@@ -85,10 +85,10 @@ class _Runner:
     the device class has one (NVIDIA: the same CudaDevice times both)."""
 
     device: Any
-    prepare_entry: Callable[..., Any]
-    prepare_vendor: Callable[..., Any] | None = None
+    prepare_entry: Callable[..., CheckedKernel | CaseResult]
+    prepare_vendor: Callable[..., CheckedKernel | CaseResult] | None = None
 
-    def for_entry(self, entry: BundleEntry) -> Callable[..., Any] | None:
+    def for_entry(self, entry: BundleEntry) -> Callable[..., CheckedKernel | CaseResult] | None:
         vendor = entry.launch is not None and entry.launch.torch is not None
         return self.prepare_vendor if vendor else self.prepare_entry
 
@@ -137,7 +137,7 @@ class _References:
     def get(self, module: str, function: str) -> Callable[..., Any]:
         if module not in self._modules:
             self._modules[module] = load_suite_module(self.suite_dir, module)
-        fn = getattr(self._modules[module], function, None)
+        fn: object = getattr(self._modules[module], function, None)
         if not callable(fn):
             raise AttributeError(f"reference module {module} has no function {function}")
         return fn
@@ -427,9 +427,10 @@ def _counters(collector: CounterCollector, bundle_dir: Path, base_bundle_dir: Pa
     (taken on the same inputs: the base checks on its head's buffers, drawn from the same seed)."""
     requests = [CounterRequest(bundle_dir, kernel.entry, input_seed(run_id, job_id, kernel.entry), kernel)
                 for kernel in checked.values()]
-    paired = [index for index in checked if index in bases and base_bundle_dir is not None]
-    requests += [CounterRequest(base_bundle_dir, bases[index].entry,  # type: ignore[arg-type]
-                                input_seed(run_id, job_id, checked[index].entry), bases[index]) for index in paired]
+    paired = [index for index in checked if index in bases] if base_bundle_dir is not None else []
+    if base_bundle_dir is not None:
+        requests += [CounterRequest(base_bundle_dir, bases[index].entry,
+                                    input_seed(run_id, job_id, checked[index].entry), bases[index]) for index in paired]
     taken = collector.collect(requests)
     heads = dict(zip(checked, taken[:len(checked)], strict=True))
     base_counters = {index: counters for index, (counters, _) in zip(paired, taken[len(checked):], strict=True)}
@@ -535,8 +536,8 @@ class _Timed:
         return CaseResult(
             case=entry.case, target=entry.target, status="ok", samples=samples, stats=summarize(samples),
             correctness=kernel.correctness, environment=environment,
-            sample_clocks_mhz=None if None in clocks else clocks,  # type: ignore[arg-type]
-            sample_temperatures_c=None if None in temperatures else temperatures,  # type: ignore[arg-type]
+            sample_clocks_mhz=None if None in clocks else clocks,
+            sample_temperatures_c=None if None in temperatures else temperatures,
             paired_base=paired, rounds=list(self.rounds), binary_digest=entry.binary_digest(),
             code_digest=entry.code_digest(),
         )

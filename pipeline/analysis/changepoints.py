@@ -181,7 +181,7 @@ def classify(cp: ChangePoint, lower_is_better: bool) -> Classification:
     return "regression" if rose == lower_is_better else "improvement"
 
 
-def robust_sigma(values: Sequence[float]) -> float:
+def robust_sigma(values: Sequence[float] | np.ndarray) -> float:
     """Noise standard deviation from the median absolute first difference (normal noise assumed).
 
     Steps and isolated outliers touch few differences, so they barely move it. 0.0 for fewer than
@@ -231,7 +231,7 @@ def _remembered(kind: str, values: np.ndarray, arguments: tuple[object, ...], co
     return found  # type: ignore[return-value]  # stored by this function with the kind's type
 
 
-def outlier_runs(values: Sequence[float], *, outlier_k: float = OUTLIER_K, window: int = WINDOW) -> np.ndarray:
+def outlier_runs(values: Sequence[float] | np.ndarray, *, outlier_k: float = OUTLIER_K, window: int = WINDOW) -> np.ndarray:
     """Mask of the commits whose run is an outlier (module doc, step 1); values untouched.
 
     A commit is flagged when it is more than `outlier_k` local robust standard deviations from the
@@ -264,7 +264,7 @@ def outlier_runs(values: Sequence[float], *, outlier_k: float = OUTLIER_K, windo
     # A run that fits the level on one side of it is that level's, whatever the five around it say:
     # next to a step, a slow run on the same side makes the five's median the slow run, and the last
     # commit of the old level looked like the outlier (12, 12, 18, 12 | 53, 53, 53, 53 lost its step).
-    for i in np.flatnonzero(far) + 1:
+    for i in (np.flatnonzero(far) + 1).tolist():
         sides = (x[max(0, i - 3):i], x[i + 1:i + 4])
         if any(abs(x[i] - _median(side)) <= outlier_k * sigma[i] for side in sides if side.size):
             far[i - 1] = False
@@ -327,7 +327,8 @@ def _bic(y: np.ndarray, design: np.ndarray) -> float:
     coef, _, _, _ = np.linalg.lstsq(design, y, rcond=None)
     resid = y - design @ coef
     rss = max(float(resid @ resid), 1e-300)
-    return y.size * math.log(rss / y.size) + design.shape[1] * math.log(y.size)
+    parameters: int = design.shape[1]
+    return y.size * math.log(rss / y.size) + parameters * math.log(y.size)
 
 
 def _step_beyond_trend(y: np.ndarray, at: int, others: Sequence[int], max_pvalue: float) -> float:
@@ -446,7 +447,7 @@ def _stats(y: np.ndarray, cps: list[int], i: int, window: int, min_size: int, ma
     return ChangePoint(index=c, before_mean=before, after_mean=after, magnitude=magnitude, pvalue=pvalue)
 
 
-def _checked(values: Sequence[float], window: int, min_size: int) -> np.ndarray:
+def _checked(values: Sequence[float] | np.ndarray, window: int, min_size: int) -> np.ndarray:
     if min_size < 2 or window < 2 * min_size:
         raise ValueError(f"need min_size >= 2 and window >= 2 * min_size, got {min_size=}, {window=}")
     y = np.asarray(values, dtype=np.float64)
@@ -456,7 +457,7 @@ def _checked(values: Sequence[float], window: int, min_size: int) -> np.ndarray:
 
 
 def detect(
-    values: Sequence[float],
+    values: Sequence[float] | np.ndarray,
     *,
     window: int = WINDOW,
     max_pvalue: float = MAX_PVALUE,
@@ -475,7 +476,7 @@ def detect(
 
 
 def analyse(
-    values: Sequence[float],
+    values: Sequence[float] | np.ndarray,
     *,
     window: int = WINDOW,
     max_pvalue: float = MAX_PVALUE,
@@ -503,7 +504,7 @@ def analyse(
                     [int(i) for i in np.flatnonzero(flagged)], [cp for cp, ok in zip(reported, held) if not ok])
 
 
-def holds(values: Sequence[float], index: int, rising: bool, *, neighbours: Sequence[int] = (),
+def holds(values: Sequence[float] | np.ndarray, index: int, rising: bool, *, neighbours: Sequence[int] = (),
           outliers: Sequence[int] = (), window: int = WINDOW, min_magnitude: float = MIN_MAGNITUDE,
           min_size: int = MIN_SIZE, pvalue: float = HOLD_PVALUE) -> bool:
     """Whether a change point once confirmed at `index` still stands out (module doc, "Confirmation":
@@ -535,7 +536,7 @@ def _mapped(cp: ChangePoint, kept: np.ndarray) -> ChangePoint:
 
 
 def suspect(
-    values: Sequence[float],
+    values: Sequence[float] | np.ndarray,
     confirmed: Sequence[int],
     *,
     window: int = WINDOW,
@@ -595,7 +596,7 @@ def _detect(y: np.ndarray, window: int, max_pvalue: float, min_magnitude: float,
     # Merge: drop the weakest failing candidate until all pass.
     cps = sorted(weak)
     reach = max(TREND_SPANS) * window
-    known: dict[tuple[int, ...], ChangePoint] = {}
+    known: dict[tuple[int, tuple[int, ...]], ChangePoint] = {}
 
     def tested(i: int) -> ChangePoint:
         """`_stats` of cps[i], remembered for this merge: it depends only on the candidates within
@@ -687,7 +688,7 @@ def _ramp_bic(y: np.ndarray, first: int, last: int) -> float:
     return n * math.log(best / n) + 4 * math.log(n)
 
 
-def dana_running_average(values: Sequence[float], *, range_: float = 0.05, required: int = 2) -> list[int]:
+def dana_running_average(values: Sequence[float] | np.ndarray, *, range_: float = 0.05, required: int = 2) -> list[int]:
     """Dana's segmentation (the baseline): indices where a new segment starts.
 
     A running average is kept per segment. A value more than `range_` (relative) away from it opens

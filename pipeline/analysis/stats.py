@@ -20,7 +20,7 @@ from scipy.stats import f as f_distribution
 from scipy.stats import t as student_t
 
 from pipeline.config import CompareSettings
-from pipeline.contracts.result import summarize  # noqa: F401  (re-exported: stats is where callers look)
+from pipeline.contracts.result import summarize as summarize  # re-exported: stats is where callers look
 from pipeline.contracts.rounds import (  # noqa: F401  (ROUND_TRIM and more re-exported with the rest of the rules)
     CONFIDENCE,
     CHI2_1_MEDIAN,
@@ -31,6 +31,7 @@ from pipeline.contracts.rounds import (  # noqa: F401  (ROUND_TRIM and more re-e
     POOLED_MIN_ITEMS,
     ROUND_TRIM,
     PairedSamples,
+    Samples,
     block_sizes,
     classify,
     mean_var,
@@ -114,8 +115,8 @@ def _t_interval(mean: np.ndarray, se: np.ndarray, df: np.ndarray, confidence: fl
     df = np.where(df >= 1, df, 1)   # below 1: not tested (`_estimates`); any value keeps the arithmetic quiet
     with np.errstate(invalid="ignore", divide="ignore"):
         statistic = np.where(se > 0, np.abs(mean) / np.where(se > 0, se, 1), np.where(mean == 0, 0.0, np.inf))
-        pvalue = 2 * student_t.sf(statistic, df)
-        quantile = student_t.ppf(0.5 + confidence / 2, df)
+        pvalue = np.asarray(2 * student_t.sf(statistic, df))
+        quantile = np.asarray(student_t.ppf(0.5 + confidence / 2, df))
         whole = (df == np.round(df)) & ~np.isnan(statistic)
         if whole.any():
             pvalue[whole] = t_pvalue(statistic[whole], df[whole].astype(int))
@@ -169,7 +170,7 @@ def paired_estimates(items: Sequence[PairedSamples], *, calibration: Sequence[bo
             for e, sd in zip(estimates, spread.tolist(), strict=True)]
 
 
-Side = tuple[Sequence[float], Rounds]
+Side = tuple[Samples, Rounds]
 """(samples, rounds) of one side of an unpaired comparison."""
 
 
@@ -394,7 +395,8 @@ def run_to_run_noise(medians: Sequence[float], digests: Sequence[str | None], mi
     chosen = same if len(same) >= min_points else [step for step, _ in steps]
     if len(chosen) < min_points:
         return None
-    return robust_sd(chosen) / math.sqrt(2)  # type: ignore[operator]
+    sd = robust_sd(chosen)
+    return None if sd is None else sd / math.sqrt(2)
 
 
 def _decide(estimate: Estimate, threshold_: float, *, lower_is_better: bool, max_pvalue: float,

@@ -95,6 +95,13 @@ class _Job:
     key: str = ""
     error: str | None = None
 
+    @property
+    def compiled(self) -> IreeSource | TritonSource:
+        """The source a compiler takes: a job without an error that is no vendor control has one."""
+        if not isinstance(self.source, (IreeSource, TritonSource)):
+            raise TypeError(f"{self.case.case_id} for {self.target}: nothing to compile ({self.error or self.source})")
+        return self.source
+
 
 def _compiler_versions() -> dict[str, str]:
     """Every compiler this builder has, with its version (they name the bundle and key the cache)."""
@@ -129,7 +136,7 @@ def _artifact_suffix(source: KernelSource, target: Target) -> str:
     return ".vmfb"
 
 
-def _cache_key(source: KernelSource, target: Target, versions: dict[str, str], suite_dir: Path) -> str:
+def _cache_key(source: IreeSource | TritonSource, target: Target, versions: dict[str, str], suite_dir: Path) -> str:
     """Source digest, specialization, compiler and version, target and flags: equal keys, equal artifacts;
     and the disassemblers with the normalization: equal keys, equal listings."""
     compiler = _compiler_of(source)
@@ -193,8 +200,7 @@ def _plan(cases: Sequence[KernelCase], targets: Sequence[Target], versions: dict
             try:
                 source = case.make_source(target)
                 why_not = _unsupported(source, target, versions)
-                compiled = not (why_not or isinstance(source, TorchSource))
-                key = _cache_key(source, target, versions, suite_dir) if compiled else ""
+                key = "" if why_not or isinstance(source, TorchSource) else _cache_key(source, target, versions, suite_dir)
             except Exception as exc:  # a broken case fails alone
                 jobs.append(_Job(case, target, error=f"make_source failed: {type(exc).__name__}: {exc}"))
                 continue
@@ -215,17 +221,17 @@ def _entry(
         reference=case.reference, flops=case.flops, bytes=case.bytes,
     )
     if error is not None:
-        return BundleEntry(status="failed", error=error, **common)  # type: ignore[arg-type]
+        return BundleEntry(status="failed", error=error, **common)
     assert job.source is not None and launch_facts is not None
     if isinstance(job.source, TorchSource):
         call = TorchCall(op=job.source.op, params=dict(job.source.params))
         launch = LaunchSpec(entry_point=f"torch.{call.op}", arguments=list(case.arguments),
                             results=list(case.results), torch=call)
-        return BundleEntry(status="built", launch=launch, **common)  # type: ignore[arg-type]
+        return BundleEntry(status="built", launch=launch, **common)
     if isinstance(job.source, TritonSource):   # the cubin may be cached from a case of other sizes
         launch_facts = {**launch_facts, **triton_compiler.source_launch(job.source)}
     launch = LaunchSpec(arguments=list(case.arguments), results=list(case.results), **launch_facts)
-    return BundleEntry(status="built", artifact=artifact, launch=launch, compile=stats, code=code,  # type: ignore[arg-type]
+    return BundleEntry(status="built", artifact=artifact, launch=launch, compile=stats, code=code,
                        **common)
 
 
@@ -242,7 +248,7 @@ def _store_artifact(bundle: Path, compiled: CompiledArtifact, suffix: str) -> Ar
     return ArtifactRef(path=rel, sha256=digest, size_bytes=len(compiled.data))
 
 
-def _compile_worker(source: KernelSource, target: Target, suite_dir: Path) -> CompiledArtifact:
+def _compile_worker(source: IreeSource | TritonSource, target: Target, suite_dir: Path) -> CompiledArtifact:
     if isinstance(source, TritonSource):
         return triton_compiler.compile_triton(source, target, suite_dir)
     assert isinstance(source, IreeSource), f"{type(source).__name__} is not compiled"
@@ -282,7 +288,7 @@ def _compile_all(
         elif isinstance(job.source, TorchSource):   # a vendor control: nothing to compile
             results[i] = _VENDOR
             report("recorded", job)
-        elif (hit := _cache_get(cache_dir, job.key, _artifact_suffix(job.source, job.target))) is not None:  # type: ignore[arg-type]
+        elif (hit := _cache_get(cache_dir, job.key, _artifact_suffix(job.compiled, job.target))) is not None:
             results[i] = hit
             counts.cached += 1
             report("cached", job)
@@ -303,7 +309,7 @@ def _compile_all(
                              initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN)) as pool:
         try:
             futures: dict[Future[CompiledArtifact], int] = {
-                pool.submit(_compile_worker, jobs[i].source, jobs[i].target, suite_dir): i  # type: ignore[arg-type]
+                pool.submit(_compile_worker, jobs[i].compiled, jobs[i].target, suite_dir): i
                 for i in misses
             }
         finally:
@@ -317,7 +323,7 @@ def _compile_all(
                 results[i] = str(exc)
                 report("failed", jobs[i])
                 continue
-            _cache_put(cache_dir, jobs[i].key, _artifact_suffix(jobs[i].source, jobs[i].target), compiled)  # type: ignore[arg-type]
+            _cache_put(cache_dir, jobs[i].key, _artifact_suffix(jobs[i].compiled, jobs[i].target), compiled)
             results[i] = compiled
             counts.compiled += 1
             report("compiled", jobs[i])
@@ -380,7 +386,7 @@ def build_bundle(
             elif outcome is _VENDOR:
                 entries.append(_entry(job, None, None, {}, None))
             else:
-                artifact = _store_artifact(tmp, outcome, _artifact_suffix(job.source, job.target))  # type: ignore[arg-type]
+                artifact = _store_artifact(tmp, outcome, _artifact_suffix(job.compiled, job.target))
                 entries.append(_entry(job, artifact, outcome.stats, outcome.launch, None, outcome.code))
         manifest = BundleManifest(
             repository=repository or location.repository, commit=sha, suite_path=location.subdir,

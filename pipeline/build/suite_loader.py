@@ -66,7 +66,11 @@ class SuiteLocation:
         return self.repo_root / self.subdir
 
 
-def _git(repo: Path, *args: str, binary: bool = False, env: dict[str, str] | None = None) -> str | bytes:
+def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    return _git_bytes(repo, *args, env=env).decode()
+
+
+def _git_bytes(repo: Path, *args: str, env: dict[str, str] | None = None) -> bytes:
     try:
         proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=False,
                               env={**os.environ, **env} if env else None)
@@ -75,7 +79,7 @@ def _git(repo: Path, *args: str, binary: bool = False, env: dict[str, str] | Non
     if proc.returncode != 0:
         err = proc.stderr.decode(errors="replace").strip()
         raise SuiteError(f"git {' '.join(args)} failed in {repo}: {err}")
-    return proc.stdout if binary else proc.stdout.decode()
+    return proc.stdout
 
 
 def locate_suite(path: Path | str) -> SuiteLocation:
@@ -84,7 +88,7 @@ def locate_suite(path: Path | str) -> SuiteLocation:
     if not path.is_dir():
         raise SuiteError(f"suite folder {path} does not exist")
     try:
-        root = Path(str(_git(path, "rev-parse", "--show-toplevel")).strip()).resolve()
+        root = Path(_git(path, "rev-parse", "--show-toplevel").strip()).resolve()
     except SuiteError as exc:
         raise SuiteError(f"{path} is not inside a git checkout ({exc})") from None
     subdir = path.relative_to(root).as_posix() or "."
@@ -96,7 +100,7 @@ def default_suite(cwd: Path | str | None = None) -> Path:
     the working directory (the checkout the user is in, not the one benchfarm was installed from)."""
     here = Path(cwd or Path.cwd()).resolve()
     try:
-        root = Path(str(_git(here, "rev-parse", "--show-toplevel")).strip())
+        root = Path(_git(here, "rev-parse", "--show-toplevel").strip())
     except SuiteError:
         raise SuiteError(f"{here} is not inside a git checkout: run benchfarm in your suite's checkout, "
                          "or pass --suite PATH") from None
@@ -110,8 +114,8 @@ def default_suite(cwd: Path | str | None = None) -> Path:
 def uncommitted_changes(location: SuiteLocation) -> list[str]:
     """Files of the suite folder whose working-tree content differs from HEAD (modified, staged,
     deleted, or new and not ignored), as `path (what)` relative to the checkout's root."""
-    out = str(_git(location.repo_root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--",
-                   location.subdir))
+    out = _git(location.repo_root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--",
+               location.subdir)
     kinds = {"M": "modified", "A": "added", "D": "deleted", "R": "renamed", "C": "copied", "T": "type changed",
              "?": "not committed", "U": "unmerged"}
     changes, fields = [], iter(out.split("\0"))
@@ -138,14 +142,14 @@ def commit_worktree(location: SuiteLocation) -> str:
         index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         _git(location.repo_root, "read-tree", head, env=index)
         _git(location.repo_root, "add", "-A", "--", location.subdir, env=index)
-        tree = str(_git(location.repo_root, "write-tree", env=index)).strip()
+        tree = _git(location.repo_root, "write-tree", env=index).strip()
     name, email = WORKTREE_AUTHOR
     who = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_COMMITTER_NAME": name,
            "GIT_COMMITTER_EMAIL": email}
     listed = "\n".join(f"- {c}" for c in changes) or "- (none: the same content as HEAD)"
     message = (f"benchfarm: working tree of {location.subdir}/ on top of {head[:10]} (not a commit of yours)\n\n"
                f"Uncommitted changes benchmarked:\n{listed}\n")
-    sha = str(_git(location.repo_root, "commit-tree", tree, "-p", head, "-m", message, env=who)).strip()
+    sha = _git(location.repo_root, "commit-tree", tree, "-p", head, "-m", message, env=who).strip()
     _git(location.repo_root, "update-ref", f"{WORKTREE_REF_PREFIX}{sha}", sha)
     return sha
 
@@ -155,14 +159,14 @@ def on_first_parent_line(location: SuiteLocation, sha: str, tip: str = "HEAD") -
     lists): the line of history a checkout is on. A working-tree commit, another branch's commit or
     a commit merged in from a side branch is not."""
     head = resolve_commit(location, tip)
-    return sha == head or sha in str(_git(location.repo_root, "rev-list", "--first-parent", head)).split()
+    return sha == head or sha in _git(location.repo_root, "rev-list", "--first-parent", head).split()
 
 
 def resolve_commit(location: SuiteLocation, ref: str = "HEAD") -> str:
     """The full sha of `ref` (branch, tag, short sha...); an unknown ref is a SuiteError in plain words."""
     try:
-        return str(_git(location.repo_root, "rev-parse", "--verify", "--quiet", "--end-of-options",
-                        f"{ref}^{{commit}}")).strip()
+        return _git(location.repo_root, "rev-parse", "--verify", "--quiet", "--end-of-options",
+                    f"{ref}^{{commit}}").strip()
     except SuiteError:
         raise SuiteError(f"no commit {ref!r} in {location.repo_root} (give a branch, a tag or a commit sha; "
                          "`git log --oneline` lists commits)") from None
@@ -176,8 +180,8 @@ def suite_digest(location: SuiteLocation, sha: str) -> str:
     """The git tree id of the suite folder at `sha`: equal digests mean identical suite sources."""
     spec = f"{sha}^{{tree}}" if location.subdir == "." else f"{sha}:{location.subdir}"
     try:
-        tree = str(_git(location.repo_root, "rev-parse", "--verify", spec)).strip()
-        kind = str(_git(location.repo_root, "cat-file", "-t", tree)).strip()
+        tree = _git(location.repo_root, "rev-parse", "--verify", spec).strip()
+        kind = _git(location.repo_root, "cat-file", "-t", tree).strip()
     except SuiteError as exc:
         raise SuiteError(f"commit {sha[:12]} has no suite folder {location.subdir!r}: {exc}") from None
     if kind != "tree":
@@ -188,12 +192,12 @@ def suite_digest(location: SuiteLocation, sha: str) -> str:
 def export_suite(location: SuiteLocation, sha: str, dest: Path) -> Path:
     """Extract the committed suite folder at `sha` into `dest` (created; must not hold files)."""
     suite_digest(location, sha)  # a clear error when the folder is missing at that commit
-    data = _git(location.repo_root, "archive", "--format=tar", _tree_spec(location, sha), binary=True)
+    data = _git_bytes(location.repo_root, "archive", "--format=tar", _tree_spec(location, sha))
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     if any(dest.iterdir()):
         raise SuiteError(f"export destination {dest} is not empty")
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:  # type: ignore[arg-type]
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(dest, filter="data")
     return dest
 
@@ -276,7 +280,7 @@ def suite_cases(location: SuiteLocation, sha: str) -> list[KernelCase]:
 def changed_suite_files(location: SuiteLocation, base: str, head: str) -> set[str]:
     """The suite's files (relative to its folder, as `KernelCase.source_files` names them) that differ
     between two commits."""
-    out = str(_git(location.repo_root, "diff", "--name-only", "-z", base, head, "--", location.subdir))
+    out = _git(location.repo_root, "diff", "--name-only", "-z", base, head, "--", location.subdir)
     prefix = "" if location.subdir == "." else location.subdir + "/"
     return {name.removeprefix(prefix) for name in out.split("\0") if name}
 
@@ -295,7 +299,7 @@ _FIELD, _RECORD = "\x1f", "\x1e"
 def commit_history(location: SuiteLocation, sha: str, limit: int = 100) -> list[CommitInfo]:
     """`sha` and its first-parent ancestors (newest first, at most `limit`), each with all parents."""
     fmt = _FIELD.join(["%H", "%P", "%an <%ae>", "%cI", "%B"]) + _RECORD
-    out = str(_git(location.repo_root, "log", "--first-parent", f"--max-count={limit}", f"--format={fmt}", sha))
+    out = _git(location.repo_root, "log", "--first-parent", f"--max-count={limit}", f"--format={fmt}", sha)
     commits = []
     for record in out.split(_RECORD):
         record = record.lstrip("\n")

@@ -176,7 +176,7 @@ def _cubin_registers(cubin: bytes, name: str) -> int | None:
         return None
     shoff, = struct.unpack_from("<Q", cubin, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    sections: list[tuple[int, ...]] = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
     strtab_offset = sections[shstrndx][4]
     wanted = f".text.{name}".encode()
     for sh_name, _type, _flags, _addr, _offset, _size, _link, info, _align, _entsize in sections:

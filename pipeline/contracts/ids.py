@@ -122,7 +122,8 @@ def _parse_lenient(text: str) -> CaseId:
         parts = text.split("/")
         if len(parts) != len(_PARTS):
             raise
-    return CaseId.model_construct(**dict(zip(_PARTS, parts, strict=True)))
+    family, name, shape, dtype, impl = parts   # _PARTS' order
+    return CaseId.model_construct(family=family, name=name, shape=shape, dtype=dtype, impl=impl)
 
 
 def _problem(text: str) -> str:
@@ -193,7 +194,7 @@ class Target(BaseModel):
         if not re.match(TARGET_PATTERN, text):
             raise ValueError(f"target {text!r} must look like backend:arch, e.g. llvm-cpu:x86_64")
         backend, arch = text.split(":", 1)
-        return cls(backend=backend, arch=arch)  # type: ignore[arg-type]
+        return cls(backend=backend, arch=arch)
 
     def __str__(self) -> str:
         return f"{self.backend}:{self.arch}"

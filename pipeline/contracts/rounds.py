@@ -85,6 +85,9 @@ STOP_MARGIN = 0.9
 """The agent stops a case once its answer holds with 10 % to spare: its interval within 0.9 of the
 band, or its p-value under 0.9 of max_pvalue (`DecisionRule.decided`)."""
 
+Samples = Sequence[float] | np.ndarray
+"""One result's samples: a list, or the array a bench or the store already holds (`_flat` takes either)."""
+
 
 def block_sizes(n: int, blocks: int = DEFAULT_BLOCKS) -> tuple[int, ...]:
     """`blocks` consecutive blocks of n samples, of nearly equal size (larger first; n blocks of one
@@ -116,7 +119,7 @@ def segment_centres(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     return out
 
 
-def round_values(items: Sequence[tuple[Sequence[float], Sequence[int] | None]], blocks: int = DEFAULT_BLOCKS,
+def round_values(items: Sequence[tuple[Samples, Sequence[int] | None]], blocks: int = DEFAULT_BLOCKS,
                  transform: Literal["log", "none"] = "log") -> tuple[np.ndarray, np.ndarray]:
     """Round-level values of each item ((samples, samples per round or None), the samples cut into
     their rounds, each round's middle-fifth mean, of the logs when asked) flat, and each item's
@@ -138,7 +141,7 @@ def round_values(items: Sequence[tuple[Sequence[float], Sequence[int] | None]], 
                            np.fromiter(chain.from_iterable(sizes), dtype=int, count=int(counts.sum()))), counts
 
 
-def _flat(groups: Sequence[Sequence[float]]) -> np.ndarray:
+def _flat(groups: Sequence[Samples]) -> np.ndarray:
     if isinstance(groups[0], np.ndarray):
         return np.concatenate(groups).astype(float, copy=False)
     return np.fromiter(chain.from_iterable(groups), dtype=float, count=sum(map(len, groups)))
@@ -185,7 +188,7 @@ def _t_tail(t: np.ndarray, nu: int) -> np.ndarray:
         head += term
         term = term * x * ((2 * k + 2) / (2 * k + 3) if odd else (2 * k + 1) / (2 * k + 2))
     inside = (2 / math.pi) * (theta + sin * np.sqrt(x) * head) if odd else sin * head
-    out = 1.0 - inside
+    out: np.ndarray = 1.0 - inside
     small = inside > 1 - SMALL_P   # 1 - inside would keep few digits: the remainder of the series instead
     if small.any():
         tail = _series_remainder(x[small], term[small], terms, odd)
@@ -340,7 +343,7 @@ def level_halfwidth(samples: Sequence[float], rounds: Sequence[int], confidence:
 # ---- the paired estimate of a job's results, calibrated by its identical binaries --------------------
 # (the analysis's `stats.paired_estimates` and the agent's stop rule read these same numbers)
 
-PairedSamples = tuple[Sequence[float], Sequence[float], Sequence[int] | None]
+PairedSamples = tuple[Samples, Samples, Sequence[int] | None]
 """(base samples, head samples, rounds): sample i of base and of head were timed back to back, in
 the rounds given (None: `DEFAULT_BLOCKS` blocks)."""
 

@@ -233,7 +233,8 @@ def _resolve_range(session: Session, bisection: Bisection, settings: Settings) -
             .outerjoin(CommitParent, sa.and_(CommitParent.commit_id == Commit.id, CommitParent.position == 0))
             .where(Commit.repository_id == bisection.repository_id)).all()
         parent = {sha: p for sha, p in rows}
-        chain, sha = [], bad
+        chain: list[str] = []
+        sha = bad
         while sha != base and sha in parent and len(chain) <= limit:
             chain.append(sha)
             sha = parent[sha]

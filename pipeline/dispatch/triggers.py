@@ -250,8 +250,10 @@ class Builder(Loop):
                     digests.append(known)
                     continue
                 log.info("building %s@%s for %s", repository, commit[:10], ", ".join(targets))
-                progress = ProgressLines(lambda what, done, total, commit=commit: log.info(
-                    "build of %s: %s (%d/%d)", commit[:10], what, done, total))
+
+                def report(what: str, done: int, total: int, commit: str = commit) -> None:
+                    log.info("build of %s: %s (%d/%d)", commit[:10], what, done, total)
+                progress = ProgressLines(report)
                 bundle_dir, manifest = build_bundle(
                     location=locate_suite(self.suite), sha=commit, targets=targets, out_dir=self.settings.bundles_dir,
                     cache_dir=self.settings.cache_dir, workers=self.settings.build_workers, repository=repository,
@@ -344,4 +346,4 @@ class Nightly(Loop):
         head = default_branch_head(session, repo.id) if repo is not None else None
         if repo is None or head is None:
             raise TriggerError("nightly: no suite checkout and no stored default-branch head to run")
-        return repo.name, session.get(Commit, head).sha  # type: ignore[union-attr]
+        return repo.name, session.get_one(Commit, head).sha

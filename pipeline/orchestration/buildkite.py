@@ -17,7 +17,8 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from buildkite_sdk import CommandStep, Pipeline
+from buildkite_sdk import CommandStep
+from buildkite_sdk.pipeline import Pipeline   # the package re-exports it implicitly
 
 from pipeline.config import PIPELINE_ARGUMENTS, BuildkiteSettings
 from pipeline.contracts.ids import DEVICE_CLASS_PATTERN

@@ -62,7 +62,7 @@ class _Retry(GithubRetry):
 
     def new(self, **kw: Any) -> _Retry:
         kw["max_wait_s"] = self.max_wait_s
-        return super().new(**kw)  # type: ignore[no-any-return]
+        return super().new(**kw)
 
     def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
         if status_code in http.RETRY_STATUSES and not http.resendable(method):
@@ -131,6 +131,7 @@ class GitHubPoster:
         if key in self._clients:
             return self._clients[key]
         s = self.settings
+        login: str | None
         if s.uses_app:
             app_auth = Auth.AppAuth(s.app_id, s.private_key_pem())
             integration = GithubIntegration(auth=app_auth, **{k: v for k, v in self._common().items()

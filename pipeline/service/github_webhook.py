@@ -251,7 +251,7 @@ def process(session: Session, settings: Settings, decision: Decision) -> tuple[s
     from pipeline.orchestration import buildkite_api
 
     if buildkite_api.configured(settings.buildkite):
-        pr = {"id": decision.pr, "base_branch": decision.base_ref, "repository": decision.head_clone_url} \
+        pull_request = {"id": decision.pr, "base_branch": decision.base_ref, "repository": decision.head_clone_url} \
             if decision.kind == "pull_request" else None
         branch = decision.head_ref if decision.kind == "pull_request" else decision.default_branch
         try:
@@ -259,7 +259,8 @@ def process(session: Session, settings: Settings, decision: Decision) -> tuple[s
                 settings.buildkite, commit=decision.head_sha, branch=branch or decision.default_branch,
                 message=f"benchfarm: {decision.kind} {decision.repository}@{decision.head_sha[:10]}",
                 env={"BENCHFARM_REPOSITORY": decision.repository},
-                meta_data={"benchfarm-kind": decision.kind, "benchfarm-base": decision.base_sha}, pull_request=pr)
+                meta_data={"benchfarm-kind": decision.kind, "benchfarm-base": decision.base_sha},
+                pull_request=pull_request)
         except buildkite_api.BuildkiteError as exc:
             raise WebhookError(str(exc)) from None
         return None, f"Buildkite build {build.number} of {decision.head_sha[:10]}: {build.web_url}"

@@ -97,6 +97,7 @@ from pipeline.analysis import changepoints, stats
 from pipeline.config import AnalysisSettings
 from pipeline.contracts import METRICS, ResultDocument
 from pipeline.store.compare import paired_changes
+from pipeline.store.db import dialect_insert
 from pipeline.store.history import (
     FALLBACK_RUN_KINDS,
     ChainCommit,
@@ -262,8 +263,8 @@ def _note(cp: changepoints.ChangePoint, direction: str, lifecycle: str) -> str:
     return f"{what}: {direction} of {cp.magnitude:+.1%} (p={cp.pvalue:.2g})"
 
 
-def _retraction_reason(values: Sequence[float], index: int, row: ChangePoint, analysed: changepoints.Analysis,
-                       window: int) -> str:
+def _retraction_reason(values: Sequence[float] | np.ndarray, index: int, row: ChangePoint,
+                       analysed: changepoints.Analysis, window: int) -> str:
     """Why the history no longer supports a stored change point (module doc)."""
     if index in analysed.outliers:
         return (f"its commit's run ({values[index]:.4g}) is an outlier: the commits around it stay at the level "
@@ -378,13 +379,9 @@ def _analyze(session: Session, series: Any, history: _History, commit_of: Callab
 
 def _insert_change_point(session: Session, row: dict[str, object]) -> int | None:
     """INSERT ... ON CONFLICT (series, after commit) DO NOTHING RETURNING id: None when it existed."""
-    if session.get_bind().dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    statement = (insert(ChangePoint.__table__).values(**row)
+    statement = (dialect_insert(session, ChangePoint.__table__).values(**row)
                  .on_conflict_do_nothing(index_elements=["series_id", "after_commit_id"])
-                 .returning(ChangePoint.__table__.c.id))
+                 .returning(ChangePoint.id))
     return session.scalar(statement)
 
 

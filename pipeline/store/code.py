@@ -130,7 +130,7 @@ def _opcodes(session: Session, digests: Iterable[str]) -> dict[str, dict[str, in
     wanted = sorted(set(digests))
     if not wanted:
         return {}
-    return dict(session.execute(sa.select(CodeListing.digest, CodeListing.opcodes)  # type: ignore[arg-type]
+    return dict(session.execute(sa.select(CodeListing.digest, CodeListing.opcodes)
                                 .where(CodeListing.digest.in_(wanted))).all())
 
 

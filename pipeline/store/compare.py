@@ -438,6 +438,10 @@ def compare(
     def same(digest: str | None, other: str | None) -> bool:
         return digest is not None and digest == other
 
+    def measured(result: _Latest) -> list[float]:   # to_pair and to_test hold measured results only
+        assert result.measurement_id is not None, result
+        return samples[result.measurement_id]
+
     rows: list[ComparisonRowOut] = []
     to_pair: list[tuple[int, str]] = []
     to_test: list[tuple[int, str]] = []
@@ -459,8 +463,8 @@ def compare(
             rows.append(_row(cases[key[0]], key[1], "unchanged", base_median=b.median, same_code=True))
 
     # The tests run batched: thousands of cases on a page cost milliseconds, not seconds.
-    pairs = [(paired[head_results[k].result_id], samples[head_results[k].measurement_id],  # type: ignore[index]
-              head_results[k].round_sizes) for k in to_pair]
+    pairs = [(paired[head_results[k].result_id], measured(head_results[k]), head_results[k].round_sizes)
+             for k in to_pair]
     limits = [threshold(settings.paired_min_change, head_results[k].noise_paired, settings.noise_factor,
                         floor=settings.paired_floor) for k in to_pair]
     # identical binaries timed in the same job calibrate its paired noise (stats.paired_estimates)
@@ -475,21 +479,21 @@ def compare(
         rows.append(_timed_row(cases[key[0]], key[1], _median(base_samples), _median(head_samples), v,
                                same(h.binary_digest, h.paired_binary_digest), shortcut, paired=True,
                                same_code=same(h.code_digest, h.paired_code_digest)))
-    sides = [((samples[base_results[k].measurement_id], base_results[k].round_sizes),  # type: ignore[index]
-              (samples[head_results[k].measurement_id], head_results[k].round_sizes)) for k in to_test]  # type: ignore[index]
+    sides = [((measured(base_results[k]), base_results[k].round_sizes),
+              (measured(head_results[k]), head_results[k].round_sizes)) for k in to_test]
     # one run's level noise enters the test as each side's run-level variance: the series' learned one
     # (Series.noise_unpaired), else pooled over this comparison's rows (stats.run_dispersion), else (too
     # few rows) the assumed default; the threshold is a change between two runs, sqrt(2) x the learned
     # noise or the default (a fresh series is held to the assumed noise: no history says it is quieter)
-    learned = [head_results[k].noise_unpaired or None for k in to_test]
+    learned_noise = [head_results[k].noise_unpaired or None for k in to_test]
     # vendor controls (torch graph replays) pool their run level apart from the suite's own kernels
     groups = ["control" if cases[k[0]][0].impl == CONTROL_IMPL else "suite" for k in to_test]
     # identical binaries in both runs show what the two runs share beyond that (a loaded host)
     unchanged = [same(head_results[k].binary_digest, base_results[k].binary_digest) for k in to_test]
     limits = [threshold(settings.min_change, (n or settings.default_run_noise) * SQRT2 or None, settings.noise_factor)
-              for n in learned]
+              for n in learned_noise]
     for key, ((base_samples, _), (head_samples, _)), v, same_binary in zip(
-            to_test, sides, verdicts(sides, min_change=limits, run_noise=learned,
+            to_test, sides, verdicts(sides, min_change=limits, run_noise=learned_noise,
                                      default_run_noise=settings.default_run_noise or None, groups=groups,
                                      calibration=unchanged, noise_factor=settings.noise_factor, **options), unchanged,
             strict=True):

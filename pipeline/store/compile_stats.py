@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field
@@ -134,7 +135,7 @@ def _summary(base_sha: str | None, compared: int, changes: Sequence[CompileChang
 
 def newest_per_commit(session: Session, repository: str, *, case_id: CaseId | str | None = None,
                        target: str | None = None,
-                       commit_ids: Sequence[int] | None = None) -> list[sa.Row]:
+                       commit_ids: Sequence[int] | None = None) -> list[sa.Row[Any]]:
     """The compile_stats rows of the newest bundle of each commit, joined with case and commit."""
     ranked = (
         sa.select(CompileStat, Case.case_id.label("case"), Commit.id.label("commit_pk"), Commit.sha,
@@ -158,14 +159,14 @@ def newest_per_commit(session: Session, repository: str, *, case_id: CaseId | st
     return list(session.execute(sa.select(sub).where(sub.c.rank == 1)).all())
 
 
-def _values(row: sa.Row) -> dict[str, float | None]:
+def _values(row: sa.Row[Any]) -> dict[str, float | None]:
     return {metric: getattr(row, column) for metric, column in METRIC_COLUMNS.items()}
 
 
 def list_compile_series(session: Session, repository: str) -> list[CompileSeriesOut]:
     """Every (case, target) the repository's bundles compiled, with its newest values, sorted."""
     rows = newest_per_commit(session, repository)
-    by_key: dict[tuple[CaseId, str], list[sa.Row]] = {}
+    by_key: dict[tuple[CaseId, str], list[sa.Row[Any]]] = {}
     for row in rows:
         by_key.setdefault((row.case, row.target), []).append(row)
     out = []
@@ -239,7 +240,7 @@ def _ancestor_with_bundle(session: Session, repository: str, head_sha: str, walk
     """The newest first-parent ancestor of `head_sha` (itself excluded), within `walk` commits,
     that has a bundle with compile statistics."""
     repo_id = session.scalar(sa.select(Repository.id).where(Repository.name == repository))
-    sha = head_sha
+    sha: str | None = head_sha
     for _ in range(walk):
         sha = session.scalar(sa.select(CommitParent.parent_sha).join(Commit, CommitParent.commit_id == Commit.id)
                              .where(Commit.repository_id == repo_id, Commit.sha == sha, CommitParent.position == 0))
@@ -258,6 +259,7 @@ def compare_compile(session: Session, repository: str, *, head_sha: str, base_sh
     latency comparisons' bases, else the newest first-parent ancestor with a bundle within `walk`
     commits)."""
     latency_base = next((b for b in latency_bases if b), None)
+    base: str | None
     if base_sha is not None:
         base, source = base_sha, "given"
     elif latency_base is not None:

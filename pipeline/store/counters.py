@@ -228,7 +228,7 @@ class CounterHistoryOut(BaseModel):
                                      'at 0a1b2c3d4e"; or why there are none')
 
 
-def _notes(environments: Sequence[dict[str, object] | None]) -> str:
+def _notes(environments: Sequence[Mapping[str, object] | None]) -> str:
     """What a commit's results say of their counters, each distinct note once."""
     return "; ".join(dict.fromkeys(str((e or {}).get(COUNTERS_KEY) or NO_NOTE) for e in environments))
 
@@ -251,7 +251,7 @@ def counter_history(session: Session, *, case_id: CaseId | str, device_class: st
             .where(Series.case_id == case_pk, Series.device_class_id == class_pk)):
         reading = readings.setdefault(commit_id, {}).setdefault((result_id, bool(base)), ({}, profiler))
         reading[0][metric] = value
-    environments: dict[int, list[dict[str, object] | None]] = {}
+    environments: dict[int, list[dict[str, str] | None]] = {}
     for commit_id, environment in session.execute(   # the ok results: those of the latency series, by its index
             sa.select(Measurement.commit_id, CaseResultRow.environment)
             .join(CaseResultRow, Measurement.case_result_id == CaseResultRow.id)

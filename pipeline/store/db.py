@@ -15,7 +15,8 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, Table, create_engine, event, text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.orm import Session
 
@@ -140,6 +141,13 @@ def open_store(url: str | URL) -> Engine:
     engine = make_engine(url)
     migrate(engine)
     return engine
+
+
+def dialect_insert(session: Session, table: Table) -> postgresql.Insert | sqlite.Insert:
+    """INSERT into `table` in the session's dialect: PostgreSQL's and SQLite's both take ON CONFLICT."""
+    if session.get_bind().dialect.name == "postgresql":
+        return postgresql.insert(table)
+    return sqlite.insert(table)
 
 
 @contextmanager

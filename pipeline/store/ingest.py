@@ -37,6 +37,7 @@ from pipeline.contracts.arrays import to_blob
 from pipeline.contracts.metrics import LATENCY
 from pipeline.store import code
 from pipeline.store.analysis import analyze_after_ingest, learn_paired_noise
+from pipeline.store.db import dialect_insert
 from pipeline.store.history import extend_generations, update_generations
 from pipeline.store.models import (
     JOB_STATUSES,
@@ -82,11 +83,7 @@ def _insert_ignoring_conflicts(session: Session, table: sa.Table, rows: list[dic
     """INSERT ... ON CONFLICT DO NOTHING: a row another transaction just wrote is not an error."""
     if not rows:
         return
-    if session.get_bind().dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    session.execute(insert(table).on_conflict_do_nothing(index_elements=keys), rows)
+    session.execute(dialect_insert(session, table).on_conflict_do_nothing(index_elements=keys), rows)
 
 
 def _repository(session: Session, name: str | Repository, field: str = "repository") -> Repository:
@@ -329,7 +326,7 @@ def _register_cases(session: Session, models: dict[str, str]) -> dict[str, int]:
         parsed = CaseId.parse(text)
         rows.append({"case_id": text, "family": parsed.family, "name": parsed.name, "shape": parsed.shape,
                      "dtype": parsed.dtype, "impl": parsed.impl, "model": models[text]})
-    _insert_ignoring_conflicts(session, Case.__table__, rows, ["case_id"])  # type: ignore[arg-type]
+    _insert_ignoring_conflicts(session, Case.__table__, rows, ["case_id"])
     found = [(case_pk, str(case_id), model) for case_pk, case_id, model in session.execute(
         sa.select(Case.id, Case.case_id, Case.model).where(Case.case_id.in_(list(models))))]
     for case_pk, text, model in found:
@@ -384,7 +381,7 @@ def ingest_manifest(session: Session, *, manifest: BundleManifest, path: str, bu
         })
     if stats:
         session.execute(sa.insert(CompileStat.__table__), stats)
-    _insert_ignoring_conflicts(session, CodeListing.__table__, listing_rows, ["digest"])  # type: ignore[arg-type]
+    _insert_ignoring_conflicts(session, CodeListing.__table__, listing_rows, ["digest"])
     return bundle
 
 
@@ -410,7 +407,7 @@ def _listing_rows(session: Session, manifest: BundleManifest, bundle_dir: Path) 
 
 
 def _store_listings(session: Session, manifest: BundleManifest, bundle_dir: Path) -> None:
-    _insert_ignoring_conflicts(session, CodeListing.__table__,  # type: ignore[arg-type]
+    _insert_ignoring_conflicts(session, CodeListing.__table__,
                                _listing_rows(session, manifest, bundle_dir), ["digest"])
 
 
@@ -492,7 +489,7 @@ def _series(session: Session, case_pks: set[int], device_class_id: int, metric: 
         return {}
 
     def found() -> dict[int, int]:
-        return dict(session.execute(  # type: ignore[arg-type]
+        return dict(session.execute(
             sa.select(Series.case_id, Series.id).where(
                 Series.case_id.in_(case_pks), Series.device_class_id == device_class_id, Series.metric == metric)
         ).all())
@@ -502,7 +499,7 @@ def _series(session: Session, case_pks: set[int], device_class_id: int, metric: 
     if not missing:
         return series
     rows = [{"case_id": c, "device_class_id": device_class_id, "metric": metric} for c in missing]
-    _insert_ignoring_conflicts(session, Series.__table__, rows, ["case_id", "device_class_id", "metric"])  # type: ignore[arg-type]
+    _insert_ignoring_conflicts(session, Series.__table__, rows, ["case_id", "device_class_id", "metric"])
     return found()
 
 
@@ -579,7 +576,7 @@ def ingest_result(
         "paired_code_digest": r.paired_base.code_digest if r.paired_base is not None else None,
         "environment": r.environment or None,
     } for r in new]
-    result_ids = _insert_returning_ids(session, CaseResultRow.__table__, result_rows)  # type: ignore[arg-type]
+    result_ids = _insert_returning_ids(session, CaseResultRow.__table__, result_rows)
     if document.environment:
         job.environment = dict(document.environment)
 
@@ -596,8 +593,8 @@ def ingest_result(
             "round_sizes": r.rounds, "samples": to_blob(r.samples),
             "sample_clocks": to_blob(r.sample_clocks_mhz) if r.sample_clocks_mhz is not None else None,
         })
-    _bulk_insert(session, Measurement.__table__, measurement_rows)  # type: ignore[arg-type]
-    _bulk_insert(session, CounterValue.__table__,  # type: ignore[arg-type]
+    _bulk_insert(session, Measurement.__table__, measurement_rows)
+    _bulk_insert(session, CounterValue.__table__,
                  _counter_rows(session, ok, case_ids, job.device_class_id, run.commit_id, paired_ids))
     if analysis is not None:
         analyze_after_ingest(session, document, analysis)

@@ -18,7 +18,7 @@ different compile statistics is a second bundle.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
@@ -118,6 +118,8 @@ def _one_of(column: str, values: tuple[str, ...], name: str) -> sa.CheckConstrai
 
 
 class Base(DeclarativeBase):
+    if TYPE_CHECKING:   # every model maps one table (DeclarativeBase types it as any FROM clause)
+        __table__: ClassVar[sa.Table]
     metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: sa.JSON(), list[str]: sa.JSON()}
 

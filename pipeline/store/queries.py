@@ -170,7 +170,7 @@ def job_results(session: Session, job_id: str) -> JobResultsOut | None:
                          results=[_from_row(CaseResultOut, (*row[:-1], row[-1] or {})) for row in rows])
 
 
-def _run_query() -> sa.Select[tuple[Run, str, str, int]]:
+def _run_query() -> sa.Select[Run, str, str, int]:
     job_count = (
         sa.select(sa.func.count(Job.id)).where(Job.run_id == Run.id).correlate(Run).scalar_subquery()
     )
@@ -354,7 +354,7 @@ class CommitDetailOut(CommitOut):
     runs: list[RunOut]
 
 
-def _commit_summaries(session: Session, query: sa.Select[tuple[Commit, str]]) -> list[CommitOut]:
+def _commit_summaries(session: Session, query: sa.Select[Commit, str]) -> list[CommitOut]:
     rows = session.execute(query).all()
     parents: dict[int, list[str]] = {c.id: [] for c, _ in rows}
     if parents:

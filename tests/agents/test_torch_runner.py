@@ -140,7 +140,7 @@ def test_controls_choose_the_same_implementation_every_time(device: LocalDevice)
     )
     tensors = {n: torch.randn(s, dtype=torch.bfloat16, device=gpu) for n, s in shapes.items()}
     params = {"is_causal": False, "scale": 128 ** -0.5, "enable_gqa": True}
-    chosen = [torch_runner.OPS["sdpa"](tensors, entry, params).environment for _ in range(5)]
+    chosen = [torch_runner.OPS["sdpa"](tensors, entry.launch, params).environment for _ in range(5)]
     assert chosen[0]["sdpa_backend"] not in ("", "dispatch", "ERROR"), chosen[0]
     assert all(c == chosen[0] for c in chosen), chosen
 
@@ -155,7 +155,7 @@ def test_controls_choose_the_same_implementation_every_time(device: LocalDevice)
     )
     torch.backends.cudnn.benchmark = True
     conv_tensors = {n: torch.randn(s, dtype=torch.bfloat16, device=gpu) for n, s in conv_shapes.items()}
-    torch_runner.OPS["conv2d"](conv_tensors, conv, {"stride": 1, "padding": 1}).run()
+    torch_runner.OPS["conv2d"](conv_tensors, conv.launch, {"stride": 1, "padding": 1}).run()
     assert torch.backends.cudnn.benchmark is False
 
 

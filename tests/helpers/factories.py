@@ -99,7 +99,7 @@ def failed(case: str, status: str = "wrong", target: str = TARGET, *, reason: st
     correctness = None
     if status == "wrong":
         correctness = Correctness(passed=False, max_abs_error=3.0, max_rel_error=0.5, atol=1e-3, rtol=1e-3)
-    return CaseResult(case=case, target=target, status=status, reason=reason or f"{status} on purpose",  # type: ignore[arg-type]
+    return CaseResult(case=case, target=target, status=status, reason=reason or f"{status} on purpose",
                       correctness=correctness, binary_digest=digest(binary) if binary is not None else None)
 
 
@@ -136,7 +136,8 @@ def sample_count(session: Session) -> int:
     """How many samples the store holds (each measurement keeps its samples as one float64 array)."""
     from pipeline.store.models import Measurement
 
-    return int(session.scalar(sa.select(sa.func.coalesce(sa.func.sum(sa.func.length(Measurement.samples)), 0)))) // 8
+    return int(session.execute(sa.select(sa.func.coalesce(sa.func.sum(sa.func.length(Measurement.samples)), 0)))
+               .scalar_one()) // 8
 
 
 def stored_samples(session: Session) -> list[float]:

@@ -326,7 +326,8 @@ def _params(entry: BundleEntry, pointers: dict[str, int]) -> _Params:
         if param.tensor is not None:
             slots.append(ctypes.c_uint64(pointers[param.tensor]))
         else:
-            slots.append(_SCALAR_CTYPES[param.dtype](param.value))  # type: ignore[index]
+            # a scalar: KernelParam's validator holds its dtype and value (an int for i32 and i64)
+            slots.append(_SCALAR_CTYPES[param.dtype](param.value))  # type: ignore[index, arg-type]
     slots.extend(ctypes.c_uint64(0) for _ in range(entry.launch.null_pointers))
     return _Params(slots)
 
@@ -412,10 +413,10 @@ def prepare_entry(
     if workspace is None:
         workspace = _workspace(device, entry, rng, placements)
     params = [_params(entry, pointers) for pointers in workspace.sets]
-    ws = workspace
+    ws, grid, threads, shared_bytes = workspace, launch.grid, launch.threads, launch.shared_bytes   # as checked above
 
     def run() -> None:
-        device.launch(function, launch.grid, launch.threads, launch.shared_bytes, params[ws.current])  # type: ignore[arg-type]
+        device.launch(function, grid, threads, shared_bytes, params[ws.current])
 
     def release() -> None:
         if own:

@@ -58,6 +58,7 @@ def random_values(spec: TensorSpec, rng: np.random.Generator, *, normal_dtype: t
     (`PATTERN_INITS`) ignore `rng`: they are the same for the same spec (module doc)."""
     if spec.init in PATTERN_INITS:
         pattern = np.random.default_rng(pattern_seed(spec))
+        # TensorSpec's validator holds low and high for randint, high for permutation
         if spec.init == "randint":
             return pattern.integers(spec.low, spec.high, size=spec.shape)  # type: ignore[arg-type]
         count = int(np.prod(spec.shape))

@@ -49,7 +49,8 @@ class IreeDevice:
         rt = self._rt
         module = rt.VmModule.copy_buffer(self.config.vm_instance, data)
         context = rt.SystemContext(vm_modules=[module], config=self.config)
-        return context.modules[module.name][entry_point]
+        function: Callable[..., Any] = context.modules[module.name][entry_point]
+        return function
 
     def upload(self, array: np.ndarray) -> Any:
         return self._rt.asdevicearray(self.config.device, array)

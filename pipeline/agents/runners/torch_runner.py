@@ -37,7 +37,7 @@ from pipeline.agents.runners.cuda_runner import (
     reference_view,
 )
 from pipeline.agents.runners.device_inputs import HostInputs, device_inputs
-from pipeline.contracts import BundleEntry, CaseResult, Correctness
+from pipeline.contracts import BundleEntry, CaseResult, Correctness, LaunchSpec
 
 __all__ = ["TORCH_MISSING", "torch_missing", "prepare_entry", "OPS"]
 
@@ -66,17 +66,17 @@ class _Op:
     environment: dict[str, str]
 
 
-# ---- the operators: each takes (tensors by name, the entry, params) -------------------------------
+# ---- the operators: each takes (tensors by name, the entry's launch, params) -------------------------------
 
-def _matmul(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _Op:
+def _matmul(t: dict[str, Any], launch: LaunchSpec, params: dict[str, Any]) -> _Op:
     import torch
 
-    a, b = (t[n] for n in entry.launch.arguments)  # type: ignore[union-attr]
-    c = t[entry.launch.results[0]]  # type: ignore[union-attr]
+    a, b = (t[n] for n in launch.arguments)
+    c = t[launch.results[0]]
     return _Op(lambda: [torch.matmul(a, b, out=c)], {"library": "cublas"})
 
 
-def _sdpa(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _Op:
+def _sdpa(t: dict[str, Any], launch: LaunchSpec, params: dict[str, Any]) -> _Op:
     """PyTorch's own choice of SDPA backend (its dispatch rules: shape, dtype, device; no timing), with
     GQA by enable_gqa, or by K/V repeated per query head, done once here, where that choice refuses
     enable_gqa.
@@ -88,7 +88,7 @@ def _sdpa(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _Op:
     """
     import torch.nn.functional as F
 
-    q, k, v = (t[n] for n in entry.launch.arguments)  # type: ignore[union-attr]
+    q, k, v = (t[n] for n in launch.arguments)
     causal, scale, gqa = bool(params.get("is_causal")), params.get("scale"), bool(params.get("enable_gqa"))
     group = q.shape[1] // k.shape[1]
     chosen = params.get(CHOICE) or {}   # bound before on the same workspace: the same path
@@ -118,12 +118,12 @@ def _sdpa_backend(q: Any, k: Any, v: Any, causal: bool, scale: float | None, ext
 
     try:
         index = torch._fused_sdp_choice(q, k, v, None, 0.0, causal, scale=scale, **extra)
-        return SDPBackend(index).name
+        return str(SDPBackend(index).name)
     except (AttributeError, TypeError, ValueError, RuntimeError):
         return "dispatch"
 
 
-def _conv2d(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _Op:
+def _conv2d(t: dict[str, Any], launch: LaunchSpec, params: dict[str, Any]) -> _Op:
     """NHWC x and KRSC w (depthwise CRS) viewed as NCHW / KCRS in channels_last: no copies."""
     import torch
     import torch.nn.functional as F
@@ -132,7 +132,7 @@ def _conv2d(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _O
     # candidates during warm-up and could pick another one next job: an H100 unpaired A/A saw a depthwise
     # conv's control +48 % and a 3x3's +25 % between two runs of one binary (docs/benchmarks/history.md, issue 11).
     torch.backends.cudnn.benchmark = False
-    x, w = (t[n] for n in entry.launch.arguments)  # type: ignore[union-attr]
+    x, w = (t[n] for n in launch.arguments)
     x_nchw = x.permute(0, 3, 1, 2)
     w_kcrs = (w.unsqueeze(-1) if w.dim() == 3 else w).permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
     stride, padding, groups = int(params["stride"]), int(params["padding"]), int(params.get("groups", 1))
@@ -142,16 +142,16 @@ def _conv2d(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _O
     return _Op(run, {"library": "cudnn", "cudnn": str(torch.backends.cudnn.version())})
 
 
-def _index_select(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _Op:
+def _index_select(t: dict[str, Any], launch: LaunchSpec, params: dict[str, Any]) -> _Op:
     """arguments (x, index) -> result y = x.index_select(dim, index), into a poisoned y."""
     import torch
 
-    x, index = (t[n] for n in entry.launch.arguments)  # type: ignore[union-attr]
-    y, dim = t[entry.launch.results[0]], int(params.get("dim", 0))  # type: ignore[union-attr]
+    x, index = (t[n] for n in launch.arguments)
+    y, dim = t[launch.results[0]], int(params.get("dim", 0))
     return _Op(lambda: [torch.index_select(x, dim, index, out=y)], {})
 
 
-def _index_add(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) -> _Op:
+def _index_add(t: dict[str, Any], launch: LaunchSpec, params: dict[str, Any]) -> _Op:
     """arguments (x, index, src) -> result y = x.index_add(dim, index, src), into a poisoned y.
 
     With `top_k` set, the MoE-combine form on the suite's tensors: arguments (y, pos, w), pos and w
@@ -160,11 +160,11 @@ def _index_add(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) ->
     import torch
 
     if "top_k" not in params:
-        x, index, src = (t[n] for n in entry.launch.arguments)  # type: ignore[union-attr]
-        y, dim = t[entry.launch.results[0]], int(params.get("dim", 0))  # type: ignore[union-attr]
+        x, index, src = (t[n] for n in launch.arguments)
+        y, dim = t[launch.results[0]], int(params.get("dim", 0))
         return _Op(lambda: [torch.index_add(x, dim, index, src, out=y)], {})
-    rows, pos, w = (t[n] for n in entry.launch.arguments)  # type: ignore[union-attr]
-    out, top_k = t[entry.launch.results[0]], int(params["top_k"])  # type: ignore[union-attr]
+    rows, pos, w = (t[n] for n in launch.arguments)
+    out, top_k = t[launch.results[0]], int(params["top_k"])
     slots, weights = pos.reshape(-1), w.reshape(-1, 1).float()
     token = torch.arange(slots.numel(), device=slots.device, dtype=torch.int32) // top_k   # routing metadata
     acc = torch.empty(out.shape, dtype=torch.float32, device=out.device)
@@ -175,7 +175,7 @@ def _index_add(t: dict[str, Any], entry: BundleEntry, params: dict[str, Any]) ->
     return _Op(run, {})
 
 
-OPS: dict[str, Callable[[dict[str, Any], BundleEntry, dict[str, Any]], _Op]] = {
+OPS: dict[str, Callable[[dict[str, Any], LaunchSpec, dict[str, Any]], _Op]] = {
     "matmul": _matmul, "sdpa": _sdpa, "conv2d": _conv2d, "index_select": _index_select, "index_add": _index_add,
 }
 
@@ -196,7 +196,8 @@ def _to_host(tensor: Any, dtype: str) -> np.ndarray:
     tensor = tensor.detach().contiguous()
     if dtype == "bf16":
         return bf16_values(tensor.view(torch.int16).cpu().numpy().view(np.uint16))
-    return tensor.cpu().numpy().astype(HOST_DTYPES[dtype], copy=False)
+    host: np.ndarray = tensor.cpu().numpy()
+    return host.astype(HOST_DTYPES[dtype], copy=False)
 
 
 # ---- one entry ----------------------------------------------------------------------------------
@@ -235,8 +236,10 @@ def _workspace(entry: BundleEntry, rng: np.random.Generator, device: CudaDevice,
     def download(name: str) -> np.ndarray:   # as the device stores it: bf16 as uint16 bit patterns
         tensor = sets[0][name].detach().contiguous()
         if specs[name].dtype == "bf16":
-            return tensor.view(torch.int16).cpu().numpy().view(np.uint16)
-        return tensor.cpu().numpy()
+            bits: np.ndarray = tensor.view(torch.int16).cpu().numpy()
+            return bits.view(np.uint16)
+        host: np.ndarray = tensor.cpu().numpy()
+        return host
 
     workspace.memo["inputs"] = HostInputs(on_host, download)
     return workspace
@@ -275,7 +278,7 @@ def prepare_entry(
         ops = []
         for tensors in workspace.sets:
             params = {**launch.torch.params, CHOICE: workspace.memo.get(CHOICE)}
-            ops.append(OPS[launch.torch.op](tensors, entry, params))
+            ops.append(OPS[launch.torch.op](tensors, launch, params))
             workspace.memo.setdefault(CHOICE, ops[-1].environment)
         correctness = verified
         if correctness is None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 from pipeline.contracts import ContractError
@@ -22,10 +23,10 @@ class Benchmark:
 
     name: str
     field: str
-    samples: list[float] = field(default_factory=list)
+    samples: list[float] = dataclasses.field(default_factory=list)
     error: str | None = None
     skipped: str | None = None
-    environment: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class Parsed:
     benchmarks: list[Benchmark]
     device_name: str = ""
     host: str = ""
-    environment: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 class Problems:

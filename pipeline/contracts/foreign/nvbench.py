@@ -101,7 +101,9 @@ def _sample_times(summary: dict[str, Any], files: Mapping[str, bytes], path: str
     if not isinstance(name, str) or name not in files:
         return None
     try:
-        count = int(size)  # type: ignore[arg-type]
+        if not isinstance(size, (str, int, float)):   # JSON's other values: null, lists, objects
+            raise TypeError(size)
+        count = int(size)
     except (TypeError, ValueError):
         problems.add(f"{path}.data", f"size {size!r} is not a count")
         return None
@@ -113,7 +115,8 @@ def _sample_times(summary: dict[str, Any], files: Mapping[str, bytes], path: str
     if not all(math.isfinite(t) and t > 0 for t in times):
         problems.add(f"{path}.data", f"{name}: sample times must be finite and positive")
         return None
-    return times.tolist()
+    values: list[float] = times.tolist()
+    return values
 
 
 def parse(data: Any, files: Mapping[str, bytes] | None = None) -> Parsed:

@@ -68,8 +68,10 @@ def parse(data: Any) -> Parsed:
             environment["pytest_benchmark.sample"] = "stats.median (no stats.data: export with --benchmark-json or save with --benchmark-save-data)"
         benchmarks.append(Benchmark(name=name, field=path, samples=samples, environment=environment))
     problems.raise_if_any()
-    machine = data.get("machine_info") if isinstance(data.get("machine_info"), dict) else {}
-    cpu = machine.get("cpu") if isinstance(machine.get("cpu"), dict) else {}
+    machine = data.get("machine_info")
+    machine = machine if isinstance(machine, dict) else {}
+    cpu = machine.get("cpu")
+    cpu = cpu if isinstance(cpu, dict) else {}
     environment = {"pytest_benchmark.version": str(data.get("version", ""))}
     if machine.get("python_version"):
         environment["python"] = str(machine["python_version"])

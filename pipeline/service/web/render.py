@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -136,7 +137,7 @@ def wants_html(request: Request) -> bool:
 
 
 def error_page(request: Request, status_code: int, message: str, errors: list[dict[str, str]] | None = None,
-               headers: dict[str, str] | None = None) -> HTMLResponse:
+               headers: Mapping[str, str] | None = None) -> HTMLResponse:
     """An error as a page with the navigation: what went wrong, and where to go from there."""
     try:
         with session_scope(request.app.state.engine) as session:

@@ -130,10 +130,10 @@ def _code_diffs(session: SessionDep, rows: Sequence[ComparisonRowOut]) -> tuple[
     out = []
     for number, ((case_id, target), c) in enumerate(shown, start=1):
         if c.base_digest in texts and c.head_digest in texts:
-            diff_rows, left_out = code.side_by_side(texts[c.base_digest], texts[c.head_digest],  # type: ignore[index]
+            diff_rows, left_out = code.side_by_side(texts[c.base_digest], texts[c.head_digest],
                                                     context=CODE_CONTEXT)
-            out.append(_CodeDiff(f"code-{number}", case_id, target, c.summary, c.base_digest,  # type: ignore[arg-type]
-                                 c.head_digest, diff_rows, left_out))  # type: ignore[arg-type]
+            out.append(_CodeDiff(f"code-{number}", case_id, target, c.summary, c.base_digest,
+                                 c.head_digest, diff_rows, left_out))
     return out, len(changed) - len(shown)
 
 

@@ -272,7 +272,7 @@ class VerdictWarmer(Loop):
                     cached_comparison(session, self.settings, repository, sha, None, device_class, None, run_id)
             except CompareError as exc:
                 log.info("job %s: no comparison to keep (%s)", job_id, exc)
-            if self._since is None or finished_at > self._since:
+            if finished_at is not None and (self._since is None or finished_at > self._since):
                 self._warmed = set()
                 self._since = finished_at
             self._warmed.add(job_id)

@@ -261,7 +261,7 @@ def add_farm(engine: Engine, demo: Demo) -> DemoFarm:
 def _build_id(session: Session, run_id: str) -> int:
     from pipeline.store.models import BuildRequest
 
-    return int(session.scalar(sa.select(BuildRequest.id).where(BuildRequest.run_id == run_id)))
+    return session.execute(sa.select(BuildRequest.id).where(BuildRequest.run_id == run_id)).scalar_one()
 
 
 def _bundle_digest(session: Session) -> str:
