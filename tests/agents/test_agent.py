@@ -27,8 +27,9 @@ from pipeline.contracts.result import AgentInfo
 from pipeline.dispatch import triggers
 from pipeline.service.app import create_app
 from pipeline.store import ingest
-from pipeline.store.db import open_store, session_scope
+from pipeline.store.db import session_scope
 from tests.helpers.live_server import live_server
+from tests.helpers.stores import open_migrated
 from tests.helpers import factories as f
 
 TOKEN = "bf_agent_test_token"
@@ -61,7 +62,7 @@ def service(tmp_path: Path) -> Iterator[Service]:
     settings = load_settings(home=tmp_path / "service", api_token=SecretStr(TOKEN))
     settings = settings.model_copy(update={"dispatch": settings.dispatch.model_copy(
         update={"claim_wait_s": 1.0, "claim_poll_s": 0.05, "lease_s": 5.0})})
-    engine = open_store(settings.database_url)
+    engine = open_migrated(settings.database_url)
     bundle = tmp_path / "bundle"
     manifest = _manifest()
     artifact = bundle / ARTIFACT
@@ -129,19 +130,21 @@ def test_a_job_runs_and_its_results_are_stored(service: Service, tmp_path: Path)
 def test_a_device_gone_mid_job_fails_the_job(service: Service, tmp_path: Path) -> None:
     job_id = _queue(service)
     present = [_device()]
-    started = threading.Event()
+    started, unplugged = threading.Event(), threading.Event()
 
     def execute(work: Work, progress) -> ResultDocument:  # type: ignore[no-untyped-def]
         started.set()
-        time.sleep(3)
+        unplugged.wait(60)               # the job runs until the agent has given it up
         return _document(work)
 
     agent = _agent(service, tmp_path, lambda: list(present), execute)
     runner = threading.Thread(target=agent.run, kwargs={"max_jobs": 1})
     runner.start()
-    assert started.wait(10)
+    assert started.wait(60)
     present.clear()                      # the phone was unplugged
-    runner.join(10)
+    runner.join(60)
+    unplugged.set()
+    assert not runner.is_alive()
     job = _job(service, job_id)
     assert job["status"] == "failed" and job["error"] == f"device cpu-1 ({f.DEVICE_CLASS}) disconnected mid-job"
     events = [line for line in (tmp_path / "agent.log").read_text().splitlines() if '"device_gone"' in line]
@@ -224,7 +227,8 @@ class _OlderService(threading.Thread):
     def __init__(self, upstream: str) -> None:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-        self.upstream, self.refused = upstream, 0
+        self.upstream, self.refused, self.plain_beats = upstream, 0, 0
+        self.beaten = threading.Event()   # three heartbeats forwarded (without progress)
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -235,6 +239,10 @@ class _OlderService(threading.Thread):
                     self._answer(422, b'{"error":"invalid request","errors":[{"field":"body.progress",'
                                       b'"reason":"Extra inputs are not permitted"}]}', "application/json")
                     return
+                if self.path.endswith("/heartbeat"):
+                    outer.plain_beats += 1
+                    if outer.plain_beats >= 3:
+                        outer.beaten.set()
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
                 reply = requests.request(self.command, outer.upstream + self.path, data=body, headers=headers, timeout=30)
                 self._answer(reply.status_code, reply.content, reply.headers.get("Content-Type", "application/json"))
@@ -265,8 +273,8 @@ def test_an_agent_stops_sending_progress_to_a_service_that_refuses_it(service: S
 
         def execute(work: Work, progress) -> ResultDocument:  # type: ignore[no-untyped-def]
             progress("timing: round 1/2 gemm", 1, 2)
-            time.sleep(1.0)   # ten heartbeats: the first refused, the rest without progress
-            beats.set()
+            if older.beaten.wait(60):   # heartbeats: the first refused, three more without progress
+                beats.set()
             return _document(work)
 
         agent = _agent(Service(older.url, service.engine, service.settings, service.bundle), tmp_path,

@@ -16,13 +16,14 @@ from pipeline.agents.counters import CountersUnavailable, PerfEventProfiler
 from pipeline.config import Settings
 from pipeline.service import auth
 from pipeline.service.app import create_app
-from pipeline.store.db import open_store, session_scope
+from pipeline.store.db import session_scope
 from tests.helpers.live_server import free_port, live_server
+from tests.helpers.stores import open_migrated
 
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    engine = open_store(f"sqlite:///{tmp_path / 'service.db'}")
+    engine = open_migrated(f"sqlite:///{tmp_path / 'service.db'}")
     with session_scope(engine) as s:
         tokens = {scope: auth.create_token(s, name=f"{scope}-host", scopes=[scope]) for scope in ("agent", "user")}
     with live_server(create_app(Settings(home=tmp_path / "service"), engine)) as url:

@@ -22,7 +22,10 @@ from tests.helpers.cpu import x86_64_cpu
 from tests.helpers.host_lock import Holder
 from tests.helpers.suite_repo import GemmCase, gemm_suite_files, make_suite_repo
 
-HOLD_S = 1.5
+HOLD_S = 0.5
+"""How long timing holds the CPU in the turnstile's test: the compile waiting behind it polls every 0.1 s."""
+
+
 def _build(repo: Path, tmp: Path, lock: Path, progress) -> tuple[Path, object]:  # type: ignore[no-untyped-def]
     location = locate_suite(repo / "kernels")
     return build_bundle(location=location, sha=resolve_commit(location), targets=["llvm-cpu:x86_64"],
@@ -51,14 +54,20 @@ def test_a_build_waits_while_another_process_times_on_the_cpu(repo: Path, tmp_pa
     timing = Holder("cpu_timing", lock)
     seen: list[tuple[float, str]] = []
     done: list[float] = []
+    waits = threading.Event()
+
+    def progress(message: str, *_: object) -> None:
+        seen.append((time.monotonic(), message))
+        if "waiting for" in message:
+            waits.set()
 
     def build() -> None:
-        _build(repo, tmp_path, lock, lambda message, *_: seen.append((time.monotonic(), message)))
+        _build(repo, tmp_path, lock, progress)
         done.append(time.monotonic())
 
     builder = threading.Thread(target=build)
     builder.start()
-    time.sleep(HOLD_S)
+    assert waits.wait(120), seen
     assert not done, "the build finished while another process timed on the CPU"
     timing.release()
     builder.join(timeout=120)
@@ -76,14 +85,20 @@ def test_cpu_timing_waits_while_another_process_compiles(repo: Path, device: Loc
     seen: list[tuple[float, str]] = []
     settings = _quick(lock)
     documents: list[object] = []
+    waits = threading.Event()
+
+    def progress(message: str, *_: object) -> None:
+        seen.append((time.monotonic(), message))
+        if "waiting for" in message:
+            waits.set()
 
     def run() -> None:
         documents.append(run_bundle(bundle_dir=bundle_dir, manifest=manifest, device=device, run_id="r", job_id="j",  # type: ignore[arg-type]
-                                    settings=settings, progress=lambda message, *_: seen.append((time.monotonic(), message))))
+                                    settings=settings, progress=progress))
 
     job = threading.Thread(target=run)
     job.start()
-    time.sleep(HOLD_S)
+    assert waits.wait(120), seen
     assert not documents, "the job finished its timing while another process compiled"
     compiles.release()
     job.join(timeout=120)
@@ -101,20 +116,22 @@ def test_timing_that_waits_for_compiles_is_not_passed_by_later_compiles(tmp_path
     first = Holder("compiling", lock)
     timed: list[float] = []
     later: list[tuple[Holder, float]] = []   # the compile, when it got the lock
+    timing_waits, later_waits = threading.Event(), threading.Event()
 
     def time_it() -> None:
-        with cpu_timing(str(lock)):
+        with cpu_timing(str(lock), on_wait=lambda _: timing_waits.set()):
             timed.append(time.monotonic())
-            time.sleep(HOLD_S / 3)
+            time.sleep(HOLD_S)   # the CPU held a while: the waiting compile polls the lock meanwhile
         timed.append(time.monotonic())
 
     timing = threading.Thread(target=time_it)
     timing.start()
-    time.sleep(HOLD_S / 3)   # timing waits for the first compile now
-    compile_later = threading.Thread(target=lambda: later.append((Holder("compiling", lock), time.monotonic())))
+    assert timing_waits.wait(60)   # timing waits for the first compile now
+    compile_later = threading.Thread(
+        target=lambda: later.append((Holder("compiling", lock, waiting=later_waits), time.monotonic())))
     compile_later.start()
     try:
-        time.sleep(HOLD_S)
+        assert later_waits.wait(60), "the later compile never waited"
         assert not later, "a compile joined the running one while timing waited for it"
         first.release()
         timing.join(timeout=30)

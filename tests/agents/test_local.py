@@ -15,7 +15,7 @@ from pipeline.build.suite_loader import commit_history, locate_suite, resolve_co
 from pipeline.config import MeasurementSettings
 from pipeline.contracts import BundleManifest, ResultDocument, parse_result
 from tests.helpers.cpu import x86_64_cpu
-from tests.helpers.stores import database_url, engine  # noqa: F401  (fixtures: SQLite and PostgreSQL)
+from tests.helpers.stores import database_url, engine, store_url  # noqa: F401  (fixtures: SQLite and PostgreSQL)
 from tests.helpers.suite_repo import (
     GemmCase,
     case_id,

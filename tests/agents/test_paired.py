@@ -16,9 +16,9 @@ from pipeline.build.suite_loader import locate_suite, resolve_commit
 from pipeline.config import CompareSettings, MeasurementSettings
 from pipeline.contracts import BundleManifest, CaseResult, parse_result
 from pipeline.store.compare import compare
-from pipeline.store.db import open_store, session_scope
+from pipeline.store.db import session_scope
 from tests.helpers.cpu import x86_64_cpu
-from tests.helpers.stores import store_local_run
+from tests.helpers.stores import open_migrated, store_local_run
 from tests.helpers.suite_repo import (
     GemmCase,
     case_id,
@@ -76,7 +76,7 @@ def test_paired_results_carry_the_base_samples_and_the_verdict_is_paired(
     beta = results[case_id(CASES[1])]
     assert sorted(h / b for b, h in zip(beta.paired_base.samples, beta.samples))[len(beta.samples) // 2] > 1.5
 
-    engine = open_store(f"sqlite:///{tmp_path}/store.db")
+    engine = open_migrated(f"sqlite:///{tmp_path}/store.db")
     store_local_run(engine, repo / "kernels", document, device, head, head_dir)
     with session_scope(engine) as session:
         comparison = compare(session, repository=head.repository, head_sha=head.commit,
@@ -381,7 +381,7 @@ def test_a_pull_request_renaming_every_kernel_times_only_the_sentinels(device: L
                            base_manifest=base, time_unchanged=False)
     assert all(r.status == "ok" and r.paired_base is not None for r in timed_all.results)
 
-    engine = open_store(f"sqlite:///{tmp_path}/store.db")
+    engine = open_migrated(f"sqlite:///{tmp_path}/store.db")
     alone = run_bundle(bundle_dir=base_dir, manifest=base, device=device, run_id="base", job_id="j", settings=SETTINGS)
     store_local_run(engine, repo / "kernels", alone, device, base, base_dir)
     store_local_run(engine, repo / "kernels", document, device, head, head_dir)

@@ -36,6 +36,8 @@ from tests.helpers.cpu import x86_64_cpu
 from tests.helpers.stores import store_local_run
 from tests.helpers.suite_repo import GemmCase, case_id, commit_all, gemm_suite_files, make_suite_repo, write_files
 
+pytestmark = pytest.mark.e2e
+
 CASE = GemmCase("alpha", 768, 768, 768)   # ~10 ms a call: a sample spans several of the scheduler's time slices
 ROUNDS = 4
 SETTINGS = MeasurementSettings(warmup_s=0.02, min_samples=20, min_time_s=0.4, max_time_s=2.0, rounds=ROUNDS,

@@ -5,25 +5,33 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 _HOLDER = """
 import sys
 from pipeline import host_lock
-with getattr(host_lock, sys.argv[1])(sys.argv[2]):
+with getattr(host_lock, sys.argv[1])(sys.argv[2], on_wait=lambda _: print("waiting", flush=True)):
     print("held", flush=True)
     sys.stdin.readline()
 """
 
 
 class Holder:
-    """Another process holding the lock (`compiling` or `cpu_timing`) until `release`."""
+    """Another process holding the lock (`compiling` or `cpu_timing`) until `release`; the constructor
+    returns once it holds it, setting `waiting` if it had to wait for it first."""
 
-    def __init__(self, kind: str, lock: Path) -> None:
+    def __init__(self, kind: str, lock: Path, waiting: threading.Event | None = None) -> None:
         self.proc = subprocess.Popen([sys.executable, "-c", _HOLDER, kind, str(lock)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
-        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "held"
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        if line == "waiting":
+            if waiting is not None:
+                waiting.set()
+            line = self.proc.stdout.readline().strip()
+        assert line == "held", line
         self.released_at = float("inf")
 
     def release(self) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -18,20 +17,43 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, setting `ready` once its startup is over (listening, or failed)."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = threading.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        try:
+            await super().startup(sockets=sockets)
+        finally:
+            self.ready.set()
+
+
 @contextmanager
 def live_server(app: FastAPI) -> Iterator[str]:
-    """Yields the base URL (http://127.0.0.1:PORT) while the server runs."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
+    """Yields the base URL (http://127.0.0.1:PORT) while the server runs. The socket is bound here
+    and handed to uvicorn: no other process can take the port between choosing it and listening."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = int(listener.getsockname()[1])
+    server = _Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+
+    def serve() -> None:
+        try:
+            server.run(sockets=[listener])
+        finally:
+            server.ready.set()   # a server that ended before its startup did: not waited for
+
+    thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("test server did not start")
-        time.sleep(0.02)
     try:
+        # the deadline only ends a hung startup (the app's lifespan): a loaded machine is waited for
+        if not server.ready.wait(timeout=120) or not server.started:
+            raise RuntimeError("test server did not start")
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+        listener.close()

@@ -1,10 +1,21 @@
 """The `engine` fixture: a freshly migrated store on SQLite (a file) and on PostgreSQL (a fresh
 database on 127.0.0.1:5432, dropped afterwards). Without PostgreSQL the tests FAIL, unless
-BENCHFARM_TEST_NO_POSTGRES=1 says to skip that backend."""
+BENCHFARM_TEST_NO_POSTGRES=1 says to skip that backend.
+
+Migrating a store takes 0.3-3 s (two dozen Alembic revisions), and most tests want one: each test
+process migrates one template per backend, once, and every test gets a copy of it (`migrated_database`:
+the SQLite file copied, or `CREATE DATABASE ... TEMPLATE` on PostgreSQL), the same schema and rows
+a fresh migration leaves. The migration tests themselves start from `blank_engine`, an empty database."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import queue
+import shutil
+import sys
+import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,10 +30,72 @@ from sqlalchemy.orm import Session
 
 from pipeline.agents.devices import LocalDevice
 from pipeline.contracts import BundleManifest, ResultDocument
-from pipeline.store.db import make_engine, open_store, session_scope
+from pipeline.store.db import make_engine, migrate, open_store, session_scope
 from tests.helpers import factories as f
 
 POSTGRES_ADMIN_URL = os.environ.get("BENCHFARM_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test")
+
+
+def _admin() -> psycopg.Connection:
+    """A connection to the PostgreSQL server's admin database (skips or fails the test without one)."""
+    if os.environ.get("BENCHFARM_TEST_NO_POSTGRES") == "1":
+        pytest.skip("BENCHFARM_TEST_NO_POSTGRES=1")
+    try:
+        return psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"PostgreSQL is not reachable at {POSTGRES_ADMIN_URL} ({exc}); start it, point "
+                    "BENCHFARM_TEST_POSTGRES_URL at one, or set BENCHFARM_TEST_NO_POSTGRES=1 to skip it", pytrace=False)
+
+
+def _postgres_url(name: str) -> str:
+    return make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+
+
+class _Dropper:
+    """Drops the tests' databases in a thread of its own: PostgreSQL 15 checkpoints on every DROP
+    DATABASE (0.5-2 s on the 2-core CI machine), waited for by no test. At most a few wait their turn
+    (the disk they hold stays bounded); the process waits for the last at exit."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[str | None] = queue.Queue(maxsize=4)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def drop(self, name: str) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="drop-test-databases", daemon=True)
+                self._thread.start()
+                atexit.register(self._finish)
+        self._queue.put(name)
+
+    def _work(self) -> None:
+        while (name := self._queue.get()) is not None:
+            try:
+                with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=5) as admin:
+                    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            except psycopg.Error as exc:   # left behind, and said so: the next run's databases have new names
+                print(f"tests: could not drop the database {name}: {exc}", file=sys.stderr)
+
+    def _finish(self) -> None:
+        assert self._thread is not None
+        self._queue.put(None)
+        self._thread.join(timeout=300)
+
+
+_DROPPER = _Dropper()
+
+
+@contextmanager
+def _postgres_database(template: str | None) -> Iterator[str]:
+    """A new database on the server (a copy of `template`, or empty), dropped afterwards."""
+    name = f"benchfarm_test_{uuid.uuid4().hex[:16]}"
+    with _admin() as admin:
+        admin.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+    try:
+        yield _postgres_url(name)
+    finally:
+        _DROPPER.drop(name)
 
 
 @contextmanager
@@ -32,26 +105,92 @@ def fresh_database(store: str, folder: Path) -> Iterator[str]:
     if store == "sqlite":
         yield f"sqlite:///{folder}/nested/benchfarm.db"
         return
-    if os.environ.get("BENCHFARM_TEST_NO_POSTGRES") == "1":
-        pytest.skip("BENCHFARM_TEST_NO_POSTGRES=1")
-    try:
-        admin = psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as exc:
-        pytest.fail(f"PostgreSQL is not reachable at {POSTGRES_ADMIN_URL} ({exc}); start it, point "
-                    "BENCHFARM_TEST_POSTGRES_URL at one, or set BENCHFARM_TEST_NO_POSTGRES=1 to skip it", pytrace=False)
-    name = f"benchfarm_test_{uuid.uuid4().hex[:16]}"
-    with admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-        finally:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with _postgres_database(None) as url:
+        yield url
+
+
+class _Templates:
+    """This process's migrated templates, made on first use: a SQLite file in a temporary folder and
+    a PostgreSQL database, both removed when the process exits."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sqlite: Path | None = None
+        self._postgres: str | None = None
+
+    def sqlite(self) -> Path:
+        with self._lock:
+            if self._sqlite is None:
+                folder = Path(tempfile.mkdtemp(prefix="benchfarm-template-"))
+                atexit.register(shutil.rmtree, folder, True)
+                path = folder / "benchfarm.db"
+                engine = open_store(f"sqlite:///{path}")
+                with engine.connect() as connection:   # the WAL folded into the file: the file is the store
+                    connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+                engine.dispose()
+                self._sqlite = path
+            return self._sqlite
+
+    def postgres(self) -> str:
+        with self._lock:
+            if self._postgres is None:
+                name = f"benchfarm_template_{uuid.uuid4().hex[:16]}"
+                with _admin() as admin:
+                    admin.execute(f'CREATE DATABASE "{name}"')
+                atexit.register(_drop_template, name)
+                engine = make_engine(_postgres_url(name))
+                migrate(engine)
+                engine.dispose()   # a template database must have no connections when it is copied
+                self._postgres = name
+            return self._postgres
+
+
+def _drop_template(name: str) -> None:
+    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=5) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+_TEMPLATES = _Templates()
+
+
+def migrated_sqlite(path: Path) -> str:
+    """The URL of a new migrated SQLite store at `path` (a copy of the template; the folder is made)."""
+    assert not path.exists(), f"{path} exists: the template is copied only where no store is"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_TEMPLATES.sqlite(), path)
+    return f"sqlite:///{path}"
+
+
+@contextmanager
+def migrated_database(store: str, folder: Path) -> Iterator[str]:
+    """The URL of a migrated database of `store`, as `fresh_database` + `migrate` would leave it."""
+    if store == "sqlite":
+        yield migrated_sqlite(folder / "nested" / "benchfarm.db")
+        return
+    with _postgres_database(_TEMPLATES.postgres()) as url:
+        yield url
+
+
+def open_migrated(url: str) -> Engine:
+    """`open_store(url)` of a SQLite URL, faster: where no store is yet, the template's copy."""
+    parsed = make_url(url)
+    assert parsed.get_backend_name() == "sqlite" and parsed.database, url
+    if Path(parsed.database).exists():
+        return open_store(url)
+    return make_engine(migrated_sqlite(Path(parsed.database)))
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The URL of an empty database (nothing created in it yet)."""
     with fresh_database(request.param, tmp_path_factory.mktemp("store")) as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a migrated database (the template's copy)."""
+    with migrated_database(request.param, tmp_path_factory.mktemp("store")) as url:
         yield url
 
 
@@ -63,8 +202,8 @@ def blank_engine(database_url: str) -> Iterator[Engine]:
 
 
 @pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    engine = open_store(database_url)
+def engine(store_url: str) -> Iterator[Engine]:
+    engine = make_engine(store_url)
     yield engine
     engine.dispose()
 

@@ -16,15 +16,16 @@ from pipeline.agents.devices import cpu_device
 from pipeline.config import Settings
 from pipeline.service import auth
 from pipeline.service.app import create_app
-from pipeline.store.db import open_store, session_scope
+from pipeline.store.db import session_scope
 from tests.helpers.live_server import live_server
+from tests.helpers.stores import open_migrated
 
 HOOK = Path(__file__).resolve().parents[2] / "infra" / "buildkite" / "hooks" / "pre-command"
 
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    engine = open_store(f"sqlite:///{tmp_path / 'service.db'}")
+    engine = open_migrated(f"sqlite:///{tmp_path / 'service.db'}")
     with session_scope(engine) as s:
         token = auth.create_token(s, name="bk-host", scopes=["agent"])
     with live_server(create_app(Settings(home=tmp_path / "service"), engine)) as url:

@@ -145,11 +145,12 @@ def test_a_webhook_delivery_becomes_a_buildkite_build(buildkite: BuildkiteStandI
 
     from pipeline.config import Settings
     from pipeline.service.github_webhook import Decision, process
-    from pipeline.store.db import open_store, session_scope
+    from pipeline.store.db import session_scope
     from pipeline.store.models import Run
+    from tests.helpers.stores import open_migrated
 
     settings = Settings(home=tmp_path, buildkite=_settings(buildkite.url))
-    engine = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    engine = open_migrated(f"sqlite:///{tmp_path / 'store.db'}")
     decision = Decision(kind="pull_request", reason="opened", repository="acme/kernels", pr=7, head_sha="d" * 40,
                         head_ref="faster-gemm", base_sha="e" * 40, base_ref="main", default_branch="main",
                         head_clone_url="https://github.com/acme/kernels.git")
@@ -169,9 +170,9 @@ def _service(settings: Settings) -> Iterator[str]:
     fresh store."""
     from pipeline.service import runtime
     from pipeline.service.app import create_app
-    from pipeline.store.db import open_store
+    from tests.helpers.stores import open_migrated
 
-    engine = open_store(settings.database_url)
+    engine = open_migrated(settings.database_url)
     try:
         with live_server(create_app(settings, engine, lifespan=runtime.lifespan)) as url:
             yield url

@@ -10,7 +10,7 @@ from pipeline.store import ingest
 from pipeline.store.compare import compare
 from pipeline.store.db import session_scope
 from tests.helpers import factories as f
-from tests.helpers.stores import database_url, engine, seeded  # noqa: F401  (the store fixtures, both stores)
+from tests.helpers.stores import database_url, engine, seeded, store_url  # noqa: F401  (the store fixtures, both stores)
 
 VENDOR = "gemm/square-256/256x256x256/f32/vendor"
 

@@ -19,7 +19,7 @@ from pipeline.config import DispatchSettings, GitHubSettings, Settings
 from pipeline.contracts import ContractError, DeviceClass, DeviceInfo
 from pipeline.service.app import create_app
 from pipeline.service.github_webhook import WebhookWorker, decide, sign, verify_signature
-from pipeline.store.db import open_store, session_scope
+from pipeline.store.db import session_scope
 from pipeline.store.models import (
     BuildRequest,
     Commit,
@@ -36,6 +36,7 @@ from tests.helpers.github_webhooks import (
     push_payload,
 )
 from tests.helpers.live_server import live_server
+from tests.helpers.stores import open_migrated
 from tests.helpers.suite_repo import GemmCase, gemm_suite_files
 
 CLASS = "test-cpu"
@@ -140,7 +141,7 @@ def service(tmp_path: Path, hosted: HostedRepo) -> Iterator[tuple[str, Settings,
     settings = Settings(home=tmp_path / "home",
                         github=GitHubSettings(webhook_secret=SecretStr(SECRET), trusted_label=LABEL),
                         dispatch=DispatchSettings(suite_path=str(checkout / "kernels")))
-    engine = open_store(settings.database_url)
+    engine = open_migrated(settings.database_url)
     with session_scope(engine) as session:   # an agent with an online device of the class
         device_class = DeviceClass(name=CLASS, kind="cpu", targets=["llvm-cpu:x86_64"], runtime="iree",
                                    hal_driver="local-sync")
@@ -185,7 +186,7 @@ def test_unsigned_and_wrongly_signed_deliveries_are_refused_and_queue_nothing(
 
 def test_no_secret_configured_refuses_every_delivery(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path / "home")
-    engine = open_store(settings.database_url)
+    engine = open_migrated(settings.database_url)
     with live_server(create_app(settings, engine)) as url:
         answer = deliver(url, "push", {"ref": "refs/heads/main"}, secret="")
         assert answer.status_code == 401 and "BENCHFARM_GITHUB__WEBHOOK_SECRET" in answer.text

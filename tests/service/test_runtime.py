@@ -15,7 +15,7 @@ from pipeline.loops import Loop
 from pipeline.service import runtime
 from pipeline.service.app import create_app
 from tests.helpers.live_server import live_server
-from tests.helpers.stores import database_url, engine  # noqa: F401  (fixtures)
+from tests.helpers.stores import database_url, engine, store_url  # noqa: F401  (fixtures)
 
 EVERY_LOOP = {"dispatch-reaper", "webhook-worker", "reporter", "verdict-warmer", "alerter", "nightly", "bisector",
               "dispatch-builder"}

@@ -12,7 +12,7 @@ from pipeline.service.app import create_app
 from pipeline.store.db import session_scope
 from tests.helpers import factories as f
 from tests.helpers.live_server import live_server
-from tests.helpers.stores import database_url, engine, seeded  # noqa: F401  (fixtures: SQLite and PostgreSQL)
+from tests.helpers.stores import database_url, engine, seeded, store_url  # noqa: F401  (fixtures: SQLite and PostgreSQL)
 from tests.store.test_counters import BASE_COUNTS, _with
 
 

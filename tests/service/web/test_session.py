@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,14 +16,16 @@ from typing import Any
 
 import pytest
 import requests
+from itsdangerous import TimestampSigner
 from sqlalchemy import Engine
 
 from pipeline.config import Settings
 from pipeline.service import users
 from pipeline.service.app import create_app
 from pipeline.service.web.session import COOKIE
-from pipeline.store.db import open_store, session_scope
+from pipeline.store.db import session_scope
 from tests.helpers.live_server import live_server
+from tests.helpers.stores import open_migrated
 
 PASSWORD = "correct horse battery"
 
@@ -32,7 +33,7 @@ PASSWORD = "correct horse battery"
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Engine]:
     """A store with one password user, ada."""
-    engine = open_store(f"sqlite:///{(tmp_path / 'store.db').as_posix()}")
+    engine = open_migrated(f"sqlite:///{(tmp_path / 'store.db').as_posix()}")
     with session_scope(engine) as s:
         users.create_user(s, name="ada", password=PASSWORD)
     yield engine
@@ -131,13 +132,25 @@ def test_tampered_and_foreign_cookies_are_empty_sessions(store: Engine, tmp_path
         assert _as_replayed(url, keyless) is None
 
 
+class _SignedEarlier(TimestampSigner):
+    """Signs as the service did `hours` ago: the cookie's timestamp is its issue time (no waiting)."""
+
+    def __init__(self, key: str, hours: float) -> None:
+        super().__init__(key)
+        self.hours = hours
+
+    def get_timestamp(self) -> int:
+        return super().get_timestamp() - round(self.hours * 3600)
+
+
 def test_an_expired_cookie_is_an_empty_session(store: Engine, tmp_path: Path) -> None:
-    with _serving(store, tmp_path, secret_key="one", session_hours=2 / 3600) as url:
+    with _serving(store, tmp_path, secret_key="one", session_hours=1) as url:
         browser, _ = _sign_in(url)
-        cookie = browser.cookies[COOKIE]
-        page = requests.get(f"{url}/", cookies={COOKIE: cookie}, timeout=30)
+        payload = browser.cookies[COOKIE].rsplit(".", 2)[0]
+        younger = _SignedEarlier("one", 0.9).sign(payload).decode()   # the session, as issued 54 minutes ago
+        page = requests.get(f"{url}/", cookies={COOKIE: younger}, timeout=30)
         assert _signed_in_as(page.text) == "ada"
-        time.sleep(4.1)   # Max-Age=2; the signature's timestamp has whole seconds
+        cookie = _SignedEarlier("one", 1.1).sign(payload).decode()    # 66 minutes ago: past its hour
         assert _as_replayed(url, cookie) is None
         stale = requests.post(f"{url}/logout", data={"csrf": _csrf(page.text)}, cookies={COOKIE: cookie},
                               timeout=30, allow_redirects=False)

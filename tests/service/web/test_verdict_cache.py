@@ -23,7 +23,7 @@ from pipeline.store.compare import ComparisonOut
 from pipeline.store.db import session_scope
 from pipeline.store.models import Job, Run
 from tests.helpers import factories as f
-from tests.helpers.stores import blank_engine, database_url, engine, seeded  # noqa: F401  (fixtures)
+from tests.helpers.stores import blank_engine, database_url, engine, seeded, store_url  # noqa: F401  (fixtures)
 
 
 def _table(store: Engine, settings: Settings, head: str | int = 3) -> ComparisonOut:
