@@ -39,8 +39,6 @@ from pipeline.store import code
 from pipeline.store.analysis import analyze_after_ingest, learn_paired_noise
 from pipeline.store.history import extend_generations, update_generations
 from pipeline.store.models import (
-    JOB_STATUSES,
-    RUN_KINDS,
     Agent,
     Bundle,
     Case,
@@ -59,6 +57,7 @@ from pipeline.store.models import (
     Series,
     utcnow,
 )
+from pipeline.store.states import JOB_STATUSES, RUN_KINDS
 
 
 class IngestError(ValueError):

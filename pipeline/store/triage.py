@@ -1,6 +1,6 @@
 """Triage of change points, after Dana: who moved which change point to which state, when, and why.
 
-States (`models.TRIAGE_STATES`): needs triage (new), noisy (not a real change), confirmed (real;
+States (`states.TRIAGE_STATES`): needs triage (new), noisy (not a real change), confirmed (real;
 a bug link is required), intended (real and wanted: it rebases the series, see `analysis`),
 assigned (someone works on it; the assignee is required), fixed. Allowed moves (`TRANSITIONS`)::
 
@@ -23,7 +23,8 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy.orm import Session
 
-from pipeline.store.models import TRIAGE_STATES, ChangePoint, TriageEvent, utcnow
+from pipeline.store.models import ChangePoint, TriageEvent, utcnow
+from pipeline.store.states import TRIAGE_STATES
 
 __all__ = ["TRANSITIONS", "TriageError", "TriageEventOut", "event_out", "events", "triage"]
 
@@ -36,7 +37,7 @@ TRANSITIONS: dict[str, tuple[str, ...]] = {
     "fixed": ("needs triage", "confirmed"),
 }
 if set(TRANSITIONS) != set(TRIAGE_STATES):
-    raise RuntimeError("triage.TRANSITIONS must name every state of models.TRIAGE_STATES")
+    raise RuntimeError("triage.TRANSITIONS must name every state of states.TRIAGE_STATES")
 
 
 class TriageError(ValueError):
