@@ -16,7 +16,6 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from pipeline import dispatch
 from pipeline.agents.check_cache import CheckCache
 from pipeline.agents.counters import CounterCache
 from pipeline.agents.devices import LocalDevice, discover_local_devices, plan_targets
@@ -36,7 +35,7 @@ from pipeline.build.suite_loader import (
 from pipeline.config import Settings
 from pipeline.contracts.ids import CaseId, Target, selects_case
 from pipeline.progress import ProgressFn
-from pipeline.store import ingest
+from pipeline.store import ingest, queue
 from pipeline.store.compare import ComparisonOut, choose_base, compare, decision_rule, only_cases
 from pipeline.store.compile_stats import CompileComparisonOut, compare_compile
 from pipeline.store.db import session_scope
@@ -179,7 +178,7 @@ def run_pipeline(
     elsewhere = _cases_for_other_targets(location, sha, chosen, cases)
 
     with session_scope(engine) as session:
-        reaped = dispatch.reap_orphaned_local_jobs(session)
+        reaped = queue.reap_orphaned_local_jobs(session)
         if reaped:
             log.warning("failed %d job(s) left unfinished by benchfarm processes that are gone", len(reaped))
         repository = ingest.upsert_repository(session, name=repo)
@@ -192,7 +191,7 @@ def run_pipeline(
         kind = "local" if on_first_parent_line(location, sha) else "adhoc"
         run = ingest.create_run(
             session, repository=repository, commit_sha=sha, kind=kind,
-            device_classes=[d.device_class.name for d in devices], owner=dispatch.local_owner(),
+            device_classes=[d.device_class.name for d in devices], owner=queue.local_owner(),
         )
         run_id = run.id
         jobs = {job.device_class.name: job.id for job in run.jobs}

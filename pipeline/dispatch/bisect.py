@@ -32,7 +32,6 @@ from pipeline.store import ingest
 from pipeline.store.compare import CompareError, compare
 from pipeline.store.db import session_scope
 from pipeline.store.models import (
-    ACTIVE_BISECTION_STATES,
     Bisection,
     BisectionStep,
     BuildRequest,
@@ -48,6 +47,7 @@ from pipeline.store.models import (
     TriageEvent,
     utcnow,
 )
+from pipeline.store.states import ACTIVE_BISECTION_STATES
 
 __all__ = [
     "WHO",

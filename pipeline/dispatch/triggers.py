@@ -30,8 +30,7 @@ from sqlalchemy.orm import Session
 from pipeline.config import Settings
 from pipeline.loops import Loop
 from pipeline.progress import ProgressLines
-from pipeline import dispatch
-from pipeline.store import commit_refs, ingest
+from pipeline.store import commit_refs, ingest, queue
 from pipeline.store.db import session_scope
 from pipeline.store.models import (
     BuildRequest,
@@ -169,9 +168,9 @@ class Reaper(Loop):
 
     def step(self) -> bool:
         with session_scope(self.engine) as session:
-            for job_id, status in dispatch.requeue_expired(session):
+            for job_id, status in queue.requeue_expired(session):
                 log.warning("job %s: lease expired, now %s", job_id, status)
-            for name in dispatch.mark_silent_agents_offline(session, silent_s=self.settings.dispatch.agent_offline_s):
+            for name in queue.mark_silent_agents_offline(session, silent_s=self.settings.dispatch.agent_offline_s):
                 log.warning("agent %s: no heartbeat for %.0f s, offline", name, self.settings.dispatch.agent_offline_s)
             for build_id, run_id in requeue_silent_builds(session, silent_s=self.settings.dispatch.lease_s):
                 log.warning("build %s of run %s: its builder was silent for %.0f s, queued again", build_id, run_id,
@@ -210,7 +209,7 @@ class Builder(Loop):
                 .where(BuildRequest.status == "pending").order_by(BuildRequest.created_at).limit(1)).first()
             if row is None:
                 return None
-            won = dispatch.rowcount(session.execute(
+            won = queue.rowcount(session.execute(
                 sa.update(BuildRequest).where(BuildRequest.id == row[0], BuildRequest.status == "pending")
                 .values(status="building", started_at=utcnow(), heartbeat_at=utcnow())))
             return (row[0], row[1], row[2], list(row[3]), row[4]) if won == 1 else None

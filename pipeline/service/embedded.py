@@ -23,12 +23,12 @@ import uvicorn
 from pydantic import SecretStr
 from sqlalchemy.engine import Engine
 
-from pipeline import dispatch
 from pipeline.agents.agent import DeviceAgent
 from pipeline.config import Settings
 from pipeline.dispatch import triggers
 from pipeline.service import auth, runtime
 from pipeline.service.app import create_app, freeze_startup_heap
+from pipeline.store import queue
 from pipeline.store.db import open_store, session_scope, shown_url
 from pipeline.store.models import Agent, ApiToken
 
@@ -102,7 +102,7 @@ def _internal_token(engine: Engine) -> tuple[str, str]:
     with session_scope(engine) as session:
         session.execute(sa.delete(ApiToken).where(ApiToken.name.startswith(_EMBEDDED_TOKEN_PREFIX)))
         token = auth.create_token(session, name=name, scopes=["agent"])
-        dispatch.set_agent_gone(session, name=EMBEDDED_AGENT, token_name=name, reason=STOPPED_REASON)
+        queue.set_agent_gone(session, name=EMBEDDED_AGENT, token_name=name, reason=STOPPED_REASON)
     return name, token
 
 
@@ -234,7 +234,7 @@ def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_s
             agent.stop.set()
         with session_scope(engine) as session:
             session.execute(sa.delete(ApiToken).where(ApiToken.name.startswith(_EMBEDDED_TOKEN_PREFIX)))
-            cancelled = dispatch.set_agent_gone(session, name=EMBEDDED_AGENT, reason=STOPPED_REASON) if agent else []
+            cancelled = queue.set_agent_gone(session, name=EMBEDDED_AGENT, reason=STOPPED_REASON) if agent else []
         for job_id in cancelled:
             log.warning("job %s cancelled (it was running when benchfarm up stopped)", job_id)
         status = INTERRUPTED_EXIT if cancelled else 0

@@ -4,6 +4,10 @@ SQLite (the embedded one-machine mode) and PostgreSQL (a farm) are both first-cl
 - SQLite: the parent folder is created, foreign keys are enforced, WAL journal (readers do not
   block the writer), and a busy timeout so concurrent writers wait instead of failing at once;
 - PostgreSQL through psycopg 3: `postgresql://` URLs are mapped to `postgresql+psycopg://`.
+
+The store has one door (the import-linter contract in pyproject.toml): outside `pipeline.store`, an
+`Engine` and the `Session` that `session_scope` yields are handles passed to the store's query and
+command functions, typed with the names this module exports; nothing outside runs SQL on them.
 """
 
 from __future__ import annotations
@@ -17,7 +21,11 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
+
+__all__ = ["UNAVAILABLE", "Engine", "MigrationError", "Session", "StoreError", "database", "make_engine", "migrate",
+           "open_store", "session_scope", "shown_url"]
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -140,6 +148,24 @@ def open_store(url: str | URL) -> Engine:
     engine = make_engine(url)
     migrate(engine)
     return engine
+
+
+StoreError = DBAPIError
+"""What the store raises when the database refuses or fails a statement (the driver's error in `.orig`)."""
+UNAVAILABLE: tuple[type[StoreError], ...] = (OperationalError, InterfaceError)
+"""The errors of a store that did not answer (PostgreSQL restarting, a connection cut: psycopg's "the
+connection is closed" is an InterfaceError; SQLite locked) or gave up (a deadlock): worth a retry."""
+
+
+def database(session: Session) -> str:
+    """The backend behind the session ("sqlite", "postgresql"), after a round trip to it (health checks)."""
+    session.execute(text("SELECT 1"))
+    return session.get_bind().dialect.name
+
+
+def session_url(session: Session) -> str:
+    """The URL of the database behind the session, password included: a key, never shown (`shown_url`)."""
+    return str(session.get_bind().engine.url)
 
 
 @contextmanager

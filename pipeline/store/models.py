@@ -329,7 +329,7 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
-    # The dispatcher (`pipeline.dispatch`): a queued job is claimable once it has a bundle.
+    # The job queue (`store.queue`): a queued job is claimable once it has a bundle.
     base_bundle_digest: Mapped[str | None] = mapped_column(sa.String(64))
     """Paired jobs: the base commit's bundle, run interleaved with `bundle_digest`."""
     cases: Mapped[str | None] = mapped_column(sa.String(400))
@@ -348,7 +348,7 @@ class Job(Base):
     owner: Mapped[str | None] = mapped_column(sa.String(300))
     """The local process that runs the job without a lease (`benchfarm run`): `host:pid:start` (the
     process's start time, so that a pid used again is not taken for it); None for jobs of agents,
-    which hold leases. `dispatch.reap_orphaned_local_jobs` fails an unfinished job whose owner is gone."""
+    which hold leases. `queue.reap_orphaned_local_jobs` fails an unfinished job whose owner is gone."""
 
     run: Mapped[Run] = relationship(back_populates="jobs")
     device_class: Mapped[DeviceClassRow] = relationship()
