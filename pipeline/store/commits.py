@@ -9,10 +9,11 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from pipeline.store.history import HISTORY_ORDER
+from pipeline.store.history import HISTORY_ORDER, default_branch_head
 from pipeline.store.models import Commit, Repository
 
-__all__ = ["CommitDescription", "default_branch", "describe_commits", "pull_request_head", "repositories"]
+__all__ = ["CommitDescription", "default_branch", "default_branch_head_of", "describe_commits", "pull_request_head",
+           "repositories"]
 
 
 @dataclass(frozen=True)
@@ -57,3 +58,17 @@ def pull_request_head(session: Session, repository: str, number: int) -> str | N
         sa.select(Commit.sha).join(Repository, Commit.repository_id == Repository.id)
         .where(Repository.name == repository, Commit.pull_request == number)
         .order_by(*(column.desc() for column in HISTORY_ORDER)).limit(1))
+
+
+def default_branch_head_of(session: Session, repository: str | None) -> tuple[str, str] | None:
+    """(repository, sha) of the default-branch head (`history.default_branch_head`) of the repository,
+    or of the first recorded one when None; None when there is no such repository or head."""
+    query = sa.select(Repository.id, Repository.name)
+    found = session.execute(query.where(Repository.name == repository) if repository is not None
+                            else query.order_by(Repository.id).limit(1)).first()
+    head = default_branch_head(session, found.id) if found is not None else None
+    if found is None or head is None:
+        return None
+    sha = session.scalar(sa.select(Commit.sha).where(Commit.id == head))
+    assert sha is not None   # the head is a stored commit
+    return found.name, sha

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import CursorResult, Engine, Result, create_engine, event, text
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
@@ -155,6 +155,11 @@ StoreError = DBAPIError
 UNAVAILABLE: tuple[type[StoreError], ...] = (OperationalError, InterfaceError)
 """The errors of a store that did not answer (PostgreSQL restarting, a connection cut: psycopg's "the
 connection is closed" is an InterfaceError; SQLite locked) or gave up (a deadlock): worth a retry."""
+
+
+def rowcount(result: Result[Any]) -> int:
+    """Rows an UPDATE matched (a compare-and-set's outcome)."""
+    return int(cast("CursorResult[Any]", result).rowcount)
 
 
 def database(session: Session) -> str:

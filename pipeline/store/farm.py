@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import sqlalchemy as sa
+from pydantic import ConfigDict
 from sqlalchemy.orm import Session
 
 from pipeline.contracts.ids import CaseId
@@ -20,21 +21,19 @@ from pipeline.store.models import (
     Job,
     Series,
 )
-from pipeline.store.queue import JobRow
+from pipeline.store.queue import DeviceOut, JobRow
 from pipeline.store.states import JOB_STATUSES
 
 RUNNING_LIMIT = 1000
 """Running jobs read for the devices page: more than a farm has devices."""
 
 
-@dataclass(frozen=True)
-class DeviceView:
-    uid: str
-    device_class: str
-    name: str
+class DeviceView(DeviceOut):
+    """A device as the devices page shows it: the API's `DeviceOut`, with its host and its job."""
+
+    model_config = ConfigDict(frozen=True)
+
     host: str
-    online: bool
-    last_seen: datetime
     job: JobRow | None
     """the job running on it now"""
 
@@ -83,7 +82,8 @@ def farm(session: Session) -> FarmView:
             sa.select(Device, DeviceClassRow.name).join(DeviceClassRow, Device.device_class_id == DeviceClassRow.id)
             .where(Device.agent_id.is_not(None)).order_by(Device.uid)):
         devices.setdefault(device.agent_id or 0, []).append(DeviceView(
-            device.uid, class_name, device.name, device.host, device.online, device.last_seen, by_uid.get(device.uid)))
+            uid=device.uid, device_class=class_name, name=device.name, host=device.host, online=device.online,
+            last_seen=device.last_seen, job=by_uid.get(device.uid)))
     agents = [AgentView(a.name, a.host, a.version, a.state, a.registered_at, a.last_heartbeat, devices.get(a.id, []),
                         [j for j in running if j.agent == a.name])
               for a in session.scalars(sa.select(Agent).order_by(Agent.state.desc(), Agent.name))]
@@ -217,3 +217,10 @@ def cases_example(session: Session, device_class: str | None) -> str:
             DeviceClassRow.name == device_class)
     found = session.execute(query).first()
     return f"{found.family}/*/{found.dtype}/*" if found else FALLBACK_CASES_EXAMPLE
+
+
+def online_device_classes(session: Session) -> list[str]:
+    """The device classes with a device online now, by name."""
+    return sorted(set(session.scalars(
+        sa.select(DeviceClassRow.name).join(Device, Device.device_class_id == DeviceClassRow.id)
+        .where(Device.online.is_(True)))))

@@ -107,8 +107,10 @@ def _commit(session: Session, repository: Repository, sha: str, field: str = "co
 # --- repositories and commits ----------------------------------------------------------------
 
 
-def upsert_repository(session: Session, *, name: str, url: str | None = None) -> Repository:
-    """The repository called `name`, created when missing; a given url replaces the stored one."""
+def upsert_repository(session: Session, *, name: str, url: str | None = None,
+                      default_branch: str | None = None) -> Repository:
+    """The repository called `name`, created when missing; a given url or default branch replaces
+    the stored one."""
     if not name:
         raise IngestError("repository: empty name")
     repo = session.scalar(sa.select(Repository).where(Repository.name == name))
@@ -118,6 +120,8 @@ def upsert_repository(session: Session, *, name: str, url: str | None = None) ->
         session.flush()
     elif url is not None and repo.url != url:
         repo.url = url
+    if default_branch is not None:
+        repo.default_branch = default_branch
     return repo
 
 

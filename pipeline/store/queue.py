@@ -25,7 +25,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
 
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field
@@ -33,6 +32,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.contracts import DeviceClass, DeviceInfo
 from pipeline.store import ingest
+from pipeline.store.db import rowcount
 from pipeline.store.models import (
     Agent,
     BuildRequest,
@@ -56,6 +56,7 @@ __all__ = [
     "JobHolding",
     "JobRow",
     "LeaseLost",
+    "agent_online",
     "agent_token",
     "bundle_path",
     "claim_job",
@@ -133,11 +134,6 @@ class JobRow(BaseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
-
-
-def rowcount(result: sa.Result[Any]) -> int:
-    """Rows an UPDATE matched (a compare-and-set's outcome)."""
-    return int(cast("sa.CursorResult[Any]", result).rowcount)
 
 
 def _agent(session: Session, name: str) -> Agent:
@@ -542,6 +538,8 @@ def list_jobs(session: Session, *, status: str | None = None, run_id: str | None
 
 
 class DeviceOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     uid: str
     device_class: str
     name: str
@@ -550,6 +548,8 @@ class DeviceOut(BaseModel):
 
 
 class AgentOut(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     name: str
     host: str
     version: str
@@ -575,6 +575,12 @@ def list_agents(session: Session) -> list[AgentOut]:
 def agent_token(session: Session, name: str) -> str | None:
     """The name of the token the agent registered with; None for an agent the queue does not know."""
     return session.scalar(sa.select(Agent.token_name).where(Agent.name == name))
+
+
+def agent_online(session: Session, name: str, *, token_name: str) -> bool:
+    """Whether the agent is online, registered with that token (this process's, not a dead one's)."""
+    return session.scalar(sa.select(Agent.id).where(Agent.name == name, Agent.state == "online",
+                                                    Agent.token_name == token_name)) is not None
 
 
 @dataclass(frozen=True)

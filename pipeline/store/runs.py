@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 from pipeline.contracts.ids import CaseId
 from pipeline.store.models import Case, CaseResultRow, Commit, DeviceClassRow, Job, Repository, Run
 
-__all__ = ["SHORT_ID_MIN", "EndedJob", "ended_jobs", "first_done_of_newest_runs", "ids_starting_with",
-           "last_finished_jobs", "result_classes_of_runs", "run_case_ids"]
+__all__ = ["SHORT_ID_MIN", "EndedJob", "commit_device_classes", "ended_jobs", "first_done_of_newest_runs", "ids_starting_with",
+           "last_finished_jobs", "result_classes_of_runs", "run_case_ids", "run_outcome"]
 
 SHORT_ID_MIN = 4
 """Shortest id prefix a page accepts for a run or a job (pages show their first 12 characters)."""
@@ -44,6 +44,21 @@ def ids_starting_with(session: Session, kind: Literal["run", "job"], text: str) 
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return list(session.scalars(sa.select(model.id).where(model.id.like(escaped + "%", escape="\\"))
                                 .order_by(model.id).limit(2)))
+
+
+def run_outcome(session: Session, run_id: str) -> tuple[str, str | None] | None:
+    """(status, error) of the run; None for a run the store does not have."""
+    run = session.get(Run, run_id)
+    return (run.status, run.error) if run is not None else None
+
+
+def commit_device_classes(session: Session, *, repository: str, sha: str) -> list[str]:
+    """The device classes that ran jobs for the commit, by name."""
+    return list(session.scalars(
+        sa.select(DeviceClassRow.name).distinct()
+        .join(Job, Job.device_class_id == DeviceClassRow.id).join(Run, Job.run_id == Run.id)
+        .join(Commit, Run.commit_id == Commit.id).join(Repository, Commit.repository_id == Repository.id)
+        .where(Repository.name == repository, Commit.sha == sha).order_by(DeviceClassRow.name)))
 
 
 def result_classes_of_runs(session: Session, run_ids: list[str]) -> dict[str, list[str]]:

@@ -16,7 +16,7 @@ from pipeline.store.compare import CONTROL_IMPL
 from pipeline.store.models import Case, Commit, DeviceClassRow, Measurement, Series
 
 __all__ = ["commit_samples", "control_series", "dashboard_options", "device_class_names", "device_class_targets",
-           "latency_series_ids"]
+           "latency_series_ids", "registered_targets", "set_series_settings"]
 
 
 def latency_series_ids(session: Session, device_classes: Sequence[str],
@@ -79,6 +79,23 @@ def device_class_targets(session: Session, name: str) -> list[str]:
     return list(session.scalar(sa.select(DeviceClassRow.targets).where(DeviceClassRow.name == name)) or [])
 
 
+def registered_targets(session: Session, names: Sequence[str]) -> dict[str, list[str]]:
+    """device class -> its targets, for those of `names` the store has registered."""
+    return {name: list(targets) for name, targets in session.execute(
+        sa.select(DeviceClassRow.name, DeviceClassRow.targets).where(DeviceClassRow.name.in_(list(names))))}
+
+
 def device_class_names(session: Session) -> list[str]:
     """Every registered device class's name, sorted."""
     return list(session.scalars(sa.select(DeviceClassRow.name).order_by(DeviceClassRow.name)))
+
+
+def set_series_settings(session: Session, series_id: int, *, min_magnitude: float | None,
+                        lower_is_better: bool | None) -> bool:
+    """Store a series' minimum magnitude and direction (None: the default); False: no such series."""
+    row = session.get(Series, series_id)
+    if row is None:
+        return False
+    row.min_magnitude, row.lower_is_better = min_magnitude, lower_is_better
+    session.flush()
+    return True

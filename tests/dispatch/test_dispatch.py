@@ -194,7 +194,7 @@ def test_concurrent_claims_take_each_job_exactly_once(seeded: Engine) -> None:
 def test_a_build_whose_builder_went_silent_is_queued_again(seeded: Engine) -> None:
     """`requeue_silent_builds`: a build whose heartbeat (or, from before heartbeats, whose start) is
     older than the lease goes back to pending; one renewed within it, and finished ones, stay."""
-    from pipeline.dispatch.triggers import requeue_silent_builds
+    from pipeline.store.builds import requeue_silent_builds
     from pipeline.store.models import BuildRequest
 
     now = utcnow()

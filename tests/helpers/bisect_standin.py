@@ -15,8 +15,8 @@ from sqlalchemy import Engine
 
 from pipeline.config import Settings
 from pipeline.contracts import DeviceClass, DeviceInfo
-from pipeline.dispatch import bisect, triggers
-from pipeline.store import ingest, queue
+from pipeline.dispatch import bisect
+from pipeline.store import builds, ingest, queue
 from pipeline.store.db import session_scope
 from pipeline.store.models import Bisection, BuildRequest, Run
 from tests.helpers import factories as f
@@ -50,9 +50,9 @@ class StandInFarm:
             for build in s.scalars(sa.select(BuildRequest).where(BuildRequest.status == "pending")).all():
                 sha = s.get(Run, build.run_id).commit.sha  # type: ignore[union-attr]
                 if sha in self.unbuildable:
-                    triggers.fail_build(s, build_id=build.id, error=f"build failed: {sha[:10]}: iree-compile: error")
+                    builds.fail_build(s, build_id=build.id, error=f"build failed: {sha[:10]}: iree-compile: error")
                 else:
-                    triggers.finish_build(s, build_id=build.id, digest=self.digest, base_digest=self.digest)
+                    builds.finish_build(s, build_id=build.id, digest=self.digest, base_digest=self.digest)
         while True:
             with session_scope(self.engine) as s:
                 claimed = queue.claim_job(s, agent_name=self.agent, devices=[(self.uid, self.device_class)],

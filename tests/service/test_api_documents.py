@@ -42,6 +42,7 @@ PRODUCERS: dict[tuple[str, str], Callable[..., Any]] = {
     ("GET", "/dashboard"): queries.dashboard,
     ("GET", "/bisections"): bisect_views.list_bisections,
     ("GET", "/bisections/{bisection_id}"): bisect_views.get_bisection,
+    ("GET", "/agents"): queue.list_agents,
     ("GET", "/jobs"): queue.list_jobs,
     ("GET", "/jobs/{job_id}"): queue.get_job,
     ("GET", "/jobs/{job_id}/results"): queries.job_results,

@@ -221,8 +221,8 @@ def add_farm(engine: Engine, demo: Demo) -> DemoFarm:
     running an ad-hoc job of the newest commit; `cpu-box` offline; a run waiting for its build; a
     failed job whose error holds HTML (shown as text)."""
     from pipeline.contracts import DeviceInfo
-    from pipeline.store import queue
     from pipeline.dispatch import triggers
+    from pipeline.store import builds, queue
     from pipeline.store.models import Agent
 
     gpu, cpu = demo.device_classes[0], demo.device_classes[-1]
@@ -240,7 +240,7 @@ def add_farm(engine: Engine, demo: Demo) -> DemoFarm:
         s.execute(sa.update(Agent).where(Agent.name == "cpu-box").values(state="offline"))
         running = triggers.queue_run(s, repository=REPO, commit_sha=newest, device_classes=[gpu], cases="gemm/*",
                                      max_attempts=3)
-        triggers.finish_build(s, build_id=_build_id(s, running.run_id), digest=_bundle_digest(s))
+        builds.finish_build(s, build_id=_build_id(s, running.run_id), digest=_bundle_digest(s))
         claimed = queue.claim_job(s, agent_name="gpu-box-1", devices=[("GPU-0a2f-0000", gpu)], lease_s=600)
         assert claimed is not None
         farm.running_job = claimed.job_id
@@ -249,7 +249,7 @@ def add_farm(engine: Engine, demo: Demo) -> DemoFarm:
         farm.waiting_job = waiting.job_ids[cpu]
         failed = triggers.queue_run(s, repository=REPO, commit_sha=main_sha(demo.commits - 2), device_classes=[gpu],
                                     cases=None, max_attempts=1)
-        triggers.finish_build(s, build_id=_build_id(s, failed.run_id), digest=_bundle_digest(s))
+        builds.finish_build(s, build_id=_build_id(s, failed.run_id), digest=_bundle_digest(s))
         job = queue.claim_job(s, agent_name="gpu-box-1", devices=[("GPU-1a2f-0000", gpu)], lease_s=600)
         assert job is not None
         queue.fail_job(s, job_id=job.job_id, agent_name="gpu-box-1", reason=EVIL_ERROR)

@@ -20,7 +20,7 @@ from pipeline.service.api.deps import (
 from pipeline.service.api.schemas import ERROR_RESPONSES, ErrorBody
 from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store.bisect_views import BisectionView, get_bisection, list_bisections
-from pipeline.store.models import BISECTION_STATES
+from pipeline.store.states import BISECTION_STATES
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["bisections"])
 UserDep = Annotated[Principal, require_scope("user")]
