@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pipeline.config import Settings
 from pipeline.loops import Loop
 from pipeline.progress import ProgressLines
-from pipeline.store import builds, commit_refs, commits, ingest, queue, series
+from pipeline.store import builds, commit_refs, commits, ingest, queue, runs, series
 from pipeline.store.db import Engine, Session, session_scope
 
 log = logging.getLogger(__name__)
@@ -114,9 +114,8 @@ def queue_run(
     if unknown:
         raise TriggerError(f"device_classes: no agent has registered {', '.join(unknown)}")
     targets = {t for listed in registered.values() for t in listed} | set(extra_targets)
-    run = builds.queue_run(session, repository=repository, commit_sha=commit_sha, kind=kind,
-                           device_classes=device_classes, cases=cases, max_attempts=max_attempts,
-                           created_at=created_at)
+    run = runs.queue_run(session, repository=repository, commit_sha=commit_sha, kind=kind,
+                         device_classes=device_classes, cases=cases, max_attempts=max_attempts, created_at=created_at)
     digest = find_bundle(builds.bundles_of(session, repository=repository, sha=commit_sha) or [], targets)
     base_digest = None
     if base_sha is not None:

@@ -1,5 +1,5 @@
-"""Runs queued for the dispatcher and the builds they wait for (`BuildRequest`), as stored: a run's
-jobs get a bundle at once when one covers their targets, else a build request waits for a builder,
+"""The builds queued runs wait for (`BuildRequest`), as stored: a run's jobs get a bundle at once
+when one covers their targets (`give_bundles`), else a build request waits for a builder,
 which takes it (one compare-and-set: several builders may share a store), renews its heartbeat,
 and hands the bundle to the jobs or fails them. Which bundle covers which targets is the
 dispatcher's (`pipeline.dispatch.triggers` reads the manifests). Nothing here commits."""
@@ -17,30 +17,8 @@ from pipeline.store import ingest
 from pipeline.store.db import rowcount
 from pipeline.store.models import BuildRequest, Bundle, Commit, Job, Repository, Run, utcnow
 
-__all__ = ["PendingBuild", "QueuedRun", "beat", "bundles_of", "fail_build", "finish_build", "give_bundles",
-           "nightly_queued_since", "queue_run", "release", "request_build", "requeue_silent_builds", "take_pending"]
-
-
-@dataclass(frozen=True)
-class QueuedRun:
-    run_id: str
-    job_ids: dict[str, str]
-    """device class -> the run's job on it"""
-
-
-def queue_run(session: Session, *, repository: str, commit_sha: str, kind: str, device_classes: Sequence[str],
-              cases: str | None, max_attempts: int, created_at: datetime | None = None) -> QueuedRun:
-    """A queued run of a recorded commit with one job per device class, each running `cases` (a
-    glob; None: every case) in at most `max_attempts` claims, waiting for its bundle
-    (`give_bundles` or `request_build`). `created_at`: when it was queued, by the caller's clock (now)."""
-    run = ingest.create_run(session, repository=repository, commit_sha=commit_sha, kind=kind,
-                            device_classes=list(device_classes))
-    if created_at is not None:
-        run.created_at = created_at
-    for job in run.jobs:
-        job.cases, job.max_attempts = cases, max_attempts
-    session.flush()
-    return QueuedRun(run.id, {j.device_class.name: j.id for j in run.jobs})
+__all__ = ["PendingBuild", "beat", "bundles_of", "fail_build", "finish_build", "give_bundles", "nightly_queued_since",
+           "release", "request_build", "requeue_silent_builds", "take_pending"]
 
 
 def bundles_of(session: Session, *, repository: str, sha: str) -> list[tuple[str, str]] | None:

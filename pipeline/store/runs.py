@@ -3,6 +3,7 @@ which device classes each run stored results on, and the jobs that ended (what t
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -11,10 +12,11 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipeline.contracts.ids import CaseId
+from pipeline.store import ingest
 from pipeline.store.models import Case, CaseResultRow, Commit, DeviceClassRow, Job, Repository, Run
 
-__all__ = ["SHORT_ID_MIN", "EndedJob", "commit_device_classes", "ended_jobs", "first_done_of_newest_runs", "ids_starting_with",
-           "last_finished_jobs", "result_classes_of_runs", "run_case_ids", "run_outcome"]
+__all__ = ["SHORT_ID_MIN", "EndedJob", "QueuedRun", "commit_device_classes", "ended_jobs", "fail_unfinished", "first_done_of_newest_runs", "ids_starting_with",
+           "last_finished_jobs", "queue_run", "result_classes_of_runs", "run_case_ids", "run_outcome"]
 
 SHORT_ID_MIN = 4
 """Shortest id prefix a page accepts for a run or a job (pages show their first 12 characters)."""
@@ -44,6 +46,40 @@ def ids_starting_with(session: Session, kind: Literal["run", "job"], text: str) 
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return list(session.scalars(sa.select(model.id).where(model.id.like(escaped + "%", escape="\\"))
                                 .order_by(model.id).limit(2)))
+
+
+@dataclass(frozen=True)
+class QueuedRun:
+    run_id: str
+    job_ids: dict[str, str]
+    """device class -> the run's job on it"""
+
+
+def queue_run(session: Session, *, repository: str, commit_sha: str, kind: str, device_classes: Sequence[str],
+              cases: str | None = None, max_attempts: int | None = None, owner: str | None = None,
+              created_at: datetime | None = None) -> QueuedRun:
+    """A queued run of a recorded commit with one queued job per device class (`ingest.create_run`),
+    each running `cases` (a glob; None: every case) in at most `max_attempts` claims (None: the
+    store's default). `owner`: the local process that runs the jobs itself (`Job.owner`); `created_at`:
+    when it was queued, by the caller's clock (default now)."""
+    run = ingest.create_run(session, repository=repository, commit_sha=commit_sha, kind=kind,
+                            device_classes=list(device_classes), owner=owner)
+    if created_at is not None:
+        run.created_at = created_at
+    for job in run.jobs:
+        job.cases = cases
+        if max_attempts is not None:
+            job.max_attempts = max_attempts
+    session.flush()
+    return QueuedRun(run.id, {j.device_class.name: j.id for j in run.jobs})
+
+
+def fail_unfinished(session: Session, job_ids: Iterable[str], *, error: str) -> None:
+    """Those of the jobs not done or failed yet fail with `error`."""
+    for job_id in job_ids:
+        job = session.get(Job, job_id)
+        if job is not None and job.status not in ("done", "failed"):
+            ingest.set_job_status(session, job_id=job_id, status="failed", error=error)
 
 
 def run_outcome(session: Session, run_id: str) -> tuple[str, str | None] | None:

@@ -55,9 +55,7 @@ def request_bisection(body: BisectRequest, session: SessionDep, settings: Settin
         raise HTTPException(409, str(exc)) from None
     except bisect.BisectError as exc:
         raise HTTPException(422, str(exc)) from None
-    found = get_bisection(session, made.id)
-    assert found is not None
-    return found
+    return made
 
 
 @router.get("/bisections", response_model=list[BisectionView], summary="Bisections, newest first, with their steps")
