@@ -343,7 +343,7 @@ def _finish(session: Session, bisection: BisectionRecord, plan: bisect_search.Pl
     bisection.result = {**bisection.result, "total_change": total, "min_jump": jump, "culprits": culprits,
                         "unresolved": unresolved, "skipped": skipped, "open": open_ranges}
     if outcome == "culprit":
-        bisection.culprit = culprits[0]["sha"]
+        bisection.culprit = str(culprits[0]["sha"])
     bisection.summary = _summary(bisection, outcome, total)
     bisection.state, bisection.finished_at = "done", datetime.now(UTC)
     bisections.note(session, bisection.change_point_id, f"bisection {bisection.id}: {bisection.summary}")

@@ -1,9 +1,10 @@
 """The job queue of the built-in dispatcher: agents, device presence, claims, leases, outcomes.
 
-Functions over a Session returning plain documents (`JobRow`, `ClaimedJob`); nothing here commits
-(the caller owns the transaction, as in `ingest`). A job is *claimable* when it is queued and has a bundle (`bundle_digest`); a claim
-moves it to running under a lease that the claiming agent's heartbeats renew. A lease that
-expires puts the job back in the queue, up to `max_attempts` claims, then fails it with the reason.
+Functions over a Session returning plain documents (`JobRow`, `ClaimedJob`, `AgentOut`); nothing
+here commits (the caller owns the transaction, as in `ingest`). A job is *claimable* when it is
+queued and has a bundle (`bundle_digest`); a claim moves it to running under a lease that the
+claiming agent's heartbeats renew. A lease that expires puts the job back in the queue, up to
+`max_attempts` claims, then fails it with the reason.
 
 Concurrent claims:
 - PostgreSQL: candidates are read with `SELECT ... FOR UPDATE SKIP LOCKED`, so two claims running

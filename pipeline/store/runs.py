@@ -141,4 +141,6 @@ def ended_jobs(session: Session, since: datetime | None, *, limit: int = 50) -> 
              .where(Job.status == "done", Job.finished_at.is_not(None)))
     if since is not None:
         query = query.where(Job.finished_at >= since)
-    return [EndedJob(*row) for row in session.execute(query.order_by(Job.finished_at, Job.id).limit(limit))]
+    rows = session.execute(query.order_by(Job.finished_at, Job.id).limit(limit))
+    return [EndedJob(job_id, at, repository, sha, device_class, run_id)
+            for job_id, at, repository, sha, device_class, run_id in rows if at is not None]
