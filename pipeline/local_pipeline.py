@@ -14,9 +14,6 @@ from collections.abc import Iterable, Sequence, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy.engine import Engine
-
-from pipeline import dispatch
 from pipeline.agents.check_cache import CheckCache
 from pipeline.agents.counters import CounterCache
 from pipeline.agents.devices import LocalDevice, discover_local_devices, plan_targets
@@ -36,11 +33,10 @@ from pipeline.build.suite_loader import (
 from pipeline.config import Settings
 from pipeline.contracts.ids import CaseId, Target, selects_case
 from pipeline.progress import ProgressFn
-from pipeline.store import ingest
+from pipeline.store import ingest, queue, runs
 from pipeline.store.compare import ComparisonOut, choose_base, compare, decision_rule, only_cases
 from pipeline.store.compile_stats import CompileComparisonOut, compare_compile
-from pipeline.store.db import session_scope
-from pipeline.store.models import Job
+from pipeline.store.db import Engine, session_scope
 
 log = logging.getLogger(__name__)
 
@@ -179,23 +175,19 @@ def run_pipeline(
     elsewhere = _cases_for_other_targets(location, sha, chosen, cases)
 
     with session_scope(engine) as session:
-        reaped = dispatch.reap_orphaned_local_jobs(session)
+        reaped = queue.reap_orphaned_local_jobs(session)
         if reaped:
             log.warning("failed %d job(s) left unfinished by benchfarm processes that are gone", len(reaped))
-        repository = ingest.upsert_repository(session, name=repo)
-        ingest.record_commits(session, repository=repository, commits=commit_history(location, sha))
+        ingest.record_commits(session, repository=repo, commits=commit_history(location, sha))
         for device in devices:
             ingest.upsert_device_class(session, device.device_class)
             ingest.upsert_device(session, info=device.info)
         # the checkout's line of history feeds the default-branch history (`history`); a working tree
         # or another branch's commit is an ad-hoc run: compared and browsable, not history
         kind = "local" if on_first_parent_line(location, sha) else "adhoc"
-        run = ingest.create_run(
-            session, repository=repository, commit_sha=sha, kind=kind,
-            device_classes=[d.device_class.name for d in devices], owner=dispatch.local_owner(),
-        )
-        run_id = run.id
-        jobs = {job.device_class.name: job.id for job in run.jobs}
+        run = runs.queue_run(session, repository=repo, commit_sha=sha, kind=kind,
+                             device_classes=[d.device_class.name for d in devices], owner=queue.local_owner())
+        run_id, jobs = run.run_id, run.job_ids
     outcome = PipelineOutcome(run_id=run_id, sha=sha, repository=repo)
     log.info("run %s: %s at %s on %s", run_id, repo, sha[:10], ", ".join(jobs))
     stage = ["waiting for its build"]
@@ -204,13 +196,8 @@ def run_pipeline(
                        jobs=jobs, outcome=outcome, progress=progress, paired=paired, stage=stage, cases=cases)
     except KeyboardInterrupt as interrupt:
         how = str(interrupt) or "Ctrl-C"   # SIGTERM says so (`cli.common.sigterm_as_interrupt`)
-        ended = ("done", "failed")
         with session_scope(engine) as session:
-            for job_id in jobs.values():
-                job = session.get(Job, job_id)
-                if job is not None and job.status not in ended:
-                    ingest.set_job_status(session, job_id=job_id, status="failed",
-                                          error=CANCELLED_REASON.format(how=how, stage=stage[0]))
+            runs.fail_unfinished(session, jobs.values(), error=CANCELLED_REASON.format(how=how, stage=stage[0]))
         raise RunCancelled(f"run {run_id} cancelled; its unfinished jobs are recorded as failed") from None
     with session_scope(engine) as session:
         outcome.compiled = compare_compile(session, repo, head_sha=sha,

@@ -21,32 +21,17 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from datetime import UTC, datetime, timedelta
-
-import sqlalchemy as sa
-from sqlalchemy.engine import Engine
-from sqlalchemy.orm import Session
+from datetime import UTC, datetime
 
 from pipeline.config import Settings
 from pipeline.loops import Loop
 from pipeline.progress import ProgressLines
-from pipeline import dispatch
-from pipeline.store import commit_refs, ingest
-from pipeline.store.db import session_scope
-from pipeline.store.models import (
-    BuildRequest,
-    Bundle,
-    Commit,
-    DeviceClassRow,
-    Job,
-    Repository,
-    Run,
-    utcnow,
-)
+from pipeline.store import builds, commit_refs, commits, ingest, queue, runs, series
+from pipeline.store.db import Engine, Session, session_scope
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Builder", "Nightly", "Reaper", "TriggerError", "TriggerResult", "queue_run", "requeue_silent_builds",
+__all__ = ["Builder", "Nightly", "Reaper", "TriggerError", "TriggerResult", "find_bundle", "queue_run",
            "resolve_commit_for_trigger"]
 
 
@@ -75,11 +60,10 @@ def _manifest_targets(path: str) -> set[str] | None:
     return set(manifest.targets)
 
 
-def find_bundle(session: Session, *, commit_id: int, targets: set[str]) -> str | None:
-    """The newest bundle of the commit whose files the service has and whose entries cover `targets`."""
-    rows = session.execute(sa.select(Bundle.digest, Bundle.path).where(Bundle.commit_id == commit_id)
-                           .order_by(Bundle.created_at.desc(), Bundle.id.desc())).all()
-    for digest, path in rows:
+def find_bundle(bundles: Sequence[tuple[str, str]], targets: set[str]) -> str | None:
+    """The first of `bundles` ((digest, path) of a commit's, newest first: `builds.bundles_of`) whose
+    files the service has and whose entries cover `targets`."""
+    for digest, path in bundles:
         have = _manifest_targets(path)
         if have is not None and targets <= have:
             return digest
@@ -119,42 +103,39 @@ def resolve_commit_for_trigger(session: Session, settings: Settings, *, reposito
 def queue_run(
     session: Session, *, repository: str, commit_sha: str, device_classes: Sequence[str], cases: str | None,
     max_attempts: int, extra_targets: Sequence[str] = (), can_build: bool = True, kind: str = "adhoc",
-    base_sha: str | None = None,
+    base_sha: str | None = None, created_at: datetime | None = None,
 ) -> TriggerResult:
     """A run of a recorded commit: one queued job per device class, claimable at once when a bundle
     covering the classes' targets exists, else after the builder made one. With `base_sha` (a
-    recorded commit) the jobs are paired: the base's bundle is reused or built too (module doc)."""
-    rows = {r.name: r for r in session.scalars(sa.select(DeviceClassRow).where(DeviceClassRow.name.in_(list(device_classes))))}
-    unknown = [c for c in device_classes if c not in rows]
+    recorded commit) the jobs are paired: the base's bundle is reused or built too (module doc).
+    `created_at`: when the run was queued, by the caller's clock (default now)."""
+    registered = series.registered_targets(session, device_classes)
+    unknown = [c for c in device_classes if c not in registered]
     if unknown:
         raise TriggerError(f"device_classes: no agent has registered {', '.join(unknown)}")
-    targets = {t for r in rows.values() for t in r.targets} | set(extra_targets)
-    run = ingest.create_run(session, repository=repository, commit_sha=commit_sha, kind=kind,
-                            device_classes=list(device_classes))
-    digest = find_bundle(session, commit_id=run.commit_id, targets=targets)
+    targets = {t for listed in registered.values() for t in listed} | set(extra_targets)
+    run = runs.queue_run(session, repository=repository, commit_sha=commit_sha, kind=kind,
+                         device_classes=device_classes, cases=cases, max_attempts=max_attempts, created_at=created_at)
+    digest = find_bundle(builds.bundles_of(session, repository=repository, sha=commit_sha) or [], targets)
     base_digest = None
     if base_sha is not None:
-        base_id = session.scalar(sa.select(Commit.id).where(Commit.repository_id == run.repository_id,
-                                                             Commit.sha == base_sha))
-        if base_id is None:
+        base_bundles = builds.bundles_of(session, repository=repository, sha=base_sha)
+        if base_bundles is None:
             raise TriggerError(f"base_sha: {base_sha} is not a recorded commit of {repository}")
-        base_digest = find_bundle(session, commit_id=base_id, targets=targets)
+        base_digest = find_bundle(base_bundles, targets)
     missing = digest is None or (base_sha is not None and base_digest is None)
     if missing and not can_build:
         raise TriggerError(f"commit: no bundle of {commit_sha[:10]}{' or its base' if base_sha else ''} covers "
                            f"{', '.join(sorted(targets))}, and the service has no suite checkout to build one "
                            "(dispatch.suite_path)")
-    for job in run.jobs:
-        job.cases, job.max_attempts = cases, max_attempts
-        if not missing:
-            job.bundle_digest, job.base_bundle_digest = digest, base_digest
     if missing:
-        session.add(BuildRequest(run_id=run.id, targets=sorted(targets), status="pending", created_at=utcnow(),
-                                 base_sha=base_sha))
-    session.flush()
-    return TriggerResult(run_id=run.id, repository=repository, commit=commit_sha,
-                         job_ids={j.device_class.name: j.id for j in run.jobs}, bundle_digest=None if missing else digest,
-                         base_sha=base_sha, base_bundle_digest=None if missing else base_digest)
+        builds.request_build(session, run_id=run.run_id, targets=sorted(targets), base_sha=base_sha)
+    else:
+        assert digest is not None
+        builds.give_bundles(session, run_id=run.run_id, digest=digest, base_digest=base_digest)
+    return TriggerResult(run_id=run.run_id, repository=repository, commit=commit_sha, job_ids=run.job_ids,
+                         bundle_digest=None if missing else digest, base_sha=base_sha,
+                         base_bundle_digest=None if missing else base_digest)
 
 
 # --- the service's threads ---------------------------------------------------------------------
@@ -169,27 +150,14 @@ class Reaper(Loop):
 
     def step(self) -> bool:
         with session_scope(self.engine) as session:
-            for job_id, status in dispatch.requeue_expired(session):
+            for job_id, status in queue.requeue_expired(session):
                 log.warning("job %s: lease expired, now %s", job_id, status)
-            for name in dispatch.mark_silent_agents_offline(session, silent_s=self.settings.dispatch.agent_offline_s):
+            for name in queue.mark_silent_agents_offline(session, silent_s=self.settings.dispatch.agent_offline_s):
                 log.warning("agent %s: no heartbeat for %.0f s, offline", name, self.settings.dispatch.agent_offline_s)
-            for build_id, run_id in requeue_silent_builds(session, silent_s=self.settings.dispatch.lease_s):
+            for build_id, run_id in builds.requeue_silent_builds(session, silent_s=self.settings.dispatch.lease_s):
                 log.warning("build %s of run %s: its builder was silent for %.0f s, queued again", build_id, run_id,
                             self.settings.dispatch.lease_s)
         return False
-
-
-def requeue_silent_builds(session: Session, *, silent_s: float) -> list[tuple[int, str]]:
-    """Builds whose builder stopped renewing their heartbeat (it died without putting them back) go
-    back to pending; (build id, run id) of each."""
-    cutoff = utcnow() - timedelta(seconds=silent_s)
-    last = sa.func.coalesce(BuildRequest.heartbeat_at, BuildRequest.started_at)
-    silent = [(build_id, run_id) for build_id, run_id in session.execute(
-        sa.select(BuildRequest.id, BuildRequest.run_id).where(BuildRequest.status == "building", last < cutoff))]
-    for build_id, _ in silent:
-        session.execute(sa.update(BuildRequest).where(BuildRequest.id == build_id, BuildRequest.status == "building")
-                        .values(status="pending", started_at=None, heartbeat_at=None))
-    return silent
 
 
 class Builder(Loop):
@@ -201,19 +169,6 @@ class Builder(Loop):
         super().__init__("dispatch-builder", 0.5)
         self.settings, self.engine, self.suite = settings, engine, suite
 
-    def _take(self) -> tuple[int, str, str, list[str], str | None] | None:
-        with session_scope(self.engine) as session:
-            row = session.execute(
-                sa.select(BuildRequest.id, Repository.name, Commit.sha, BuildRequest.targets, BuildRequest.base_sha)
-                .join(Run, BuildRequest.run_id == Run.id).join(Repository, Run.repository_id == Repository.id)
-                .join(Commit, Run.commit_id == Commit.id)
-                .where(BuildRequest.status == "pending").order_by(BuildRequest.created_at).limit(1)).first()
-            if row is None:
-                return None
-            won = dispatch.rowcount(session.execute(
-                sa.update(BuildRequest).where(BuildRequest.id == row[0], BuildRequest.status == "pending")
-                .values(status="building", started_at=utcnow(), heartbeat_at=utcnow())))
-            return (row[0], row[1], row[2], list(row[3]), row[4]) if won == 1 else None
 
     def _beat(self, build_id: int, done: threading.Event) -> None:
         """Renew the build's heartbeat until `done` (a thread of its own: a build may wait for the host
@@ -221,9 +176,7 @@ class Builder(Loop):
         while not done.wait(max(0.2, self.settings.dispatch.lease_s / 4)):
             try:
                 with session_scope(self.engine) as session:
-                    session.execute(sa.update(BuildRequest)
-                                    .where(BuildRequest.id == build_id, BuildRequest.status == "building")
-                                    .values(heartbeat_at=utcnow()))
+                    builds.beat(session, build_id)
             except Exception:   # noqa: BLE001 - a missed beat is retried; the lease allows several
                 log.exception("build %s: heartbeat failed", build_id)
 
@@ -231,10 +184,11 @@ class Builder(Loop):
         from pipeline.build.bundle import build_bundle
         from pipeline.build.suite_loader import locate_suite
 
-        taken = self._take()
+        with session_scope(self.engine) as session:
+            taken = builds.take_pending(session)
         if taken is None:
             return False
-        build_id, repository, sha, targets, base_sha = taken
+        build_id, repository, sha, targets, base_sha = taken.id, taken.repository, taken.sha, taken.targets, taken.base_sha
         done = threading.Event()
         beats = threading.Thread(target=self._beat, args=(build_id, done), name=f"build-{build_id}-heartbeat",
                                  daemon=True)
@@ -243,9 +197,8 @@ class Builder(Loop):
             digests = []
             for commit in (sha, base_sha) if base_sha else (sha,):
                 with session_scope(self.engine) as session:
-                    commit_id = session.scalar(sa.select(Commit.id).join(Repository).where(
-                        Repository.name == repository, Commit.sha == commit))
-                    known = find_bundle(session, commit_id=commit_id, targets=set(targets)) if commit_id else None
+                    known = find_bundle(builds.bundles_of(session, repository=repository, sha=commit) or [],
+                                        set(targets))
                 if known is not None:
                     digests.append(known)
                     continue
@@ -263,39 +216,21 @@ class Builder(Loop):
                                                           path=str(Path(bundle_dir).resolve()),
                                                           bundle_dir=Path(bundle_dir)).digest)
             with session_scope(self.engine) as session:
-                finish_build(session, build_id=build_id, digest=digests[0],
-                             base_digest=digests[1] if base_sha else None)
+                builds.finish_build(session, build_id=build_id, digest=digests[0],
+                                    base_digest=digests[1] if base_sha else None)
         except (KeyboardInterrupt, SystemExit):
             # this builder stops (Ctrl-C, SIGTERM): the request goes back to wait for the next builder
             with session_scope(self.engine) as session:
-                session.execute(sa.update(BuildRequest).where(BuildRequest.id == build_id)
-                                .values(status="pending", started_at=None, heartbeat_at=None))
+                builds.release(session, build_id)
             raise
         except Exception as exc:
             log.exception("build of %s failed", sha[:10])
             with session_scope(self.engine) as session:
-                fail_build(session, build_id=build_id, error=f"build failed: {exc}")
+                builds.fail_build(session, build_id=build_id, error=f"build failed: {exc}")
         finally:
             done.set()
             beats.join()
         return True
-
-
-def finish_build(session: Session, *, build_id: int, digest: str, base_digest: str | None = None) -> None:
-    """The run's bundles exist: its jobs get them (both at once when paired) and become claimable."""
-    build = session.get(BuildRequest, build_id)
-    assert build is not None
-    build.status, build.bundle_digest, build.finished_at = "done", digest, utcnow()
-    session.execute(sa.update(Job).where(Job.run_id == build.run_id, Job.bundle_digest.is_(None))
-                    .values(bundle_digest=digest, base_bundle_digest=base_digest))
-
-
-def fail_build(session: Session, *, build_id: int, error: str) -> None:
-    build = session.get(BuildRequest, build_id)
-    assert build is not None
-    build.status, build.error, build.finished_at = "failed", error[:4000], utcnow()
-    for job_id in session.scalars(sa.select(Job.id).where(Job.run_id == build.run_id, Job.status == "queued")):
-        ingest.set_job_status(session, job_id=job_id, status="failed", error=error[:4000])
 
 
 class Nightly(Loop):
@@ -320,18 +255,17 @@ class Nightly(Loop):
         if now < due:
             return False
         with session_scope(self.engine) as session:
-            if session.scalar(sa.select(Run.id).where(Run.kind == "nightly", Run.created_at >= due).limit(1)):
+            if builds.nightly_queued_since(session, due):
                 return False
-            classes = list(session.scalars(sa.select(DeviceClassRow.name).order_by(DeviceClassRow.name)))
+            classes = series.device_class_names(session)
             if not classes:
                 log.info("nightly: no device class registered yet")
                 return False
             repository, sha = self._head(session)
+            # the run is dated by the scheduler's clock, which the check above compares with
             result = queue_run(session, repository=repository, commit_sha=sha, device_classes=classes, cases=None,
                                max_attempts=self.settings.dispatch.max_attempts,
-                               extra_targets=self.settings.dispatch.build_targets, kind="nightly")
-            # the run is dated by the scheduler's clock, which the check above compares with
-            session.execute(sa.update(Run).where(Run.id == result.run_id).values(created_at=now))
+                               extra_targets=self.settings.dispatch.build_targets, kind="nightly", created_at=now)
         log.info("nightly run %s of %s@%s on %s", result.run_id, repository, sha[:10], ", ".join(classes))
         return False
 
@@ -339,11 +273,7 @@ class Nightly(Loop):
         if self.settings.dispatch.suite_path:
             return resolve_commit_for_trigger(session, self.settings, repository=None,
                                               ref=self.settings.dispatch.nightly_ref, commit=None)
-        from pipeline.store.history import default_branch_head
-
-        repo = session.scalar(sa.select(Repository).where(Repository.name == self.settings.repository)) \
-            if self.settings.repository else session.scalar(sa.select(Repository).order_by(Repository.id).limit(1))
-        head = default_branch_head(session, repo.id) if repo is not None else None
-        if repo is None or head is None:
+        head = commits.default_branch_head_of(session, self.settings.repository or None)
+        if head is None:
             raise TriggerError("nightly: no suite checkout and no stored default-branch head to run")
-        return repo.name, session.get_one(Commit, head).sha
+        return head

@@ -11,9 +11,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.orm import Session
-
 from pipeline.config import Settings
 from pipeline.contracts.ids import CaseId
 from pipeline.pr_comments.comment import (
@@ -27,20 +24,14 @@ from pipeline.pr_comments.markdown import md_url, truncate_lines
 from pipeline.pr_comments.table import verdict_line
 from pipeline.store import code, compile_stats
 from pipeline.store.code import CodeChangeOut
-from pipeline.store.compare import METRIC, STATUSES, ComparisonOut, combine, compare
+from pipeline.store.compare import STATUSES, ComparisonOut, combine, compare
 from pipeline.store.compile_stats import CompileComparisonOut
-from pipeline.store.models import (
-    Case,
-    Commit,
-    DeviceClassRow,
-    Job,
-    Repository,
-    Run,
-    Series,
-)
+from pipeline.store.db import Session
+from pipeline.store.runs import commit_device_classes
+from pipeline.store.series import latency_series_ids
 
-__all__ = ["CHECK_SUMMARY_MAX", "Report", "code_diffs_for", "conclusion_for", "device_classes_of", "make_report",
-           "report_for_commit", "series_ids_for"]
+__all__ = ["CHECK_SUMMARY_MAX", "Report", "code_diffs_for", "conclusion_for", "make_report", "report_for_commit",
+           "series_ids_for"]
 
 CHECK_SUMMARY_MAX = 65535  # GitHub's limit on a check run's output.summary
 REPORT_VERSION = 1
@@ -113,15 +104,8 @@ def make_report(comparisons: Sequence[ComparisonOut], *, settings: Settings, pr:
 
 def series_ids_for(session: Session, comparisons: Sequence[ComparisonOut]) -> dict[tuple[CaseId, str], int]:
     """(case id, device class) -> the latency series' id, for the cases in `comparisons`."""
-    cases = {r.case_id for c in comparisons for r in c.rows}
-    classes = {c.device_class for c in comparisons}
-    if not cases:
-        return {}
-    rows = session.execute(
-        sa.select(Case.case_id, DeviceClassRow.name, Series.id)
-        .join(Case, Series.case_id == Case.id).join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
-        .where(Series.metric == METRIC, Case.case_id.in_(cases), DeviceClassRow.name.in_(classes)))
-    return {(case, dc): sid for case, dc, sid in rows}
+    return latency_series_ids(session, sorted({c.device_class for c in comparisons}),
+                              case_ids={r.case_id for c in comparisons for r in c.rows})
 
 
 def code_diffs_for(session: Session, comparisons: Sequence[ComparisonOut], *,
@@ -146,19 +130,10 @@ def code_diffs_for(session: Session, comparisons: Sequence[ComparisonOut], *,
     return diffs
 
 
-def device_classes_of(session: Session, *, repository: str, sha: str) -> list[str]:
-    """The device classes that ran jobs for the commit, by name."""
-    return list(session.scalars(
-        sa.select(DeviceClassRow.name).distinct()
-        .join(Job, Job.device_class_id == DeviceClassRow.id).join(Run, Job.run_id == Run.id)
-        .join(Commit, Run.commit_id == Commit.id).join(Repository, Commit.repository_id == Repository.id)
-        .where(Repository.name == repository, Commit.sha == sha).order_by(DeviceClassRow.name)))
-
-
 def report_for_commit(session: Session, *, settings: Settings, repository: str, sha: str, pr: int | None = None,
                       base_sha: str | None = None, device_classes: Sequence[str] | None = None) -> Report:
     """Compare the commit on each device class (all that ran it, by default) and render the report."""
-    classes = list(device_classes or device_classes_of(session, repository=repository, sha=sha))
+    classes = list(device_classes or commit_device_classes(session, repository=repository, sha=sha))
     if not classes:
         raise LookupError(f"no results for {repository}@{sha[:10]} on any device class")
     comparisons = [compare(session, repository=repository, head_sha=sha, device_class=dc,

@@ -8,15 +8,12 @@ from __future__ import annotations
 import logging
 import time
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Engine
-
 from pipeline.config import Settings
 from pipeline.loops import Loop
 from pipeline.pr_comments.outbox import deliver, flush
 from pipeline.pr_comments.report import Report, report_for_commit
-from pipeline.store.db import session_scope
-from pipeline.store.models import DeviceClassRow, Job, Run, RunReport, utcnow
+from pipeline.store import reports
+from pipeline.store.db import Engine, session_scope
 
 __all__ = ["FLUSH_EVERY_S", "Reporter", "report_of_run"]
 
@@ -28,12 +25,10 @@ FLUSH_EVERY_S = 60.0
 def report_of_run(settings: Settings, engine: Engine, owed_id: int) -> Report:
     """The report of an ended run, on the device classes it ran on, against the base it was paired with."""
     with session_scope(engine) as session:
-        owed = session.get(RunReport, owed_id)
+        owed = reports.owed_report(session, owed_id)
         if owed is None:
             raise LookupError(f"no run report {owed_id}")
-        classes = list(session.scalars(sa.select(DeviceClassRow.name).join(Job, Job.device_class_id == DeviceClassRow.id)
-                                       .where(Job.run_id == owed.run_id, Job.status == "done")
-                                       .order_by(DeviceClassRow.name)))
+        classes = reports.done_classes(session, owed.run_id)
         if not classes:
             raise LookupError(f"run {owed.run_id} has no finished job to report")
         return report_for_commit(session, settings=settings, repository=owed.repository, sha=owed.head_sha,
@@ -50,10 +45,7 @@ class Reporter(Loop):
 
     def _next(self) -> int | None:
         with session_scope(self.engine) as session:
-            return session.scalar(
-                sa.select(RunReport.id).join(Run, RunReport.run_id == Run.id)
-                .where(RunReport.state == "waiting", Run.status.in_(("done", "failed")))
-                .order_by(RunReport.created_at).limit(1))
+            return reports.next_owed(session)
 
     def step(self) -> bool:
         if time.monotonic() - self._flushed > FLUSH_EVERY_S:
@@ -74,6 +66,5 @@ class Reporter(Loop):
             log.info("report %s: %s", report.key, f"{report.title} ({report.conclusion})" if delivery.posted
                      else f"kept in {delivery.kept_at}: {delivery.error}")
         with session_scope(self.engine) as session:
-            session.execute(sa.update(RunReport).where(RunReport.id == owed_id, RunReport.state == "waiting")
-                            .values(state=state, error=error, reported_at=utcnow()))
+            reports.settle_report(session, owed_id, state=state, error=error)
         return True

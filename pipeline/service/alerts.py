@@ -31,22 +31,13 @@ from email.message import EmailMessage
 from urllib.parse import unquote, urlsplit
 
 import requests
-import sqlalchemy as sa
-from sqlalchemy.engine import Engine
 
 from pipeline import http
 from pipeline.config import AlertSettings, Settings
 from pipeline.contracts.ids import CaseId
 from pipeline.loops import Loop
-from pipeline.store.db import session_scope
-from pipeline.store.models import (
-    Case,
-    ChangePoint,
-    Commit,
-    DeviceClassRow,
-    Series,
-    utcnow,
-)
+from pipeline.store import alerts as owed_alerts
+from pipeline.store.db import Engine, session_scope
 
 __all__ = ["Alerter", "mail_recipients", "owners_of", "send_mail"]
 
@@ -114,23 +105,15 @@ class Alerter(Loop):
     def _pass(self, channels: list[_Channel], *, withdraw: bool) -> bool:
         """Send what each channel owes (module doc): announcements of confirmed regressions, or the
         follow-ups of announced ones that are no longer confirmed. True when the batch was full."""
-        owed = [channel.owes_withdrawal() if withdraw else channel.owes_announcement() for channel in channels]
-        standing = ChangePoint.lifecycle != "confirmed" if withdraw else ChangePoint.lifecycle == "confirmed"
-        before, after = sa.orm.aliased(Commit), sa.orm.aliased(Commit)
         with session_scope(self.engine) as session:
-            pending = session.execute(
-                sa.select(ChangePoint.id, ChangePoint.series_id, ChangePoint.magnitude, ChangePoint.lifecycle,
-                          ChangePoint.reason, Case.case_id, DeviceClassRow.name, before.sha, after.sha,
-                          *owed)
-                .join(Series, ChangePoint.series_id == Series.id).join(Case, Series.case_id == Case.id)
-                .join(DeviceClassRow, Series.device_class_id == DeviceClassRow.id)
-                .join(before, ChangePoint.before_commit_id == before.id)
-                .join(after, ChangePoint.after_commit_id == after.id)
-                .where(standing, ChangePoint.direction == "regression", sa.or_(*owed))
-                .order_by(ChangePoint.id).limit(BATCH)).all()
+            pending = owed_alerts.alerts_due(session, [channel.name for channel in channels], withdraw=withdraw,
+                                             limit=BATCH)
         alerts = self.settings.alerts
         sent = 0
-        for cp_id, series_id, magnitude, lifecycle, reason, case_id, device_class, first, last, *owes in pending:
+        for due in pending:
+            cp_id, series_id, magnitude, lifecycle, reason = (due.change_point_id, due.series_id, due.magnitude,
+                                                              due.lifecycle, due.reason)
+            case_id, device_class, first, last = due.case_id, due.device_class, due.first_sha, due.last_sha
             owners = owners_of(case_id, alerts.owners)
             link = f"{self.settings.public_url}/series/{series_id}"
             if withdraw:
@@ -142,36 +125,22 @@ class Alerter(Loop):
                 headline = f"benchfarm: {case_id} on {device_class} regressed {magnitude:+.1%}"
                 text = f"{headline} between {first[:10]} and {last[:10]}: {link}"
             text += f" (owners: {', '.join(owners)})" if owners else ""
-            for channel, owing in zip(channels, owes, strict=True):
+            for channel, owing in zip(channels, due.owed, strict=True):
                 if not owing:
                     continue
                 if not channel.send(self.settings, owners, headline, text, cp_id):
                     return False   # retried at the next period; the other channels' marks stay
-                column = channel.withdrawn if withdraw else channel.sent
-                self._mark(cp_id, **{column: utcnow()})
+                with session_scope(self.engine) as session:
+                    owed_alerts.mark_sent(session, cp_id, channel.name, withdraw=withdraw)
             sent += 1
         return sent == BATCH
-
-    def _mark(self, cp_id: int, **sent: object) -> None:
-        with session_scope(self.engine) as session:
-            session.execute(sa.update(ChangePoint).where(ChangePoint.id == cp_id).values(**sent))
 
 
 @dataclass(frozen=True)
 class _Channel:
-    """One way alerts go out, and the two columns that record what it sent for a change point: the
-    announcement (`sent`) and its withdrawal (`withdrawn`; owed while earlier than `sent`)."""
+    """One way alerts go out; the store records what it sent for each change point (`store.alerts`)."""
 
-    sent: str
-    withdrawn: str
-
-    def owes_announcement(self) -> sa.ColumnElement[bool]:
-        sent, withdrawn = getattr(ChangePoint, self.sent), getattr(ChangePoint, self.withdrawn)
-        return sa.or_(sent.is_(None), sa.and_(withdrawn.is_not(None), withdrawn >= sent))
-
-    def owes_withdrawal(self) -> sa.ColumnElement[bool]:
-        sent, withdrawn = getattr(ChangePoint, self.sent), getattr(ChangePoint, self.withdrawn)
-        return sa.and_(sent.is_not(None), sa.or_(withdrawn.is_(None), withdrawn < sent))
+    name: owed_alerts.Channel
 
     def send(self, settings: Settings, owners: list[str], headline: str, text: str, cp_id: int) -> bool:
         """Post or mail one message; False when it failed (logged; retried later)."""
@@ -199,5 +168,5 @@ class _Channel:
         return True
 
 
-_WEBHOOK = _Channel("alerted_at", "alert_withdrawn_at")
-_EMAIL = _Channel("emailed_at", "email_withdrawn_at")
+_WEBHOOK = _Channel("webhook")
+_EMAIL = _Channel("email")

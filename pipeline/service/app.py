@@ -12,8 +12,6 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pipeline import __version__
@@ -44,6 +42,7 @@ from pipeline.service.api.routes import (
 from pipeline.service.api.schemas import add_body_schemas, document_errors
 from pipeline.service.auth import AuthError
 from pipeline.service.web.render import error_page, wants_html
+from pipeline.store.db import UNAVAILABLE, Engine, StoreError
 from pipeline.store.ingest import IngestError
 from pipeline.store.triage import TriageError
 
@@ -117,9 +116,7 @@ def create_app(settings: Settings, engine: Engine, *, lifespan: Lifespan | None 
     async def auth_error(request: Request, exc: AuthError) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=422)
 
-    @app.exception_handler(InterfaceError)   # psycopg: "the connection is closed" (the server went away)
-    @app.exception_handler(OperationalError)
-    async def store_unavailable(request: Request, exc: OperationalError | InterfaceError) -> Response:
+    async def store_unavailable(request: Request, exc: StoreError) -> Response:
         """The store did not answer (PostgreSQL restarting, a connection cut, SQLite locked) or gave up
         (a deadlock): a 503 with Retry-After, not a 500, so that the client sends the request again. The
         agents wait a 503 out as an unreachable service (`agents.client`); their writes are idempotent."""
@@ -131,6 +128,9 @@ def create_app(settings: Settings, engine: Engine, *, lifespan: Lifespan | None 
         if wants_html(request):
             return error_page(request, 503, message, headers=headers)
         return JSONResponse({"error": message}, status_code=503, headers=headers)
+
+    for unavailable in UNAVAILABLE:
+        app.exception_handler(unavailable)(store_unavailable)
 
     # Pages get their errors as pages with the navigation (web.render.error_page), the API as JSON.
     @app.exception_handler(RequestValidationError)

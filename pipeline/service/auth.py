@@ -23,14 +23,12 @@ import re
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Literal, get_args
 
-import sqlalchemy as sa
-from pydantic import BaseModel, ConfigDict
-from sqlalchemy.orm import Session
-
-from pipeline.store.models import ApiToken, utcnow
+from pipeline.store import accounts
+from pipeline.store.accounts import TokenOut
+from pipeline.store.db import Session
 
 __all__ = [
     "SCOPES",
@@ -73,18 +71,6 @@ class Principal:
         return "admin" in self.scopes or scope in self.scopes
 
 
-# What may be shown about a token: everything but the token and its hash. The API's document
-# (a docstring would be its description there).
-class TokenOut(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    scopes: list[str]
-    created_at: datetime
-    last_used_at: datetime | None
-    revoked_at: datetime | None
-
-
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -104,11 +90,10 @@ def create_token(session: Session, *, name: str, scopes: Sequence[str]) -> str:
     if not NAME_PATTERN.match(name):
         raise AuthError(f"name: {name!r} must be 1-100 letters, digits, '.', '_', '@' or '-', starting with a letter or digit")
     checked = _checked_scopes(scopes)
-    if session.scalar(sa.select(ApiToken.id).where(ApiToken.name == name)) is not None:
+    if accounts.token_name_taken(session, name):
         raise AuthError(f"name: a token called {name!r} exists (revoked ones keep their name); choose another")
     token = TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
-    session.add(ApiToken(name=name, token_hash=hash_token(token), scopes=checked, created_at=utcnow()))
-    session.flush()
+    accounts.add_token(session, name=name, token_hash=hash_token(token), scopes=checked)
     return token
 
 
@@ -125,35 +110,27 @@ def authenticate(session: Session, *, token: str, bootstrap: str = "") -> Princi
     if bootstrap and hmac.compare_digest(token.encode(), bootstrap.encode()):
         return Principal(name=BOOTSTRAP_NAME, scopes=frozenset(SCOPES))
     digest = hash_token(token)
-    row = session.scalar(sa.select(ApiToken).where(ApiToken.token_hash == digest))
-    if row is None or not hmac.compare_digest(row.token_hash, digest) or row.revoked_at is not None:
+    stored = accounts.find_token(session, digest)
+    if stored is None or not hmac.compare_digest(stored.token_hash, digest) or stored.token.revoked_at is not None:
         return None
-    now = utcnow()
+    row, now = stored.token, datetime.now(UTC)
     if row.last_used_at is None or now - row.last_used_at >= LAST_USED_RESOLUTION:
-        row.last_used_at = now
-        session.flush()
+        accounts.record_token_use(session, digest, now)
     return Principal(name=row.name, scopes=frozenset(row.scopes))
 
 
 def revoke_token(session: Session, *, name: str) -> TokenOut:
     """Revoke the token called `name` (revoking twice keeps the first time)."""
-    row = session.scalar(sa.select(ApiToken).where(ApiToken.name == name))
-    if row is None:
+    revoked = accounts.revoke_token(session, name=name)
+    if revoked is None:
         raise AuthError(f"name: no token called {name!r}")
-    if row.revoked_at is None:
-        row.revoked_at = utcnow()
-        session.flush()
-    return _info(row)
+    return revoked
 
 
 def list_tokens(session: Session) -> list[TokenOut]:
-    return [_info(row) for row in session.scalars(sa.select(ApiToken).order_by(ApiToken.created_at, ApiToken.id))]
+    return accounts.list_tokens(session)
 
 
 def has_active_tokens(session: Session) -> bool:
-    return session.scalar(sa.select(ApiToken.id).where(ApiToken.revoked_at.is_(None)).limit(1)) is not None
+    return accounts.has_active_tokens(session)
 
-
-def _info(row: ApiToken) -> TokenOut:
-    return TokenOut(name=row.name, scopes=list(row.scopes), created_at=row.created_at,
-                     last_used_at=row.last_used_at, revoked_at=row.revoked_at)

@@ -18,19 +18,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-import sqlalchemy as sa
 import uvicorn
 from pydantic import SecretStr
-from sqlalchemy.engine import Engine
 
-from pipeline import dispatch
 from pipeline.agents.agent import DeviceAgent
 from pipeline.config import Settings
 from pipeline.dispatch import triggers
 from pipeline.service import auth, runtime
 from pipeline.service.app import create_app, freeze_startup_heap
-from pipeline.store.db import open_store, session_scope, shown_url
-from pipeline.store.models import Agent, ApiToken
+from pipeline.store import accounts, queue, runs
+from pipeline.store.db import Engine, open_store, session_scope, shown_url
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +97,9 @@ def _internal_token(engine: Engine) -> tuple[str, str]:
     (else the new agent is refused with 403) and shown offline until the new agent registers."""
     name = f"{_EMBEDDED_TOKEN_PREFIX}{secrets.token_hex(4)}"
     with session_scope(engine) as session:
-        session.execute(sa.delete(ApiToken).where(ApiToken.name.startswith(_EMBEDDED_TOKEN_PREFIX)))
+        accounts.delete_tokens_named(session, _EMBEDDED_TOKEN_PREFIX)
         token = auth.create_token(session, name=name, scopes=["agent"])
-        dispatch.set_agent_gone(session, name=EMBEDDED_AGENT, token_name=name, reason=STOPPED_REASON)
+        queue.set_agent_gone(session, name=EMBEDDED_AGENT, token_name=name, reason=STOPPED_REASON)
     return name, token
 
 
@@ -126,8 +123,7 @@ def start_embedded_agent(settings: Settings, engine: Engine, *, suite: Path, ref
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
                 with session_scope(engine) as session:   # registered by this process (not the last one's row)
-                    if session.scalar(sa.select(Agent.id).where(Agent.name == EMBEDDED_AGENT, Agent.state == "online",
-                                                                Agent.token_name == token_name)) is not None:
+                    if queue.agent_online(session, EMBEDDED_AGENT, token_name=token_name):
                         break
                 time.sleep(0.2)
             if ref is None:
@@ -153,12 +149,9 @@ def start_embedded_agent(settings: Settings, engine: Engine, *, suite: Path, ref
 
 def _announce_when_ended(engine: Engine, agent: DeviceAgent, run_id: str, url: str) -> None:
     """Wait for the run to end, then print where its results are (or why it failed)."""
-    from pipeline.store.models import Run
-
     while not agent.stop.wait(1.0):
         with session_scope(engine) as session:
-            run = session.get(Run, run_id)
-            status, error = (run.status, run.error) if run is not None else ("failed", "the run is gone")
+            status, error = runs.run_outcome(session, run_id) or ("failed", "the run is gone")
         if status == "done":
             log.info("results ready at %s", url)
             return
@@ -233,8 +226,8 @@ def serve_embedded(settings: Settings, *, suite: Path | None, ref: str, run_on_s
         if agent is not None:
             agent.stop.set()
         with session_scope(engine) as session:
-            session.execute(sa.delete(ApiToken).where(ApiToken.name.startswith(_EMBEDDED_TOKEN_PREFIX)))
-            cancelled = dispatch.set_agent_gone(session, name=EMBEDDED_AGENT, reason=STOPPED_REASON) if agent else []
+            accounts.delete_tokens_named(session, _EMBEDDED_TOKEN_PREFIX)
+            cancelled = queue.set_agent_gone(session, name=EMBEDDED_AGENT, reason=STOPPED_REASON) if agent else []
         for job_id in cancelled:
             log.warning("job %s cancelled (it was running when benchfarm up stopped)", job_id)
         status = INTERRUPTED_EXIT if cancelled else 0

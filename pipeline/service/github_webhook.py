@@ -35,26 +35,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
 from pydantic import BaseModel, Field, ValidationError
-from sqlalchemy.engine import Engine
-from sqlalchemy.orm import Session
 
 from pipeline.config import GitHubSettings, Settings
 from pipeline.contracts import ContractError
 from pipeline.contracts.limits import Int
 from pipeline.dispatch import triggers
 from pipeline.loops import Loop
-from pipeline.store import ingest
+from pipeline.store import deliveries, farm, ingest, reports
 from pipeline.store.compare import choose_base
-from pipeline.store.db import session_scope
-from pipeline.store.models import (
-    Device,
-    DeviceClassRow,
-    RunReport,
-    WebhookDelivery,
-    utcnow,
-)
+from pipeline.store.db import Engine, Session, session_scope
 
 __all__ = ["PR_ACTIONS", "Decision", "Payload", "WebhookError", "WebhookWorker", "decide", "process", "read_payload",
            "sign", "verify_signature"]
@@ -229,9 +219,7 @@ def _remote(repo: Path, name: str) -> str:
 def _device_classes(session: Session, settings: Settings) -> list[str]:
     if settings.github.device_classes:
         return list(settings.github.device_classes)
-    return sorted(set(session.scalars(
-        sa.select(DeviceClassRow.name).join(Device, Device.device_class_id == DeviceClassRow.id)
-        .where(Device.online.is_(True)))))
+    return farm.online_device_classes(session)
 
 
 def _choose_base(session: Session, settings: Settings, *, repository: str, head: str, merge_base: str,
@@ -272,8 +260,7 @@ def process(session: Session, settings: Settings, decision: Decision) -> tuple[s
     except SuiteError as exc:
         raise WebhookError(str(exc)) from None
     checkout, remote = location.repo_root, _remote(location.repo_root, settings.github.fetch_remote)
-    repo_row = ingest.upsert_repository(session, name=decision.repository)
-    repo_row.default_branch = decision.default_branch
+    ingest.upsert_repository(session, name=decision.repository, default_branch=decision.default_branch)
     classes = _device_classes(session, settings)
     if not classes:
         raise WebhookError("no device class to run on: no agent has an online device "
@@ -289,7 +276,7 @@ def process(session: Session, settings: Settings, decision: Decision) -> tuple[s
         commits = [c.model_copy(update={"branch": branch}) for c in commits]
         if pr is not None:
             commits[0] = commits[0].model_copy(update={"pull_request": pr})
-        ingest.record_commits(session, repository=repo_row, commits=commits)
+        ingest.record_commits(session, repository=decision.repository, commits=commits)
 
     if decision.kind == "push":
         branch = f"refs/heads/{decision.default_branch}"
@@ -298,11 +285,12 @@ def process(session: Session, settings: Settings, decision: Decision) -> tuple[s
                decision.head_sha)
         history(decision.head_sha, branch=decision.default_branch)
         result = queue(decision.head_sha, "push")
-        session.add(RunReport(run_id=result.run_id, repository=decision.repository, head_sha=decision.head_sha,
-                              state="waiting", created_at=utcnow()))
+        reports.owe_report(session, run_id=result.run_id, repository=decision.repository, head_sha=decision.head_sha)
         return result.run_id, f"run {result.run_id} of {decision.head_sha[:10]} (push) on {', '.join(classes)}"
 
     pr, head = decision.pr, decision.head_sha
+    if pr is None:   # a pull request event's decision always names it (`decide`)
+        raise WebhookError("a pull request event without its number")
     _fetch(checkout, [(remote, f"+refs/pull/{pr}/head:refs/benchfarm/pull/{pr}"),
                       (decision.clone_url, f"+refs/pull/{pr}/head:refs/benchfarm/pull/{pr}"),
                       (decision.head_clone_url, f"+refs/heads/{decision.head_ref}:refs/benchfarm/pull/{pr}")], head)
@@ -318,16 +306,14 @@ def process(session: Session, settings: Settings, decision: Decision) -> tuple[s
     history(head, pr=pr)
     base = _choose_base(session, settings, repository=decision.repository, head=head, merge_base=merge_base,
                         classes=classes)
-    older = list(session.scalars(sa.select(RunReport).where(
-        RunReport.repository == decision.repository, RunReport.pull_request == pr, RunReport.state == "waiting")))
+    older = reports.waiting_reports(session, repository=decision.repository, pull_request=pr)
     same = next((r for r in older if r.head_sha == head), None)
     if same is not None:
         return same.run_id, f"head {head[:10]} of #{pr} is already queued in run {same.run_id}"
     result = queue(head, "pr", base)
-    for report in older:
-        report.state, report.error = "superseded", f"a newer head of #{pr} runs in {result.run_id}"
-    session.add(RunReport(run_id=result.run_id, repository=decision.repository, pull_request=pr, head_sha=head,
-                          base_sha=base, merge_base=merge_base, state="waiting", created_at=utcnow()))
+    reports.supersede(session, [r.id for r in older], reason=f"a newer head of #{pr} runs in {result.run_id}")
+    reports.owe_report(session, run_id=result.run_id, repository=decision.repository, pull_request=pr, head_sha=head,
+                       base_sha=base, merge_base=merge_base)
     return result.run_id, (f"run {result.run_id} of #{pr}: {head[:10]} paired with {base[:10]} "
                            f"(merge base {merge_base[:10]}) on {', '.join(classes)}")
 
@@ -341,11 +327,10 @@ class WebhookWorker(Loop):
 
     def step(self) -> bool:
         with session_scope(self.engine) as session:
-            delivery = session.scalar(sa.select(WebhookDelivery).where(WebhookDelivery.state == "pending")
-                                      .order_by(WebhookDelivery.received_at).limit(1))
-            if delivery is None:
-                return False
-            delivery_id, event, payload = delivery.id, delivery.event, dict(delivery.payload)
+            delivery = deliveries.next_pending(session)
+        if delivery is None:
+            return False
+        delivery_id, event, payload = delivery.id, delivery.event, delivery.payload
         state, run_id = "ignored", None
         try:
             decision = decide(event, payload, self.settings.github)   # stored by an older service: unchecked
@@ -362,6 +347,5 @@ class WebhookWorker(Loop):
             state, outcome = "failed", f"{type(exc).__name__}: {exc}"
         log.info("webhook delivery %s (%s): %s", delivery_id, event, outcome)
         with session_scope(self.engine) as session:
-            session.execute(sa.update(WebhookDelivery).where(WebhookDelivery.id == delivery_id).values(
-                state=state, outcome=outcome[:4000], run_id=run_id, processed_at=utcnow(), payload={}))
+            deliveries.settle_delivery(session, delivery_id, state=state, outcome=outcome, run_id=run_id)
         return True

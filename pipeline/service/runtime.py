@@ -18,9 +18,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
-from sqlalchemy.engine import Engine
 
-from pipeline import dispatch
 from pipeline.config import Settings
 from pipeline.dispatch.bisect import Bisector
 from pipeline.dispatch.triggers import Builder, Nightly, Reaper
@@ -29,7 +27,8 @@ from pipeline.pr_comments.reporter import Reporter
 from pipeline.service.alerts import Alerter
 from pipeline.service.github_webhook import WebhookWorker
 from pipeline.service.web.verdicts import VerdictWarmer
-from pipeline.store.db import session_scope
+from pipeline.store import queue
+from pipeline.store.db import Engine, session_scope
 
 __all__ = ["STOP_TIMEOUT_S", "lifespan", "recover_after_restart", "service_loops", "stop_loops"]
 
@@ -53,10 +52,10 @@ def service_loops(settings: Settings, engine: Engine) -> list[Loop]:
 
 def recover_after_restart(settings: Settings, engine: Engine) -> None:
     """Before the loops: running jobs get a fresh lease, and local jobs whose `benchfarm run` is gone
-    are failed (`dispatch.reap_orphaned_local_jobs`)."""
+    are failed (`queue.reap_orphaned_local_jobs`)."""
     with session_scope(engine) as session:
-        extended = dispatch.extend_leases(session, lease_s=settings.dispatch.lease_s)
-        reaped = dispatch.reap_orphaned_local_jobs(session)
+        extended = queue.extend_leases(session, lease_s=settings.dispatch.lease_s)
+        reaped = queue.reap_orphaned_local_jobs(session)
     if reaped:
         log.warning("failed %d job(s) left unfinished by benchfarm processes that are gone", len(reaped))
     if extended:

@@ -13,14 +13,11 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Sequence
-from datetime import datetime
-
-import sqlalchemy as sa
-from pydantic import BaseModel, ConfigDict
-from sqlalchemy.orm import Session
 
 from pipeline.service.auth import NAME_PATTERN, AuthError, Principal
-from pipeline.store.models import User, utcnow
+from pipeline.store import accounts
+from pipeline.store.accounts import UserOut
+from pipeline.store.db import Session
 
 __all__ = ["MAX_NAME", "MAX_PASSWORD", "MIN_PASSWORD", "UserOut", "check_password", "create_user", "disable_user",
            "hash_password", "list_users", "verify_password"]
@@ -32,16 +29,6 @@ MAX_NAME = 100
 """A user's name: `auth.NAME_PATTERN`'s longest."""
 USER_SCOPES = ("user", "admin")
 _DUMMY_HASH = ""
-
-
-class UserOut(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    scopes: list[str]
-    created_at: datetime
-    last_login_at: datetime | None
-    disabled_at: datetime | None
 
 
 def hash_password(password: str, *, n: int = SCRYPT_N, r: int = SCRYPT_R, p: int = SCRYPT_P) -> str:
@@ -71,52 +58,42 @@ def create_user(session: Session, *, name: str, password: str, scopes: Sequence[
     wanted = list(dict.fromkeys(scopes))
     if not wanted or any(s not in USER_SCOPES for s in wanted):
         raise AuthError(f"scopes: a user holds {' and/or '.join(USER_SCOPES)}")
-    if session.scalar(sa.select(User.id).where(User.name == name)) is not None:
+    if accounts.user_name_taken(session, name):
         raise AuthError(f"name: a user called {name!r} exists; choose another")
-    row = User(name=name, password_hash=hash_password(password), scopes=[s for s in USER_SCOPES if s in wanted],
-               created_at=utcnow())
-    session.add(row)
-    session.flush()
-    return _info(row)
+    return accounts.add_user(session, name=name, password_hash=hash_password(password),
+                             scopes=[s for s in USER_SCOPES if s in wanted])
 
 
 def check_password(session: Session, *, name: str, password: str) -> Principal | None:
     """The user's principal when the name and password match an enabled user; records the sign-in."""
     global _DUMMY_HASH
-    row = session.scalar(sa.select(User).where(User.name == name))
-    if row is None or row.disabled_at is not None:
+    stored = accounts.find_user(session, name)
+    if stored is None or stored.user.disabled_at is not None:
         _DUMMY_HASH = _DUMMY_HASH or hash_password("not a password")
         verify_password(password, _DUMMY_HASH)  # the same work as a real check
         return None
-    if not verify_password(password, row.password_hash):
+    if not verify_password(password, stored.password_hash):
         return None
-    row.last_login_at = utcnow()
-    session.flush()
+    row = stored.user
+    accounts.record_sign_in(session, row.name)
     return Principal(name=row.name, scopes=frozenset(row.scopes))
 
 
 def active_principal(session: Session, name: str) -> Principal | None:
     """The enabled user called `name` (a signed-in session is checked against this on each request)."""
-    row = session.scalar(sa.select(User).where(User.name == name))
-    if row is None or row.disabled_at is not None:
+    stored = accounts.find_user(session, name)
+    if stored is None or stored.user.disabled_at is not None:
         return None
-    return Principal(name=row.name, scopes=frozenset(row.scopes))
+    return Principal(name=stored.user.name, scopes=frozenset(stored.user.scopes))
 
 
 def disable_user(session: Session, *, name: str) -> UserOut:
-    row = session.scalar(sa.select(User).where(User.name == name))
-    if row is None:
+    disabled = accounts.disable_user(session, name=name)
+    if disabled is None:
         raise AuthError(f"name: no user called {name!r}")
-    if row.disabled_at is None:
-        row.disabled_at = utcnow()
-        session.flush()
-    return _info(row)
+    return disabled
 
 
 def list_users(session: Session) -> list[UserOut]:
-    return [_info(row) for row in session.scalars(sa.select(User).order_by(User.created_at, User.id))]
+    return accounts.list_users(session)
 
-
-def _info(row: User) -> UserOut:
-    return UserOut(name=row.name, scopes=list(row.scopes), created_at=row.created_at,
-                   last_login_at=row.last_login_at, disabled_at=row.disabled_at)

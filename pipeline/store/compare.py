@@ -187,6 +187,15 @@ def results_version(session: Session, *, repository: str, sha: str, device_class
     return session.scalar(query)
 
 
+def store_version(session: Session) -> tuple[int | None, ...]:
+    """Changes whenever results or commits are added: the newest case result, measurement and commit
+    ids (each a primary key's maximum: an index lookup on both stores)."""
+    return tuple(session.execute(sa.select(
+        sa.select(sa.func.max(CaseResultRow.id)).scalar_subquery(),
+        sa.select(sa.func.max(Measurement.id)).scalar_subquery(),
+        sa.select(sa.func.max(Commit.id)).scalar_subquery())).one())
+
+
 @dataclass(frozen=True)
 class _Latest:
     result_id: int

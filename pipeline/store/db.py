@@ -4,6 +4,10 @@ SQLite (the embedded one-machine mode) and PostgreSQL (a farm) are both first-cl
 - SQLite: the parent folder is created, foreign keys are enforced, WAL journal (readers do not
   block the writer), and a busy timeout so concurrent writers wait instead of failing at once;
 - PostgreSQL through psycopg 3: `postgresql://` URLs are mapped to `postgresql+psycopg://`.
+
+The store has one door (the import-linter contract in pyproject.toml): outside `pipeline.store`, an
+`Engine` and the `Session` that `session_scope` yields are handles passed to the store's query and
+command functions, typed with the names this module exports; nothing outside runs SQL on them.
 """
 
 from __future__ import annotations
@@ -11,14 +15,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, Table, create_engine, event, text
+from sqlalchemy import CursorResult, Engine, Result, Table, create_engine, event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
+
+__all__ = ["UNAVAILABLE", "Engine", "MigrationError", "Session", "StoreError", "database", "make_engine", "migrate",
+           "open_store", "session_scope", "shown_url"]
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -148,6 +156,29 @@ def dialect_insert(session: Session, table: Table) -> postgresql.Insert | sqlite
     if session.get_bind().dialect.name == "postgresql":
         return postgresql.insert(table)
     return sqlite.insert(table)
+
+
+StoreError = DBAPIError
+"""What the store raises when the database refuses or fails a statement (the driver's error in `.orig`)."""
+UNAVAILABLE: tuple[type[StoreError], ...] = (OperationalError, InterfaceError)
+"""The errors of a store that did not answer (PostgreSQL restarting, a connection cut: psycopg's "the
+connection is closed" is an InterfaceError; SQLite locked) or gave up (a deadlock): worth a retry."""
+
+
+def rowcount(result: Result[Any]) -> int:
+    """Rows an UPDATE matched (a compare-and-set's outcome)."""
+    return int(cast("CursorResult[Any]", result).rowcount)
+
+
+def database(session: Session) -> str:
+    """The backend behind the session ("sqlite", "postgresql"), after a round trip to it (health checks)."""
+    session.execute(text("SELECT 1"))
+    return session.get_bind().dialect.name
+
+
+def session_url(session: Session) -> str:
+    """The URL of the database behind the session, password included: a key, never shown (`shown_url`)."""
+    return str(session.get_bind().engine.url)
 
 
 @contextmanager

@@ -40,8 +40,6 @@ from pipeline.store.analysis import analyze_after_ingest, learn_paired_noise
 from pipeline.store.db import dialect_insert
 from pipeline.store.history import extend_generations, update_generations
 from pipeline.store.models import (
-    JOB_STATUSES,
-    RUN_KINDS,
     Agent,
     Bundle,
     Case,
@@ -60,6 +58,7 @@ from pipeline.store.models import (
     Series,
     utcnow,
 )
+from pipeline.store.states import JOB_STATUSES, RUN_KINDS
 
 
 class IngestError(ValueError):
@@ -105,8 +104,10 @@ def _commit(session: Session, repository: Repository, sha: str, field: str = "co
 # --- repositories and commits ----------------------------------------------------------------
 
 
-def upsert_repository(session: Session, *, name: str, url: str | None = None) -> Repository:
-    """The repository called `name`, created when missing; a given url replaces the stored one."""
+def upsert_repository(session: Session, *, name: str, url: str | None = None,
+                      default_branch: str | None = None) -> Repository:
+    """The repository called `name`, created when missing; a given url or default branch replaces
+    the stored one."""
     if not name:
         raise IngestError("repository: empty name")
     repo = session.scalar(sa.select(Repository).where(Repository.name == name))
@@ -116,6 +117,8 @@ def upsert_repository(session: Session, *, name: str, url: str | None = None) ->
         session.flush()
     elif url is not None and repo.url != url:
         repo.url = url
+    if default_branch is not None:
+        repo.default_branch = default_branch
     return repo
 
 

@@ -25,6 +25,22 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from pipeline.contracts.ids import CASE_ID_MAX_LENGTH, CaseId
+from pipeline.store.states import (
+    AGENT_STATES,
+    BISECTION_STATES,
+    BISECTION_STEP_STATES,
+    BUILD_STATUSES,
+    CASE_STATUSES,
+    COMPILE_STATUSES,
+    DELIVERY_STATES,
+    DIRECTIONS,
+    JOB_STATUSES,
+    LIFECYCLE,
+    REPORT_STATES,
+    RUN_KINDS,
+    RUN_STATUSES,
+    TRIAGE_STATES,
+)
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -34,33 +50,6 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-RUN_KINDS = ("local", "adhoc", "pr", "push", "nightly")
-RUN_STATUSES = ("queued", "running", "done", "failed")
-JOB_STATUSES = RUN_STATUSES
-CASE_STATUSES = ("ok", "wrong", "error", "skipped")
-COMPILE_STATUSES = ("built", "failed")
-TRIAGE_STATES = ("needs triage", "noisy", "confirmed", "intended", "assigned", "fixed")
-"""Dana's triage states; a change point's current state is its latest triage event."""
-OPEN_STATES = ("needs triage", "confirmed", "assigned")
-"""States in which a change point still asks for attention (counts on the dashboard, listed as a regression)."""
-DIRECTIONS = ("regression", "improvement")
-LIFECYCLE = ("suspected", "confirmed", "retracted")
-"""What the analysis makes of a change point (`analysis`, `changepoints.analyse`): suspected (the
-newest commits left their level, or the detector reports it and the confirmation rule does not hold
-yet), confirmed (the detector reports it and the confirmation rule holds: what alerts announce),
-retracted (it reported it once and later data refute it; kept with its triage, and with why).
-Apart from the triage state: a person triages, the analysis confirms or retracts."""
-AGENT_STATES = ("online", "offline")
-BUILD_STATUSES = ("pending", "building", "done", "failed")
-DELIVERY_STATES = ("pending", "done", "ignored", "failed")
-REPORT_STATES = ("waiting", "posted", "kept", "failed", "superseded")
-BISECTION_STATES = ("queued", "running", "done", "failed", "cancelled")
-ACTIVE_BISECTION_STATES = ("queued", "running")
-BISECTION_OUTCOMES = ("culprit", "several commits", "ambiguous", "not reproduced", "limit reached")
-"""What a finished bisection found (`pipeline.dispatch.bisect`): one culprit; the change spread over
-several commits (not attributable to one); a culprit hidden among commits that could not be built
-or run; the change not reproduced by paired runs; the step or device-time limit reached first."""
-BISECTION_STEP_STATES = ("queued", "done", "skipped")
 
 # 64-bit on PostgreSQL; on SQLite only "INTEGER PRIMARY KEY" autoincrements (and is 64-bit anyway).
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -342,7 +331,7 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
-    # The dispatcher (`pipeline.dispatch`): a queued job is claimable once it has a bundle.
+    # The job queue (`store.queue`): a queued job is claimable once it has a bundle.
     base_bundle_digest: Mapped[str | None] = mapped_column(sa.String(64))
     """Paired jobs: the base commit's bundle, run interleaved with `bundle_digest`."""
     cases: Mapped[str | None] = mapped_column(sa.String(400))
@@ -361,7 +350,7 @@ class Job(Base):
     owner: Mapped[str | None] = mapped_column(sa.String(300))
     """The local process that runs the job without a lease (`benchfarm run`): `host:pid:start` (the
     process's start time, so that a pid used again is not taken for it); None for jobs of agents,
-    which hold leases. `dispatch.reap_orphaned_local_jobs` fails an unfinished job whose owner is gone."""
+    which hold leases. `queue.reap_orphaned_local_jobs` fails an unfinished job whose owner is gone."""
 
     run: Mapped[Run] = relationship(back_populates="jobs")
     device_class: Mapped[DeviceClassRow] = relationship()

@@ -30,8 +30,6 @@ from pipeline.store.bisect_views import BisectionView, latest_by_change_point
 from pipeline.store.counters import CounterHistoryOut, counter_history
 from pipeline.store.history import HISTORY_ORDER, commit_level, default_branch_chain, history_order
 from pipeline.store.models import (
-    LIFECYCLE,
-    OPEN_STATES,
     Case,
     CaseResultRow,
     ChangePoint,
@@ -44,6 +42,7 @@ from pipeline.store.models import (
     Run,
     Series,
 )
+from pipeline.store.states import LIFECYCLE, OPEN_STATES
 from pipeline.store.triage import TriageEventOut, events
 
 _Document = TypeVar("_Document", bound=BaseModel)
@@ -410,7 +409,7 @@ def commit_detail(session: Session, commit: CommitOut) -> CommitDetailOut:
 
 Lifecycle = Literal["suspected", "confirmed", "retracted"]
 if set(get_args(Lifecycle)) != set(LIFECYCLE):
-    raise RuntimeError("queries.Lifecycle differs from models.LIFECYCLE")
+    raise RuntimeError("queries.Lifecycle differs from states.LIFECYCLE")
 
 
 class ChangePointOut(BaseModel):

@@ -1,6 +1,6 @@
 """Triage of change points, after Dana: who moved which change point to which state, when, and why.
 
-States (`models.TRIAGE_STATES`): needs triage (new), noisy (not a real change), confirmed (real;
+States (`states.TRIAGE_STATES`): needs triage (new), noisy (not a real change), confirmed (real;
 a bug link is required), intended (real and wanted: it rebases the series, see `analysis`),
 assigned (someone works on it; the assignee is required), fixed. Allowed moves (`TRANSITIONS`)::
 
@@ -16,6 +16,7 @@ set to the event's in the same transaction: the current state is always the late
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from urllib.parse import urlparse
 
@@ -23,9 +24,10 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy.orm import Session
 
-from pipeline.store.models import TRIAGE_STATES, ChangePoint, TriageEvent, utcnow
+from pipeline.store.models import ChangePoint, TriageEvent, utcnow
+from pipeline.store.states import TRIAGE_STATES
 
-__all__ = ["TRANSITIONS", "TriageError", "TriageEventOut", "event_out", "events", "triage"]
+__all__ = ["TRANSITIONS", "TriageError", "TriageEventOut", "event_out", "events", "triage", "triage_histories"]
 
 TRANSITIONS: dict[str, tuple[str, ...]] = {
     "needs triage": ("noisy", "confirmed", "intended", "assigned"),
@@ -36,7 +38,7 @@ TRANSITIONS: dict[str, tuple[str, ...]] = {
     "fixed": ("needs triage", "confirmed"),
 }
 if set(TRANSITIONS) != set(TRIAGE_STATES):
-    raise RuntimeError("triage.TRANSITIONS must name every state of models.TRIAGE_STATES")
+    raise RuntimeError("triage.TRANSITIONS must name every state of states.TRIAGE_STATES")
 
 
 class TriageError(ValueError):
@@ -111,3 +113,14 @@ def events(session: Session, change_point_id: int) -> list[TriageEventOut]:
     rows = session.scalars(sa.select(TriageEvent).where(TriageEvent.change_point_id == change_point_id)
                            .order_by(TriageEvent.at, TriageEvent.id))
     return [event_out(e) for e in rows]
+
+
+def triage_histories(session: Session, change_point_ids: Sequence[int]) -> dict[int, list[TriageEventOut]]:
+    """change point id -> its triage events, oldest first: one query."""
+    out: dict[int, list[TriageEventOut]] = {i: [] for i in change_point_ids}
+    if not out:
+        return out
+    for e in session.scalars(sa.select(TriageEvent).where(TriageEvent.change_point_id.in_(list(out)))
+                             .order_by(TriageEvent.at, TriageEvent.id)):
+        out[e.change_point_id].append(event_out(e))
+    return out

@@ -10,9 +10,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
-from pipeline import dispatch
 from pipeline.contracts import DeviceInfo
-from pipeline.store import ingest
+from pipeline.store import ingest, queue
 from pipeline.store.db import session_scope
 from pipeline.store.models import Device, Job, utcnow
 
@@ -27,8 +26,8 @@ def _info(uid: str, device_class: str = f.DEVICE_CLASS) -> DeviceInfo:
 
 def _register(engine: Engine, name: str, *uids: str, device_class: str = f.DEVICE_CLASS) -> None:
     with session_scope(engine) as s:
-        dispatch.register_agent(s, name=name, token_name="t", host="h", version="1",
-                                devices=[(f.device_class(device_class), _info(u, device_class)) for u in uids])
+        queue.register_agent(s, name=name, token_name="t", host="h", version="1",
+                             devices=[(f.device_class(device_class), _info(u, device_class)) for u in uids])
 
 
 def _queue(engine: Engine, n: int = 1, *, device_class: str = f.DEVICE_CLASS, max_attempts: int = 2,
@@ -44,9 +43,9 @@ def _queue(engine: Engine, n: int = 1, *, device_class: str = f.DEVICE_CLASS, ma
 
 
 def _claim(engine: Engine, agent: str, uid: str = "dev-1", device_class: str = f.DEVICE_CLASS,
-           lease_s: float = 60, now=None) -> dispatch.ClaimedJob | None:  # type: ignore[no-untyped-def]
+           lease_s: float = 60, now=None) -> queue.ClaimedJob | None:  # type: ignore[no-untyped-def]
     with session_scope(engine) as s:
-        return dispatch.claim_job(s, agent_name=agent, devices=[(uid, device_class)], lease_s=lease_s, now=now)
+        return queue.claim_job(s, agent_name=agent, devices=[(uid, device_class)], lease_s=lease_s, now=now)
 
 
 def test_a_claim_takes_the_oldest_claimable_job_of_the_agents_classes(seeded: Engine) -> None:
@@ -60,13 +59,13 @@ def test_a_claim_takes_the_oldest_claimable_job_of_the_agents_classes(seeded: En
     assert _claim(seeded, "a1").job_id == second  # type: ignore[union-attr]
     assert _claim(seeded, "a1") is None
     with session_scope(seeded) as s:
-        rows = {j.id: j for j in dispatch.list_jobs(s)}
+        rows = {j.id: j for j in queue.list_jobs(s)}
     assert rows[first].status == "running" and rows[first].agent == "a1" and rows[first].device_uid == "dev-1"
     assert rows[waiting[0]].waiting_for == "build (None)" and rows[other[0]].waiting_for == "an agent"
 
 
 def test_an_unknown_agent_is_refused(seeded: Engine) -> None:
-    with pytest.raises(dispatch.DispatchError, match="unknown agent"):
+    with pytest.raises(queue.DispatchError, match="unknown agent"):
         _claim(seeded, "nobody")
 
 
@@ -76,12 +75,12 @@ def test_heartbeat_renews_leases_and_reports_lost_jobs(seeded: Engine) -> None:
     start = utcnow()
     _claim(seeded, "a1", lease_s=10, now=start)
     with session_scope(seeded) as s:
-        lost = dispatch.heartbeat(s, agent_name="a1", device_uids=["dev-1"], running=[job_id, "gone"], lease_s=10,
-                                  now=start + timedelta(seconds=8))
+        lost = queue.heartbeat(s, agent_name="a1", device_uids=["dev-1"], running=[job_id, "gone"], lease_s=10,
+                               now=start + timedelta(seconds=8))
     assert lost == ["gone"]
     with session_scope(seeded) as s:   # renewed: not expired 12 s after the claim
-        assert dispatch.requeue_expired(s, now=start + timedelta(seconds=12)) == []
-        assert dispatch.requeue_expired(s, now=start + timedelta(seconds=19)) == [(job_id, "queued")]
+        assert queue.requeue_expired(s, now=start + timedelta(seconds=12)) == []
+        assert queue.requeue_expired(s, now=start + timedelta(seconds=19)) == [(job_id, "queued")]
 
 
 def test_expired_leases_requeue_until_max_attempts_then_fail(seeded: Engine) -> None:
@@ -91,12 +90,12 @@ def test_expired_leases_requeue_until_max_attempts_then_fail(seeded: Engine) -> 
     now = utcnow()
     _claim(seeded, "a1", lease_s=1, now=now)
     with session_scope(seeded) as s:
-        assert dispatch.requeue_expired(s, now=now + timedelta(seconds=2)) == [(job_id, "queued")]
+        assert queue.requeue_expired(s, now=now + timedelta(seconds=2)) == [(job_id, "queued")]
         assert "lease of agent a1 expired" in (s.get(Job, job_id).error or "")  # type: ignore[union-attr]
     claimed = _claim(seeded, "a2", "dev-2", lease_s=1, now=now + timedelta(seconds=3))
     assert claimed is not None and claimed.attempt == 2
     with session_scope(seeded) as s:
-        assert dispatch.requeue_expired(s, now=now + timedelta(seconds=5)) == [(job_id, "failed")]
+        assert queue.requeue_expired(s, now=now + timedelta(seconds=5)) == [(job_id, "failed")]
         job = s.get(Job, job_id)
         assert job is not None and job.status == "failed" and job.error == "lease expired 2 times: last agent a2"
         assert job.run.status == "failed"
@@ -109,14 +108,14 @@ def test_only_the_lease_holder_ends_a_job(seeded: Engine) -> None:
     now = utcnow()
     _claim(seeded, "a1", lease_s=1, now=now)
     with session_scope(seeded) as s:
-        dispatch.requeue_expired(s, now=now + timedelta(seconds=2))
+        queue.requeue_expired(s, now=now + timedelta(seconds=2))
     _claim(seeded, "a2", "dev-2")
-    with pytest.raises(dispatch.LeaseLost, match="no longer holds"), session_scope(seeded) as s:
-        dispatch.complete_job(s, job_id=job_id, agent_name="a1")
+    with pytest.raises(queue.LeaseLost, match="no longer holds"), session_scope(seeded) as s:
+        queue.complete_job(s, job_id=job_id, agent_name="a1")
     with session_scope(seeded) as s:
-        assert dispatch.complete_job(s, job_id=job_id, agent_name="a2").status == "done"
+        assert queue.complete_job(s, job_id=job_id, agent_name="a2").status == "done"
     with session_scope(seeded) as s:   # idempotent: a re-sent completion
-        assert dispatch.complete_job(s, job_id=job_id, agent_name="a2").status == "done"
+        assert queue.complete_job(s, job_id=job_id, agent_name="a2").status == "done"
         assert s.get(Job, job_id).run.status == "done"  # type: ignore[union-attr]
 
 
@@ -126,8 +125,8 @@ def test_a_requeued_unclaimed_job_is_still_completed_by_its_late_agent(seeded: E
     now = utcnow()
     _claim(seeded, "a1", lease_s=1, now=now)
     with session_scope(seeded) as s:
-        dispatch.requeue_expired(s, now=now + timedelta(seconds=2))
-        assert dispatch.complete_job(s, job_id=job_id, agent_name="a1").status == "done"
+        queue.requeue_expired(s, now=now + timedelta(seconds=2))
+        assert queue.complete_job(s, job_id=job_id, agent_name="a1").status == "done"
 
 
 def test_fail_records_the_reason(seeded: Engine) -> None:
@@ -135,20 +134,20 @@ def test_fail_records_the_reason(seeded: Engine) -> None:
     (job_id,) = _queue(seeded)
     _claim(seeded, "a1")
     with session_scope(seeded) as s:
-        job = dispatch.fail_job(s, job_id=job_id, agent_name="a1", reason="bundle refused: sha256 mismatch")
-        assert job.status == "failed" and job.error == "bundle refused: sha256 mismatch" and job.lease_owner is None
+        job = queue.fail_job(s, job_id=job_id, agent_name="a1", reason="bundle refused: sha256 mismatch")
+        assert job.status == "failed" and job.error == "bundle refused: sha256 mismatch" and job.lease_expires_at is None
 
 
 def test_presence_follows_registration_heartbeats_and_silence(seeded: Engine) -> None:
     _register(seeded, "a1", "dev-1", "dev-2")
     with session_scope(seeded) as s:
-        dispatch.heartbeat(s, agent_name="a1", device_uids=["dev-1"], running=[], lease_s=60)
+        queue.heartbeat(s, agent_name="a1", device_uids=["dev-1"], running=[], lease_s=60)
     with session_scope(seeded) as s:
         assert dict(s.execute(sa.select(Device.uid, Device.online)).all()) == {"dev-1": True, "dev-2": False}
-        assert dispatch.mark_silent_agents_offline(s, silent_s=5, now=utcnow() + timedelta(seconds=10)) == ["a1"]
+        assert queue.mark_silent_agents_offline(s, silent_s=5, now=utcnow() + timedelta(seconds=10)) == ["a1"]
     with session_scope(seeded) as s:
         assert not any(s.scalars(sa.select(Device.online)))
-        dispatch.heartbeat(s, agent_name="a1", device_uids=["dev-1", "dev-2"], running=[], lease_s=60)
+        queue.heartbeat(s, agent_name="a1", device_uids=["dev-1", "dev-2"], running=[], lease_s=60)
     with session_scope(seeded) as s:
         assert all(s.scalars(sa.select(Device.online)))
 
@@ -159,8 +158,8 @@ def test_extend_leases_after_a_service_restart(seeded: Engine) -> None:
     now = utcnow()
     _claim(seeded, "a1", lease_s=1, now=now - timedelta(seconds=30))
     with session_scope(seeded) as s:
-        assert dispatch.extend_leases(s, lease_s=10, now=now) == 1
-        assert dispatch.requeue_expired(s, now=now + timedelta(seconds=5)) == []
+        assert queue.extend_leases(s, lease_s=10, now=now) == 1
+        assert queue.requeue_expired(s, now=now + timedelta(seconds=5)) == []
 
 
 def test_concurrent_claims_take_each_job_exactly_once(seeded: Engine) -> None:
@@ -195,7 +194,7 @@ def test_concurrent_claims_take_each_job_exactly_once(seeded: Engine) -> None:
 def test_a_build_whose_builder_went_silent_is_queued_again(seeded: Engine) -> None:
     """`requeue_silent_builds`: a build whose heartbeat (or, from before heartbeats, whose start) is
     older than the lease goes back to pending; one renewed within it, and finished ones, stay."""
-    from pipeline.dispatch.triggers import requeue_silent_builds
+    from pipeline.store.builds import requeue_silent_builds
     from pipeline.store.models import BuildRequest
 
     now = utcnow()
@@ -226,18 +225,18 @@ def test_heartbeats_keep_the_progress_of_the_jobs_the_agent_holds(seeded: Engine
     (job_id,) = _queue(seeded, max_attempts=3)
     assert _claim(seeded, "a1") is not None
     with session_scope(seeded) as s:
-        dispatch.heartbeat(s, agent_name="a1", device_uids=["dev-1"], running=[job_id], lease_s=60,
-                           progress={job_id: "timing: round 2/8 gemm/x (12/80)"})
-        dispatch.heartbeat(s, agent_name="a2", device_uids=["dev-2"], running=[], lease_s=60,
-                           progress={job_id: "not mine"})
+        queue.heartbeat(s, agent_name="a1", device_uids=["dev-1"], running=[job_id], lease_s=60,
+                        progress={job_id: "timing: round 2/8 gemm/x (12/80)"})
+        queue.heartbeat(s, agent_name="a2", device_uids=["dev-2"], running=[], lease_s=60,
+                        progress={job_id: "not mine"})
     with session_scope(seeded) as s:
-        assert dispatch.get_job(s, job_id).progress == "timing: round 2/8 gemm/x (12/80)"  # type: ignore[union-attr]
-        assert dispatch.requeue_expired(s, now=utcnow() + timedelta(seconds=120))   # a1 went silent
+        assert queue.get_job(s, job_id).progress == "timing: round 2/8 gemm/x (12/80)"  # type: ignore[union-attr]
+        assert queue.requeue_expired(s, now=utcnow() + timedelta(seconds=120))   # a1 went silent
     assert _claim(seeded, "a2", uid="dev-2") is not None
     with session_scope(seeded) as s:
-        assert dispatch.get_job(s, job_id).progress is None  # type: ignore[union-attr]
+        assert queue.get_job(s, job_id).progress is None  # type: ignore[union-attr]
         ingest.set_job_status(s, job_id=job_id, status="done")
-        assert dispatch.get_job(s, job_id).progress is None  # type: ignore[union-attr]
+        assert queue.get_job(s, job_id).progress is None  # type: ignore[union-attr]
 
 
 def test_local_jobs_whose_process_is_gone_are_failed_and_the_others_kept(seeded: Engine) -> None:
@@ -258,14 +257,14 @@ def test_local_jobs_whose_process_is_gone_are_failed_and_the_others_kept(seeded:
 
         dead_running = local(f"{host}:{gone.pid}:1", "running")
         dead_queued = local(f"{host}:{gone.pid}:1", "queued")
-        alive = local(dispatch.local_owner(), "running")
-        reused_pid = local(dispatch.local_owner().rsplit(":", 1)[0] + ":0", "running")   # our pid, another start
+        alive = local(queue.local_owner(), "running")
+        reused_pid = local(queue.local_owner().rsplit(":", 1)[0] + ":0", "running")   # our pid, another start
         elsewhere = local(f"another-{host}:{gone.pid}:1", "running")
         unowned = local(None, "running")   # kept by a benchfarm run before owners were recorded
     leased = _queue(seeded)[0]
     _claim(seeded, "a1")
     with session_scope(seeded) as s:
-        reaped = dispatch.reap_orphaned_local_jobs(s)
+        reaped = queue.reap_orphaned_local_jobs(s)
     assert sorted(reaped) == sorted([dead_running, dead_queued, reused_pid, unowned])
     with session_scope(seeded) as s:
         status = {j.id: (j.status, j.error) for j in s.scalars(sa.select(Job))}

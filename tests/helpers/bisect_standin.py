@@ -13,11 +13,10 @@ from collections.abc import Callable, Collection
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
-from pipeline import dispatch
 from pipeline.config import Settings
 from pipeline.contracts import DeviceClass, DeviceInfo
-from pipeline.dispatch import bisect, triggers
-from pipeline.store import ingest
+from pipeline.dispatch import bisect
+from pipeline.store import builds, ingest, queue
 from pipeline.store.db import session_scope
 from pipeline.store.models import Bisection, BuildRequest, Run
 from tests.helpers import factories as f
@@ -39,7 +38,7 @@ class StandInFarm:
         self.rng = random.Random(2)
         self.jobs = 0
         with session_scope(engine) as s:
-            dispatch.register_agent(s, name=agent, token_name="t", host="h", version="1", devices=[
+            queue.register_agent(s, name=agent, token_name="t", host="h", version="1", devices=[
                 (device_class, DeviceInfo(device_class=device_class.name, uid=self.uid))])
             manifest = f.manifest(base_sha, [f.built_entry(case, target=target)], repository=repository)
             self.digest = ingest.ingest_manifest(s, manifest=manifest, path="/bundles/stand-in").digest
@@ -51,13 +50,13 @@ class StandInFarm:
             for build in s.scalars(sa.select(BuildRequest).where(BuildRequest.status == "pending")).all():
                 sha = s.get(Run, build.run_id).commit.sha  # type: ignore[union-attr]
                 if sha in self.unbuildable:
-                    triggers.fail_build(s, build_id=build.id, error=f"build failed: {sha[:10]}: iree-compile: error")
+                    builds.fail_build(s, build_id=build.id, error=f"build failed: {sha[:10]}: iree-compile: error")
                 else:
-                    triggers.finish_build(s, build_id=build.id, digest=self.digest, base_digest=self.digest)
+                    builds.finish_build(s, build_id=build.id, digest=self.digest, base_digest=self.digest)
         while True:
             with session_scope(self.engine) as s:
-                claimed = dispatch.claim_job(s, agent_name=self.agent, devices=[(self.uid, self.device_class)],
-                                             lease_s=60)
+                claimed = queue.claim_job(s, agent_name=self.agent, devices=[(self.uid, self.device_class)],
+                                          lease_s=60)
                 if claimed is None:
                     return ran
                 factor = self.factor(claimed.commit)
@@ -68,7 +67,7 @@ class StandInFarm:
                 ingest.ingest_result(s, document=f.result_document(
                     run_id=claimed.run_id, job_id=claimed.job_id, commit_sha=claimed.commit, results=[result],
                     device_class=self.device_class, repository=self.repository, uid=self.uid))
-                dispatch.complete_job(s, job_id=claimed.job_id, agent_name=self.agent)
+                queue.complete_job(s, job_id=claimed.job_id, agent_name=self.agent)
                 ran += 1
                 self.jobs += 1
 

@@ -15,10 +15,9 @@ import pytest
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
-from pipeline import dispatch
 from pipeline.service import auth, users
 from pipeline.service.api import routes
-from pipeline.store import bisect_views, compare, compile_stats, counters, queries
+from pipeline.store import bisect_views, compare, compile_stats, counters, queries, queue
 
 SHARED_FIELDS = 3
 """Fewer names in common than this is a coincidence (`id`, `sha`), not a copy."""
@@ -43,8 +42,9 @@ PRODUCERS: dict[tuple[str, str], Callable[..., Any]] = {
     ("GET", "/dashboard"): queries.dashboard,
     ("GET", "/bisections"): bisect_views.list_bisections,
     ("GET", "/bisections/{bisection_id}"): bisect_views.get_bisection,
-    ("GET", "/jobs"): dispatch.list_jobs,
-    ("GET", "/jobs/{job_id}"): dispatch.get_job,
+    ("GET", "/agents"): queue.list_agents,
+    ("GET", "/jobs"): queue.list_jobs,
+    ("GET", "/jobs/{job_id}"): queue.get_job,
     ("GET", "/jobs/{job_id}/results"): queries.job_results,
     ("GET", "/tokens"): auth.list_tokens,
     ("DELETE", "/tokens/{name}"): auth.revoke_token,

@@ -14,9 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from pipeline.config import Settings
-from pipeline import dispatch
 from pipeline.service import auth
-from pipeline.store import ingest
+from pipeline.store import ingest, queue
 from pipeline.store.models import Agent, Job
 from pipeline.service.app import create_app
 from pipeline.store.db import session_scope
@@ -58,7 +57,7 @@ def new_job(engine: Engine, label: int = 1, *, agent: str = AGENT, token_name: s
         run = ingest.create_run(s, repository=f.REPO, commit_sha=f.sha(label), kind="local",
                                 device_classes=[f.DEVICE_CLASS])
         if s.scalar(sa.select(Agent.id).where(Agent.name == agent)) is None:
-            dispatch.register_agent(s, name=agent, token_name=token_name, host="test", version="", devices=[])
+            queue.register_agent(s, name=agent, token_name=token_name, host="test", version="", devices=[])
         job = s.get(Job, run.jobs[0].id)
         job.status, job.agent, job.lease_owner = "running", agent, agent
         return run.id, job.id
@@ -329,7 +328,7 @@ def test_a_done_job_takes_an_identical_resend_but_nothing_new(service: Service) 
     first = document(service.engine)
     assert post(service.url, "/api/v1/results", json.dumps(first), service.tokens["agent"]).json()["stored"] == 1
     with session_scope(service.engine) as s:
-        dispatch.complete_job(s, job_id=first["job_id"], agent_name=AGENT)
+        queue.complete_job(s, job_id=first["job_id"], agent_name=AGENT)
     before = snapshot(service.engine)
     again = post(service.url, "/api/v1/results", json.dumps(first), service.tokens["agent"])
     assert again.status_code == 200 and again.json()["duplicates"] == 1   # a spool re-sent after the job ended

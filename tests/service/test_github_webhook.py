@@ -14,11 +14,11 @@ import sqlalchemy as sa
 from pydantic import SecretStr
 from sqlalchemy.engine import Engine
 
-from pipeline import dispatch
 from pipeline.config import DispatchSettings, GitHubSettings, Settings
 from pipeline.contracts import ContractError, DeviceClass, DeviceInfo
 from pipeline.service.app import create_app
 from pipeline.service.github_webhook import WebhookWorker, decide, sign, verify_signature
+from pipeline.store import queue
 from pipeline.store.db import session_scope
 from pipeline.store.models import (
     BuildRequest,
@@ -145,7 +145,7 @@ def service(tmp_path: Path, hosted: HostedRepo) -> Iterator[tuple[str, Settings,
     with session_scope(engine) as session:   # an agent with an online device of the class
         device_class = DeviceClass(name=CLASS, kind="cpu", targets=["llvm-cpu:x86_64"], runtime="iree",
                                    hal_driver="local-sync")
-        dispatch.register_agent(session, name="agent-1", token_name="t", host="h", version="1", devices=[
+        queue.register_agent(session, name="agent-1", token_name="t", host="h", version="1", devices=[
             (device_class, DeviceInfo(device_class=CLASS, uid="cpu-0"))])
     with live_server(create_app(settings, engine)) as url:
         yield url, settings, engine

@@ -24,12 +24,11 @@ import requests
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
-from pipeline import dispatch
 from pipeline.config import GitHubSettings, Settings
 from pipeline.contracts import DeviceClass, DeviceInfo
 from pipeline.service import auth, users
 from pipeline.service.app import create_app
-from pipeline.store import ingest
+from pipeline.store import ingest, queue
 from pipeline.store.db import open_store, session_scope
 from pipeline.store.models import ChangePoint, Commit, Job, Series
 from tests.helpers.github_webhooks import sign
@@ -83,9 +82,9 @@ def farm(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
                           "other-agent": auth.create_token(s, name="other-agent-token", scopes=["agent"]),
                           "user": auth.create_token(s, name="user-token", scopes=["user"]),
                           "admin": auth.create_token(s, name="admin-token", scopes=["admin"])}
-                dispatch.register_agent(s, name="agent-1", token_name="agent-token", host="h1", version="1", devices=[])
-                dispatch.register_agent(s, name="agent-2", token_name="other-agent-token", host="h2", version="1",
-                                        devices=[(GPU_CLASS, DeviceInfo(device_class=GPU_CLASS.name, uid="GPU-agent-2",
+                queue.register_agent(s, name="agent-1", token_name="agent-token", host="h1", version="1", devices=[])
+                queue.register_agent(s, name="agent-2", token_name="other-agent-token", host="h2", version="1",
+                                     devices=[(GPU_CLASS, DeviceInfo(device_class=GPU_CLASS.name, uid="GPU-agent-2",
                                                                         name="NVIDIA H100", host="h2"))])
                 jobs = {"A": (_job(s, 1, "agent-1", "running"), 1), "B": (_job(s, 2, "agent-2", "running"), 2),
                         "D": (_job(s, 3, "agent-1", "running"), 3)}
@@ -93,7 +92,7 @@ def farm(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
                 done = f.result_document(run_id=s.get(Job, jobs["D"][0]).run_id, job_id=jobs["D"][0],
                                          commit_sha=f.sha(3), results=[f.ok(f.GEMM, f.series_samples(1e-3))])
                 ingest.ingest_result(s, document=done)
-                dispatch.complete_job(s, job_id=jobs["D"][0], agent_name="agent-1")
+                queue.complete_job(s, job_id=jobs["D"][0], agent_name="agent-1")
                 commits = {c.sha: c for c in s.scalars(sa.select(Commit))}
                 s.add(ChangePoint(series_id=s.scalar(sa.select(Series.id)), before_commit_id=commits[f.sha(2)].id,
                                   after_commit_id=commits[f.sha(3)].id, committed_at=commits[f.sha(3)].committed_at,

@@ -12,17 +12,15 @@ import hmac
 from collections.abc import Iterator
 from typing import Annotated, Any
 
-import sqlalchemy as sa
 from fastapi import Depends, HTTPException, Path, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy.orm import Session
 
 from pipeline.config import Settings
 from pipeline.contracts.limits import INT32_MAX
 from pipeline.service import auth, users
 from pipeline.service.auth import SCOPES, Principal, Scope
-from pipeline.store.db import session_scope
-from pipeline.store.models import ApiToken
+from pipeline.store import accounts
+from pipeline.store.db import Session, session_scope
 
 __all__ = ["MAX_ROW_ID", "BodyDep", "Principal", "RowId", "SessionDep", "SettingsDep", "principal_of", "require_scope"]
 
@@ -101,10 +99,10 @@ def principal_of(request: Request, session: SessionDep, settings: SettingsDep) -
             return Principal(name=auth.BOOTSTRAP_NAME, scopes=frozenset(auth.SCOPES))
         return None
     if via == "token":
-        row = session.scalar(sa.select(ApiToken).where(ApiToken.token_hash == str(data.get("token_hash", ""))))
-        if row is None or row.revoked_at is not None:
+        stored = accounts.find_token(session, str(data.get("token_hash", "")))
+        if stored is None or stored.token.revoked_at is not None:
             return None
-        return Principal(name=row.name, scopes=frozenset(row.scopes))
+        return Principal(name=stored.token.name, scopes=frozenset(stored.token.scopes))
     return None
 
 

@@ -9,8 +9,9 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from pipeline.service.auth import Scope, TokenOut
-from pipeline.store.models import TRIAGE_STATES
+from pipeline.service.auth import Scope
+from pipeline.store.accounts import TokenOut
+from pipeline.store.states import TRIAGE_STATES
 
 
 class FieldError(BaseModel):
@@ -130,7 +131,7 @@ def document_errors(openapi: dict[str, Any]) -> dict[str, Any]:
 
 TriageState = Literal["needs triage", "noisy", "confirmed", "intended", "assigned", "fixed"]
 if set(get_args(TriageState)) != set(TRIAGE_STATES):
-    raise RuntimeError("schemas.TriageState differs from models.TRIAGE_STATES")
+    raise RuntimeError("schemas.TriageState differs from states.TRIAGE_STATES")
 
 
 class SeriesSettingsIn(BaseModel):

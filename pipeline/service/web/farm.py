@@ -4,15 +4,16 @@ does, and follows the run's jobs through GET /api/v1/jobs until its results are 
 
 from __future__ import annotations
 
+from typing import Literal
+
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from pipeline import dispatch
 from pipeline.service.api.deps import SessionDep, SettingsDep
-from pipeline.service.web import data, farm_data
 from pipeline.service.web.render import page
 from pipeline.service.web.session import SignInRequired, UserDep, browse_guard
-from pipeline.store.models import JOB_STATUSES, Job, Run
+from pipeline.store import commits, farm, queue, runs, series
+from pipeline.store.states import JOB_STATUSES
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(browse_guard)])
 
@@ -22,7 +23,7 @@ JOBS_SHOWN = 200
 @router.get("/devices", response_class=HTMLResponse)
 def devices_page(request: Request, session: SessionDep, settings: SettingsDep, user: UserDep) -> HTMLResponse:
     """Each agent, its devices, online or not, what runs on them; the queue of each device class."""
-    return page(request, "devices.html", user, {"farm": farm_data.farm(session),
+    return page(request, "devices.html", user, {"farm": farm.farm(session),
                                                 "offline_after_s": settings.dispatch.agent_offline_s})
 
 
@@ -33,33 +34,32 @@ def jobs_page(request: Request, session: SessionDep, user: UserDep, status: str 
     filters (a run by its id or the start of it, as pages show it)."""
     if status and status not in JOB_STATUSES:
         raise HTTPException(422, f"status {status!r} is not one of {', '.join(JOB_STATUSES)}")
-    run_ids = data.ids_starting_with(session, Run, run.strip()) if run.strip() else []
+    run_ids = runs.ids_starting_with(session, "run", run.strip()) if run.strip() else []
     if run.strip() and len(run_ids) != 1:
         raise HTTPException(404, f"run {run.strip()!r} {'is ambiguous' if run_ids else 'matches no run'}")
-    found = dispatch.list_jobs(session, status=status or None, device_class=device_class or None, agent=agent or None,
-                               run_id=run_ids[0] if run_ids else None, limit=JOBS_SHOWN + 1,
-                               offset=(page_number - 1) * JOBS_SHOWN)
+    found = queue.list_jobs(session, status=status or None, device_class=device_class or None, agent=agent or None,
+                            run_id=run_ids[0] if run_ids else None, limit=JOBS_SHOWN + 1,
+                            offset=(page_number - 1) * JOBS_SHOWN)
     filters = {"status": status, "device_class": device_class, "agent": agent, "run": run}
     return page(request, "jobs.html", user, {
-        "jobs": found[:JOBS_SHOWN], "counts": farm_data.job_counts(session), "statuses": JOB_STATUSES,
-        "limit": JOBS_SHOWN, "device_classes": data.device_class_names(session), "filters": filters,
+        "jobs": found[:JOBS_SHOWN], "counts": farm.job_counts(session), "statuses": JOB_STATUSES,
+        "limit": JOBS_SHOWN, "device_classes": series.device_class_names(session), "filters": filters,
         "page_number": page_number, "more": len(found) > JOBS_SHOWN})
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 def job_page(job_id: str, request: Request, session: SessionDep, user: UserDep) -> Response:
     """One job: its timeline, its error, the cases that did not pass and the run's other jobs."""
-    detail = farm_data.job_detail(session, job_id)
+    detail = farm.job_detail(session, job_id)
     if detail is None:
-        return redirect_to_full_id(session, Job, job_id, "/jobs/")
+        return redirect_to_full_id(session, "job", job_id, "/jobs/")
     return page(request, "job.html", user, {"detail": detail})
 
 
-def redirect_to_full_id(session: SessionDep, model: type[Run] | type[Job], text: str, prefix: str) -> RedirectResponse:
+def redirect_to_full_id(session: SessionDep, what: Literal["run", "job"], text: str, prefix: str) -> RedirectResponse:
     """A short id typed into the address (pages show the first 12 characters): its page, when it
     names one run or job; else 404 saying what it matched."""
-    what = "run" if model is Run else "job"
-    found = data.ids_starting_with(session, model, text)
+    found = runs.ids_starting_with(session, what, text)
     if len(found) != 1 or found[0] == text:
         raise HTTPException(404, f"{what} {text!r} {'is ambiguous: give more of it' if found else 'does not exist'}")
     return RedirectResponse(prefix + found[0], status_code=307)
@@ -73,13 +73,13 @@ def adhoc_page(request: Request, session: SessionDep, settings: SettingsDep, use
     if user is None or not user.allows("user"):
         raise SignInRequired(request.url.path + (f"?{request.url.query}" if request.url.query else ""),
                              "sign in to trigger a run")
-    repositories = data.repositories(session)
+    repositories = commits.repositories(session)
     default_repository = settings.repository or (repositories[0] if len(repositories) == 1 else "")
-    classes = farm_data.trigger_classes(session)
+    classes = farm.trigger_classes(session)
     checked = device_class or next((name for name, online in classes if online), None)   # as the form checks it
     return page(request, "adhoc.html", user, {
         "classes": classes, "repositories": repositories,
-        "cases_example": farm_data.cases_example(session, checked),
+        "cases_example": farm.cases_example(session, checked),
         "default_repository": default_repository, "has_checkout": bool(settings.dispatch.suite_path),
         "form": {"ref": ref or ("HEAD" if settings.dispatch.suite_path else ""), "device_class": device_class,
                  "cases": cases}})

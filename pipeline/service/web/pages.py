@@ -13,7 +13,6 @@ from pipeline.contracts import METRICS
 from pipeline.contracts.counters import COUNTERS
 from pipeline.pr_comments.table import format_change
 from pipeline.service.api.deps import RowId, SessionDep, SettingsDep
-from pipeline.service.web import data
 from pipeline.service.web.chart import roofline_chart, step_chart
 from pipeline.service.web.farm import redirect_to_full_id
 from pipeline.service.web.paging import paginate
@@ -23,8 +22,18 @@ from pipeline.service.web.verdicts import NEWEST_RUNS, cached_comparison, run_ve
 from pipeline.store import compile_stats, queries
 from pipeline.store.bisect_views import latest_by_change_point, one_commit_ranges
 from pipeline.store.compare import only_cases
+from pipeline.store.commits import CommitDescription, describe_commits, repositories
 from pipeline.store.counters import TOLERANCES, CounterHistoryOut, counter_history
-from pipeline.store.models import Run
+from pipeline.store.roofline import roofline_points
+from pipeline.store.runs import run_case_ids
+from pipeline.store.series import (
+    commit_samples,
+    control_series,
+    dashboard_options,
+    device_class_names,
+    device_class_targets,
+    latency_series_ids,
+)
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(browse_guard)])
 
@@ -44,7 +53,7 @@ def dashboard(request: Request, session: SessionDep, settings: SettingsDep, user
     runs = queries.list_runs(session, limit=NEWEST_RUNS)
     return page(request, "index.html", user, {
         "groups": [g for g in board.groups if g.series], "counts": board.counts, "filters": filters,
-        "states": queries.SERIES_STATES, "options": data.dashboard_options(session),
+        "states": queries.SERIES_STATES, "options": dashboard_options(session),
         "group_tiles": settings.web.group_tiles,
         # the series these filters match, the state included (the counts above are per state)
         "series_total": board.counts.get(state, 0) if state else sum(board.counts.values()),
@@ -57,14 +66,14 @@ def run_page(run_id: str, request: Request, session: SessionDep, settings: Setti
     run's own results (not the rest of its commit's, nor another run's of the same cases): changes first, the first `web.page_rows` rows (the compare page has them all)."""
     detail = queries.get_run(session, run_id)
     if detail is None:
-        return redirect_to_full_id(session, Run, run_id, "/runs/")
-    ran = data.run_case_ids(session, run_id)
+        return redirect_to_full_id(session, "run", run_id, "/runs/")
+    ran = run_case_ids(session, run_id)
     comparisons = [only_cases(c, ran[dc]) for dc in dict.fromkeys(j.device_class for j in detail.jobs) if dc in ran
                    if (c := cached_comparison(session, settings, detail.run.repository, detail.run.commit_sha, None,
                                               dc, None, run_id)).rows]
     comparisons = [c for c in comparisons if c.rows]
     shown = {c.device_class: c.rows[:settings.web.page_rows] for c in comparisons}
-    series_ids = data.latency_series_ids(session, list(shown), case_ids={r.case_id for rows in shown.values()
+    series_ids = latency_series_ids(session, list(shown), case_ids={r.case_id for rows in shown.values()
                                                                          for r in rows})
     return page(request, "run.html", user, {"detail": detail, "comparisons": comparisons, "shown": shown,
                                             "series_ids": series_ids})
@@ -81,11 +90,11 @@ def series_page(series_id: RowId, request: Request, session: SessionDep, user: U
         raise HTTPException(404, f"no series {series_id}")
     history = queries.series_history(session, series_id)
     change_points = queries.series_change_points(session, series_id)
-    control = data.control_series(session, series_id)
+    control = control_series(session, series_id)
     control_history = queries.series_history(session, control[0]) if control else []
     counters = counter_history(session, case_id=summary.case_id, device_class=summary.device_class)
     shas = [p.sha for p in history] + [p.sha for p in (counters.history if counters else [])]
-    infos = data.commit_infos(session, shas)
+    infos = describe_commits(session, shas)
     position = {p.sha: i for i, p in enumerate(history)}
     control_by_sha = {p.sha: p.median for p in control_history}
     marks = {cp.after_sha: cp for cp in change_points if cp.lifecycle != "retracted"}
@@ -109,7 +118,7 @@ def series_page(series_id: RowId, request: Request, session: SessionDep, user: U
         "one_commit": one_commit_ranges(session, [cp.id for cp in change_points]),
         "chart": chart, "control": control, "baseline": queries.series_baseline(session, series_id),
         "compile_series": compile_stats.compile_targets(session, summary.case_id,
-                                                        data.device_class_targets(session, summary.device_class))})
+                                                        device_class_targets(session, summary.device_class))})
 
 
 def counter_charts(counters: CounterHistoryOut | None) -> list[Markup]:
@@ -141,14 +150,14 @@ def counter_moves(counters: CounterHistoryOut | None) -> dict[str, dict[str, str
     return out
 
 
-def data_first_line(info: data.CommitInfo | None) -> str:
+def data_first_line(info: CommitDescription | None) -> str:
     return (info.message.strip().splitlines() or [""])[0][:200] if info else ""
 
 
 @router.get("/series/{series_id}/samples")
 def series_samples(series_id: RowId, sha: str, session: SessionDep) -> JSONResponse:
     """Every sample of one commit on the series (the graph fetches them on hover)."""
-    samples = data.commit_samples(session, series_id, sha)
+    samples = commit_samples(session, series_id, sha)
     if samples is None:
         raise HTTPException(404, f"no measurement of {sha} on series {series_id}")
     return JSONResponse({"sha": sha, "samples": samples})
@@ -159,9 +168,9 @@ def roofline(request: Request, session: SessionDep, settings: SettingsDep, user:
              device_class: str = "", order: str = "case", page_number: int = Query(1, alias="page")) -> HTMLResponse:
     """Each case's achieved FLOP/s against the device class's compute and bandwidth ceilings; the
     table by case or furthest below the roof first, a page at a time; the cases left off, named."""
-    names = data.device_class_names(session)
+    names = device_class_names(session)
     device_class = device_class or (names[0] if names else "")
-    points, left_off = data.roofline_points(session, device_class) if device_class else ([], [])
+    points, left_off = roofline_points(session, device_class) if device_class else ([], [])
     configured = settings.web.ceilings.get(device_class, {})
     best_flops = max((p.flop_rate for p in points), default=None)
     best_bytes = max((p.byte_rate for p in points), default=None)
@@ -184,7 +193,7 @@ def roofline(request: Request, session: SessionDep, settings: SettingsDep, user:
 def compile_list(request: Request, session: SessionDep, user: UserDep, repository: str = "") -> HTMLResponse:
     """Every compile series (case x target) of a repository with its newest figures: build-only
     targets included, which no device runs."""
-    names = data.repositories(session)
+    names = repositories(session)
     repository = repository if repository in names else (names[0] if names else "")
     series = compile_stats.list_compile_series(session, repository) if repository else []
     return page(request, "compile_list.html", user, {"repositories": names, "repository": repository,

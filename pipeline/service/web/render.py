@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlparse
@@ -30,7 +30,6 @@ from pipeline.service.auth import Principal
 from pipeline.service.web.session import csrf_token
 from pipeline.store.compare import status_label
 from pipeline.store.db import session_scope
-from pipeline.store.models import utcnow
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 
@@ -86,7 +85,7 @@ def ago(when: datetime | None, now: datetime | None = None) -> str:
     """How long ago, coarsely: "12 s ago", "5 min ago", "3 h ago", "2 d ago"."""
     if when is None:
         return ""
-    seconds = max(0.0, ((now or utcnow()) - when).total_seconds())
+    seconds = max(0.0, ((now or datetime.now(UTC)) - when).total_seconds())
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
         if seconds >= 2 * size:
             return f"{seconds / size:.0f} {unit} ago"

@@ -12,7 +12,6 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from pipeline.dispatch import bisect
 from pipeline.service.api.deps import RowId, SessionDep, SettingsDep
 from pipeline.service.api.schemas import TriageIn
-from pipeline.service.web import data
 from pipeline.service.web.paging import paginate
 from pipeline.service.web.render import page
 from pipeline.service.web.session import (
@@ -33,7 +32,9 @@ from pipeline.store import code, commit_refs, compile_stats, queries, triage
 from pipeline.store.bisect_views import latest_by_change_point, one_commit_ranges
 from pipeline.store.code import CodeChangeOut
 from pipeline.store.compare import STATUSES, CompareError, ComparisonRowOut
-from pipeline.store.models import LIFECYCLE, TRIAGE_STATES
+from pipeline.store.commits import describe_commits, pull_request_head, repositories
+from pipeline.store.series import device_class_names, latency_series_ids
+from pipeline.store.states import LIFECYCLE, TRIAGE_STATES
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(browse_guard)])
 
@@ -48,13 +49,13 @@ def compare_page(
     table of each, filtered by status or text, in pages of `web.page_rows` rows, with what changed
     in each case's code; the changed kernels' listings side by side; then the compile statistics
     that changed (beside the verdict, never part of it)."""
-    repos = data.repositories(session)
+    repos = repositories(session)
     repository = repository or (repos[0] if len(repos) == 1 else "")
     order = order if order in ROW_ORDERS else "verdict"
     status = status if status in STATUSES else ""
     form = {"repository": repository, "head": head, "base": base, "device_class": device_class, "pr": pr,
             "merge_base": merge_base, "status": status, "q": q, "order": order}
-    context: dict[str, Any] = {"form": form, "repositories": repos, "device_classes": data.device_class_names(session),
+    context: dict[str, Any] = {"form": form, "repositories": repos, "device_classes": device_class_names(session),
                "verdict": None, "error": None, "commits": [], "series_ids": {}, "infos": {}, "tables": [],
                "compiled": None, "code_diffs": [], "code_hidden": 0, "code_anchors": {},
                "code_context": CODE_CONTEXT,
@@ -84,7 +85,7 @@ def compare_page(
             context["tables"] = tables
             context["pages"] = max((t.pages for _, t in tables), default=1)
             context["page_number"] = min(max(1, page_number), context["pages"])
-            context["series_ids"] = data.latency_series_ids(
+            context["series_ids"] = latency_series_ids(
                 session, [c.device_class for c in verdict.comparisons],
                 case_ids={r.case_id for _, t in tables for r in t.items})
             diffs, context["code_hidden"] = _code_diffs(session, [r for _, t in tables for r in t.items])
@@ -93,7 +94,7 @@ def compare_page(
             context["compiled"] = compiled = compile_stats.compare_compile(
                 session, repository, head_sha=head_sha, base_sha=base_sha,
                 latency_bases=(c.base_sha for c in verdict.comparisons), walk=settings.compare.ancestor_walk)
-            context["infos"] = data.commit_infos(
+            context["infos"] = describe_commits(
                 session, [head_sha] + [c.base_sha for c in verdict.comparisons if c.base_sha]
                 + ([compiled.base_sha] if compiled.base_sha else []))
     context["error"] = error
@@ -151,7 +152,7 @@ def _head(session: SessionDep, repository: str, head: str, pr: str) -> tuple[str
         return _ref(session, repository, head)
     if not pr.strip().lstrip("#").isdigit():
         return None, f"pull request {pr!r} is not a number"
-    sha = data.pull_request_head(session, repository, int(pr.strip().lstrip("#")))
+    sha = pull_request_head(session, repository, int(pr.strip().lstrip("#")))
     return (sha, None) if sha else (None, f"no recorded commit of pull request #{pr.strip().lstrip('#')}")
 
 
@@ -165,7 +166,7 @@ def regressions_page(request: Request, session: SessionDep, settings: SettingsDe
     found = queries.list_regressions(session, device_class=device_class or None, family=family or None,
                                      state=state if state in TRIAGE_STATES else None,
                                      lifecycle=lifecycle if lifecycle in LIFECYCLE else None, limit=500)
-    histories = data.triage_histories(session, [r.id for r in found])
+    histories = triage.triage_histories(session, [r.id for r in found])
     bisections = latest_by_change_point(session, [r.id for r in found])
     runs = queries.list_runs(session, limit=NEWEST_RUNS)
     verdicts = run_verdicts(session, settings, runs)
@@ -174,9 +175,9 @@ def regressions_page(request: Request, session: SessionDep, settings: SettingsDe
         "regressed_runs": regressed_runs,
         "regressions": found, "histories": histories, "bisections": bisections, "transitions": triage.TRANSITIONS,
         "one_commit": one_commit_ranges(session, [r.id for r in found]),
-        "states": TRIAGE_STATES, "lifecycles": LIFECYCLE, "device_classes": data.device_class_names(session),
+        "states": TRIAGE_STATES, "lifecycles": LIFECYCLE, "device_classes": device_class_names(session),
         "filters": {"device_class": device_class, "family": family, "state": state, "lifecycle": lifecycle},
-        "infos": data.commit_infos(session, [r.after_sha for r in found])})
+        "infos": describe_commits(session, [r.after_sha for r in found])})
 
 
 @router.post("/change-points/{change_point_id}/triage")

@@ -4,7 +4,7 @@ A comparison of a large farm's commit (20,000 cases x device classes) takes a se
 compute (its samples read, its tests run); the compare and run pages ask for the same ones
 again and again (paging, filters, reloads while a run fills in). Each device class's comparison is
 kept on its own (a run page and a compare page share them), and served while the store has not
-changed at all (`data.store_version`, three primary-key maxima) or, when it has, while its
+changed at all (`compare.store_version`, three primary-key maxima) or, when it has, while its
 fingerprint has not: the head's newest result on the class, the base the ancestor walk finds and
 the base's newest result there. On a farm where results arrive every few seconds for other
 commits, a pull request's comparison stays kept; a result of its head or base, or a nearer
@@ -22,14 +22,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session
-
 from pipeline.config import Settings
 from pipeline.loops import Loop
 from pipeline.pr_comments.table import counts_text
-from pipeline.service.web.data import store_version
 from pipeline.store.compare import (
     STATUSES,
     CompareError,
@@ -42,17 +37,11 @@ from pipeline.store.compare import (
     overall_verdict,
     result_device_classes,
     results_version,
+    store_version,
 )
-from pipeline.store.db import session_scope
-from pipeline.store.models import (
-    CaseResultRow,
-    Commit,
-    DeviceClassRow,
-    Job,
-    Repository,
-    Run,
-)
+from pipeline.store.db import Engine, Session, session_scope, session_url
 from pipeline.store.queries import RunOut
+from pipeline.store.runs import ended_jobs, first_done_of_newest_runs, last_finished_jobs, result_classes_of_runs
 
 ROW_ORDERS: dict[str, Callable[[ComparisonRowOut], Any]] = {
     "verdict": lambda r: (STATUSES.index(r.status), str(r.case_id), r.target),
@@ -77,7 +66,7 @@ limit bounds what it cannot see (a row changed or deleted in place)."""
 class _Kept:
     made_at: float
     store: tuple[int | None, ...]
-    """`data.store_version` when last found valid"""
+    """`compare.store_version` when last found valid"""
     fingerprint: tuple[object, ...] | None
     """None: results it may have read came in while it was computed; valid for that store version only"""
     comparison: ComparisonOut
@@ -101,7 +90,7 @@ def cached_verdict(session: Session, settings: Settings, repository: str, head: 
 
 def _key(session: Session, settings: Settings, repository: str, head: str, base: str | None, device_class: str,
          merge_base: str | None, run_id: str | None = None) -> tuple[object, ...]:
-    return (str(session.get_bind().engine.url), settings.compare.model_dump_json(), repository, head, base,
+    return (session_url(session), settings.compare.model_dump_json(), repository, head, base,
             device_class, merge_base, run_id)
 
 
@@ -175,13 +164,7 @@ def run_verdicts(session: Session, settings: Settings, runs: Sequence[RunOut],
     """run id -> the verdict of the run's own results against their base (what its page and `benchfarm
     run` show: `cached_comparison` of the run on each device class), for the runs that stored results;
     None for one not computed within `budget_s` (`NEWEST_RUNS_BUDGET_S`)."""
-    classes: dict[str, list[str]] = {}
-    with_results = (sa.select(Job.run_id, DeviceClassRow.name)
-                    .join(DeviceClassRow, Job.device_class_id == DeviceClassRow.id)
-                    .where(Job.run_id.in_([r.id for r in runs]),
-                           sa.exists().where(CaseResultRow.job_id == Job.id)).order_by(DeviceClassRow.name))
-    for run_id, device_class in session.execute(with_results):
-        classes.setdefault(run_id, []).append(device_class)
+    classes = result_classes_of_runs(session, [r.id for r in runs])
     verdicts: dict[str, RunVerdict | None] = {}
     version = store_version(session)
     started = time.monotonic()
@@ -245,35 +228,24 @@ class VerdictWarmer(Loop):
         self.settings, self.engine = settings, engine
         # jobs that ended before the service started: only those of the dashboard's newest runs are warmed
         with session_scope(engine) as session:
-            newest = sa.select(Run.id).order_by(Run.created_at.desc(), Run.id).limit(NEWEST_RUNS).scalar_subquery()
-            self._since = session.scalar(sa.select(sa.func.min(Job.finished_at))
-                                         .where(Job.run_id.in_(newest), Job.status == "done"))
+            self._since = first_done_of_newest_runs(session, NEWEST_RUNS)
             self._warmed: set[str] = set()
             if self._since is None:   # none of them has results: from now on
-                self._since = session.scalar(sa.select(sa.func.max(Job.finished_at)))
-                self._warmed = set(session.scalars(sa.select(Job.id).where(Job.finished_at == self._since))
-                                   if self._since is not None else [])
+                self._since, self._warmed = last_finished_jobs(session)
 
     def step(self) -> bool:
         with session_scope(self.engine) as session:
-            query = (sa.select(Job.id, Job.finished_at, Repository.name, Commit.sha, DeviceClassRow.name, Job.run_id)
-                     .join(Run, Job.run_id == Run.id).join(Commit, Run.commit_id == Commit.id)
-                     .join(Repository, Commit.repository_id == Repository.id)
-                     .join(DeviceClassRow, Job.device_class_id == DeviceClassRow.id)
-                     .where(Job.status == "done", Job.finished_at.is_not(None)))
-            if self._since is not None:
-                query = query.where(Job.finished_at >= self._since)
-            ended = [e for e in session.execute(query.order_by(Job.finished_at, Job.id).limit(50))
-                     if e.id not in self._warmed]
-        for job_id, finished_at, repository, sha, device_class, run_id in ended:
+            ended = [e for e in ended_jobs(session, self._since, limit=50) if e.id not in self._warmed]
+        for e in ended:
             try:
                 with session_scope(self.engine) as session:   # the commit's (compare page) and the run's (run page)
-                    cached_comparison(session, self.settings, repository, sha, None, device_class, None)
-                    cached_comparison(session, self.settings, repository, sha, None, device_class, None, run_id)
+                    cached_comparison(session, self.settings, e.repository, e.sha, None, e.device_class, None)
+                    cached_comparison(session, self.settings, e.repository, e.sha, None, e.device_class, None,
+                                      e.run_id)
             except CompareError as exc:
-                log.info("job %s: no comparison to keep (%s)", job_id, exc)
-            if finished_at is not None and (self._since is None or finished_at > self._since):
+                log.info("job %s: no comparison to keep (%s)", e.id, exc)
+            if e.finished_at is not None and (self._since is None or e.finished_at > self._since):
                 self._warmed = set()
-                self._since = finished_at
-            self._warmed.add(job_id)
+                self._since = e.finished_at
+            self._warmed.add(e.id)
         return bool(ended)

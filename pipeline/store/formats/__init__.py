@@ -27,9 +27,10 @@ from pipeline.contracts import CaseResult, ContractError, DeviceInfo, ResultDocu
 from pipeline.contracts.foreign import google_benchmark, nvbench, pytest_benchmark
 from pipeline.contracts.foreign._common import Benchmark, Parsed
 from pipeline.contracts.result import AgentInfo
-from pipeline.store import ingest
+from pipeline.store import ingest, queue
 from pipeline.store.formats._mapping import CaseRule, FormatMapping
 from pipeline.store.models import Job, Run, utcnow
+from pipeline.store.queue import JobHolding
 
 __all__ = [
     "FORMATS",
@@ -158,12 +159,12 @@ def _job(session: Session, format: str, data: Any, mapping: FormatMapping) -> tu
 
 def import_results(session: Session, *, format: str, data: Any, mapping: FormatMapping,
                    files: dict[str, bytes] | None = None,
-                   admit: Callable[[Job, ResultDocument], None] | None = None) -> ImportOutcome:
+                   admit: Callable[[JobHolding, ResultDocument], None] | None = None) -> ImportOutcome:
     """Parse a foreign file, map it, and ingest it as one job's result document (idempotent).
 
     Nothing is written before the file has been parsed and mapped; a refusal afterwards (an
     unknown case, say) raises inside the caller's transaction, which then writes nothing.
-    `admit`: called with the job `mapping.job_id` names and the document before it is stored,
+    `admit`: called with who holds the job `mapping.job_id` names and the document before it is stored,
     to refuse it (the caller's object-level rules: whose job, in which state).
     """
     parsed = parse(format, data, files)
@@ -172,7 +173,9 @@ def import_results(session: Session, *, format: str, data: Any, mapping: FormatM
     job, made = _job(session, format, data, mapping)
     document, cases = to_document(parsed, mapping, run_id=job.run_id, job_id=job.id)
     if admit is not None and mapping.job_id is not None:
-        admit(job, document)
+        holding = queue.job_holding(session, job.id)
+        assert holding is not None   # found or made above
+        admit(holding, document)
     summary = ingest.ingest_result(session, document=document)
     if made:
         ingest.set_job_status(session, job_id=job.id, status="done", agent=document.agent.name)

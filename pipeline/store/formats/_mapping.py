@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from pipeline.contracts.ids import CASE_ID_PATTERN, DeviceClassName, TargetStr
 from pipeline.contracts.manifest import Sha
-from pipeline.store.models import RUN_KINDS
+from pipeline.store.states import RUN_KINDS
 
 
 def _placeholders(template: str) -> set[str]:

@@ -221,27 +221,27 @@ def add_farm(engine: Engine, demo: Demo) -> DemoFarm:
     running an ad-hoc job of the newest commit; `cpu-box` offline; a run waiting for its build; a
     failed job whose error holds HTML (shown as text)."""
     from pipeline.contracts import DeviceInfo
-    from pipeline import dispatch
     from pipeline.dispatch import triggers
+    from pipeline.store import builds, queue
     from pipeline.store.models import Agent
 
     gpu, cpu = demo.device_classes[0], demo.device_classes[-1]
     farm = DemoFarm(agents=["gpu-box-1", "cpu-box"])
     newest = main_sha(demo.commits - 1)
     with session_scope(engine) as s:
-        dispatch.register_agent(s, name="gpu-box-1", token_name="agent-token", host="gpu-box-1.lab", version="0.1.0",
-                                devices=[(device_class(gpu), DeviceInfo(device_class=gpu, uid=f"GPU-{i}a2f-0000",
+        queue.register_agent(s, name="gpu-box-1", token_name="agent-token", host="gpu-box-1.lab", version="0.1.0",
+                             devices=[(device_class(gpu), DeviceInfo(device_class=gpu, uid=f"GPU-{i}a2f-0000",
                                                                         name="NVIDIA H100 80GB HBM3", host="gpu-box-1.lab"))
                                          for i in range(2)])
-        dispatch.register_agent(s, name="cpu-box", token_name="agent-token", host="cpu-box.lab", version="0.1.0",
-                                devices=[(device_class(cpu), DeviceInfo(device_class=cpu, uid="cpu-box-x86",
+        queue.register_agent(s, name="cpu-box", token_name="agent-token", host="cpu-box.lab", version="0.1.0",
+                             devices=[(device_class(cpu), DeviceInfo(device_class=cpu, uid="cpu-box-x86",
                                                                         name="AMD EPYC 9654", host="cpu-box.lab"))])
-        dispatch.heartbeat(s, agent_name="cpu-box", device_uids=[], running=[], lease_s=60)  # its device gone
+        queue.heartbeat(s, agent_name="cpu-box", device_uids=[], running=[], lease_s=60)  # its device gone
         s.execute(sa.update(Agent).where(Agent.name == "cpu-box").values(state="offline"))
         running = triggers.queue_run(s, repository=REPO, commit_sha=newest, device_classes=[gpu], cases="gemm/*",
                                      max_attempts=3)
-        triggers.finish_build(s, build_id=_build_id(s, running.run_id), digest=_bundle_digest(s))
-        claimed = dispatch.claim_job(s, agent_name="gpu-box-1", devices=[("GPU-0a2f-0000", gpu)], lease_s=600)
+        builds.finish_build(s, build_id=_build_id(s, running.run_id), digest=_bundle_digest(s))
+        claimed = queue.claim_job(s, agent_name="gpu-box-1", devices=[("GPU-0a2f-0000", gpu)], lease_s=600)
         assert claimed is not None
         farm.running_job = claimed.job_id
         waiting = triggers.queue_run(s, repository=REPO, commit_sha=demo.pr_head, device_classes=[gpu, cpu], cases=None,
@@ -249,10 +249,10 @@ def add_farm(engine: Engine, demo: Demo) -> DemoFarm:
         farm.waiting_job = waiting.job_ids[cpu]
         failed = triggers.queue_run(s, repository=REPO, commit_sha=main_sha(demo.commits - 2), device_classes=[gpu],
                                     cases=None, max_attempts=1)
-        triggers.finish_build(s, build_id=_build_id(s, failed.run_id), digest=_bundle_digest(s))
-        job = dispatch.claim_job(s, agent_name="gpu-box-1", devices=[("GPU-1a2f-0000", gpu)], lease_s=600)
+        builds.finish_build(s, build_id=_build_id(s, failed.run_id), digest=_bundle_digest(s))
+        job = queue.claim_job(s, agent_name="gpu-box-1", devices=[("GPU-1a2f-0000", gpu)], lease_s=600)
         assert job is not None
-        dispatch.fail_job(s, job_id=job.job_id, agent_name="gpu-box-1", reason=EVIL_ERROR)
+        queue.fail_job(s, job_id=job.job_id, agent_name="gpu-box-1", reason=EVIL_ERROR)
         farm.failed_job = job.job_id
     demo.farm = farm
     return farm

@@ -10,9 +10,9 @@ import pytest
 import requests
 import sqlalchemy as sa
 
+from pipeline.store import roofline
 from pipeline.store.db import session_scope
 from pipeline.store.models import Case, Commit, DeviceClassRow, Measurement, Run, Series
-from pipeline.service.web import data
 from pipeline.service.web.paging import paginate
 
 from . import demo_store
@@ -147,7 +147,7 @@ def test_latest_medians_walk_back_to_each_series_newest_commit(paged_service: Se
             s.execute(sa.delete(Measurement).where(Measurement.commit_id == commit_id,
                                                    Measurement.series_id.in_(dropped)))
     with session_scope(paged_service.engine) as s:
-        got = {sid: median for sid, _, _, median in data.latest_medians(s, device_class_id=dc, metric="latency")}
+        got = {sid: median for sid, _, _, median in roofline.latest_medians(s, device_class_id=dc, metric="latency")}
         expected = {}
         for sid in series:  # the plain definition, one series at a time
             row = s.execute(sa.select(Measurement.median).join(Commit, Measurement.commit_id == Commit.id)

@@ -3,22 +3,18 @@ presence); the registry is readable by anyone, like the other reads."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
-import sqlalchemy as sa
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy.orm import Session
 
-from pipeline import dispatch
 from pipeline.contracts import DeviceClass, DeviceInfo
 from pipeline.service.api.deps import Principal, SessionDep, SettingsDep, require_scope
 from pipeline.service.api.routes._dispatch_errors import dispatch_errors
 from pipeline.service.api.schemas import CONFLICT, ERROR_RESPONSES
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store import ingest
-from pipeline.store.models import Agent, Device, DeviceClassRow, Job
+from pipeline.store import ingest, queue
+from pipeline.store.queue import AgentOut, JobHolding
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["agents"], responses=ERROR_RESPONSES)
 AgentPrincipal = Annotated[Principal, require_scope("agent")]
@@ -58,40 +54,20 @@ class HeartbeatReply(BaseModel):
     lease_s: float
 
 
-class DeviceOut(BaseModel):
-    uid: str
-    device_class: str
-    name: str
-    online: bool
-    last_seen: datetime
-
-
-class AgentOut(BaseModel):
-    name: str
-    host: str
-    version: str
-    state: str
-    token_name: str
-    last_heartbeat: datetime
-    devices: list[DeviceOut]
-
-
 def check_agent_token(session: SessionDep, name: str, principal: Principal) -> None:
     """An agent's later calls come with the token it registered with (or an admin token)."""
-    token_name = session.scalar(sa.select(Agent.token_name).where(Agent.name == name))
+    token_name = queue.agent_token(session, name)
     if token_name is not None and token_name != principal.name and not principal.allows("admin"):
         raise HTTPException(403, f"agent {name!r} registered with token {token_name!r}, not {principal.name!r}")
 
 
-def check_job_holder(session: Session, job: Job, principal: Principal) -> None:
+def check_job_holder(job: JobHolding, principal: Principal) -> None:
     """A job leased to (or run by) an agent is written only with the token that agent registered
     with, or an admin token: 403 otherwise. A job no agent holds passes."""
-    holder = job.lease_owner or job.agent
-    if holder is None or principal.allows("admin"):
+    if job.holder is None or principal.allows("admin"):
         return
-    token = session.scalar(sa.select(Agent.token_name).where(Agent.name == holder))
-    if token != principal.name:
-        raise HTTPException(403, f"job {job.id} is leased to agent {holder!r}, whose token is not {principal.name!r}")
+    if job.holder_token != principal.name:
+        raise HTTPException(403, f"job {job.id} is leased to agent {job.holder!r}, whose token is not {principal.name!r}")
 
 
 @router.post("/agents", response_model=Registered, responses=CONFLICT, summary="Register an agent and its devices (agent scope)")
@@ -99,9 +75,9 @@ def register(body: AgentRegistration, session: SessionDep, settings: SettingsDep
     check_agent_token(session, body.name, principal)
     with dispatch_errors():
         try:
-            dispatch.register_agent(session, name=body.name, token_name=principal.name, host=body.host,
-                                    version=body.version, devices=[(d.device_class, d.info) for d in body.devices],
-                                    may_redefine_classes=principal.allows("admin"))
+            queue.register_agent(session, name=body.name, token_name=principal.name, host=body.host,
+                                 version=body.version, devices=[(d.device_class, d.info) for d in body.devices],
+                                 may_redefine_classes=principal.allows("admin"))
         except ingest.DeviceClassConflict as exc:
             raise HTTPException(409, str(exc)) from None
     return Registered(name=body.name, lease_s=settings.dispatch.lease_s, claim_wait_s=settings.dispatch.claim_wait_s)
@@ -113,22 +89,14 @@ def heartbeat(name: str, body: Heartbeat, session: SessionDep, settings: Setting
               principal: AgentPrincipal) -> HeartbeatReply:
     check_agent_token(session, name, principal)
     with dispatch_errors():
-        lost = dispatch.heartbeat(session, agent_name=name, device_uids=body.devices, running=body.running,
-                                  lease_s=settings.dispatch.lease_s, progress=body.progress)
+        lost = queue.heartbeat(session, agent_name=name, device_uids=body.devices, running=body.running,
+                               lease_s=settings.dispatch.lease_s, progress=body.progress)
     return HeartbeatReply(lost=lost, lease_s=settings.dispatch.lease_s)
 
 
 @router.get("/agents", response_model=list[AgentOut], summary="Agents and their devices, online or not")
 def list_agents(session: SessionDep) -> list[AgentOut]:
-    devices: dict[int, list[DeviceOut]] = {}
-    rows = session.execute(sa.select(Device, DeviceClassRow.name).join(DeviceClassRow)
-                           .where(Device.agent_id.is_not(None)).order_by(Device.uid)).all()
-    for device, class_name in rows:
-        devices.setdefault(device.agent_id or 0, []).append(DeviceOut(
-            uid=device.uid, device_class=class_name, name=device.name, online=device.online, last_seen=device.last_seen))
-    return [AgentOut(name=a.name, host=a.host, version=a.version, state=a.state, token_name=a.token_name,
-                     last_heartbeat=a.last_heartbeat, devices=devices.get(a.id, []))
-            for a in session.scalars(sa.select(Agent).order_by(Agent.name))]
+    return queue.list_agents(session)
 
 
 __all__ = ["AgentPrincipal", "check_agent_token", "check_job_holder", "router"]

@@ -20,7 +20,7 @@ from pipeline.service.api.deps import (
 from pipeline.service.api.schemas import ERROR_RESPONSES, ErrorBody
 from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store.bisect_views import BisectionView, get_bisection, list_bisections
-from pipeline.store.models import BISECTION_STATES
+from pipeline.store.states import BISECTION_STATES
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["bisections"])
 UserDep = Annotated[Principal, require_scope("user")]
@@ -55,9 +55,7 @@ def request_bisection(body: BisectRequest, session: SessionDep, settings: Settin
         raise HTTPException(409, str(exc)) from None
     except bisect.BisectError as exc:
         raise HTTPException(422, str(exc)) from None
-    found = get_bisection(session, made.id)
-    assert found is not None
-    return found
+    return made
 
 
 @router.get("/bisections", response_model=list[BisectionView], summary="Bisections, newest first, with their steps")

@@ -11,10 +11,10 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse
 from pydantic import BaseModel
 
-from pipeline import dispatch
 from pipeline.service.api.deps import SessionDep, require_scope
 from pipeline.service.api.schemas import ERROR_RESPONSES
 from pipeline.service.api.strict_route import StrictJsonRoute
+from pipeline.store import queue
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["bundles"], dependencies=[require_scope("agent")], responses=ERROR_RESPONSES)
 _HASH_CHUNK = 1 << 20
@@ -32,7 +32,7 @@ class BundleListing(BaseModel):
 
 
 def _root(session: SessionDep, digest: str) -> Path:
-    path = dispatch.bundle_path(session, digest)
+    path = queue.bundle_path(session, digest)
     if path is None:
         raise HTTPException(404, f"no bundle {digest}")
     root = Path(path).resolve()

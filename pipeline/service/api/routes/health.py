@@ -4,21 +4,20 @@ a caller holds (`benchfarm doctor` checks an agent's before it joins)."""
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Request
-from sqlalchemy import text
 
 from pipeline import __version__
 from pipeline.service import auth
 from pipeline.service.api.deps import SessionDep, SettingsDep, bearer_token
 from pipeline.service.api.schemas import ERROR_RESPONSES
 from pipeline.service.api.strict_route import StrictJsonRoute
+from pipeline.store.db import database
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["health"])
 
 
 @router.get("/health")
 def health(session: SessionDep) -> dict[str, str]:
-    session.execute(text("SELECT 1"))
-    return {"status": "ok", "version": __version__, "database": session.get_bind().dialect.name}
+    return {"status": "ok", "version": __version__, "database": database(session)}
 
 
 @router.get("/whoami", summary="The bearer token's name and scopes (any valid token)",

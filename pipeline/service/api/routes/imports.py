@@ -21,7 +21,7 @@ from pipeline.service.api.schemas import (
 )
 from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.store import formats
-from pipeline.store.models import Job
+from pipeline.store.queue import JobHolding
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["import"], responses={**ERROR_RESPONSES, **CONFLICT})
 
@@ -66,10 +66,10 @@ class ImportRequest(BaseModel):
 def import_file(format: FormatName, body: BodyDep, session: SessionDep, principal: AgentWriter) -> ImportSummary:
     request = parse_request(body)
 
-    def admit(job: Job, document: ResultDocument) -> None:
+    def admit(job: JobHolding, document: ResultDocument) -> None:
         """A named job: only another agent's is refused (403), and a done one takes an identical
         re-send only (409); a job no agent holds (a queued nightly, say) takes the file."""
-        check_job_holder(session, job, principal)
+        check_job_holder(job, principal)
         if job.status == "done" and not principal.allows("admin"):
             refuse_new_results(session, job, document)
 

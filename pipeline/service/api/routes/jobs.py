@@ -10,12 +10,10 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated
 
-import sqlalchemy as sa
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline import dispatch
 from pipeline.config import PIPELINE_ARGUMENTS
 from pipeline.contracts import BundleManifest, CommitInfo, DeviceClass
 from pipeline.contracts.ids import DEVICE_CLASS_PATTERN, buildkite_job_ids
@@ -30,9 +28,9 @@ from pipeline.service.api.routes.agents import (
 )
 from pipeline.service.api.schemas import CONFLICT, ERROR_RESPONSES, ErrorBody
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store import queries
+from pipeline.store import commits, queries, queue
 from pipeline.store.db import session_scope
-from pipeline.store.models import JOB_STATUSES, Agent, Job, Repository
+from pipeline.store.states import JOB_STATUSES
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["jobs"], responses=ERROR_RESPONSES)
 UserPrincipal = Annotated[Principal, require_scope("user")]
@@ -51,7 +49,7 @@ class ClaimRequest(BaseModel):
     wait_s: float | None = Field(default=None, ge=0, description="longest wait for a job; default dispatch.claim_wait_s")
 
 
-ClaimedJob = dispatch.ClaimedJob   # what a claim hands the agent is the dispatcher's record as it is
+ClaimedJob = queue.ClaimedJob   # what a claim hands the agent is the dispatcher's record as it is
 
 
 class JobOutcome(BaseModel):
@@ -60,7 +58,7 @@ class JobOutcome(BaseModel):
     reason: str | None = Field(default=None, description="why the job failed (fail only)")
 
 
-JobOut = dispatch.JobRow   # the API's job document is the dispatcher's row, serialised as it is
+JobOut = queue.JobRow   # the API's job document is the dispatcher's row, serialised as it is
 
 
 class TriggerRequest(BaseModel):
@@ -92,11 +90,11 @@ async def claim(body: ClaimRequest, request: Request, session: SessionDep, setti
     engine, lease_s = request.app.state.engine, settings.dispatch.lease_s
     devices = [(d.uid, d.device_class) for d in body.devices]
 
-    def once() -> dispatch.ClaimedJob | None:
+    def once() -> queue.ClaimedJob | None:
         with dispatch_errors(), session_scope(engine) as s:
-            dispatch.requeue_expired(s)
+            queue.requeue_expired(s)
         with dispatch_errors(), session_scope(engine) as s:
-            return dispatch.claim_job(s, agent_name=body.agent, devices=devices, lease_s=lease_s)
+            return queue.claim_job(s, agent_name=body.agent, devices=devices, lease_s=lease_s)
 
     wait_s = settings.dispatch.claim_wait_s if body.wait_s is None else min(body.wait_s, settings.dispatch.claim_wait_s)
     deadline = time.monotonic() + wait_s
@@ -117,8 +115,7 @@ async def claim(body: ClaimRequest, request: Request, session: SessionDep, setti
 def complete(job_id: str, body: JobOutcome, session: SessionDep, principal: AgentPrincipal) -> JobOut:
     check_agent_token(session, body.agent, principal)
     with dispatch_errors():
-        dispatch.complete_job(session, job_id=job_id, agent_name=body.agent)
-    return _job_out(session, job_id)
+        return queue.complete_job(session, job_id=job_id, agent_name=body.agent)
 
 
 @router.post("/jobs/{job_id}/fail", response_model=JobOut, responses=CONFLICT,
@@ -128,12 +125,11 @@ def fail(job_id: str, body: JobOutcome, session: SessionDep, principal: AgentPri
     if not body.reason:
         raise HTTPException(422, "reason: a failed job needs a reason")
     with dispatch_errors():
-        dispatch.fail_job(session, job_id=job_id, agent_name=body.agent, reason=body.reason)
-    return _job_out(session, job_id)
+        return queue.fail_job(session, job_id=job_id, agent_name=body.agent, reason=body.reason)
 
 
 def _job_out(session: SessionDep, job_id: str) -> JobOut:
-    found = dispatch.get_job(session, job_id)
+    found = queue.get_job(session, job_id)
     if found is None:
         raise HTTPException(404, f"no job {job_id}")
     return found
@@ -144,7 +140,7 @@ def list_jobs(session: SessionDep, status: str | None = Query(None, description=
               run_id: str | None = None, limit: int = Query(100, ge=1, le=1000)) -> list[JobOut]:
     if status is not None and status not in JOB_STATUSES:
         raise HTTPException(422, f"status: {status!r} is not one of {', '.join(JOB_STATUSES)}")
-    return dispatch.list_jobs(session, status=status, run_id=run_id, limit=limit)
+    return queue.list_jobs(session, status=status, run_id=run_id, limit=limit)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, summary="One job and its state")
@@ -187,7 +183,7 @@ def _trigger_on_buildkite(body: TriggerRequest, session: SessionDep, settings: S
     with dispatch_errors():
         repository, sha = triggers.resolve_commit_for_trigger(session, settings, repository=body.repository,
                                                               ref=body.ref, commit=body.commit)
-    default_branch = session.scalar(sa.select(Repository.default_branch).where(Repository.name == repository))
+    default_branch = commits.default_branch(session, repository)
     branch = body.ref if body.ref and body.ref != "HEAD" else default_branch or "main"
     env = {"BENCHFARM_REPOSITORY": repository, PIPELINE_ARGUMENTS["device_classes"]: ",".join(body.device_classes),
            PIPELINE_ARGUMENTS["kind"]: "adhoc"}
@@ -229,29 +225,29 @@ def external_job(run_id: ExternalId, job_id: ExternalId, body: ExternalJob, sess
 
     # the agent named is this token's (or new), and a job that exists is not another token's agent's
     check_agent_token(session, body.agent, principal)
-    existing = session.get(Job, job_id)
+    existing = queue.job_holding(session, job_id)
     if existing is not None:
-        check_job_holder(session, existing, principal)
+        check_job_holder(existing, principal)
     with dispatch_errors():
         try:
-            commits = [body.commit]
+            recorded = [body.commit]
             if body.base_manifest is not None:   # the paired base: recorded when the store does not know it
-                commits.append(CommitInfo(sha=body.base_manifest.commit, committed_at=body.base_manifest.created_at or datetime.now(UTC)))
-            ingest.record_commits(session, repository=body.repository, commits=commits)
+                recorded.append(CommitInfo(sha=body.base_manifest.commit, committed_at=body.base_manifest.created_at or datetime.now(UTC)))
+            ingest.record_commits(session, repository=body.repository, commits=recorded)
             digest = ingest.ingest_manifest(session, manifest=body.manifest, path=f"external:{run_id}").digest
             base = (ingest.ingest_manifest(session, manifest=body.base_manifest, path=f"external:{run_id}").digest
                     if body.base_manifest is not None else None)
         except ingest.IngestError as exc:
             raise HTTPException(422, str(exc)) from None
         try:
-            dispatch.ensure_external_job(session, run_id=run_id, job_id=job_id, repository=body.repository,
-                                         commit_sha=body.commit.sha, kind=body.kind, device_class=body.device_class,
-                                         agent_name=body.agent, bundle_digest=digest, base_bundle_digest=base,
-                                         may_redefine_class=principal.allows("admin"))
+            queue.ensure_external_job(session, run_id=run_id, job_id=job_id, repository=body.repository,
+                                      commit_sha=body.commit.sha, kind=body.kind, device_class=body.device_class,
+                                      agent_name=body.agent, bundle_digest=digest, base_bundle_digest=base,
+                                      may_redefine_class=principal.allows("admin"))
         except ingest.DeviceClassConflict as exc:
             raise HTTPException(409, str(exc)) from None
-        if session.scalar(sa.select(Agent.id).where(Agent.name == body.agent)) is None:
+        if queue.agent_token(session, body.agent) is None:
             # the writer of this job's results: an agent known only from run-job is bound to this token
-            dispatch.register_agent(session, name=body.agent, token_name=principal.name, host="run-job",
-                                    version="", devices=[])
+            queue.register_agent(session, name=body.agent, token_name=principal.name, host="run-job",
+                                 version="", devices=[])
     return _job_out(session, job_id)

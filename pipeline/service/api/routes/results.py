@@ -15,9 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import sqlalchemy as sa
 from fastapi import APIRouter, HTTPException
-from sqlalchemy.orm import Session
 
 from pipeline.contracts import ContractError, ResultDocument, parse_result, strict_json
 from pipeline.service.api.deps import (
@@ -36,20 +34,18 @@ from pipeline.service.api.schemas import (
     json_body,
 )
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store import ingest
-from pipeline.store.models import Case, CaseResultRow, Job
+from pipeline.store import ingest, queue
+from pipeline.store.db import Session
+from pipeline.store.queue import JobHolding
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["results"], responses={**ERROR_RESPONSES, **CONFLICT})
 AgentWriter = Annotated[Principal, require_scope("agent")]
 
 
-def refuse_new_results(session: Session, job: Job, document: ResultDocument) -> None:
+def refuse_new_results(session: Session, job: JobHolding, document: ResultDocument) -> None:
     """409 when `document` holds a case result `job` has not stored: for a job that takes only
     identical re-sends (all duplicates, nothing written)."""
-    stored = {(str(case_id), target) for case_id, target in session.execute(   # the document's ids are text
-        sa.select(Case.case_id, CaseResultRow.target).join(Case, CaseResultRow.case_id == Case.id)
-        .where(CaseResultRow.job_id == job.id))}
-    new = {(r.case, r.target) for r in document.results} - stored
+    new = {(r.case, r.target) for r in document.results} - queue.stored_case_targets(session, job.id)
     if new:
         raise HTTPException(409, f"job {job.id} is {job.status}: it takes no new results "
                                  f"({len(new)} case results not stored yet)")
@@ -58,14 +54,13 @@ def refuse_new_results(session: Session, job: Job, document: ResultDocument) -> 
 def _ingest_as(session: Session, document: ResultDocument, settings: SettingsDep,
                principal: Principal) -> ingest.IngestSummary:
     """`ingest.ingest_result` under the object-level rules of the module doc (403 / 409)."""
-    job = session.get(Job, document.job_id)
+    job = queue.job_holding(session, document.job_id)
     if job is None:   # ingest names the unknown job
         return ingest.ingest_result(session, document=document, analysis=settings.analysis)
-    check_job_holder(session, job, principal)
-    holder = job.lease_owner or job.agent
+    check_job_holder(job, principal)
     # running: its agent's results; failed: its agent's kept results (`benchfarm resend` after a refused
     # upload, which then completes it); an admin may also repair any job
-    if not (job.status in ("running", "failed") and holder is not None or principal.allows("admin")):
+    if not (job.status in ("running", "failed") and job.holder is not None or principal.allows("admin")):
         refuse_new_results(session, job, document)   # a queued or done job: an identical re-send only
     return ingest.ingest_result(session, document=document, analysis=settings.analysis)
 

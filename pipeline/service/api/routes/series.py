@@ -10,9 +10,8 @@ from fastapi import APIRouter, HTTPException, Query
 from pipeline.service.api.deps import RowId, SessionDep, SettingsDep, require_scope
 from pipeline.service.api.schemas import ERROR_RESPONSES, ErrorBody, SeriesSettingsIn
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store import analysis, counters, queries
+from pipeline.store import analysis, counters, queries, series
 from pipeline.store.counters import CounterHistoryOut
-from pipeline.store.models import Series
 from pipeline.store.queries import SeriesDetailOut
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["series"])
@@ -62,11 +61,8 @@ def get_counter_series(session: SessionDep, case: str, device_class: str) -> Cou
 )
 def put_series_settings(series_id: RowId, request: SeriesSettingsIn, session: SessionDep,
                         settings: SettingsDep) -> SeriesDetailOut:
-    row = session.get(Series, series_id)
-    if row is None:
+    if not series.set_series_settings(session, series_id, min_magnitude=request.min_magnitude,
+                                      lower_is_better=request.lower_is_better):
         raise HTTPException(404, f"no series {series_id}")
-    row.min_magnitude = request.min_magnitude
-    row.lower_is_better = request.lower_is_better
-    session.flush()
     analysis.analyze_series(session, series_id, settings.analysis)
     return _detail(session, series_id)

@@ -10,18 +10,17 @@ fields are not the types GitHub sends (`webhook.Payload`; both naming the field,
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
-import sqlalchemy as sa
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import IntegrityError
 
 from pipeline.contracts import strict_json
 from pipeline.service.api.deps import BodyDep, SessionDep, SettingsDep, require_scope
 from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.service.github_webhook import decide, verify_signature
-from pipeline.store.models import WebhookDelivery, utcnow
+from pipeline.store import deliveries
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["webhooks"])
 
@@ -47,19 +46,14 @@ def github_webhook(request: Request, body: BodyDep, session: SessionDep, setting
                                  "application/json)") from None
     if not isinstance(payload, dict):
         raise HTTPException(400, "the body is not a JSON object")
-    if session.get(WebhookDelivery, delivery_id) is not None:
+    if deliveries.delivery_known(session, delivery_id):
         return JSONResponse({"status": "duplicate", "delivery": delivery_id})
     decision = decide(event, payload, settings.github)
     action = payload.get("action") if isinstance(payload.get("action"), str) else None
     ignored = decision.kind == "ignore"
-    session.add(WebhookDelivery(
-        id=delivery_id, event=event, action=(action or "")[:50] or None, payload={} if ignored else payload,
-        state="ignored" if ignored else "pending", outcome=decision.reason if ignored else None,
-        received_at=utcnow(), processed_at=utcnow() if ignored else None))
-    try:
-        session.flush()
-    except IntegrityError:   # the same delivery, received twice at once: the other request took it
-        session.rollback()
+    if not deliveries.record_delivery(session, delivery_id=delivery_id, event=event, action=action, payload=payload,
+                                      ignored=ignored, reason=decision.reason):
+        # the same delivery, received twice at once: the other request took it
         return JSONResponse({"status": "duplicate", "delivery": delivery_id})
     if ignored:
         return JSONResponse({"status": "ignored", "delivery": delivery_id, "reason": decision.reason})
@@ -69,6 +63,4 @@ def github_webhook(request: Request, body: BodyDep, session: SessionDep, setting
 @router.get("/webhooks/github/deliveries", dependencies=[require_scope("admin")],
             summary="Received deliveries, newest first, with what came of them")
 def list_deliveries(session: SessionDep, limit: int = Query(50, ge=1, le=1000)) -> list[dict[str, Any]]:
-    rows = session.scalars(sa.select(WebhookDelivery).order_by(WebhookDelivery.received_at.desc()).limit(limit))
-    return [{"id": d.id, "event": d.event, "action": d.action, "state": d.state, "outcome": d.outcome,
-             "run_id": d.run_id, "received_at": d.received_at, "processed_at": d.processed_at} for d in rows]
+    return [asdict(d) for d in deliveries.list_deliveries(session, limit=limit)]

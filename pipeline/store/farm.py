@@ -1,5 +1,5 @@
-"""Read queries of the farm pages (agents, devices, queues, jobs): plain data out, a fixed number of
-queries per page whatever the number of agents or jobs."""
+"""The farm as its pages read it (agents, devices, the queue of each device class, one job's story):
+plain data out, a fixed number of queries per page whatever the number of agents or jobs."""
 
 from __future__ import annotations
 
@@ -7,14 +7,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import sqlalchemy as sa
+from pydantic import ConfigDict
 from sqlalchemy.orm import Session
 
-from pipeline import dispatch
 from pipeline.contracts.ids import CaseId
-from pipeline.dispatch import JobRow
-from pipeline.store import queries
+from pipeline.store import queries, queue
 from pipeline.store.models import (
-    JOB_STATUSES,
     Agent,
     BuildRequest,
     Case,
@@ -23,19 +21,19 @@ from pipeline.store.models import (
     Job,
     Series,
 )
+from pipeline.store.queue import DeviceOut, JobRow
+from pipeline.store.states import JOB_STATUSES
 
 RUNNING_LIMIT = 1000
 """Running jobs read for the devices page: more than a farm has devices."""
 
 
-@dataclass(frozen=True)
-class DeviceView:
-    uid: str
-    device_class: str
-    name: str
+class DeviceView(DeviceOut):
+    """A device as the devices page shows it: the API's `DeviceOut`, with its host and its job."""
+
+    model_config = ConfigDict(frozen=True)
+
     host: str
-    online: bool
-    last_seen: datetime
     job: JobRow | None
     """the job running on it now"""
 
@@ -77,21 +75,22 @@ class FarmView:
 def farm(session: Session) -> FarmView:
     """Every agent with its devices and current jobs, and the queue of each device class that has a
     device or a waiting job."""
-    running = dispatch.list_jobs(session, status="running", limit=RUNNING_LIMIT)
+    running = queue.list_jobs(session, status="running", limit=RUNNING_LIMIT)
     by_uid = {j.device_uid: j for j in running if j.device_uid}
     devices: dict[int, list[DeviceView]] = {}
     for device, class_name in session.execute(
             sa.select(Device, DeviceClassRow.name).join(DeviceClassRow, Device.device_class_id == DeviceClassRow.id)
             .where(Device.agent_id.is_not(None)).order_by(Device.uid)):
         devices.setdefault(device.agent_id or 0, []).append(DeviceView(
-            device.uid, class_name, device.name, device.host, device.online, device.last_seen, by_uid.get(device.uid)))
+            uid=device.uid, device_class=class_name, name=device.name, host=device.host, online=device.online,
+            last_seen=device.last_seen, job=by_uid.get(device.uid)))
     agents = [AgentView(a.name, a.host, a.version, a.state, a.registered_at, a.last_heartbeat, devices.get(a.id, []),
                         [j for j in running if j.agent == a.name])
               for a in session.scalars(sa.select(Agent).order_by(Agent.state.desc(), Agent.name))]
 
     queues: dict[str, ClassQueue] = {}
 
-    def queue(name: str) -> ClassQueue:
+    def class_queue(name: str) -> ClassQueue:
         return queues.setdefault(name, ClassQueue(name, []))
 
     has_bundle = Job.bundle_digest.is_not(None)
@@ -100,7 +99,7 @@ def farm(session: Session) -> FarmView:
             .join(DeviceClassRow, Job.device_class_id == DeviceClassRow.id)
             .where(Job.status.in_(("queued", "running")))
             .group_by(DeviceClassRow.name, Job.status, has_bundle)):
-        q = queue(name)
+        q = class_queue(name)
         if status == "running":
             q.running += count
             continue
@@ -111,7 +110,7 @@ def farm(session: Session) -> FarmView:
         q.oldest_queued = min(q.oldest_queued or oldest, oldest)
     for agent in agents:
         for d in agent.devices:
-            q = queue(d.device_class)
+            q = class_queue(d.device_class)
             q.devices += 1
             q.online += d.online and agent.state == "online"
             q.idle += d.online and agent.state == "online" and d.job is None
@@ -160,7 +159,7 @@ class JobDetail:
 
 
 def job_detail(session: Session, job_id: str) -> JobDetail | None:
-    job = dispatch.get_job(session, job_id)
+    job = queue.get_job(session, job_id)
     if job is None:
         return None
     events = [Event(job.created_at, "queued", f"on {job.device_class}" + (f", cases {job.cases}" if job.cases else ""))]
@@ -188,7 +187,7 @@ def job_detail(session: Session, job_id: str) -> JobDetail | None:
         counts[r.status] = counts.get(r.status, 0) + 1
         if r.status != "ok":
             problems.append(CaseOutcome(r.case_id, r.target, r.status, r.reason))
-    siblings = [j for j in dispatch.list_jobs(session, run_id=job.run_id) if j.id != job_id]
+    siblings = [j for j in queue.list_jobs(session, run_id=job.run_id) if j.id != job_id]
     return JobDetail(job, events, counts, problems, siblings, stored.environment)
 
 
@@ -218,3 +217,10 @@ def cases_example(session: Session, device_class: str | None) -> str:
             DeviceClassRow.name == device_class)
     found = session.execute(query).first()
     return f"{found.family}/*/{found.dtype}/*" if found else FALLBACK_CASES_EXAMPLE
+
+
+def online_device_classes(session: Session) -> list[str]:
+    """The device classes with a device online now, by name."""
+    return sorted(set(session.scalars(
+        sa.select(DeviceClassRow.name).join(Device, Device.device_class_id == DeviceClassRow.id)
+        .where(Device.online.is_(True)))))
