@@ -17,10 +17,10 @@ from pipeline.config import AnalysisSettings
 from pipeline.contracts import BundleManifest, CaseResult, CommitInfo, Correctness, DeviceClass, DeviceInfo
 from pipeline.contracts import ResultDocument
 from pipeline.contracts.result import AgentInfo
-from pipeline.store import ingest
-from pipeline.store.db import open_store, session_scope
-from pipeline.store.models import Case, ChangePoint, Commit, Series
-from pipeline.analysis.stats import summarize
+from pipeline.results.store import ingest
+from pipeline.results.store.db import open_store, session_scope
+from pipeline.results.store.models import Case, ChangePoint, Commit, Series
+from pipeline.results.analysis.stats import summarize
 
 REPO = "bench/detection"
 TARGET = "llvm-cpu:x86_64"

@@ -60,7 +60,7 @@ from scipy.stats import t as student_t
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.analysis.stats import Verdict, paired_verdicts, threshold, verdicts  # noqa: E402
+from pipeline.results.analysis.stats import Verdict, paired_verdicts, threshold, verdicts  # noqa: E402
 from pipeline.config import CompareSettings  # noqa: E402
 from pipeline.contracts.rounds import DEFAULT_BLOCKS, round_values  # noqa: E402
 

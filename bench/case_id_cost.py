@@ -42,8 +42,8 @@ def main() -> None:
 
     from pipeline.config import CompareSettings
     from pipeline.contracts.ids import CaseId
-    from pipeline.store import compare as comparing
-    from pipeline.store.db import open_store, session_scope
+    from pipeline.results.store import compare as comparing
+    from pipeline.results.store.db import open_store, session_scope
     from tests.service.web import demo_store
 
     texts = [f"gemm/n{i}/{i}x{i}x64/bf16/triton" for i in range(args.distinct)]

@@ -35,8 +35,8 @@ def main() -> None:
     from scipy.stats import kstest
 
     from pipeline.config import CompareSettings
-    from pipeline.store.compare import compare
-    from pipeline.store.db import open_store, session_scope
+    from pipeline.results.store.compare import compare
+    from pipeline.results.store.db import open_store, session_scope
 
     work = Path(tempfile.mkdtemp(prefix="bf-cpu-aa-"))
     repo, home = work / "repo", work / "home"
@@ -64,7 +64,7 @@ def main() -> None:
             kind = "unpaired" if mode else "paired"
             engine = open_store(f"sqlite:///{home / 'benchfarm.db'}")
             with session_scope(engine) as session:
-                from pipeline.store.compare import result_device_classes
+                from pipeline.results.store.compare import result_device_classes
                 (device_class,) = result_device_classes(session, repository="repo", head_sha=sha)
                 comparison = compare(session, repository="repo", head_sha=sha, device_class=device_class,
                                      settings=CompareSettings(same_binary_shortcut=False),

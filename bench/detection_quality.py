@@ -47,7 +47,7 @@ commits (for detectors that report no levels, a point is a rise when the median 
 from it is above that of the 5 before it).
 
 Detectors, the same settings for every series:
-- batch:    pipeline.analysis.changepoints.analyse(...).confirmed with the store's defaults
+- batch:    pipeline.results.analysis.changepoints.analyse(...).confirmed with the store's defaults
             (AnalysisSettings: window 50, max p 0.001, min magnitude 0.02, min_size 3, confirmation
             after 8 commits at p <= 1e-8): what the store confirms, less its hysteresis;
 - reported: changepoints.detect with the same settings: every point the detector reports, the
@@ -61,7 +61,7 @@ Detectors, the same settings for every series:
 - otava:    otava.analysis.compute_change_points(series, window_len=50, max_pvalue=0.001,
             min_magnitude=0.0), Otava's own library entry point (its CLI defaults), and
   otava_mm: the same with min_magnitude=0.02 (the store's minimum magnitude);
-- dana:     pipeline.analysis.changepoints.dana_running_average (range 5 %, required 2).
+- dana:     pipeline.results.analysis.changepoints.dana_running_average (range 5 %, required 2).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ import numpy as np
 from _online_store import Timeline, online_timelines
 
 from pipeline.config import AnalysisSettings
-from pipeline.analysis.changepoints import analyse, dana_running_average, detect
+from pipeline.results.analysis.changepoints import analyse, dana_running_average, detect
 
 LENGTH = 200
 NOISE_LEVELS = (0.005, 0.01, 0.02, 0.05)

@@ -42,9 +42,9 @@ from pipeline.contracts import (  # noqa: E402
 )
 from pipeline.contracts.manifest import ArtifactRef, ReferenceSpec  # noqa: E402
 from pipeline.contracts.result import AgentInfo, PairedBase  # noqa: E402
-from pipeline.store import ingest  # noqa: E402
-from pipeline.store.db import open_store, session_scope  # noqa: E402
-from pipeline.analysis.stats import summarize  # noqa: E402
+from pipeline.results.store import ingest  # noqa: E402
+from pipeline.results.store.db import open_store, session_scope  # noqa: E402
+from pipeline.results.analysis.stats import summarize  # noqa: E402
 
 REPO = "bench/large"
 TARGET = "cuda:sm_90"

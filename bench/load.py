@@ -68,9 +68,9 @@ from _gpu_farm import TOKEN, GpuFarm  # noqa: E402 - `benchfarm serve` as the be
 from pipeline.agents.client import ServiceClient, ServiceError  # noqa: E402
 from pipeline.agents.upload import DEFAULT_CHUNK_BYTES, deliver  # noqa: E402
 from pipeline.contracts import CommitInfo, DeviceClass  # noqa: E402
-from pipeline.store import ingest  # noqa: E402
-from pipeline.store.db import open_store, session_scope  # noqa: E402
-from pipeline.store.models import Job, Series  # noqa: E402
+from pipeline.results.store import ingest  # noqa: E402
+from pipeline.results.store.db import open_store, session_scope  # noqa: E402
+from pipeline.results.store.models import Job, Series  # noqa: E402
 from tests.helpers.full_suite import paired_result  # noqa: E402
 
 REPO, HEAD, BASE = large_document.REPO, large_document.HEAD, large_document.BASE

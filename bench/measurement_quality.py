@@ -175,8 +175,8 @@ class Store:
 
     def __init__(self, path: Path, base, head, device) -> None:
         from pipeline.contracts.commits import CommitInfo
-        from pipeline.store import ingest
-        from pipeline.store.db import open_store, session_scope
+        from pipeline.results.store import ingest
+        from pipeline.results.store.db import open_store, session_scope
 
         self.engine, self.ingest, self.scope, self.device = open_store(f"sqlite:///{path}"), ingest, session_scope, device
         self.repo = base.repository
@@ -204,7 +204,7 @@ class Store:
 
     def compare(self, head_sha: str, base_sha: str | None = None):
         from pipeline.config import CompareSettings
-        from pipeline.store.compare import compare
+        from pipeline.results.store.compare import compare
 
         with self.scope(self.engine) as session:
             return compare(session, repository=self.repo, head_sha=head_sha, device_class=self.device.device_class.name,

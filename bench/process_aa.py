@@ -54,7 +54,7 @@ def one(bundle: Path, cases: str, out: Path) -> None:
 def compare(first: Path, second: Path) -> list[Row]:
     import numpy as np
 
-    from pipeline.analysis.stats import unpaired_estimates
+    from pipeline.results.analysis.stats import unpaired_estimates
 
     def read(path: Path) -> dict[str, tuple[list[float], list[int]]]:
         data = np.load(path)

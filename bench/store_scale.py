@@ -61,7 +61,7 @@ from sqlalchemy.orm import Session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.analysis.stats import summarize
+from pipeline.results.analysis.stats import summarize
 from pipeline.config import AnalysisSettings
 from pipeline.contracts import (
     BundleEntry,
@@ -80,9 +80,9 @@ from pipeline.contracts.manifest import ArtifactRef, ReferenceSpec
 from pipeline.contracts.result import AgentInfo
 from pipeline.service.api.routes.results import parse_batch
 from pipeline.service.app import freeze_startup_heap
-from pipeline.store import analysis, ingest, queries
-from pipeline.store.db import make_engine, open_store, session_scope
-from pipeline.store.models import ChangePoint, Commit, DeviceClassRow, Job, Measurement, Run, Series
+from pipeline.results.store import analysis, ingest, queries
+from pipeline.results.store.db import make_engine, open_store, session_scope
+from pipeline.results.store.models import ChangePoint, Commit, DeviceClassRow, Job, Measurement, Run, Series
 
 REPO = "scale/kernels"
 TARGET = "llvm-cpu:x86_64"
@@ -413,8 +413,8 @@ def analysed_uploads(engine: sa.Engine, shape: Shape, jobs: dict[int, list[tuple
 def check_against_batch(engine: sa.Engine) -> dict[str, Any]:
     """The store's standing change points (suspected or confirmed) of every series against a batch
     `changepoints.analyse` of its whole history now: how many series differ (target 0)."""
-    from pipeline.analysis import changepoints
-    from pipeline.store.history import default_branch_chain
+    from pipeline.results.analysis import changepoints
+    from pipeline.results.store.history import default_branch_chain
 
     settings = AnalysisSettings()
     t = time.perf_counter()

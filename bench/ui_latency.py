@@ -42,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.config import Settings
 from pipeline.service.app import create_app, freeze_startup_heap
-from pipeline.store.db import make_engine, open_store, session_scope
-from pipeline.store.models import (
+from pipeline.results.store.db import make_engine, open_store, session_scope
+from pipeline.results.store.models import (
     Case,
     ChangePoint,
     Commit,

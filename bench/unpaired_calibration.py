@@ -21,7 +21,7 @@ from scipy.stats import kstest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.analysis.stats import unpaired_estimates  # noqa: E402
+from pipeline.results.analysis.stats import unpaired_estimates  # noqa: E402
 
 ROUNDS, PER_ROUND, CASES = 5, 40, 82
 

@@ -211,7 +211,7 @@ class CompareSettings(BaseModel):
         default=NOISE_FACTOR, ge=0,
         description="once a case's noise on the device class is learned, its threshold is max(the floor, noise_factor x "
         "that noise), the floor being paired_floor (paired) or min_change: 3 standard deviations of a change between identical code pass 0.27 % of the time (normal noise), "
-        "and absorb the uncertainty of a noise learned from a few runs (pipeline.analysis.stats.threshold)")
+        "and absorb the uncertainty of a noise learned from a few runs (pipeline.results.analysis.stats.threshold)")
     same_binary_shortcut: bool = Field(
         default=True,
         description="a case whose head and base binaries are identical is 'unchanged (same binary)', never regressed "
@@ -300,7 +300,7 @@ class BuildkiteSettings(BaseModel):
 
 
 class AnalysisSettings(BaseModel):
-    """Change-point detection on default-branch histories (`pipeline.analysis.changepoints`)."""
+    """Change-point detection on default-branch histories (`pipeline.results.analysis.changepoints`)."""
 
     model_config = SettingsConfigDict(extra="forbid")
 
@@ -347,7 +347,7 @@ class AlertSettings(BaseModel):
 
 
 class BisectSettings(BaseModel):
-    """Bisection of a confirmed change point's commit range to its culprit (`pipeline.dispatch.bisect`)."""
+    """Bisection of a confirmed change point's commit range to its culprit (`pipeline.orchestration.dispatch.bisect`)."""
 
     model_config = SettingsConfigDict(extra="forbid")
 

@@ -33,10 +33,10 @@ from pipeline.build.suite_loader import (
 from pipeline.config import Settings
 from pipeline.contracts.ids import CaseId, Target, selects_case
 from pipeline.progress import ProgressFn
-from pipeline.store import ingest, queue, runs
-from pipeline.store.compare import ComparisonOut, choose_base, compare, decision_rule, only_cases
-from pipeline.store.compile_stats import CompileComparisonOut, compare_compile
-from pipeline.store.db import Engine, session_scope
+from pipeline.results.store import ingest, queue, runs
+from pipeline.results.store.compare import ComparisonOut, choose_base, compare, decision_rule, only_cases
+from pipeline.results.store.compile_stats import CompileComparisonOut, compare_compile
+from pipeline.results.store.db import Engine, session_scope
 
 log = logging.getLogger(__name__)
 

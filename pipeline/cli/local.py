@@ -26,7 +26,7 @@ from pipeline.config import Settings
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.local_pipeline import CasesRefused, run_pipeline
     from pipeline.pr_comments.table import code_table, compile_table, terminal_table
-    from pipeline.store.db import open_store, shown_url
+    from pipeline.results.store.db import open_store, shown_url
 
     suite, ref = suite_and_ref(args, args.ref)
     sigterm_as_interrupt()   # a terminated run records its unfinished jobs as cancelled, as Ctrl-C does
@@ -58,14 +58,14 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.pr_comments.comment import compile_section
     from pipeline.pr_comments.report import report_for_commit
     from pipeline.pr_comments.table import code_table, compile_table, terminal_table
-    from pipeline.store.compare import (
+    from pipeline.results.store.compare import (
         CompareError,
         combine,
         compare,
         result_device_classes,
     )
-    from pipeline.store.compile_stats import compare_compile
-    from pipeline.store.db import open_store, session_scope, shown_url
+    from pipeline.results.store.compile_stats import compare_compile
+    from pipeline.results.store.db import open_store, session_scope, shown_url
 
     base, head = full_sha(args.base), full_sha(args.head)
     repository = args.repository or settings.repository or checkout_repository()

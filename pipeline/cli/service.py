@@ -36,8 +36,8 @@ def cmd_builder(args: argparse.Namespace, settings: Settings) -> int:
     builds the bundles triggered runs wait for, from the suite checkout, into BENCHFARM_HOME (which
     the service must read too), until stopped. Ctrl-C or SIGTERM hands an unfinished build back."""
     from pipeline.build.suite_loader import locate_suite
-    from pipeline.dispatch.triggers import Builder
-    from pipeline.store.db import open_store, shown_url
+    from pipeline.orchestration.dispatch.triggers import Builder
+    from pipeline.results.store.db import open_store, shown_url
 
     suite = args.suite or settings.dispatch.suite_path
     if not suite:
@@ -59,7 +59,7 @@ def cmd_builder(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.store.db import open_store, shown_url
+    from pipeline.results.store.db import open_store, shown_url
 
     open_store(settings.database_url)
     out_console.print(f"{shown_url(settings.database_url)}: migrated to the newest revision", markup=False)
@@ -83,7 +83,7 @@ def cmd_schemas(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.service import auth
-    from pipeline.store.db import open_store, session_scope
+    from pipeline.results.store.db import open_store, session_scope
 
     engine = open_store(settings.database_url)
     with session_scope(engine) as session:
@@ -109,7 +109,7 @@ def cmd_user(args: argparse.Namespace, settings: Settings) -> int:
     import getpass
 
     from pipeline.service import users
-    from pipeline.store.db import open_store, session_scope, shown_url
+    from pipeline.results.store.db import open_store, session_scope, shown_url
 
     if args.password_stdin:
         password = sys.stdin.readline().rstrip("\r\n")
@@ -127,7 +127,7 @@ def cmd_user(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_pipeline(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.orchestration import PipelineRequest, build_pipeline, render_pipeline
+    from pipeline.orchestration.buildkite import PipelineRequest, build_pipeline, render_pipeline
 
     commit, base = full_sha(args.commit), full_sha(args.base) if args.base else None
     try:
@@ -157,7 +157,7 @@ def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     repository = args.repository or settings.repository
     if not repository:
         raise CliError("which repository? pass --repository OWNER/NAME or set BENCHFARM_REPOSITORY")
-    from pipeline.store.db import open_store, session_scope
+    from pipeline.results.store.db import open_store, session_scope
 
     with session_scope(open_store(settings.database_url)) as session:
         report = report_for_commit(session, settings=settings, repository=repository, sha=args.commit, pr=args.pr,

@@ -28,7 +28,7 @@ def _part(longest: int) -> str:
     return rf"[A-Za-z0-9][A-Za-z0-9._+\-x]{{0,{longest - 1}}}"
 
 
-# family, name, shape, dtype, impl: the longest each may be (pipeline.store.models.Case's columns)
+# family, name, shape, dtype, impl: the longest each may be (pipeline.results.store.models.Case's columns)
 _PARTS = {"family": 100, "name": 200, "shape": 200, "dtype": 32, "impl": 64}
 CASE_ID_MAX_LENGTH = 400
 """The longest a case id's text may be (`cases.case_id`), though its parts could add up to more."""

@@ -69,7 +69,7 @@ MAX_PVALUE = 0.01
 PAIRED_MIN_CHANGE = 0.02
 """Threshold of a paired case whose noise on its device class is not known yet."""
 NOISE_FACTOR = 3.0
-"""A learned threshold is this many times the case's noise (`pipeline.analysis.stats.threshold`); a provisional
+"""A learned threshold is this many times the case's noise (`pipeline.results.analysis.stats.threshold`); a provisional
 one this many times its rounds' spread (`provisional_threshold`)."""
 
 EVIDENT_SHARE = 0.5

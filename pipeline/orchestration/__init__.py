@@ -1,10 +1,3 @@
-"""Production orchestration: the dynamic Buildkite pipeline (docs/design.md, "The flow")."""
-
-from pipeline.orchestration.buildkite import (
-    STEP_ENV,
-    PipelineRequest,
-    build_pipeline,
-    render_pipeline,
-)
-
-__all__ = ["STEP_ENV", "PipelineRequest", "build_pipeline", "render_pipeline"]
+"""Orchestration: where runs are planned and handed out. The built-in dispatcher (`dispatch`: the job
+queue, agents' claims and leases, ad-hoc runs, the builder, the reaper, the nightly, bisections) and,
+for teams on Buildkite, the dynamic pipeline (`buildkite`, `buildkite_api`); docs/design.md, "The flow"."""

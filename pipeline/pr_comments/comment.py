@@ -50,13 +50,13 @@ from pipeline.pr_comments.table import (
     undecided_hint,
     verdict_line,
 )
-from pipeline.store.compare import (
+from pipeline.results.store.compare import (
     STATUSES,
     ComparisonOut,
     ComparisonRowOut,
     counted_status,
 )
-from pipeline.store.compile_stats import CompileComparisonOut
+from pipeline.results.store.compile_stats import CompileComparisonOut
 
 __all__ = ["COMMENT_MAX_CHARS", "COMPILE_ROWS", "MARKER", "CodeDiff", "CommentSettings", "comment_marker",
            "compile_section", "render_comment"]
@@ -83,7 +83,7 @@ class CommentSettings:
 @dataclass(frozen=True)
 class CodeDiff:
     """A changed kernel's code, for the comment: the unified diff of the base's and the head's
-    normalized listings (`pipeline.store.code.unified_diff`), and how many lines were cut from it."""
+    normalized listings (`pipeline.results.store.code.unified_diff`), and how many lines were cut from it."""
 
     case_id: CaseId | str
     target: str

@@ -22,13 +22,13 @@ from pipeline.pr_comments.comment import (
 )
 from pipeline.pr_comments.markdown import md_url, truncate_lines
 from pipeline.pr_comments.table import verdict_line
-from pipeline.store import code, compile_stats
-from pipeline.store.code import CodeChangeOut
-from pipeline.store.compare import STATUSES, ComparisonOut, combine, compare
-from pipeline.store.compile_stats import CompileComparisonOut
-from pipeline.store.db import Session
-from pipeline.store.runs import commit_device_classes
-from pipeline.store.series import latency_series_ids
+from pipeline.results.store import code, compile_stats
+from pipeline.results.store.code import CodeChangeOut
+from pipeline.results.store.compare import STATUSES, ComparisonOut, combine, compare
+from pipeline.results.store.compile_stats import CompileComparisonOut
+from pipeline.results.store.db import Session
+from pipeline.results.store.runs import commit_device_classes
+from pipeline.results.store.series import latency_series_ids
 
 __all__ = ["CHECK_SUMMARY_MAX", "Report", "code_diffs_for", "conclusion_for", "make_report", "report_for_commit",
            "series_ids_for"]

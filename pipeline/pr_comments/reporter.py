@@ -12,8 +12,8 @@ from pipeline.config import Settings
 from pipeline.loops import Loop
 from pipeline.pr_comments.outbox import deliver, flush
 from pipeline.pr_comments.report import Report, report_for_commit
-from pipeline.store import reports
-from pipeline.store.db import Engine, session_scope
+from pipeline.results.store import reports
+from pipeline.results.store.db import Engine, session_scope
 
 __all__ = ["FLUSH_EVERY_S", "Reporter", "report_of_run"]
 

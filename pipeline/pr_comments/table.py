@@ -1,6 +1,6 @@
 """The comparison table as people read it in a terminal; the PR comment and the pages reuse the formatters.
 
-Every word and count comes from `pipeline.store.compare` (one status vocabulary, one verdict):
+Every word and count comes from `pipeline.results.store.compare` (one status vocabulary, one verdict):
 the verdict is `overall_verdict`, the counts `verdict_counts`, a status is shown by `status_label`.
 """
 
@@ -14,7 +14,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
 
-from pipeline.store.compare import (
+from pipeline.results.store.compare import (
     STATUSES,
     ComparisonOut,
     ComparisonRowOut,
@@ -22,7 +22,7 @@ from pipeline.store.compare import (
     status_label,
     verdict_counts,
 )
-from pipeline.store.compile_stats import CompileComparisonOut
+from pipeline.results.store.compile_stats import CompileComparisonOut
 
 STATUS_STYLE = {
     "regressed": "bold red",
@@ -78,7 +78,7 @@ def format_threshold(threshold: float | None) -> str:
 
 
 COUNTERS_SHOWN = ("regressed", "improved", "inconclusive")
-"""Rows whose status is shown with what their hardware counters did (`pipeline.store.counters`)."""
+"""Rows whose status is shown with what their hardware counters did (`pipeline.results.store.counters`)."""
 
 
 def row_counters(row: ComparisonRowOut) -> str | None:

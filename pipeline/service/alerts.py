@@ -36,8 +36,8 @@ from pipeline import http
 from pipeline.config import AlertSettings, Settings
 from pipeline.contracts.ids import CaseId
 from pipeline.loops import Loop
-from pipeline.store import alerts as owed_alerts
-from pipeline.store.db import Engine, session_scope
+from pipeline.results.store import alerts as owed_alerts
+from pipeline.results.store.db import Engine, session_scope
 
 __all__ = ["Alerter", "mail_recipients", "owners_of", "send_mail"]
 

@@ -42,9 +42,9 @@ from pipeline.service.api.routes import (
 from pipeline.service.api.schemas import add_body_schemas, document_errors
 from pipeline.service.auth import AuthError
 from pipeline.service.web.render import error_page, wants_html
-from pipeline.store.db import UNAVAILABLE, Engine, StoreError
-from pipeline.store.ingest import IngestError
-from pipeline.store.triage import TriageError
+from pipeline.results.store.db import UNAVAILABLE, Engine, StoreError
+from pipeline.results.store.ingest import IngestError
+from pipeline.results.store.triage import TriageError
 
 __all__ = ["Lifespan", "create_app", "freeze_startup_heap"]
 

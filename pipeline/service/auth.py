@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, get_args
 
-from pipeline.store import accounts
-from pipeline.store.accounts import TokenOut
-from pipeline.store.db import Session
+from pipeline.results.store import accounts
+from pipeline.results.store.accounts import TokenOut
+from pipeline.results.store.db import Session
 
 __all__ = [
     "SCOPES",

@@ -23,11 +23,11 @@ from pydantic import SecretStr
 
 from pipeline.agents.agent import DeviceAgent
 from pipeline.config import Settings
-from pipeline.dispatch import triggers
+from pipeline.orchestration.dispatch import triggers
 from pipeline.service import auth, runtime
 from pipeline.service.app import create_app, freeze_startup_heap
-from pipeline.store import accounts, queue, runs
-from pipeline.store.db import Engine, open_store, session_scope, shown_url
+from pipeline.results.store import accounts, queue, runs
+from pipeline.results.store.db import Engine, open_store, session_scope, shown_url
 
 log = logging.getLogger(__name__)
 

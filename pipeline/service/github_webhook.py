@@ -40,11 +40,11 @@ from pydantic import BaseModel, Field, ValidationError
 from pipeline.config import GitHubSettings, Settings
 from pipeline.contracts import ContractError
 from pipeline.contracts.limits import Int
-from pipeline.dispatch import triggers
+from pipeline.orchestration.dispatch import triggers
 from pipeline.loops import Loop
-from pipeline.store import deliveries, farm, ingest, reports
-from pipeline.store.compare import choose_base
-from pipeline.store.db import Engine, Session, session_scope
+from pipeline.results.store import deliveries, farm, ingest, reports
+from pipeline.results.store.compare import choose_base
+from pipeline.results.store.db import Engine, Session, session_scope
 
 __all__ = ["PR_ACTIONS", "Decision", "Payload", "WebhookError", "WebhookWorker", "decide", "process", "read_payload",
            "sign", "verify_signature"]

@@ -20,15 +20,15 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from pipeline.config import Settings
-from pipeline.dispatch.bisect import Bisector
-from pipeline.dispatch.triggers import Builder, Nightly, Reaper
+from pipeline.orchestration.dispatch.bisect import Bisector
+from pipeline.orchestration.dispatch.triggers import Builder, Nightly, Reaper
 from pipeline.loops import Loop
 from pipeline.pr_comments.reporter import Reporter
 from pipeline.service.alerts import Alerter
 from pipeline.service.github_webhook import WebhookWorker
 from pipeline.service.web.verdicts import VerdictWarmer
-from pipeline.store import queue
-from pipeline.store.db import Engine, session_scope
+from pipeline.results.store import queue
+from pipeline.results.store.db import Engine, session_scope
 
 __all__ = ["STOP_TIMEOUT_S", "lifespan", "recover_after_restart", "service_loops", "stop_loops"]
 

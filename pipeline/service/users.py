@@ -15,9 +15,9 @@ import secrets
 from collections.abc import Sequence
 
 from pipeline.service.auth import NAME_PATTERN, AuthError, Principal
-from pipeline.store import accounts
-from pipeline.store.accounts import UserOut
-from pipeline.store.db import Session
+from pipeline.results.store import accounts
+from pipeline.results.store.accounts import UserOut
+from pipeline.results.store.db import Session
 
 __all__ = ["MAX_NAME", "MAX_PASSWORD", "MIN_PASSWORD", "UserOut", "check_password", "create_user", "disable_user",
            "hash_password", "list_users", "verify_password"]

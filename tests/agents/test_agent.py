@@ -24,10 +24,10 @@ from pipeline.agents.devices import LocalDevice
 from pipeline.config import Settings, load_settings
 from pipeline.contracts import CaseResult, DeviceClass, DeviceInfo, ResultDocument
 from pipeline.contracts.result import AgentInfo
-from pipeline.dispatch import triggers
+from pipeline.orchestration.dispatch import triggers
 from pipeline.service.app import create_app
-from pipeline.store import ingest
-from pipeline.store.db import session_scope
+from pipeline.results.store import ingest
+from pipeline.results.store.db import session_scope
 from tests.helpers.live_server import live_server
 from tests.helpers.stores import open_migrated
 from tests.helpers import factories as f

@@ -119,8 +119,8 @@ def test_result_names_the_bundle_as_the_store_does(bundle: tuple[Path, BundleMan
                                                    engine: Engine) -> None:  # noqa: F811
     """One bundle digest: the store's (ingest_manifest), the builder's and the result document's agree."""
     from pipeline.contracts import bundle_digest
-    from pipeline.store import ingest
-    from pipeline.store.db import session_scope
+    from pipeline.results.store import ingest
+    from pipeline.results.store.db import session_scope
 
     bundle_dir, manifest = bundle
     location = locate_suite(bundle_dir.parent.parent / "repo" / "kernels")   # the fixture's checkout

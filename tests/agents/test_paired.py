@@ -15,8 +15,8 @@ from pipeline.build.bundle import build_bundle
 from pipeline.build.suite_loader import locate_suite, resolve_commit
 from pipeline.config import CompareSettings, MeasurementSettings
 from pipeline.contracts import BundleManifest, CaseResult, parse_result
-from pipeline.store.compare import compare
-from pipeline.store.db import session_scope
+from pipeline.results.store.compare import compare
+from pipeline.results.store.db import session_scope
 from tests.helpers.cpu import x86_64_cpu
 from tests.helpers.stores import open_migrated, store_local_run
 from tests.helpers.suite_repo import (
@@ -350,7 +350,7 @@ def test_a_pull_request_renaming_every_kernel_times_only_the_sentinels(device: L
     """Issue 32: a commit that renames every function builds other binaries with the same code
     (`BundleEntry.code_digest`); its pull-request job times the drift sentinels alone, and the
     comparison shows them all `unchanged (same code)` (the sentinels with their timing), never a change."""
-    from pipeline.store.compare import status_label
+    from pipeline.results.store.compare import status_label
 
     repo = make_suite_repo(tmp_path, gemm_suite_files(CASES))
     location = locate_suite(repo / "kernels")

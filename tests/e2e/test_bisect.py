@@ -10,7 +10,7 @@ dates one minute apart). Three 64x64x64 IREE GEMMs, one change point each:
   from c11 (about +45 % more: 40 -> 58 -> 84 us as the agent times them on this VM). The issue asked for +5 % steps; on this shared 2-core VM, where unpaired
   runs of one binary move by 10 % and more, steps that small are not reliably confirmed by the
   history nor separated by a few paired rounds, so the steps are made larger (the search itself
-  separates +5 % steps on tight intervals: tests/analysis/test_bisect_search.py);
+  separates +5 % steps on tight intervals: tests/results/analysis/test_bisect_search.py);
 - gamma: like alpha, and at c8 its MLIR is broken (iree-compile rejects it): unbuildable there.
 Only c-4..c1 and c16..c23 are benchmarked (`benchfarm run --unpaired`, local runs: the history),
 so the analysis confirms each change point with six commits before and eight after, and range

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import requests
 
-from pipeline.analysis import changepoints
+from pipeline.results.analysis import changepoints
 from pipeline.config import Settings
 from pipeline.service.app import create_app
-from pipeline.store.db import open_store
+from pipeline.results.store.db import open_store
 from tests.helpers.live_server import live_server
 from tests.helpers.stores import database_url  # noqa: F401  (the fixture: SQLite and PostgreSQL)
 from tests.helpers.suite_repo import (

@@ -30,8 +30,8 @@ from pipeline.build.suite_loader import locate_suite, resolve_commit
 from pipeline.config import MeasurementSettings, load_settings
 from pipeline.contracts import BundleManifest, ResultDocument
 from pipeline.pr_comments.report import report_for_commit
-from pipeline.store.compare import compare
-from pipeline.store.db import open_store, session_scope
+from pipeline.results.store.compare import compare
+from pipeline.results.store.db import open_store, session_scope
 from tests.helpers.cpu import x86_64_cpu
 from tests.helpers.stores import store_local_run
 from tests.helpers.suite_repo import GemmCase, case_id, commit_all, gemm_suite_files, make_suite_repo, write_files

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from pipeline.store.db import open_store, session_scope
-from pipeline.store.models import Job, Run
+from pipeline.results.store.db import open_store, session_scope
+from pipeline.results.store.models import Job, Run
 from tests.helpers.live_server import free_port
 from tests.helpers.suite_repo import GemmCase, gemm_suite_files, make_suite_repo
 from tests.helpers.stores import database_url  # noqa: F401  (the fixture: SQLite and PostgreSQL)

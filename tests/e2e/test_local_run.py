@@ -17,8 +17,8 @@ import pytest
 
 from pipeline.agents.devices import cpu_device
 from pipeline.config import CompareSettings
-from pipeline.store.compare import compare
-from pipeline.store.db import open_store, session_scope
+from pipeline.results.store.compare import compare
+from pipeline.results.store.db import open_store, session_scope
 from tests.helpers.suite_repo import GemmCase, case_id, commit_all, gemm_suite_files, make_suite_repo, write_files
 
 pytestmark = pytest.mark.e2e

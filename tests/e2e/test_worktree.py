@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.store.db import open_store, session_scope
-from pipeline.store.models import Commit, Run
+from pipeline.results.store.db import open_store, session_scope
+from pipeline.results.store.models import Commit, Run
 from tests.helpers.suite_repo import GemmCase, case_id, gemm_suite_files, git, make_suite_repo, write_files
 
 pytestmark = pytest.mark.e2e

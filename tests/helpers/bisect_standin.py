@@ -15,10 +15,10 @@ from sqlalchemy import Engine
 
 from pipeline.config import Settings
 from pipeline.contracts import DeviceClass, DeviceInfo
-from pipeline.dispatch import bisect
-from pipeline.store import builds, ingest, queue
-from pipeline.store.db import session_scope
-from pipeline.store.models import Bisection, BuildRequest, Run
+from pipeline.orchestration.dispatch import bisect
+from pipeline.results.store import builds, ingest, queue
+from pipeline.results.store.db import session_scope
+from pipeline.results.store.models import Bisection, BuildRequest, Run
 from tests.helpers import factories as f
 
 LEVEL = 1e-3

@@ -10,7 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from pipeline.analysis.stats import summarize
+from pipeline.results.analysis.stats import summarize
 from pipeline.contracts import (
     BundleEntry,
     BundleManifest,
@@ -26,7 +26,7 @@ from pipeline.contracts import (
 )
 from pipeline.contracts.manifest import ArtifactRef, ReferenceSpec
 from pipeline.contracts.result import AgentInfo
-from pipeline.store.models import Base
+from pipeline.results.store.models import Base
 
 REPO = "bench/kernels"
 TARGET = "llvm-cpu:x86_64"
@@ -134,7 +134,7 @@ def row_counts(session: Session) -> dict[str, int]:
 
 def sample_count(session: Session) -> int:
     """How many samples the store holds (each measurement keeps its samples as one float64 array)."""
-    from pipeline.store.models import Measurement
+    from pipeline.results.store.models import Measurement
 
     return int(session.execute(sa.select(sa.func.coalesce(sa.func.sum(sa.func.length(Measurement.samples)), 0)))
                .scalar_one()) // 8
@@ -143,7 +143,7 @@ def sample_count(session: Session) -> int:
 def stored_samples(session: Session) -> list[float]:
     """Every sample of every measurement, measurement by measurement."""
     from pipeline.contracts.arrays import from_blob
-    from pipeline.store.models import Measurement
+    from pipeline.results.store.models import Measurement
 
     return [v for blob in session.scalars(sa.select(Measurement.samples).order_by(Measurement.id)) for v in from_blob(blob)]
 
@@ -152,7 +152,7 @@ def run_and_upload(session: Session, label: str | int, results: Sequence[CaseRes
                    device_class: str = DEVICE_CLASS) -> tuple[str, str]:
     """Create a run of commit `label` on one device class and upload `results` for its job;
     returns (run id, job id)."""
-    from pipeline.store import ingest
+    from pipeline.results.store import ingest
 
     run = ingest.create_run(session, repository=REPO, commit_sha=sha(label), kind="adhoc",
                             device_classes=[device_class])
@@ -177,7 +177,7 @@ def paired_ok(case: str, base_commit: str, base: Sequence[float], head: Sequence
 def upload(session: Session, label: str | int, results: Sequence[CaseResult], *, device_class: str = DEVICE_CLASS,
            kind: str = "adhoc", analysis: Any = "default") -> tuple[str, str]:
     """`run_and_upload` with the run kind and the analysis settings (None: no analysis) chosen."""
-    from pipeline.store import ingest
+    from pipeline.results.store import ingest
 
     run = ingest.create_run(session, repository=REPO, commit_sha=sha(label), kind=kind, device_classes=[device_class])
     job_id = run.jobs[0].id

@@ -7,7 +7,7 @@ from typing import Any
 import requests
 from sqlalchemy import Engine
 
-from pipeline.store.db import session_scope
+from pipeline.results.store.db import session_scope
 
 from tests.helpers import factories as f
 

@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.agents.devices import LocalDevice
 from pipeline.contracts import BundleManifest, ResultDocument
-from pipeline.store.db import make_engine, migrate, open_store, session_scope
+from pipeline.results.store.db import make_engine, migrate, open_store, session_scope
 from tests.helpers import factories as f
 
 POSTGRES_ADMIN_URL = os.environ.get("BENCHFARM_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test")
@@ -217,7 +217,7 @@ def seeded(engine: Engine) -> Engine:
 def seed(engine: Engine) -> Engine:
     """A store knowing the repository, a first-parent chain c0 <- c1 <- c2 <- c3, the device
     classes cpu-x86-64 and other-cpu, and a manifest at c0 registering GEMM and CONV."""
-    from pipeline.store import ingest
+    from pipeline.results.store import ingest
 
     with session_scope(engine) as s:
         ingest.upsert_repository(s, name=f.REPO, url="https://example.com/bench/kernels")
@@ -260,7 +260,7 @@ def store_local_run(engine: Engine, suite: Path, document: ResultDocument, devic
     folder in a git checkout), the device, a local run of the manifest's commit, its manifest, then
     the document under that run's job."""
     from pipeline.build.suite_loader import commit_history, locate_suite
-    from pipeline.store import ingest
+    from pipeline.results.store import ingest
 
     location = locate_suite(suite)
     with session_scope(engine) as session:

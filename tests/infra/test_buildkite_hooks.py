@@ -16,7 +16,7 @@ from pipeline.agents.devices import cpu_device
 from pipeline.config import Settings
 from pipeline.service import auth
 from pipeline.service.app import create_app
-from pipeline.store.db import session_scope
+from pipeline.results.store.db import session_scope
 from tests.helpers.live_server import live_server
 from tests.helpers.stores import open_migrated
 

@@ -145,8 +145,8 @@ def test_a_webhook_delivery_becomes_a_buildkite_build(buildkite: BuildkiteStandI
 
     from pipeline.config import Settings
     from pipeline.service.github_webhook import Decision, process
-    from pipeline.store.db import session_scope
-    from pipeline.store.models import Run
+    from pipeline.results.store.db import session_scope
+    from pipeline.results.store.models import Run
     from tests.helpers.stores import open_migrated
 
     settings = Settings(home=tmp_path, buildkite=_settings(buildkite.url))

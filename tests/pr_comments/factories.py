@@ -1,4 +1,4 @@
-"""Comparisons built by hand, in the shape pipeline.store.compare returns."""
+"""Comparisons built by hand, in the shape pipeline.results.store.compare returns."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Any
 
 from pipeline.contracts.ids import CaseId
-from pipeline.store.compare import STATUSES, ComparisonOut, ComparisonRowOut
+from pipeline.results.store.compare import STATUSES, ComparisonOut, ComparisonRowOut
 
 HEAD = "a" * 40
 BASE = "b" * 40

@@ -13,7 +13,7 @@ from markdown_it import MarkdownIt
 
 from pipeline.pr_comments.comment import CodeDiff, CommentSettings, render_comment
 from pipeline.pr_comments.markdown import md_escape
-from pipeline.store.code import CodeChangeOut
+from pipeline.results.store.code import CodeChangeOut
 from tests.pr_comments.factories import comparison, row
 
 GOLDEN = Path(__file__).parent / "golden" / "code_comment.md"

@@ -12,7 +12,7 @@ from pipeline.config import load_settings
 from pipeline.contracts.ids import CaseId
 from pipeline.pr_comments.comment import MARKER, CommentSettings, comment_marker, render_comment
 from pipeline.pr_comments.report import conclusion_for, make_report
-from pipeline.store.compile_stats import CompileChangeOut, CompileComparisonOut, relative_change
+from pipeline.results.store.compile_stats import CompileChangeOut, CompileComparisonOut, relative_change
 from tests.pr_comments.factories import BASE, HEAD, comparison, row
 
 SETTINGS = CommentSettings(public_url="http://bf.example:8080", top_n=20)

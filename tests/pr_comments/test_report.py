@@ -6,9 +6,9 @@ from sqlalchemy import Engine
 
 from pipeline.config import load_settings
 from pipeline.pr_comments.report import report_for_commit
-from pipeline.store import ingest
-from pipeline.store.compare import compare
-from pipeline.store.db import session_scope
+from pipeline.results.store import ingest
+from pipeline.results.store.compare import compare
+from pipeline.results.store.db import session_scope
 from tests.helpers import factories as f
 from tests.helpers.stores import database_url, engine, seeded, store_url  # noqa: F401  (the store fixtures, both stores)
 

@@ -22,10 +22,10 @@ from pipeline.pr_comments.table import (
     row_status,
     terminal_table,
 )
-from pipeline.store import ingest
-from pipeline.store.compare import ComparisonOut, compare, only_cases
-from pipeline.store.compile_stats import CompileChangeOut, CompileComparisonOut, relative_change
-from pipeline.store.db import open_store, session_scope
+from pipeline.results.store import ingest
+from pipeline.results.store.compare import ComparisonOut, compare, only_cases
+from pipeline.results.store.compile_stats import CompileChangeOut, CompileComparisonOut, relative_change
+from pipeline.results.store.db import open_store, session_scope
 from tests.helpers import factories as f
 from tests.helpers.stores import seed
 
@@ -146,7 +146,7 @@ def test_the_compile_table_at_80_columns_keeps_case_ids_and_figures_whole() -> N
 
 
 def test_a_changed_or_undecided_row_says_what_its_counters_did() -> None:
-    from pipeline.store.counters import CountersOut, counter_changes, counters_summary
+    from pipeline.results.store.counters import CountersOut, counter_changes, counters_summary
     from tests.pr_comments.factories import row
 
     changes = counter_changes({"instructions": 100.0, "dram_read_bytes": 1000.0},

@@ -15,14 +15,14 @@ from sqlalchemy import Engine
 
 from pipeline.config import AlertSettings, Settings
 from pipeline.service.alerts import Alerter, mail_recipients, owners_of
-from pipeline.store import analysis
-from pipeline.store.db import session_scope
-from pipeline.store.models import ChangePoint, Series
+from pipeline.results.store import analysis
+from pipeline.results.store.db import session_scope
+from pipeline.results.store.models import ChangePoint, Series
 from tests.helpers.json_standin import JsonStandIn
 from tests.helpers.smtp_standin import SmtpStandIn
 
 from tests.helpers import factories as f
-from tests.store.test_analysis import N, record_main, upload_main
+from tests.results.store.test_analysis import N, record_main, upload_main
 
 
 class Receiver:

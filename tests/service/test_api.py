@@ -13,8 +13,8 @@ from sqlalchemy import Engine
 
 from pipeline.config import Settings
 from pipeline.service.app import create_app
-from pipeline.store import ingest
-from pipeline.store.db import session_scope
+from pipeline.results.store import ingest
+from pipeline.results.store.db import session_scope
 from tests.helpers.live_server import live_server
 
 from tests.helpers import factories as f

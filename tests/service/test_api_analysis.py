@@ -14,13 +14,13 @@ from sqlalchemy import Engine
 from pipeline.config import Settings
 from pipeline.service import auth
 from pipeline.service.app import create_app
-from pipeline.store import ingest
-from pipeline.store.db import session_scope
+from pipeline.results.store import ingest
+from pipeline.results.store.db import session_scope
 from tests.helpers.live_server import live_server
 
 from tests.helpers import factories as f
 from tests.helpers.http_client import post, snapshot
-from tests.store.test_analysis import main, stepped  # noqa: F401  (fixture)
+from tests.results.store.test_analysis import main, stepped  # noqa: F401  (fixture)
 
 
 @pytest.fixture
@@ -114,7 +114,7 @@ def test_series_settings_need_the_user_scope(service: tuple[str, Engine, dict[st
 def test_compare_over_http_with_and_without_a_device_class(service: tuple[str, Engine, dict[str, str]]) -> None:
     url, engine, _ = service
     with session_scope(engine) as s:
-        from pipeline.store import ingest
+        from pipeline.results.store import ingest
 
         ingest.record_commits(s, repository=f.REPO, commits=[f.commit("pr", main(59), minutes=300, branch="feature")])
         f.upload(s, "pr", [f.ok(f.GEMM, f.series_samples(2e-3))], kind="pr")

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from pipeline.service import auth, users
 from pipeline.service.api import routes
-from pipeline.store import bisect_views, compare, compile_stats, counters, queries, queue
+from pipeline.results.store import bisect_views, compare, compile_stats, counters, queries, queue
 
 SHARED_FIELDS = 3
 """Fewer names in common than this is a coincidence (`id`, `sha`), not a copy."""

@@ -15,10 +15,10 @@ from sqlalchemy import Engine
 
 from pipeline.config import Settings
 from pipeline.service import auth
-from pipeline.store import ingest, queue
-from pipeline.store.models import Agent, Job
+from pipeline.results.store import ingest, queue
+from pipeline.results.store.models import Agent, Job
 from pipeline.service.app import create_app
-from pipeline.store.db import session_scope
+from pipeline.results.store.db import session_scope
 from tests.helpers.live_server import live_server
 
 from tests.helpers import factories as f

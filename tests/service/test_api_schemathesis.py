@@ -43,7 +43,7 @@ from sqlalchemy import Engine, create_engine
 from pipeline.config import DispatchSettings, GitHubSettings, Settings
 from pipeline.service import auth
 from pipeline.service.app import create_app
-from pipeline.store.db import open_store, session_scope
+from pipeline.results.store.db import open_store, session_scope
 from tests.helpers.live_server import live_server
 from tests.service.web import demo_store
 

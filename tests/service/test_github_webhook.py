@@ -18,9 +18,9 @@ from pipeline.config import DispatchSettings, GitHubSettings, Settings
 from pipeline.contracts import ContractError, DeviceClass, DeviceInfo
 from pipeline.service.app import create_app
 from pipeline.service.github_webhook import WebhookWorker, decide, sign, verify_signature
-from pipeline.store import queue
-from pipeline.store.db import session_scope
-from pipeline.store.models import (
+from pipeline.results.store import queue
+from pipeline.results.store.db import session_scope
+from pipeline.results.store.models import (
     BuildRequest,
     Commit,
     Job,

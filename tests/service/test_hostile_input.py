@@ -28,9 +28,9 @@ from pipeline.config import GitHubSettings, Settings
 from pipeline.contracts import DeviceClass, DeviceInfo
 from pipeline.service import auth, users
 from pipeline.service.app import create_app
-from pipeline.store import ingest, queue
-from pipeline.store.db import open_store, session_scope
-from pipeline.store.models import ChangePoint, Commit, Job, Series
+from pipeline.results.store import ingest, queue
+from pipeline.results.store.db import open_store, session_scope
+from pipeline.results.store.models import ChangePoint, Commit, Job, Series
 from tests.helpers.github_webhooks import sign
 from tests.helpers.live_server import live_server
 

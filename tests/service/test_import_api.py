@@ -18,9 +18,9 @@ import pytest
 from sqlalchemy import Engine
 
 from pipeline.service import auth
-from pipeline.store import ingest
-from pipeline.store.db import session_scope
-from pipeline.store.models import Run
+from pipeline.results.store import ingest
+from pipeline.results.store.db import session_scope
+from pipeline.results.store.models import Run
 
 from tests.helpers import factories as f
 from tests.helpers.http_client import post, snapshot
@@ -240,7 +240,7 @@ def test_two_nvbench_runs_with_sample_times_compare_with_a_verdict(service: Serv
     import numpy as np
 
     from pipeline.config import CompareSettings
-    from pipeline.store.compare import compare
+    from pipeline.results.store.compare import compare
 
     rng = np.random.default_rng(3)
     rules = (NV_RULES[0],)

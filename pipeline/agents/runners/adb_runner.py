@@ -6,7 +6,7 @@ with fresh random inputs (.npy) into a folder of its own on the phone, run it on
 the host (the check every runner shares, `checking.check_against_reference`). A kernel that passes
 is timed by `iree-benchmark-module --benchmark_format=json --benchmark_repetitions=N` under
 `taskset MASK` (the device class's cluster); each repetition is one sample (its mean time per
-iteration, parsed by the Google Benchmark reader of `pipeline.store.formats`).
+iteration, parsed by the Google Benchmark reader of `pipeline.results.store.formats`).
 
 Before every timed call: a cool-down (every watched thermal zone under `cooldown_max_c`, polled,
 up to `cooldown_timeout_s`); around it, when the phone is rooted (`su`, or adbd running as root),

@@ -19,8 +19,8 @@ from pipeline.config import Settings
 from pipeline.contracts.limits import INT32_MAX
 from pipeline.service import auth, users
 from pipeline.service.auth import SCOPES, Principal, Scope
-from pipeline.store import accounts
-from pipeline.store.db import Session, session_scope
+from pipeline.results.store import accounts
+from pipeline.results.store.db import Session, session_scope
 
 __all__ = ["MAX_ROW_ID", "BodyDep", "Principal", "RowId", "SessionDep", "SettingsDep", "principal_of", "require_scope"]
 

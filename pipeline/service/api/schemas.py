@@ -10,8 +10,8 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from pipeline.service.auth import Scope
-from pipeline.store.accounts import TokenOut
-from pipeline.store.states import TRIAGE_STATES
+from pipeline.results.store.accounts import TokenOut
+from pipeline.results.store.states import TRIAGE_STATES
 
 
 class FieldError(BaseModel):

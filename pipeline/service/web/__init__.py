@@ -30,7 +30,7 @@ from pipeline.service.web.session import (
     bearer_principal,
     install_sessions,
 )
-from pipeline.store.db import session_scope
+from pipeline.results.store.db import session_scope
 
 __all__ = ["mount"]
 

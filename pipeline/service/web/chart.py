@@ -12,7 +12,7 @@ from typing import Any
 from jinja2.utils import htmlsafe_json_dumps
 from markupsafe import Markup, escape
 
-from pipeline.store.roofline import RooflinePoint
+from pipeline.results.store.roofline import RooflinePoint
 from pipeline.service.web.render import format_amount, format_rate
 
 

@@ -12,8 +12,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pipeline.service.api.deps import SessionDep, SettingsDep
 from pipeline.service.web.render import page
 from pipeline.service.web.session import SignInRequired, UserDep, browse_guard
-from pipeline.store import commits, farm, queue, runs, series
-from pipeline.store.states import JOB_STATUSES
+from pipeline.results.store import commits, farm, queue, runs, series
+from pipeline.results.store.states import JOB_STATUSES
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(browse_guard)])
 

@@ -19,14 +19,14 @@ from pipeline.service.web.paging import paginate
 from pipeline.service.web.render import format_amount, page
 from pipeline.service.web.session import UserDep, browse_guard
 from pipeline.service.web.verdicts import NEWEST_RUNS, cached_comparison, run_verdicts
-from pipeline.store import compile_stats, queries
-from pipeline.store.bisect_views import latest_by_change_point, one_commit_ranges
-from pipeline.store.compare import only_cases
-from pipeline.store.commits import CommitDescription, describe_commits, repositories
-from pipeline.store.counters import TOLERANCES, CounterHistoryOut, counter_history
-from pipeline.store.roofline import roofline_points
-from pipeline.store.runs import run_case_ids
-from pipeline.store.series import (
+from pipeline.results.store import compile_stats, queries
+from pipeline.results.store.bisect_views import latest_by_change_point, one_commit_ranges
+from pipeline.results.store.compare import only_cases
+from pipeline.results.store.commits import CommitDescription, describe_commits, repositories
+from pipeline.results.store.counters import TOLERANCES, CounterHistoryOut, counter_history
+from pipeline.results.store.roofline import roofline_points
+from pipeline.results.store.runs import run_case_ids
+from pipeline.results.store.series import (
     commit_samples,
     control_series,
     dashboard_options,

@@ -28,8 +28,8 @@ from pipeline.pr_comments.table import (
 from pipeline.service.api.deps import principal_of
 from pipeline.service.auth import Principal
 from pipeline.service.web.session import csrf_token
-from pipeline.store.compare import status_label
-from pipeline.store.db import session_scope
+from pipeline.results.store.compare import status_label
+from pipeline.results.store.db import session_scope
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 

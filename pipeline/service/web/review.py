@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from pipeline.dispatch import bisect
+from pipeline.orchestration.dispatch import bisect
 from pipeline.service.api.deps import RowId, SessionDep, SettingsDep
 from pipeline.service.api.schemas import TriageIn
 from pipeline.service.web.paging import paginate
@@ -28,13 +28,13 @@ from pipeline.service.web.verdicts import (
     cached_verdict,
     run_verdicts,
 )
-from pipeline.store import code, commit_refs, compile_stats, queries, triage
-from pipeline.store.bisect_views import latest_by_change_point, one_commit_ranges
-from pipeline.store.code import CodeChangeOut
-from pipeline.store.compare import STATUSES, CompareError, ComparisonRowOut
-from pipeline.store.commits import describe_commits, pull_request_head, repositories
-from pipeline.store.series import device_class_names, latency_series_ids
-from pipeline.store.states import LIFECYCLE, TRIAGE_STATES
+from pipeline.results.store import code, commit_refs, compile_stats, queries, triage
+from pipeline.results.store.bisect_views import latest_by_change_point, one_commit_ranges
+from pipeline.results.store.code import CodeChangeOut
+from pipeline.results.store.compare import STATUSES, CompareError, ComparisonRowOut
+from pipeline.results.store.commits import describe_commits, pull_request_head, repositories
+from pipeline.results.store.series import device_class_names, latency_series_ids
+from pipeline.results.store.states import LIFECYCLE, TRIAGE_STATES
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(browse_guard)])
 

@@ -25,7 +25,7 @@ from typing import Any
 from pipeline.config import Settings
 from pipeline.loops import Loop
 from pipeline.pr_comments.table import counts_text
-from pipeline.store.compare import (
+from pipeline.results.store.compare import (
     STATUSES,
     CompareError,
     ComparisonOut,
@@ -39,9 +39,9 @@ from pipeline.store.compare import (
     results_version,
     store_version,
 )
-from pipeline.store.db import Engine, Session, session_scope, session_url
-from pipeline.store.queries import RunOut
-from pipeline.store.runs import ended_jobs, first_done_of_newest_runs, last_finished_jobs, result_classes_of_runs
+from pipeline.results.store.db import Engine, Session, session_scope, session_url
+from pipeline.results.store.queries import RunOut
+from pipeline.results.store.runs import ended_jobs, first_done_of_newest_runs, last_finished_jobs, result_classes_of_runs
 
 ROW_ORDERS: dict[str, Callable[[ComparisonRowOut], Any]] = {
     "verdict": lambda r: (STATUSES.index(r.status), str(r.case_id), r.target),

@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 from pipeline.config import Settings
 from pipeline.service import auth
 from pipeline.service.app import create_app
-from pipeline.store.db import session_scope
+from pipeline.results.store.db import session_scope
 from tests.helpers.live_server import live_server
 from tests.helpers.stores import blank_engine, database_url, engine, store_url  # noqa: F401  (fixtures)
 

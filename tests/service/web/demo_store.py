@@ -28,9 +28,9 @@ from sqlalchemy.orm import Session
 from pipeline.config import AnalysisSettings, Settings
 from pipeline.contracts import BundleEntry, CaseResult, CommitInfo, DeviceClass
 from pipeline.contracts.counters import COUNTERS_KEY, HardwareCounters
-from pipeline.store import analysis, ingest
-from pipeline.store.db import session_scope
-from pipeline.analysis.stats import summarize
+from pipeline.results.store import analysis, ingest
+from pipeline.results.store.db import session_scope
+from pipeline.results.analysis.stats import summarize
 from tests.helpers import factories as f
 
 REPO = "example/kernels"
@@ -194,7 +194,7 @@ def add_evil_case(engine: Engine, device_class_name: str) -> None:
     """A case id holding HTML, written straight into the store (the contract would refuse it):
     the pages must show it as text."""
 
-    from pipeline.store.models import Case, DeviceClassRow, Series
+    from pipeline.results.store.models import Case, DeviceClassRow, Series
 
     with session_scope(engine) as s:
         case = Case(case_id=EVIL_CASE, family="gemm", name='<img src=x onerror="window.__xss=3">', shape="1x1x1",
@@ -221,9 +221,9 @@ def add_farm(engine: Engine, demo: Demo) -> DemoFarm:
     running an ad-hoc job of the newest commit; `cpu-box` offline; a run waiting for its build; a
     failed job whose error holds HTML (shown as text)."""
     from pipeline.contracts import DeviceInfo
-    from pipeline.dispatch import triggers
-    from pipeline.store import builds, queue
-    from pipeline.store.models import Agent
+    from pipeline.orchestration.dispatch import triggers
+    from pipeline.results.store import builds, queue
+    from pipeline.results.store.models import Agent
 
     gpu, cpu = demo.device_classes[0], demo.device_classes[-1]
     farm = DemoFarm(agents=["gpu-box-1", "cpu-box"])
@@ -259,13 +259,13 @@ def add_farm(engine: Engine, demo: Demo) -> DemoFarm:
 
 
 def _build_id(session: Session, run_id: str) -> int:
-    from pipeline.store.models import BuildRequest
+    from pipeline.results.store.models import BuildRequest
 
     return session.execute(sa.select(BuildRequest.id).where(BuildRequest.run_id == run_id)).scalar_one()
 
 
 def _bundle_digest(session: Session) -> str:
-    from pipeline.store.models import Bundle
+    from pipeline.results.store.models import Bundle
 
     return str(session.scalar(sa.select(Bundle.digest).limit(1)))
 
@@ -283,8 +283,8 @@ def add_bisection(engine: Engine, demo: Demo, settings: Settings, *, unmeasured:
     """Bisect the first regressed case's change point on the first device class (built with
     `unmeasured` commits, so that its range spans them) against the stand-in builder and agent:
     the step is at 60 % of the history, the middle commit of the range cannot be built."""
-    from pipeline.dispatch import bisect
-    from pipeline.store.models import Case, ChangePoint, Commit, DeviceClassRow, Series
+    from pipeline.orchestration.dispatch import bisect
+    from pipeline.results.store.models import Case, ChangePoint, Commit, DeviceClassRow, Series
     from tests.helpers.bisect_standin import StandInFarm, drive
 
     step = int(demo.commits * 0.6)

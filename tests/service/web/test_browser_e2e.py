@@ -30,7 +30,7 @@ from sqlalchemy import Engine
 
 from pipeline.config import Settings
 from pipeline.service.app import create_app
-from pipeline.store.db import open_store
+from pipeline.results.store.db import open_store
 from tests.helpers.farm import FAST
 from tests.helpers.live_server import free_port, live_server
 from tests.helpers.suite_repo import (
@@ -346,8 +346,8 @@ def test_change_point_labels_of_a_series_do_not_overlap(site: tuple[str, demo_st
     """Change points a commit or two apart (a slow commit retracted by the next, then a slowdown that
     stays) on the vendor control's series: their labels stack instead of overlapping (issue 34).
     Runs after the tests that count the demo's change points: it adds two."""
-    from pipeline.store.db import session_scope
-    from pipeline.store.models import Case, ChangePoint, Series
+    from pipeline.results.store.db import session_scope
+    from pipeline.results.store.models import Case, ChangePoint, Series
 
     url, demo = site
     demo_store.extend_history(site_engine, demo, [1.5, 1.0, 1.3, 1.3, 1.3])
@@ -378,8 +378,8 @@ def compile_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
     from pipeline.contracts import DeviceClass
     from pipeline.contracts.result import PairedBase
     from pipeline.pr_comments.report import report_for_commit
-    from pipeline.store import ingest
-    from pipeline.store.db import session_scope
+    from pipeline.results.store import ingest
+    from pipeline.results.store.db import session_scope
     from tests.helpers import factories as f
 
     home = tmp_path_factory.mktemp("web-e2e-compile")
@@ -549,7 +549,7 @@ def test_layout_no_figure_split_compare_page_at_1280_and_pr_comment_at_880(
     """Issue 34: the compare page in a 1280 px window and the PR comment in GitHub's comment column
     keep every figure on one line (a table cell wraps between words and figures, never inside one)."""
     from pipeline.pr_comments.report import make_report
-    from pipeline.store.compare import PRVerdictOut
+    from pipeline.results.store.compare import PRVerdictOut
 
     url, demo = site
     code_url, repository, (_, second), code_body = compile_site

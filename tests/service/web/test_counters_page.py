@@ -9,11 +9,11 @@ from sqlalchemy import Engine
 
 from pipeline.config import Settings
 from pipeline.service.app import create_app
-from pipeline.store.db import session_scope
+from pipeline.results.store.db import session_scope
 from tests.helpers import factories as f
 from tests.helpers.live_server import live_server
 from tests.helpers.stores import database_url, engine, seeded, store_url  # noqa: F401  (fixtures: SQLite and PostgreSQL)
-from tests.store.test_counters import BASE_COUNTS, _with
+from tests.results.store.test_counters import BASE_COUNTS, _with
 
 
 def test_compare_page_lists_what_the_counters_did(seeded: Engine, tmp_path: Path) -> None:  # noqa: F811

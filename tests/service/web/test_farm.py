@@ -14,7 +14,7 @@ from pathlib import Path
 import requests
 
 from pipeline.service import users
-from pipeline.store.db import open_store, session_scope
+from pipeline.results.store.db import open_store, session_scope
 
 from . import demo_store
 from .conftest import Service
@@ -65,7 +65,7 @@ def test_jobs_page_and_a_jobs_events_and_error(service: Service) -> None:
 
 
 def test_a_jobs_page_shows_its_environment_as_text_and_links_its_results(service: Service) -> None:
-    from pipeline.store import ingest
+    from pipeline.results.store import ingest
     from tests.helpers import factories as f
 
     with session_scope(service.engine) as s:

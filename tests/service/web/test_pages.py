@@ -7,8 +7,8 @@ import re
 import requests
 import sqlalchemy as sa
 
-from pipeline.store.db import session_scope
-from pipeline.store.models import Case, ChangePoint, Commit, Run, Series, TriageEvent
+from pipeline.results.store.db import session_scope
+from pipeline.results.store.models import Case, ChangePoint, Commit, Run, Series, TriageEvent
 
 from . import demo_store
 from .conftest import BOOTSTRAP, Service, roofline_data
@@ -148,7 +148,7 @@ def test_roofline_places_each_case_and_names_those_left_off(service: Service) ->
     assert ">15 of 15 cases on the chart<" in page and 'id="roofline-left-off"' not in page
     # a newer bundle counts no FLOPs for one case (a gather moves data only): left off, and named
     from pipeline.contracts import BundleEntry
-    from pipeline.store import ingest
+    from pipeline.results.store import ingest
     from tests.helpers import factories as f
 
     moved = service.demo.cases[1]
@@ -178,7 +178,7 @@ def test_change_point_lifecycle_on_the_dashboard_series_and_regressions_pages(se
     """Issue 13: a slow newest commit shows at once as suspected (dashboard tile, regressions page,
     series page); refuted by the next commit it is retracted, not deleted: listed under its lifecycle
     with the reason and its triage history kept; a slowdown that stays is suspected, then confirmed."""
-    from pipeline.store import triage
+    from pipeline.results.store import triage
 
     demo = service.demo
     before = _counts(requests.get(service.url + "/", timeout=30).text)
@@ -323,7 +323,7 @@ def test_sign_in_page_says_how_to_make_the_first_user(service: Service) -> None:
 
 
 def test_page_errors_are_pages_with_the_navigation(service: Service) -> None:
-    from pipeline.store.models import Job, Run
+    from pipeline.results.store.models import Job, Run
 
     def html_error(path: str, status: int, *said: str) -> None:
         got = requests.get(service.url + path, timeout=30)

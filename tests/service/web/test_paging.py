@@ -10,9 +10,9 @@ import pytest
 import requests
 import sqlalchemy as sa
 
-from pipeline.store import roofline
-from pipeline.store.db import session_scope
-from pipeline.store.models import Case, Commit, DeviceClassRow, Measurement, Run, Series
+from pipeline.results.store import roofline
+from pipeline.results.store.db import session_scope
+from pipeline.results.store.models import Case, Commit, DeviceClassRow, Measurement, Run, Series
 from pipeline.service.web.paging import paginate
 
 from . import demo_store

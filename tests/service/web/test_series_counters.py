@@ -15,13 +15,13 @@ from sqlalchemy import Engine
 
 from pipeline.config import Settings
 from pipeline.service.app import create_app
-from pipeline.store import ingest
-from pipeline.store.db import session_scope
-from pipeline.store.models import Case, DeviceClassRow, Series
+from pipeline.results.store import ingest
+from pipeline.results.store.db import session_scope
+from pipeline.results.store.models import Case, DeviceClassRow, Series
 from tests.helpers import factories as f
 from tests.helpers.live_server import live_server
 from tests.helpers.stores import database_url, engine, seeded, store_url  # noqa: F401  (fixtures: SQLite and PostgreSQL)
-from tests.store.test_counters import BASE_COUNTS, _with
+from tests.results.store.test_counters import BASE_COUNTS, _with
 
 NCU_MISSING = "not available: ncu (Nsight Compute) not found on PATH"
 REFUSED = 'refused: perf_event_open: <script>window.__x = 1</script> (kernel.perf_event_paranoid=4)'

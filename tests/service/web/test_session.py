@@ -23,7 +23,7 @@ from pipeline.config import Settings
 from pipeline.service import users
 from pipeline.service.app import create_app
 from pipeline.service.web.session import COOKIE
-from pipeline.store.db import session_scope
+from pipeline.results.store.db import session_scope
 from tests.helpers.live_server import live_server
 from tests.helpers.stores import open_migrated
 

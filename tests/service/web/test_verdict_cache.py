@@ -18,10 +18,10 @@ from pipeline.service.web.verdicts import (
     cached_verdict,
     kept_comparison,
 )
-from pipeline.store import ingest
-from pipeline.store.compare import ComparisonOut
-from pipeline.store.db import session_scope
-from pipeline.store.models import Job, Run
+from pipeline.results.store import ingest
+from pipeline.results.store.compare import ComparisonOut
+from pipeline.results.store.db import session_scope
+from pipeline.results.store.models import Job, Run
 from tests.helpers import factories as f
 from tests.helpers.stores import blank_engine, database_url, engine, seeded, store_url  # noqa: F401  (fixtures)
 

@@ -7,8 +7,8 @@ from contextlib import contextmanager
 
 from fastapi import HTTPException
 
-from pipeline.dispatch.triggers import TriggerError
-from pipeline.store.queue import DispatchError, LeaseLost
+from pipeline.orchestration.dispatch.triggers import TriggerError
+from pipeline.results.store.queue import DispatchError, LeaseLost
 
 
 @contextmanager

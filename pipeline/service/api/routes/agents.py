@@ -13,8 +13,8 @@ from pipeline.service.api.deps import Principal, SessionDep, SettingsDep, requir
 from pipeline.service.api.routes._dispatch_errors import dispatch_errors
 from pipeline.service.api.schemas import CONFLICT, ERROR_RESPONSES
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store import ingest, queue
-from pipeline.store.queue import AgentOut, JobHolding
+from pipeline.results.store import ingest, queue
+from pipeline.results.store.queue import AgentOut, JobHolding
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["agents"], responses=ERROR_RESPONSES)
 AgentPrincipal = Annotated[Principal, require_scope("agent")]

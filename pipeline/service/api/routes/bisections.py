@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.contracts.limits import RowRef
-from pipeline.dispatch import bisect
+from pipeline.orchestration.dispatch import bisect
 from pipeline.service.api.deps import (
     MAX_ROW_ID,
     Principal,
@@ -19,8 +19,8 @@ from pipeline.service.api.deps import (
 )
 from pipeline.service.api.schemas import ERROR_RESPONSES, ErrorBody
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store.bisect_views import BisectionView, get_bisection, list_bisections
-from pipeline.store.states import BISECTION_STATES
+from pipeline.results.store.bisect_views import BisectionView, get_bisection, list_bisections
+from pipeline.results.store.states import BISECTION_STATES
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["bisections"])
 UserDep = Annotated[Principal, require_scope("user")]

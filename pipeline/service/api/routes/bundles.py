@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from pipeline.service.api.deps import SessionDep, require_scope
 from pipeline.service.api.schemas import ERROR_RESPONSES
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store import queue
+from pipeline.results.store import queue
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["bundles"], dependencies=[require_scope("agent")], responses=ERROR_RESPONSES)
 _HASH_CHUNK = 1 << 20

@@ -9,8 +9,8 @@ from fastapi import APIRouter, HTTPException
 from pipeline.service.api.deps import Principal, RowId, SessionDep, require_scope
 from pipeline.service.api.schemas import ERROR_RESPONSES, ErrorBody, TriageIn
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store import queries, triage
-from pipeline.store.queries import ChangePointDetailOut
+from pipeline.results.store import queries, triage
+from pipeline.results.store.queries import ChangePointDetailOut
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["change points"])
 UserDep = Annotated[Principal, require_scope("user")]

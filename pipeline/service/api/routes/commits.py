@@ -7,8 +7,8 @@ from fastapi import APIRouter, HTTPException, Query
 from pipeline.service.api.deps import SessionDep
 from pipeline.service.api.schemas import ErrorBody
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store import commit_refs, queries
-from pipeline.store.queries import CommitDetailOut, CommitOut
+from pipeline.results.store import commit_refs, queries
+from pipeline.results.store.queries import CommitDetailOut, CommitOut
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["commits"])
 

@@ -7,8 +7,8 @@ from fastapi import APIRouter, HTTPException
 from pipeline.service.api.deps import SessionDep, SettingsDep
 from pipeline.service.api.schemas import ErrorBody
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store.commit_refs import FULL_SHA_LENGTH, CommitRefError, resolve_commit
-from pipeline.store.compare import (
+from pipeline.results.store.commit_refs import FULL_SHA_LENGTH, CommitRefError, resolve_commit
+from pipeline.results.store.compare import (
     CompareError,
     DecisionRuleOut,
     PRVerdictOut,
@@ -17,7 +17,7 @@ from pipeline.store.compare import (
     compare_all,
     decision_rule,
 )
-from pipeline.store.compile_stats import compare_compile
+from pipeline.results.store.compile_stats import compare_compile
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["compare"])
 

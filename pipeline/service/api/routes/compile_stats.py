@@ -1,5 +1,5 @@
 """Compile statistics as series (case x target): list, history along the default branch, and the
-differences between two commits (`pipeline.store.compile_stats`)."""
+differences between two commits (`pipeline.results.store.compile_stats`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from fastapi import APIRouter, HTTPException
 from pipeline.service.api.deps import SessionDep
 from pipeline.service.api.schemas import ErrorBody
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store import compile_stats
-from pipeline.store.compile_stats import CompileChangeOut, CompilePointOut, CompileSeriesOut, CompileStepOut
+from pipeline.results.store import compile_stats
+from pipeline.results.store.compile_stats import CompileChangeOut, CompilePointOut, CompileSeriesOut, CompileStepOut
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["compile statistics"])
 

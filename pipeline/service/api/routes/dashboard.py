@@ -6,8 +6,8 @@ from fastapi import APIRouter
 
 from pipeline.service.api.deps import SessionDep
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store import queries
-from pipeline.store.queries import DashboardOut
+from pipeline.results.store import queries
+from pipeline.results.store.queries import DashboardOut
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["dashboard"])
 

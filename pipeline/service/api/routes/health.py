@@ -10,7 +10,7 @@ from pipeline.service import auth
 from pipeline.service.api.deps import SessionDep, SettingsDep, bearer_token
 from pipeline.service.api.schemas import ERROR_RESPONSES
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store.db import database
+from pipeline.results.store.db import database
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["health"])
 

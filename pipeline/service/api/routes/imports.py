@@ -20,14 +20,14 @@ from pipeline.service.api.schemas import (
     json_body,
 )
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store import formats
-from pipeline.store.queue import JobHolding
+from pipeline.results.store import formats
+from pipeline.results.store.queue import JobHolding
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["import"], responses={**ERROR_RESPONSES, **CONFLICT})
 
 FormatName = Literal["google-benchmark", "nvbench", "pytest-benchmark"]
 if set(get_args(FormatName)) != set(formats.FORMATS):
-    raise RuntimeError("the import route's format names differ from pipeline.store.formats.FORMATS")
+    raise RuntimeError("the import route's format names differ from pipeline.results.store.formats.FORMATS")
 
 
 def _base64(text: str) -> bytes:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipeline.config import PIPELINE_ARGUMENTS
 from pipeline.contracts import BundleManifest, CommitInfo, DeviceClass
 from pipeline.contracts.ids import DEVICE_CLASS_PATTERN, buildkite_job_ids
-from pipeline.dispatch import triggers
+from pipeline.orchestration.dispatch import triggers
 from pipeline.orchestration import buildkite_api
 from pipeline.service.api.deps import Principal, SessionDep, SettingsDep, require_scope
 from pipeline.service.api.routes._dispatch_errors import dispatch_errors
@@ -28,9 +28,9 @@ from pipeline.service.api.routes.agents import (
 )
 from pipeline.service.api.schemas import CONFLICT, ERROR_RESPONSES, ErrorBody
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store import commits, queries, queue
-from pipeline.store.db import session_scope
-from pipeline.store.states import JOB_STATUSES
+from pipeline.results.store import commits, queries, queue
+from pipeline.results.store.db import session_scope
+from pipeline.results.store.states import JOB_STATUSES
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["jobs"], responses=ERROR_RESPONSES)
 UserPrincipal = Annotated[Principal, require_scope("user")]
@@ -221,7 +221,7 @@ ExternalId = Annotated[str, Path(min_length=1, max_length=64, description="the c
                         "the job after the build and device class, so a retried step continues the same job.")
 def external_job(run_id: ExternalId, job_id: ExternalId, body: ExternalJob, session: SessionDep,
                  principal: AgentPrincipal) -> JobOut:
-    from pipeline.store import ingest
+    from pipeline.results.store import ingest
 
     # the agent named is this token's (or new), and a job that exists is not another token's agent's
     check_agent_token(session, body.agent, principal)

@@ -7,8 +7,8 @@ from fastapi import APIRouter, Query
 from pipeline.service.api.deps import SessionDep
 from pipeline.service.api.schemas import TriageState
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store import queries
-from pipeline.store.queries import ChangePointOut, Lifecycle
+from pipeline.results.store import queries
+from pipeline.results.store.queries import ChangePointOut, Lifecycle
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["regressions"])
 

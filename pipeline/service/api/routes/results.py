@@ -34,9 +34,9 @@ from pipeline.service.api.schemas import (
     json_body,
 )
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store import ingest, queue
-from pipeline.store.db import Session
-from pipeline.store.queue import JobHolding
+from pipeline.results.store import ingest, queue
+from pipeline.results.store.db import Session
+from pipeline.results.store.queue import JobHolding
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["results"], responses={**ERROR_RESPONSES, **CONFLICT})
 AgentWriter = Annotated[Principal, require_scope("agent")]

@@ -8,8 +8,8 @@ from fastapi import APIRouter, HTTPException, Query
 
 from pipeline.service.api.deps import SessionDep, SettingsDep
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store import queries
-from pipeline.store.compare import ComparisonOut, compare
+from pipeline.results.store import queries
+from pipeline.results.store.compare import ComparisonOut, compare
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["runs"])
 

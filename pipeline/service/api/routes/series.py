@@ -1,5 +1,5 @@
 """Series (case x device class x metric): their history per commit, change points and settings; a case's
-hardware counters on a device class along the same history (`pipeline.store.counters`)."""
+hardware counters on a device class along the same history (`pipeline.results.store.counters`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from fastapi import APIRouter, HTTPException, Query
 from pipeline.service.api.deps import RowId, SessionDep, SettingsDep, require_scope
 from pipeline.service.api.schemas import ERROR_RESPONSES, ErrorBody, SeriesSettingsIn
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store import analysis, counters, queries, series
-from pipeline.store.counters import CounterHistoryOut
-from pipeline.store.queries import SeriesDetailOut
+from pipeline.results.store import analysis, counters, queries, series
+from pipeline.results.store.counters import CounterHistoryOut
+from pipeline.results.store.queries import SeriesDetailOut
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["series"])
 

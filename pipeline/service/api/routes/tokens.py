@@ -11,7 +11,7 @@ from pipeline.service.api.schemas import (
     TokenCreate,
     TokenCreated,
 )
-from pipeline.store.accounts import TokenOut
+from pipeline.results.store.accounts import TokenOut
 from pipeline.service.api.strict_route import StrictJsonRoute
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["tokens"], dependencies=[require_scope("admin")], responses=ERROR_RESPONSES)

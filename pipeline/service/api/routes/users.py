@@ -9,7 +9,7 @@ from pipeline.service import users
 from pipeline.service.api.deps import SessionDep, require_scope
 from pipeline.service.api.schemas import ERROR_RESPONSES
 from pipeline.service.api.strict_route import StrictJsonRoute
-from pipeline.store.accounts import UserOut
+from pipeline.results.store.accounts import UserOut
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["users"], dependencies=[require_scope("admin")],
                    responses=ERROR_RESPONSES)

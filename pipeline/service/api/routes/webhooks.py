@@ -20,7 +20,7 @@ from pipeline.contracts import strict_json
 from pipeline.service.api.deps import BodyDep, SessionDep, SettingsDep, require_scope
 from pipeline.service.api.strict_route import StrictJsonRoute
 from pipeline.service.github_webhook import decide, verify_signature
-from pipeline.store import deliveries
+from pipeline.results.store import deliveries
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["webhooks"])
 

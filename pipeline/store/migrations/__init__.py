@@ -1,1 +1,0 @@
-"""Alembic migrations of the results store (run through `pipeline.store.db.migrate`)."""

@@ -1,3 +1,0 @@
-"""The store fixtures (tests/helpers/stores.py) for the tests of pipeline/store."""
-
-from tests.helpers.stores import blank_engine, database_url, engine, seeded, session, store_url  # noqa: F401  (the store fixtures: SQLite and PostgreSQL)
