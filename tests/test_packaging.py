@@ -180,7 +180,7 @@ def test_each_role_runs_its_commands_in_a_venv_with_only_its_extra(role_venv: Pa
 # distributions that provide those modules in this environment must be in the extra's resolution.
 ROLE_PACKAGES = {
     "builder": ("build",),
-    "service": ("analysis", "store", "dispatch", "service", "pr_comments", "orchestration"),
+    "service": ("results", "service", "pr_comments", "orchestration"),
 }
 ROLE_LEAVES_OUT = {"builder": ("fastapi", "sqlalchemy", "psycopg", "uvicorn", "scipy"),
                    "service": ("triton", "iree-base-compiler")}

@@ -21,7 +21,7 @@ from pipeline.results.store import bisect_views, compare, compile_stats, counter
 
 SHARED_FIELDS = 3
 """Fewer names in common than this is a coincidence (`id`, `sha`), not a copy."""
-PRODUCERS_PACKAGES = ("contracts", "analysis", "store", "dispatch", "pr_comments")
+PRODUCERS_PACKAGES = ("contracts", "results.analysis", "results.store", "orchestration.dispatch", "pr_comments")
 """Where the API's documents are made (with the service's own modules: auth, users...), so where
 the class a twin copies would be. Not the pages' view models (`service.web`): they read documents."""
 
