@@ -129,8 +129,9 @@ def bisected(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bisected]:
     # is left out as an outlier run, which honestly widens the range: c16 at +2.5 % over a level whose runs
     # agree within 0.5 % made it (c1, c17]; a slow c16 and c17 (+40 %, CI) (c1, c18]. Such a range holds
     # the culprit but takes the search elsewhere than these tests follow, so, as a user would, the runs at
-    # the range's ends and those named by an unexpected change point are run again (a commit's newest run
-    # replaces the earlier one) until each series has its one confirmed change point over (c1, c16].
+    # the range's ends and those named by an unexpected change point are run again (a run adds a level to
+    # its commit's point, the median of its runs' levels) until each series has its one confirmed change
+    # point over (c1, c16].
     # A slow run of the newest commits (CI: (c21, c22] suspected on all three cases; here once +8 % at c23
     # on one) is an honest `suspected` change point after the range: not confirmed, not bisected: allowed.
     index = {sha: i for i, sha in shas.items()}
@@ -162,7 +163,18 @@ def bisected(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bisected]:
             break
         named = {index[sha] for p in off for sha in p[1:3] if sha in index}
         rerun = sorted(({0, 1, 16, 17} | named) & set(BENCHMARKED))
-    assert not unexpected(points), (points, values)
+        if sum(p[0] == "confirmed" and p[1:3] == (shas[1], shas[16]) for p in points) < 3:
+            # a series without its point (CI once: a series short of its confirmed point after five passes
+            # running the ends again): a commit's point is the median of its runs' levels, so another run of
+            # every commit outvotes any one slow run wherever it fell
+            rerun = list(BENCHMARKED)
+    with sqlite3.connect(home / "benchfarm.db") as db:
+        every = db.execute("SELECT cp.series_id, cp.lifecycle, b.sha, a.sha, cp.magnitude FROM change_points cp "
+                           "JOIN commits b ON b.id = cp.before_commit_id JOIN commits a ON a.id = cp.after_commit_id "
+                           "ORDER BY cp.series_id, cp.id").fetchall()
+    labelled = [(s, lifecycle, f"(c{index.get(b, '?')}, c{index.get(a, '?')}]", round(m, 3))
+                for s, lifecycle, b, a, m in every]
+    assert not unexpected(points), f"change points, retracted too: {labelled}; medians (us): {by_series}"
     from pipeline.agents.devices import cpu_device
 
     local = cpu_device()

@@ -70,7 +70,8 @@ def test_pull_request_gets_one_sticky_comment_with_the_regression(tmp_path: Path
             regressed = body.split("Regressed", 1)[1].split("Improved", 1)[0]
             assert case_id(SLOWED).replace("/", "\\/") in regressed or case_id(SLOWED) in regressed, body
             assert head[:10] in body and base[:10] in body
-            (status,) = standin.statuses(REPO, head)
+            # the status follows the comment (a second request): under load it may arrive a moment later
+            (status,) = wait_for(lambda: standin.statuses(REPO, head), 30, "the status of the head", period_s=0.5)
             assert status["state"] == "failure" and status["context"] == "benchfarm"
             assert standin.calls("GET", r"/issues/7/comments") and any(
                 r.query.get("page") == "2" for r in standin.calls("GET", r"/issues/7/comments")), "paged through"
