@@ -38,12 +38,12 @@ holds. It reads the newest `TAIL_WINDOWS` analysis windows of the history (`stre
 commits at the default window of 50, rounded down to the split's half-window grid so the same
 windows recur and `changepoints` remembers their splits) and judges the change points from
 `SETTLED_WINDOWS` windows into that stretch (the newest 100-125 commits); older points are settled
-and kept as they are. Every test of `detect`'s merge reaches at most two windows either side of a
-point, so a point judged with two windows of history on each side is mostly what the whole-history
-analysis reports; not always, since the split's windows are laid on the history without its outlier
-runs and a stretch can cut the same commits differently: `bench/store_scale.py --check` compares the
-two on every series of the store (BENCHMARKS.md, "Store scale": 1 series of 2,000 differed at 5,000
-commits), and tests/results/store/test_incremental_analysis.py on a history of 430 commits with steps
+and kept as they are. The split's windows are laid on the history's positions and the stretch starts
+on that grid, so its windows are the whole history's (but the first, whose outlier mask lacks the
+commits before it), and every test of `detect`'s merge reaches at most two windows either side of a
+point: a point judged two windows in is what the whole-history analysis reports.
+`bench/store_scale.py --check` compares the two on every series of a store (BENCHMARKS.md, "Store
+scale"), and tests/results/store/test_incremental_analysis.py on a history of 430 commits with steps
 and outliers. The stretch comes from the series' tail that this process
 kept after its last analysis (`TAILS`, an LRU of the newest 225 commits per series): the upload's
 commit is appended to it (or replaces its newest commit's level: a rerun), so the upload reads
