@@ -2,7 +2,7 @@
 incoming webhook and/or e-mail (SMTP); one that stops being confirmed is withdrawn the same way.
 
 The analysis confirms change points as commits arrive (`analysis`; the confirmation rule is the
-one under which a confirmed point is rarely taken back: `changepoints`, "Confirmation"); this
+one under which a confirmed point is rarely taken back: docs/design.md, "Change-point detection"); this
 service thread looks for regressions that are confirmed and not yet announced on a configured
 channel (`ChangePoint.alerted_at` for the webhook, `emailed_at` for e-mail) and sends one message
 each, with the series link, the magnitude, the commit range and the series' owners

@@ -1,100 +1,18 @@
-"""Change points in a series' history: pure functions over per-commit values, no database.
-
-The input is one value per commit on the default branch, oldest first (the per-commit median of
-the samples: see `stats.py` for why the median). `analyse` returns the change points of that
-history in two stages of a lifecycle, plus the commits whose run was left out as an outlier:
-
-- confirmed: a change of level that `detect` reports (below) and that passes the confirmation
-  rule: at least `confirm_size` commits from it to the newest, and a p-value of at most
-  `confirm_pvalue`, stricter than the detector's `max_pvalue`. A confirmed point is what the
-  alerts announce, so the rule is the one under which one is rarely taken back (module doc,
-  "Confirmation"). `analyse` is a function of the history it is given, and the store runs it on the
-  newest 200 commits after every commit (`analysis`, "Incremental"): what the store shows as confirmed after a commit
-  is what a batch analysis of the same history reports, plus the points it confirmed earlier that
-  still hold (`holds`: the hysteresis, the store's only memory), and a point that later data
-  refute disappears from it (the store then records it as retracted; nothing here is stateful);
-- suspected: a point `detect` reports that the rule does not confirm (yet) (`Analysis.pending`),
-  and the newest one to `2 * min_size - 1` commits when they sit apart from the level before them
-  (`suspect`: each nearer their own mean than the old one, the t-test under `max_pvalue`) though
-  `detect` does not (yet) report them: a slowdown is visible on its first slow commit, and
-  becomes confirmed, or is dropped, as the next commits arrive.
-
-A change point is the index of the first commit of the new level (`index`) and of the last one
-of the old level (`previous`, usually `index - 1`; earlier when the commits between were left
-out as outlier runs), the mean level on each side, the relative change and the p-value of the
-test that accepted it. The caller maps indices to commits: the culprit lies in
-(`previous`'s commit, `index`'s commit].
-
-Algorithm (`detect`), after Apache Otava's "split then merge" (Fleming et al., "Hunter: Using
-Change Point Detection to Hunt for Performance Regressions", ICPE 2023), itself E-Divisive means
-(Matteson and James 2014) with a t-test in place of permutations:
-
-1. Outlier runs (`outlier_runs`): a commit whose value is more than `outlier_k` robust standard
-   deviations from the median of the five commits centred on it is left out of every test (a
-   Hampel filter used as a mask, of width 5 so that two slow runs in a row are both left out and
-   a normal run between two slow ones is kept). No value is rewritten or moved onto a neighbour: the
-   run is simply not evidence of a level. A step survives: either side of a step holds three of the
-   five commits centred on its edge. The robust standard deviation is 1.4826 * MAD of the first differences /
-   sqrt(2), taken over the `window` commits around each block of `window // 2`, so that a quiet
-   stretch is judged by its own noise. The first and the newest commits are never flagged: the
-   newest has no successor to tell an outlier run from the first commit of a new level (that is
-   what "suspected" is for).
-2. Split: sliding windows of `window` commits of the history, half a window apart, each without
-   its outlier runs (the grid is the history's, so that a stretch starting on it cuts the same
-   windows). In each window, binary segmentation: the split that maximises the E-Divisive energy
-   statistic (L1 distances, both sides at least `min_size` long) is kept when a pooled two-sample
-   t-test between its two sides gives a p-value under a relaxed threshold (`SPLIT_PVALUE_FACTOR *
-   max_pvalue`); both sides are then split again. The union over windows are the candidate ("weak") change points.
-3. Merge: each candidate is tested between its neighbours, each side cut to at most `window`
-   commits next to it: the pooled t-test, and, where a linear trend explains the `window`
-   commits on each side better than steps there do (BIC), also a test of the step beyond that
-   trend (the p-value is the larger of the two). While a candidate
-   fails (p-value above `max_pvalue`, |relative change| under `min_magnitude`, or a side shorter
-   than `min_size`), the weakest one is removed and its neighbours are tested again. Two
-   candidates closer than `min_size` are never both kept.
-4. Ramps (`_ramp_cut_into_steps`): when all pass, consecutive points in one direction, each
-   within a window of the next, are compared with one ramp between two bends (BIC; a step's
-   searched position counts as a parameter, as the bends do). Where the ramp fits as well, the
-   weakest of them is removed and the merge resumes, until one point stands for the ramp.
-
-`min_size` is the number of commits of the new level needed before `detect` reports a change point
-(Dana's "required" confirmations): with the default 3 a step is reported once the third commit at
-its new level has results, two commits after the step. While the last level is young (under
-`2 * min_size` commits) it must also be supported by each of its commits: every one nearer the new
-mean than the old one, and the test still passing with any one of them left out; a pair of slow
-runs followed by a normal one, or one very slow run after two slightly slow ones, is not a level.
-
-Assumptions: values are finite; noise between commits is independent and roughly normal within a
-level (the t-test); a level lasts at least `min_size` commits. Levels shorter than that (a one- or
-two-commit blip) are not reported. A slow drift (a significant linear trend with no step beyond
-it) is mostly not reported, and a ramp (the level moving over tens of commits between two flat
-stretches) is reported once: neither has a culprit commit, and cutting one into steps would raise
-a false alarm per window.
-
-Confirmation (`confirmed`): `detect` reports a step two commits after it, and with the first
-few commits of a level the split and merge often change their minds (the split windows shift as the
-history grows; a neighbour appears and a ramp or a closer pair takes the point away; a p-value near
-`max_pvalue` drifts across it). On the detection bench's labelled series fed commit by commit
-(`bench/detection_quality.py`, "along the way"), confirming at `detect`'s own bar confirmed 251
-regressions of which 109 were false, and withdrew real steps. A point reported with
-`CONFIRM_SIZE` commits from it and a p-value under `CONFIRM_PVALUE` is rarely taken back: the
-bench's figures for these values are in BENCHMARKS.md ("Detection quality"). The price is
-delay: an alert comes `CONFIRM_SIZE - 1` commits after the step at the earliest (the point is shown
-as suspected from its first slow commit meanwhile). What still took confirmed points back on the
-bench was a 2 % step whose estimate wavered across the 2 % minimum magnitude, an outlier run next to
-a step, and a staircase re-read as a ramp, while the level had plainly moved. So once confirmed,
-a point has hysteresis (`holds`, applied by the store, which remembers what it confirmed): it stays
-confirmed while the first commits from it (at least `min_size` of them, up to the next standing
-point) still differ from the level before it, the same way, by half the minimum magnitude at
-p <= `HOLD_PVALUE` (0.01); it is retracted only when that evidence is gone.
-That memory is the one thing the store's confirmed set adds to `analyse` of the same history.
-
-Cost: O(window^2) per window for the energy statistic, O(n / window) windows, so O(n * window):
-about 15 ms for 1,000 commits on one core of a 2-core Xeon. The splits of a window and the noise of a
-block of the outlier mask are remembered by their values (`_window_splits`, `_block_sigma`): the
-store analyses the newest 200 commits of a history after each upload (`pipeline.results.store.analysis`,
-"Incremental"), whose older windows hold the same values as at the previous upload, so only the
-newest ones cost anything. The memo changes no answer.
+"""Change points in a series' history: pure functions over per-commit values (one per commit on
+the default branch, oldest first), no database. docs/design.md, "Change-point detection", has the
+algorithm, the confirmation rule and why; in short:
+- `detect`: after Apache Otava's split and merge (E-Divisive means with a t-test): outlier runs
+  left out (`outlier_runs`), candidates split in sliding windows on the history's grid, merged
+  until every one passes its tests between its neighbours, a ramp kept as one point;
+- `analyse`: `detect`'s points that have `confirm_size` commits from them and a p-value of at most
+  `confirm_pvalue` are confirmed, the others suspected, with the newest commits' departure from
+  the level before them (`suspect`) and the outlier runs;
+- `holds`: the hysteresis the store applies to a point it confirmed earlier.
+A change point is the index of the first commit of the new level and of the last one of the old
+(`previous`): the culprit lies in (`previous`'s commit, `index`'s commit]. Window splits, block
+noise and candidate tests are remembered by a digest of their values (`_remembered`): the store
+analyses the newest 200 commits of a history after each upload, whose older windows did not
+change. The memo changes no answer.
 """
 
 from __future__ import annotations
@@ -121,9 +39,9 @@ MIN_MAGNITUDE: float = _DEFAULTS.min_magnitude
 MIN_SIZE: int = _DEFAULTS.min_size
 """Commits on each side of a change point, the new level included, before `detect` reports it."""
 CONFIRM_SIZE: int = _DEFAULTS.confirm_size
-"""Commits from a change point to the newest, its own included, before it is confirmed (module doc)."""
+"""Commits from a change point to the newest, its own included, before it is confirmed."""
 CONFIRM_PVALUE: float = _DEFAULTS.confirm_pvalue
-"""Largest p-value of a confirmed change point (module doc, "Confirmation")."""
+"""Largest p-value of a confirmed change point (docs/design.md, "Change-point detection")."""
 HOLD_PVALUE: float = _DEFAULTS.hold_pvalue
 """A confirmed change point stands while its level still differs at this p-value (`holds`)."""
 OUTLIER_K = 4.0
@@ -165,7 +83,7 @@ class ChangePoint:
 
 @dataclass(frozen=True)
 class Analysis:
-    """What `analyse` finds in a history (module doc)."""
+    """What `analyse` finds in a history."""
 
     confirmed: list[ChangePoint]
     suspected: ChangePoint | None
@@ -225,9 +143,9 @@ _MEMO: dict[tuple[object, ...], object] = {}
 
 
 def _remembered(kind: str, values: np.ndarray, arguments: tuple[object, ...], compute: Callable[[], T]) -> T:
-    """`compute()`, a pure function of `values` and `arguments`, remembered by a digest of the values
-    (module doc, "Cost"): the store analyses the newest 200 commits of a history after each upload,
-    whose older windows and blocks hold the same values as at the previous upload. At most
+    """`compute()`, a pure function of `values` and `arguments`, remembered by a digest of the values:
+    the store analyses the newest 200 commits of a history after each upload, whose older windows
+    and blocks hold the same values as at the previous upload. At most
     `MEMO_SIZE` answers are kept (then all are dropped: the next uploads fill it again)."""
     key = (kind, hashlib.blake2b(values.tobytes(), digest_size=16).digest(), values.size, *arguments)
     found = _MEMO.get(key)
@@ -239,7 +157,8 @@ def _remembered(kind: str, values: np.ndarray, arguments: tuple[object, ...], co
 
 
 def outlier_runs(values: Sequence[float] | np.ndarray, *, outlier_k: float = OUTLIER_K, window: int = WINDOW) -> np.ndarray:
-    """Mask of the commits whose run is an outlier (module doc, step 1); values untouched.
+    """Mask of the commits whose run is an outlier (docs/design.md, "Change-point detection", step
+    1); values untouched.
 
     A commit is flagged when it is more than `outlier_k` local robust standard deviations from the
     median of the five commits centred on it (three next to either end): five, so that two slow
@@ -418,7 +337,7 @@ def _window_splits(y: np.ndarray, pvalue: float, min_size: int) -> tuple[int, ..
 
 
 def _young_level_holds(left: np.ndarray, right: np.ndarray, max_pvalue: float, min_magnitude: float) -> bool:
-    """A young last level is supported by each of its commits (module doc): every one nearer the
+    """A young last level is supported by each of its commits (`detect`): every one nearer the
     new mean than the old, and the test and the magnitude still pass with any one left out."""
     before, after = _mean(left), _mean(right)
     if np.any(np.abs(right - after) >= np.abs(right - before)):
@@ -503,7 +422,7 @@ def analyse(
     confirm_size: int = CONFIRM_SIZE,
     confirm_pvalue: float = CONFIRM_PVALUE,
 ) -> Analysis:
-    """Confirmed and suspected change points and outlier runs of a history (module doc).
+    """Confirmed and suspected change points and outlier runs of a history (docs/design.md).
 
     A pure function of `values` (its memos change no answer): the store calls it on the newest
     stretch of a history after each commit, a batch analysis on the whole history. Raises ValueError as `detect`.
@@ -524,8 +443,9 @@ def analyse(
 def holds(values: Sequence[float] | np.ndarray, index: int, rising: bool, *, neighbours: Sequence[int] = (),
           outliers: Sequence[int] = (), window: int = WINDOW, min_magnitude: float = MIN_MAGNITUDE,
           min_size: int = MIN_SIZE, pvalue: float = HOLD_PVALUE) -> bool:
-    """Whether a change point once confirmed at `index` still stands out (module doc, "Confirmation":
-    the hysteresis that keeps it confirmed when `analyse` stops confirming it): the first k kept
+    """Whether a change point once confirmed at `index` still stands out (the hysteresis that keeps
+    it confirmed when `analyse` stops confirming it; docs/design.md, "Change-point detection",
+    confirmation): the first k kept
     commits from it, for some k of at least `min_size` (a slowdown fixed a few commits later was
     real), up to the next of the other standing change points (`neighbours`; at most `window`),
     against those since the previous one (at most `window`): moved the same way (`rising`), by at

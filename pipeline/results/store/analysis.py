@@ -1,84 +1,21 @@
 """History analysis: change points in each series' default-branch history, stored for triage.
+docs/design.md, "History analysis in the store", has the rules and why; in short:
 
-A series' history is one value per commit of the repository's default-branch history
-(`history.default_branch_chain`: the first-parent chain of the default-branch head) that has a
-measurement in the series, oldest first; the value combines every run of the commit
-(`history.commit_level`: the median of the runs' levels; a rerun adds a level, it replaces none).
+A series' history is one value per commit of the default-branch chain (`history.default_branch_chain`)
+that has a measurement in it, oldest first: the median of the commit's runs' levels
+(`history.commit_level`; a rerun adds a level). After each upload `changepoints.analyse` of each
+touched series' newest stretch brings its stored change points in line: new ones inserted
+(suspected, or confirmed under the confirmation rule: only confirmed regressions are alerted),
+reported ones updated, the others retracted with a reason, never deleted (their triage kept), a
+confirmed one kept while it `holds`. Each lifecycle change is a triage event by `ANALYSIS_WHO`.
 
-After each upload the newest stretch of each touched series' history goes through
-`changepoints.analyse`, a pure function of it, and the stored change points from `judged_from` on
-are brought in line with what it reports ("Incremental" below for the stretch):
-
-- a reported point that is not stored yet is inserted, `lifecycle` suspected or confirmed, state
-  "needs triage", with a first triage event by `ANALYSIS_WHO`: confirmed when it passes the
-  confirmation rule (`changepoints`, "Confirmation": `AnalysisSettings.confirm_size` commits from it,
-  p-value under `confirm_pvalue`), suspected while it does not (yet); only confirmed regressions
-  are alerted (`pipeline.service.alerts`), and one that stops being confirmed is withdrawn;
-- a stored point that is reported again is updated (levels, p-value, lifecycle: suspected ->
-  confirmed); a young point that moved by less than `min_size` commits in the same direction is
-  the same point and moves with it;
-- a stored point that is no longer reported is retracted, not deleted: `lifecycle` retracted,
-  `retracted_at`, and the `reason` (the later commits' level against the level before it, or its
-  commit's run being an outlier); its triage state and history stay. Reported again later, it
-  stands again;
-- a stored confirmed point that the analysis no longer confirms (not reported, or reported but
-  under the confirmation rule) stays confirmed while it holds (`changepoints.holds`: the level
-  from it still differs from the level before it, the same way): the hysteresis that keeps
-  alerts from flapping (`changepoints`, "Confirmation"). It is retracted when that evidence is gone.
-
-Each lifecycle change is a triage event by `ANALYSIS_WHO` that keeps the triage state and says
-what changed, so the point's history tells both stories. Hence online equals batch up to the
-hysteresis: after any commit, the store's confirmed change points are
-`changepoints.analyse(...).confirmed` of the history so far, plus the points it confirmed earlier
-that still hold (the only memory; `reanalyze_all` of a store whose change points were deleted
-gives `analyse`'s answer alone).
-
-Incremental: the analysis after an upload costs what the new commit needs, not what the history
-holds. It reads the newest `TAIL_WINDOWS` analysis windows of the history (`stretch_start`: 200
-commits at the default window of 50, rounded down to the split's half-window grid so the same
-windows recur and `changepoints` remembers their splits) and judges the change points from
-`SETTLED_WINDOWS` windows into that stretch (the newest 100-125 commits); older points are settled
-and kept as they are. The split's windows are laid on the history's positions and the stretch starts
-on that grid, so its windows are the whole history's (but the first, whose outlier mask lacks the
-commits before it), and every test of `detect`'s merge reaches at most two windows either side of a
-point: a point judged two windows in is what the whole-history analysis reports.
-`bench/store_scale.py --check` compares the two on every series of a store (BENCHMARKS.md, "Store
-scale"), and tests/results/store/test_incremental_analysis.py on a history of 430 commits with steps
-and outliers. The stretch comes from the series' tail that this process
-kept after its last analysis (`TAILS`, an LRU of the newest 225 commits per series): the upload's
-commit is appended to it (or replaces its newest commit's level: a rerun), so the upload reads
-only its own commit's measurements. A tail is used only while the store still holds the analysis
-state it was kept with (`Series.history_points`, `analyzed_at`: no other process or rolled-back
-transaction analysed the series since) and the chain still holds its first and newest commits
-where they were; otherwise, after a restart, and for an older commit measured again, the
-series' whole history is read as before. The series rows are locked in id order first
-(PostgreSQL), so two uploads of one device class analyse in turn and each sees the other's
-commit. `reanalyze_all` and `analyze_series` read whole histories and judge every point.
-
-Concurrent ingests of one series are safe: the row's uniqueness on (series, after commit) and an
-insert that ignores conflicts make the second writer skip it; lifecycle updates are idempotent.
-
-Direction: the series' `lower_is_better` when set, else the metric's (`pipeline.contracts.METRICS`);
-a change point is a regression or an improvement accordingly (`changepoints.classify`). Minimum
-magnitude: the series' `min_magnitude` when set, else `AnalysisSettings.min_magnitude`.
-
-"intended" rebases the series (Dana: it moves the base): change points at or before a series'
-newest intended change point no longer count as open (dashboard, regressions list), since the
-level they led to has been accepted, and `baseline` reports the intended change point's new level
-as the series' reference. Detection itself needs no rebase: each change point is tested against
-its neighbouring levels, so the level after an intended change is what later changes are
-measured against. PR verdicts compare with the base commit's own samples, which already show
-whatever level was current there.
-
-Noise (the verdict's threshold is max(floor, k x noise), `stats.threshold`), kept on the series:
-- `Series.noise_unpaired`, each time a series is analysed: `stats.run_to_run_noise` over its
-  last `NOISE_HISTORY` default-branch commits (their medians, and the binaries they timed: pairs
-  of runs of one binary are preferred). No sample is read.
-- `Series.noise_paired`, by `learn_paired_noise` after every ingest that stored A/A calibrations
-  (paired results whose base timed the same binary, `binary_digest == paired_binary_digest`), of
-  any run kind: `stats.paired_noise` of the paired changes of the series' last `NOISE_HISTORY`
-  calibrations. Only those series, only those results' samples are read: an ingest without
-  calibrations costs one query.
+Incremental: the stretch is the newest `TAIL_WINDOWS` analysis windows, starting on the split's
+half-window grid, taken from the series' tail this process kept (`TAILS`, valid while the store
+holds the analysis state it was kept with; otherwise the whole history is read); change points are
+judged from `SETTLED_WINDOWS` windows into it, older ones are settled. `reanalyze_all` and
+`analyze_series` read whole histories. Noise: `Series.noise_unpaired` from the newest
+`NOISE_HISTORY` commits at each analysis, `Series.noise_paired` from A/A calibrations
+(`learn_paired_noise`).
 """
 
 from __future__ import annotations
@@ -136,7 +73,7 @@ ANALYSIS_WHO = "benchfarm analysis"
 ANALYZED_RUN_KINDS = FALLBACK_RUN_KINDS
 """Runs whose upload triggers analysis, besides any run of a commit recorded on the default branch."""
 TAIL_WINDOWS = 4
-"""Analysis windows of a history the analysis after an upload reads (module doc, "Incremental")."""
+"""Analysis windows of a history the analysis after an upload reads (module doc, incremental)."""
 BATCH_SERIES = 500
 """Series whose whole histories the batch analysis reads at a time."""
 TAIL_CACHE_SERIES = 50_000
@@ -161,7 +98,7 @@ class AnalysisSummary:
 
 @dataclass
 class _History:
-    """The stretch of a series' history one analysis reads (module doc, "Incremental")."""
+    """The stretch of a series' history one analysis reads (module doc, incremental)."""
 
     commit_ids: np.ndarray
     """int64, oldest first"""
@@ -180,7 +117,7 @@ class _History:
         return self.length - self.values.size
 
     def stretch(self, window: int) -> _History:
-        """The newest commits the analysis after an upload reads (module doc, "Incremental")."""
+        """The newest commits the analysis after an upload reads (module doc, incremental)."""
         start = stretch_start(self.length, window)
         if start <= self.offset:
             return self
@@ -412,7 +349,7 @@ class _Tail:
 
 
 class _Tails:
-    """The tails of the series this process analysed last (module doc, "Incremental"): a bounded
+    """The tails of the series this process analysed last (module doc, incremental): a bounded
     LRU, shared by the threads of one process."""
 
     def __init__(self, capacity: int) -> None:
@@ -535,7 +472,7 @@ def _run(session: Session, series_ids: list[int] | None, settings: AnalysisSetti
 def _run_incremental(session: Session, commit_id: int, series_ids: list[int], repository_id: int,
                      settings: AnalysisSettings) -> AnalysisSummary:
     """After an upload of `commit_id`: each series' tail with the commit's level added, its newest
-    stretch analysed (module doc, "Incremental"); a series without a valid tail is read whole."""
+    stretch analysed (module doc, incremental); a series without a valid tail is read whole."""
     chain = default_branch_chain(session, repository_id)
     position = {c.id: i for i, c in enumerate(chain)}
     if commit_id not in position:   # not on the default-branch history: it changes no series' history
@@ -586,7 +523,7 @@ def analyze_after_ingest(session: Session, document: ResultDocument, settings: A
 
     Cost: the default-branch chain (one query over the repository's commits), the touched series'
     rows, this commit's measurements and their stored change points (one query each), and
-    `changepoints.analyse` of each touched series' newest stretch (module doc, "Incremental").
+    `changepoints.analyse` of each touched series' newest stretch (module doc, incremental).
     Idempotent: a document uploaded again changes nothing."""
     job = session.get(Job, document.job_id)
     if job is None:
