@@ -316,6 +316,9 @@ class AnalysisSettings(BaseModel):
                                   "point; a reported one above it stays suspected")
     hold_pvalue: float = Field(default=0.01, gt=0, lt=1, description="a confirmed change point stays confirmed while "
                                "the commits from it differ from those before it at this p-value (hysteresis)")
+    processes: int = Field(default=0, ge=0, description="worker processes that analyse an upload's series (each "
+                           "series' history is analysed on its own); 0: one per core, at most 8; 1: none (in the "
+                           "process that stores the upload)")
 
 
 class AlertSettings(BaseModel):

@@ -32,7 +32,7 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from pipeline.results.analysis import changepoints, stats
+from pipeline.results.analysis import changepoints, stats, workers
 from pipeline.config import AnalysisSettings
 from pipeline.contracts import METRICS, ResultDocument
 from pipeline.results.store.compare import paired_changes
@@ -221,22 +221,30 @@ def _event(session: Session, row: ChangePoint, now: datetime, note: str) -> None
     session.add(TriageEvent(change_point_id=row.id, state=row.state, who=ANALYSIS_WHO, at=now, note=note))
 
 
-def _analyze(session: Session, series: Any, history: _History, commit_of: Callable[[int], ChainCommit],
-             settings: AnalysisSettings, *, stored: Sequence[ChangePoint], tally: _Tally, now: datetime) -> dict[str, Any]:
-    """Analyse one series' history stretch and bring its stored change points from `judged_from`
-    in line (module doc). `series`: its row (id, min_magnitude, lower_is_better, metric); `stored`:
-    its change points already stored. Returns the series' analysis state to write."""
+def _min_magnitude(series: Any, settings: AnalysisSettings) -> float:
+    return float(series.min_magnitude) if series.min_magnitude is not None else settings.min_magnitude
+
+
+def _analyses(histories: dict[int, _History], rows: dict[int, Any],
+              settings: AnalysisSettings) -> dict[int, changepoints.Analysis]:
+    """series id -> `changepoints.analyse` of its history stretch, on the analysis workers."""
+    jobs = [workers.Job(series_id, histories[series_id].values, _min_magnitude(rows[series_id], settings))
+            for series_id in sorted(rows) if series_id in histories
+            and histories[series_id].values.size >= 2 * settings.min_size]
+    return workers.shared(settings.processes or workers.default_processes()).analyse(jobs, settings)
+
+
+def _analyze(session: Session, series: Any, history: _History, analysed: changepoints.Analysis,
+             commit_of: Callable[[int], ChainCommit], settings: AnalysisSettings, *, stored: Sequence[ChangePoint],
+             tally: _Tally, now: datetime) -> dict[str, Any]:
+    """Bring one series' stored change points from `judged_from` in line with the analysis of its
+    history stretch (module doc). `series`: its row (id, min_magnitude, lower_is_better, metric);
+    `stored`: its change points already stored. Returns the series' analysis state to write."""
     values = history.values
     recent = values[-NOISE_HISTORY:]
     state = {"id": series.id, "history_points": history.length, "analyzed_at": now,
              "noise_unpaired": stats.run_to_run_noise([float(v) for v in recent], history.digests[-recent.size:])}
-    min_magnitude = series.min_magnitude if series.min_magnitude is not None else settings.min_magnitude
-    if values.size < 2 * settings.min_size:
-        analysed = changepoints.Analysis([], None)
-    else:
-        analysed = changepoints.analyse(values, window=settings.window, max_pvalue=settings.max_pvalue,
-                                        min_magnitude=min_magnitude, min_size=settings.min_size,
-                                        confirm_size=settings.confirm_size, confirm_pvalue=settings.confirm_pvalue)
+    min_magnitude = _min_magnitude(series, settings)
     judged = history.judged_from - history.offset   # stretch positions from which points are judged
     found = [(cp, "confirmed") for cp in analysed.confirmed] + [(cp, "suspected") for cp in analysed.pending]
     if analysed.suspected is not None:
@@ -435,8 +443,11 @@ def _reconcile(session: Session, histories: dict[int, _History], rows: dict[int,
     by_id = {c.id: c for c in chain}
     empty = _History(np.zeros(0, dtype=np.int64), np.zeros(0), [], 0)
     now = utcnow()
-    states = [_analyze(session, rows[series_id], histories.get(series_id, empty), by_id.__getitem__, settings,
-                       stored=stored.get(series_id, []), tally=tally, now=now) for series_id in sorted(rows)]
+    analysed = _analyses(histories, rows, settings)
+    nothing = changepoints.Analysis([], None)
+    states = [_analyze(session, rows[series_id], histories.get(series_id, empty), analysed.get(series_id, nothing),
+                       by_id.__getitem__, settings, stored=stored.get(series_id, []), tally=tally, now=now)
+              for series_id in sorted(rows)]
     if states:
         table = Series.__table__
         session.execute(table.update().where(table.c.id == sa.bindparam("b_id")),
