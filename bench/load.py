@@ -114,8 +114,8 @@ def queue_jobs(engine: sa.Engine, cases: int, count: int) -> list[str]:
         for _ in range(count):
             run = ingest.create_run(s, repository=REPO, commit_sha=HEAD, kind="pr", device_classes=[GPU_CLASS.name])
             ids.append(run.jobs[0].id)
-        s.execute(sa.update(Job).where(Job.id.in_(ids)).values(bundle_digest=head.digest,
-                                                                base_bundle_digest=base.digest))
+        s.execute(sa.update(Job).where(Job.id.in_(ids)).values(bundle_digest=head,
+                                                                base_bundle_digest=base))
     return ids
 
 

@@ -127,6 +127,6 @@ def test_result_names_the_bundle_as_the_store_does(bundle: tuple[Path, BundleMan
     with session_scope(engine) as session:
         ingest.upsert_repository(session, name=manifest.repository)
         ingest.record_commits(session, repository=manifest.repository, commits=commit_history(location, manifest.commit))
-        stored = ingest.ingest_manifest(session, manifest=manifest, path=str(bundle_dir)).digest
+        stored = ingest.ingest_manifest(session, manifest=manifest, path=str(bundle_dir))
     assert bundle_digest(manifest) == stored
     assert _run(bundle_dir, manifest, device).bundle_digest == stored

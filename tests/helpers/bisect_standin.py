@@ -41,7 +41,7 @@ class StandInFarm:
             queue.register_agent(s, name=agent, token_name="t", host="h", version="1", devices=[
                 (device_class, DeviceInfo(device_class=device_class.name, uid=self.uid))])
             manifest = f.manifest(base_sha, [f.built_entry(case, target=target)], repository=repository)
-            self.digest = ingest.ingest_manifest(s, manifest=manifest, path="/bundles/stand-in").digest
+            self.digest = ingest.ingest_manifest(s, manifest=manifest, path="/bundles/stand-in")
 
     def serve(self) -> int:
         """Finish pending builds and run every claimable job; how many jobs ran."""

@@ -214,7 +214,7 @@ class Builder(Loop):
                 with session_scope(self.engine) as session:
                     digests.append(ingest.ingest_manifest(session, manifest=manifest,
                                                           path=str(Path(bundle_dir).resolve()),
-                                                          bundle_dir=Path(bundle_dir)).digest)
+                                                          bundle_dir=Path(bundle_dir)))
             with session_scope(self.engine) as session:
                 builds.finish_build(session, build_id=build_id, digest=digests[0],
                                     base_digest=digests[1] if base_sha else None)

@@ -338,8 +338,8 @@ def _register_cases(session: Session, models: dict[str, str]) -> dict[str, int]:
     return {text: case_pk for case_pk, text, _ in found}
 
 
-def ingest_manifest(session: Session, *, manifest: BundleManifest, path: str, bundle_dir: Path | None = None) -> Bundle:
-    """Register a bundle, its cases and their compile statistics and code evidence; idempotent on
+def ingest_manifest(session: Session, *, manifest: BundleManifest, path: str, bundle_dir: Path | None = None) -> str:
+    """Register a bundle (returns its digest), its cases and their compile statistics and code evidence; idempotent on
     `bundle_digest`. With `bundle_dir` (the bundle's files), each entry's normalized listing is kept
     too (`code_listings`, once per digest), read and checked against its digest: the comparisons
     diff them. Refused (IngestError, nothing written): a listing missing or not matching its digest.
@@ -351,7 +351,7 @@ def ingest_manifest(session: Session, *, manifest: BundleManifest, path: str, bu
     if bundle is not None:
         if bundle_dir is not None:   # registered from its manifest alone first (an external job): listings now
             _store_listings(session, manifest, bundle_dir)
-        return bundle
+        return digest
     listing_rows = _listing_rows(session, manifest, bundle_dir) if bundle_dir is not None else []
     repo = _repository(session, manifest.repository)
     commit = _commit(session, repo, manifest.commit)
@@ -385,7 +385,7 @@ def ingest_manifest(session: Session, *, manifest: BundleManifest, path: str, bu
     if stats:
         session.execute(sa.insert(CompileStat.__table__), stats)
     _insert_ignoring_conflicts(session, CodeListing.__table__, listing_rows, ["digest"])
-    return bundle
+    return digest
 
 
 def _listing_rows(session: Session, manifest: BundleManifest, bundle_dir: Path) -> list[dict[str, Any]]:

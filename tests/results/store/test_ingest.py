@@ -126,11 +126,12 @@ def test_run_status_follows_its_jobs(seeded: Engine) -> None:
 def test_manifest_registers_cases_and_compile_stats_idempotently(seeded: Engine) -> None:
     m = f.manifest(f.sha(1), [f.built_entry(f.GEMM, model="resnet"), f.failed_entry("attn/x/1x2/bf16/triton")])
     with session_scope(seeded) as s:
-        first = ingest.ingest_manifest(s, manifest=m, path="/bundles/1").id
+        digest = ingest.ingest_manifest(s, manifest=m, path="/bundles/1")
     with session_scope(seeded) as s:
-        assert ingest.ingest_manifest(s, manifest=m, path="/bundles/1").id == first
-        bundle = s.get(Bundle, first)
-        assert bundle is not None and bundle.digest == ingest.bundle_digest(m) and len(bundle.digest) == 64
+        assert ingest.ingest_manifest(s, manifest=m, path="/bundles/1") == digest
+        (bundle,) = s.scalars(sa.select(Bundle).where(Bundle.path == "/bundles/1")).all()   # registered once
+        first = bundle.id
+        assert bundle.digest == digest == ingest.bundle_digest(m) and len(bundle.digest) == 64
         attn = s.scalars(sa.select(Case).where(Case.case_id == "attn/x/1x2/bf16/triton")).one()
         assert (attn.family, attn.name, attn.shape, attn.dtype, attn.impl) == ("attn", "x", "1x2", "bf16", "triton")
         assert s.scalar(sa.select(Case.model).where(Case.case_id == f.GEMM)) == "resnet"

@@ -234,8 +234,8 @@ def external_job(run_id: ExternalId, job_id: ExternalId, body: ExternalJob, sess
             if body.base_manifest is not None:   # the paired base: recorded when the store does not know it
                 recorded.append(CommitInfo(sha=body.base_manifest.commit, committed_at=body.base_manifest.created_at or datetime.now(UTC)))
             ingest.record_commits(session, repository=body.repository, commits=recorded)
-            digest = ingest.ingest_manifest(session, manifest=body.manifest, path=f"external:{run_id}").digest
-            base = (ingest.ingest_manifest(session, manifest=body.base_manifest, path=f"external:{run_id}").digest
+            digest = ingest.ingest_manifest(session, manifest=body.manifest, path=f"external:{run_id}")
+            base = (ingest.ingest_manifest(session, manifest=body.base_manifest, path=f"external:{run_id}")
                     if body.base_manifest is not None else None)
         except ingest.IngestError as exc:
             raise HTTPException(422, str(exc)) from None
