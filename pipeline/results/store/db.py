@@ -12,6 +12,7 @@ command functions, typed with the names this module exports; nothing outside run
 
 from __future__ import annotations
 
+import fcntl
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -139,9 +140,24 @@ def downgrade(engine: Engine, revision: str) -> None:
 
 def _alembic(engine: Engine, step: Callable[[Config, str], None], revision: str) -> None:
     config = alembic_config(engine)
-    with migration_connection(engine) as connection:
+    with _sqlite_file_lock(engine), migration_connection(engine) as connection:
         config.attributes["connection"] = connection
         step(config, revision)
+
+
+@contextmanager
+def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
+    """Serialise the migrations of one SQLite file across processes (`benchfarm serve` and `benchfarm
+    run` started at once on a new store): SQLite runs the migrations' DDL outside their transaction,
+    so a second migrator would find the first one's tables half made. The lock is a file beside the
+    store's (`<store>-migration.lock`), held while migrating; PostgreSQL has its advisory lock."""
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:" or database.startswith("file:"):
+        yield
+        return
+    with open(f"{Path(database).expanduser()}-migration.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes
+        yield
 
 
 def open_store(url: str | URL) -> Engine:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 import tomllib
 from fnmatch import fnmatch
 from pathlib import Path
@@ -122,3 +125,34 @@ def test_packaged_files_cover_the_migrations() -> None:
         relative = path.relative_to(package_root).as_posix()
         in_package = path.suffix == ".py" and (path.parent / "__init__.py").exists()
         assert in_package or any(fnmatch(relative, g) for g in globs), f"{relative} would not be packaged"
+
+
+_MIGRATE_AT_ONCE = """
+import sys, time
+from pathlib import Path
+go = Path(sys.argv[2])
+while not go.exists():
+    time.sleep(0.001)
+from pipeline.results.store.db import open_store
+open_store(sys.argv[1]).dispose()
+"""
+
+
+def test_commands_started_at_once_on_a_new_sqlite_store_migrate_it_once(tmp_path: Path) -> None:
+    """`benchfarm serve` and `benchfarm run` (or a test polling a store a command is creating) opening
+    one new SQLite file at once: each one migrates it or finds it migrated, none fails on the other's
+    half-made tables (SQLite runs DDL outside the migration's transaction)."""
+    url, go = f"sqlite:///{tmp_path / 'store' / 'benchfarm.db'}", tmp_path / "go"
+    root = Path(__file__).resolve().parents[3]
+    procs = [subprocess.Popen([sys.executable, "-c", _MIGRATE_AT_ONCE, url, str(go)], cwd=root,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    time.sleep(3)   # every one imported and waiting
+    go.touch()
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, errors
+    engine = make_engine(url)
+    try:
+        with engine.connect() as c:
+            assert c.exec_driver_sql("SELECT count(*) FROM alembic_version").scalar() == 1
+    finally:
+        engine.dispose()
