@@ -95,8 +95,14 @@ case "$mode" in
     # Types (pyproject's [tool.mypy]; docs/design.md, "Types"): 15-40 s cold on 2 cores, ~1 s from its cache.
     .venv/bin/python -m mypy \
       || { echo "benchfarm test: mypy found type errors (above)" >&2; exit 1; }
+    # Two test processes on two cores or more (pytest-xdist): most tests wait on a server, an agent or a
+    # compiler as often as they compute; a file's tests stay in one process (module fixtures are built
+    # once). TEST_PROCESSES=1: one process, as plain `pytest` runs them.
+    processes="${TEST_PROCESSES:-$(( $(nproc) < 2 ? 1 : 2 ))}"
+    parallel=()
+    [ "$processes" -gt 1 ] && parallel=(-n "$processes" --dist loadfile)
     set +e
-    .venv/bin/python -m pytest "$@"
+    .venv/bin/python -m pytest "${parallel[@]}" "$@"
     status=$?
     set -e
     if [ "$status" -eq 5 ]; then
