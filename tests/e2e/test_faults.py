@@ -108,8 +108,8 @@ def test_results_arrive_after_a_service_restart(farm: Farm) -> None:
         farm.service()
         job = wait_for(lambda: (j := farm.job(job_id))["status"] in ("done", "failed") and j, 30, "the job to end")
         wait_for(lambda: not list(farm.spool("agent-a").glob("*.json")), 10, "the spool to empty")
-    except AssertionError:
-        raise AssertionError(farm.logs()) from None
+    except AssertionError as exc:   # the agent's events name a job's failure and its reason (CI, once: it failed it)
+        raise AssertionError(f"{exc}\n{farm.logs()}\nagent-a's events: {farm.events('agent-a')}") from None
     assert job["status"] == "done" and job["attempts"] == 1, job
     stored = _samples_per_result(farm, job_id)
     assert len(stored) == len(CASES) and all(n == count and n > 0 for n, count in stored)

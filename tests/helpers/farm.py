@@ -201,7 +201,7 @@ class Farm:
             return list(connection.execute(sql, args).fetchall())
 
     def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.output()[-4000:]}" for p in self.procs)
+        return "\n".join(f"--- {p.name}\n{p.output()[-12000:]}" for p in self.procs)
 
 
 def _cpu_target() -> str:
