@@ -409,3 +409,32 @@ def test_a_pull_request_renaming_every_kernel_times_only_the_sentinels(device: L
     assert sentinel.paired and sentinel.same_code and sentinel.status == "unchanged" and sentinel.change is not None
     assert sentinel.code is not None and sentinel.code.state == "same code"
     assert comparison.counts["unchanged"] == len(CASES) and comparison.verdict == "similar"
+
+
+def test_a_thread_clock_that_did_not_advance_over_a_call_gives_the_wall_time(
+        device: LocalDevice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a loaded 2-core VM the thread's CPU clock once read the same before and after a call: the sample
+    was 0 s and the job failed on it. Such a call is timed by its wall time, and no preemption is claimed."""
+    import time
+
+    import numpy as np
+
+    from pipeline.agents.runners.iree_runner import IreeDevice, prepare_entry
+
+    repo = make_suite_repo(tmp_path, gemm_suite_files([GemmCase("small", 64, 64, 64)]))
+    location = locate_suite(repo / "kernels")
+    bundle_dir, manifest = build_bundle(location=location, sha=resolve_commit(location), targets=["llvm-cpu:x86_64"],
+                                        out_dir=tmp_path / "b", cache_dir=tmp_path / "c", workers=1)
+    (entry,) = manifest.entries
+    kernel = prepare_entry(device=IreeDevice("local-sync"), bundle_dir=bundle_dir, entry=entry,
+                           reference_fn=lambda a, b: np.asarray(a, np.float64) @ np.asarray(b, np.float64),
+                           rng=np.random.default_rng(1))
+    assert not isinstance(kernel, CaseResult)
+    try:
+        ticking = [kernel.read() for _ in range(5)]
+        monkeypatch.setattr(time, "thread_time_ns", lambda: 123_456_789)   # the clock stands still
+        stalled = [kernel.read() for _ in range(5)]
+    finally:
+        kernel.release()
+    assert all(r.seconds > 0 and r.off_cpu_s is not None for r in ticking), ticking
+    assert all(r.seconds > 0 and r.off_cpu_s is None for r in stalled), stalled

@@ -166,7 +166,9 @@ def prepare_entry(
         cpu, start = time.thread_time_ns(), time.perf_counter_ns()
         kernel(*args)   # synchronous on local-sync: returns when the dispatch is done, on this thread
         wall, cpu = time.perf_counter_ns() - start, time.thread_time_ns() - cpu
-        if not on_this_thread:
+        if not on_this_thread or cpu <= 0:
+            # a thread CPU clock that did not advance over a call (seen on a loaded 2-core VM) tells
+            # nothing of it: the wall time does, preemption and all
             return wall * 1e-9
         off_cpu.append(max(0, wall - cpu) * 1e-9)
         return min(wall, cpu) * 1e-9

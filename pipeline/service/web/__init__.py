@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import (
     FileResponse,
     HTMLResponse,
@@ -23,7 +24,7 @@ from fastapi.responses import (
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
-from pipeline.service.api.deps import principal_of
+from pipeline.service.api.deps import Principal, principal_of
 from pipeline.service.web.session import (
     CsrfError,
     SignInRequired,
@@ -45,11 +46,14 @@ def mount(app: FastAPI) -> None:
     web = settings.web
 
     if not web.public:
+        def reader(request: Request) -> Principal | None:
+            with session_scope(app.state.engine) as session:
+                return bearer_principal(request, session, settings) or principal_of(request, session, settings)
+
         async def private_reads(request: Request, call_next: RequestResponseEndpoint) -> Response:
             if request.url.path.startswith("/api/") and request.method in ("GET", "HEAD") \
                     and request.url.path not in OPEN_API_PATHS:
-                with session_scope(app.state.engine) as session:
-                    who = bearer_principal(request, session, settings) or principal_of(request, session, settings)
+                who = await run_in_threadpool(reader, request)   # off the event loop: a token's use is written
                 if who is None or not who.allows("user"):
                     return JSONResponse({"error": "this benchfarm is private: a bearer token with the user scope "
                                                   "(or a signed-in session) is needed to read"}, status_code=401,

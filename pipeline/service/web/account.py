@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,7 +44,10 @@ async def login(request: Request, session: SessionDep, settings: SettingsDep, us
     back = safe_next(form.get("next", "/"))
     asked = form_model(SignIn, {"name": form.get("name", "").strip(), "password": form.get("password", ""),
                                 "token": form.get("token", "").strip()})
-    principal = sign_in(request, session, settings, name=asked.name, password=asked.password, token=asked.token)
+    # off the event loop: a password hash is CPU work, and a sign-in by token writes (its last use), which on
+    # SQLite may wait for a request whose commit itself needs the loop
+    principal = await run_in_threadpool(sign_in, request, session, settings, name=asked.name,
+                                        password=asked.password, token=asked.token)
     if principal is None:
         return page(request, "login.html", user, {
             "next": back, "reason": "", "error": "wrong name or password, or a token that is unknown, revoked or "

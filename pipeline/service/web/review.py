@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from pipeline.orchestration.dispatch import bisect
@@ -189,9 +190,9 @@ async def triage_form(change_point_id: RowId, request: Request, session: Session
     # the API's request (POST /api/v1/change-points/ID/triage): its states and limits; an empty field is none
     asked = form_model(TriageIn, {"state": form.get("state", ""), "note": form.get("note", ""),
                                   "bug_link": form.get("bug_link") or None, "assignee": form.get("assignee") or None})
-    try:
-        triage.triage(session, change_point_id=change_point_id, state=asked.state, who=principal.name,
-                      bug_link=asked.bug_link, assignee=asked.assignee, note=asked.note)
+    try:   # off the event loop (a write that may wait on the store: see web/account.py's login)
+        await run_in_threadpool(triage.triage, session, change_point_id=change_point_id, state=asked.state,
+                                who=principal.name, bug_link=asked.bug_link, assignee=asked.assignee, note=asked.note)
     except LookupError:
         raise HTTPException(404, f"no change point {change_point_id}") from None
     except triage.TriageError as exc:
@@ -209,7 +210,8 @@ async def bisect_form(change_point_id: RowId, request: Request, session: Session
     form = await checked_form(request)
     back = safe_next(form.get("next", "/regressions"))
     try:
-        made = bisect.request_bisection(session, settings, change_point_id=change_point_id, who=principal.name)
+        made = await run_in_threadpool(bisect.request_bisection, session, settings, change_point_id=change_point_id,
+                                       who=principal.name)
     except bisect.BisectNotFound:
         raise HTTPException(404, f"no change point {change_point_id}") from None
     except bisect.BisectError as exc:

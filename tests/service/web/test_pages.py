@@ -351,3 +351,30 @@ def test_page_errors_are_pages_with_the_navigation(service: Service) -> None:
     by_run = requests.get(service.url + "/jobs", params={"run": run_id[:8]}, timeout=30)
     assert by_run.status_code == 200 and run_id in by_run.text
     assert requests.get(service.url + "/jobs", params={"page": 2}, timeout=30).status_code == 200
+
+
+def test_a_sign_in_waiting_on_the_store_leaves_the_service_answering(service: Service) -> None:
+    """CI once: a token sign-in ran its write on the event loop and waited there on SQLite's lock, held by a
+    request whose commit needed the loop: the service stopped answering for the 30 s of the busy timeout and
+    the sign-in failed with "database is locked". Here the token's row is held by another transaction while a
+    sign-in waits on it: the service keeps answering, and the sign-in completes once the row is free."""
+    import threading
+    import time
+
+    from pipeline.results.store.models import ApiToken
+
+    browser = requests.Session()
+    csrf = _csrf(browser.get(f"{service.url}/login", timeout=30).text)
+    answers: list[requests.Response] = []
+    with service.engine.connect() as holder, holder.begin() as held:
+        holder.execute(sa.update(ApiToken).where(ApiToken.name == "user-token").values(last_used_at=None))
+        signing = threading.Thread(target=lambda: answers.append(browser.post(
+            f"{service.url}/login", data={"csrf": csrf, "next": "/", "token": service.tokens["user"]}, timeout=60,
+            allow_redirects=False)))
+        signing.start()
+        time.sleep(1.0)   # for the sign-in to reach its write (if it has not, the check below cannot fail)
+        other = requests.get(f"{service.url}/static/favicon.svg", timeout=10)
+        assert other.status_code == 200 and signing.is_alive()
+        held.commit()
+    signing.join(60)
+    assert answers and answers[0].status_code == 303, answers and answers[0].text[:500]
