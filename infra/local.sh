@@ -20,6 +20,45 @@ if ! command -v git >/dev/null; then
   echo "benchfarm setup: git not found; the suite is benchmarked at git commits (apt-get install git)" >&2; exit 2
 fi
 
+# The system packages the tests drive, installed when missing (root, or sudo without a password). `test`
+# starts this in the background before the venv's install, which it overlaps (both mostly wait on downloads
+# and unpacking), and waits for it before the tests.
+install_test_packages() {
+  # For the phones (tests/agents/test_adb_phone.py): the real adb client, qemu-aarch64 and an aarch64
+  # glibc + libstdc++ for IREE's aarch64 tools (then the tools themselves: pip download of the
+  # aarch64 iree-base-runtime wheel); the browser (tests/service/web/test_browser_e2e.py): Debian's
+  # chromium and its chromedriver; the fault tests (tests/e2e/test_faults.py): datefudge, which sets an
+  # agent process's wall clock an hour off (libfaketime's clock_nanosleep breaks Python's time.sleep);
+  # the builder's disassembly (tests/build/test_disassembly.py): llvm-objdump of Debian 12's llvm-22, which
+  # reads every AMD chip the builder targets (gfx942, gfx950, gfx1250; Debian's own llvm, 14, none of them).
+  test_pkgs=()
+  command -v llvm-objdump-22 >/dev/null || test_pkgs+=(llvm-22)
+  command -v adb >/dev/null || test_pkgs+=(adb)
+  command -v qemu-aarch64 >/dev/null || test_pkgs+=(qemu-user)
+  [ -e /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 ] || test_pkgs+=(libc6-arm64-cross)
+  [ -e /usr/aarch64-linux-gnu/lib/libstdc++.so.6 ] || test_pkgs+=(libstdc++6-arm64-cross)
+  command -v chromium >/dev/null || test_pkgs+=(chromium)
+  command -v chromedriver >/dev/null || test_pkgs+=(chromium-driver)
+  command -v datefudge >/dev/null || test_pkgs+=(datefudge)
+  if [ "${#test_pkgs[@]}" -gt 0 ]; then
+    as_root=()
+    [ "$(id -u)" -eq 0 ] || as_root=(sudo -n)
+    if command -v apt-get >/dev/null && "${as_root[@]}" true 2>/dev/null; then
+      echo "benchfarm test: installing ${test_pkgs[*]} for the phone, browser, fault and disassembly tests" >&2
+      { "${as_root[@]}" apt-get update -qq \
+          && "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${test_pkgs[@]}" >/dev/null; } \
+        || echo "benchfarm test: apt-get install ${test_pkgs[*]} failed; the phone, browser or disassembly tests will skip or fail" >&2
+    else
+      echo "benchfarm test: cannot install ${test_pkgs[*]} (needs apt-get and root); the phone, browser or disassembly tests will skip or fail" >&2
+    fi
+  fi
+}
+
+if [ "$mode" = test ]; then
+  install_test_packages &
+  test_packages=$!
+fi
+
 if [ ! -x .venv/bin/python ]; then
   echo "benchfarm setup: creating .venv" >&2
   "$python" -m venv .venv || { echo "benchfarm setup: python venv failed (Debian: apt-get install python3-venv)" >&2; exit 2; }
@@ -39,35 +78,19 @@ case "$mode" in
     exec .venv/bin/benchfarm up "$@"
     ;;
   test)
-    # --- system packages the tests drive, installed when missing (root, or sudo without a password):
-    # phones (tests/agents/test_adb_phone.py): the real adb client, qemu-aarch64 and an aarch64
-    # glibc + libstdc++ for IREE's aarch64 tools (then the tools themselves: pip download of the
-    # aarch64 iree-base-runtime wheel); the browser (tests/service/web/test_browser_e2e.py): Debian's
-    # chromium and its chromedriver; the fault tests (tests/e2e/test_faults.py): datefudge, which sets an
-    # agent process's wall clock an hour off (libfaketime's clock_nanosleep breaks Python's time.sleep);
-    # the builder's disassembly (tests/build/test_disassembly.py): llvm-objdump of Debian 12's llvm-22, which
-    # reads every AMD chip the builder targets (gfx942, gfx950, gfx1250; Debian's own llvm, 14, none of them).
-    test_pkgs=()
-    command -v llvm-objdump-22 >/dev/null || test_pkgs+=(llvm-22)
-    command -v adb >/dev/null || test_pkgs+=(adb)
-    command -v qemu-aarch64 >/dev/null || test_pkgs+=(qemu-user)
-    [ -e /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 ] || test_pkgs+=(libc6-arm64-cross)
-    [ -e /usr/aarch64-linux-gnu/lib/libstdc++.so.6 ] || test_pkgs+=(libstdc++6-arm64-cross)
-    command -v chromium >/dev/null || test_pkgs+=(chromium)
-    command -v chromedriver >/dev/null || test_pkgs+=(chromium-driver)
-    command -v datefudge >/dev/null || test_pkgs+=(datefudge)
-    if [ "${#test_pkgs[@]}" -gt 0 ]; then
-      as_root=()
-      [ "$(id -u)" -eq 0 ] || as_root=(sudo -n)
-      if command -v apt-get >/dev/null && "${as_root[@]}" true 2>/dev/null; then
-        echo "benchfarm test: installing ${test_pkgs[*]} for the phone, browser, fault and disassembly tests" >&2
-        { "${as_root[@]}" apt-get update -qq \
-            && "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${test_pkgs[@]}" >/dev/null; } \
-          || echo "benchfarm test: apt-get install ${test_pkgs[*]} failed; the phone, browser or disassembly tests will skip or fail" >&2
-      else
-        echo "benchfarm test: cannot install ${test_pkgs[*]} (needs apt-get and root); the phone, browser or disassembly tests will skip or fail" >&2
-      fi
-    fi
+    # Names that do not exist and imports never used (pyflakes' checks): cheap, and they catch what a
+    # merge leaves behind in code that only another machine runs (the GPU runners).
+    .venv/bin/python -m ruff check --select F --quiet pipeline bench tests \
+      || { echo "benchfarm test: ruff found undefined or unused names (above)" >&2; exit 1; }
+    # Import boundaries (pyproject's [tool.importlinter]): agents and the builder stay off the store.
+    .venv/bin/lint-imports --no-cache >/dev/null \
+      || { .venv/bin/lint-imports --no-cache | tail -20; echo "benchfarm test: an import boundary is broken (above)" >&2; exit 1; }
+    # Types (pyproject's [tool.mypy]; docs/design.md, "Types"): 15-40 s cold on 2 cores, ~1 s from its cache.
+    .venv/bin/python -m mypy \
+      || { echo "benchfarm test: mypy found type errors (above)" >&2; exit 1; }
+    # the system packages (started before the venv's install; the checks above needed none of them)
+    wait "$test_packages" || true   # its own messages say what is missing
+    # tools from the package index, into the venv:
     .venv/bin/python -m tests.helpers.aarch64_iree >/dev/null \
       || echo "benchfarm test: could not fetch IREE's aarch64 tools; the phone tests will fail" >&2
     # The compose file's check (tests/infra/test_deploy_files.py) runs `docker compose config`: where
@@ -84,17 +107,6 @@ case "$mode" in
         echo "benchfarm test: could not install the docker compose plugin; the compose file's check will skip" >&2
       fi
     fi
-    # --- end system packages
-    # Names that do not exist and imports never used (pyflakes' checks): cheap, and they catch what a
-    # merge leaves behind in code that only another machine runs (the GPU runners).
-    .venv/bin/python -m ruff check --select F --quiet pipeline bench tests \
-      || { echo "benchfarm test: ruff found undefined or unused names (above)" >&2; exit 1; }
-    # Import boundaries (pyproject's [tool.importlinter]): agents and the builder stay off the store.
-    .venv/bin/lint-imports --no-cache >/dev/null \
-      || { .venv/bin/lint-imports --no-cache | tail -20; echo "benchfarm test: an import boundary is broken (above)" >&2; exit 1; }
-    # Types (pyproject's [tool.mypy]; docs/design.md, "Types"): 15-40 s cold on 2 cores, ~1 s from its cache.
-    .venv/bin/python -m mypy \
-      || { echo "benchfarm test: mypy found type errors (above)" >&2; exit 1; }
     # Two test processes on two cores or more (pytest-xdist): most tests wait on a server, an agent or a
     # compiler as often as they compute; a file's tests stay in one process (module fixtures are built
     # once). TEST_PROCESSES=1: one process, as plain `pytest` runs them.

@@ -108,7 +108,10 @@ def role_venv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     shutil.copytree(ROOT / "pipeline", source / "pipeline", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
-    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", f"{source}[{role}]"],
+    # --no-compile: the commands below compile what they import; byte-compiling all of triton or scipy
+    # up front was most of the install's time
+    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-compile",
+                           "--disable-pip-version-check", f"{source}[{role}]"],
                           capture_output=True, text=True, timeout=1200, env=_clean_env())
     if proc.returncode != 0 and any(text in proc.stderr for text in UNREACHABLE):
         pytest.skip(f"the package index is unreachable: {proc.stderr[-300:]}")
