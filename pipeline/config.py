@@ -366,7 +366,7 @@ class BisectSettings(BaseModel):
                                 "use at most")
     max_active: int = Field(default=4, ge=1, description="bisections running at once; later ones wait queued")
     min_share: float = Field(default=0.2, gt=0, le=1, description="a commit is searched for when it moved the level by "
-                             "at least this share of the whole change (and by compare.paired_min_change)")
+                             "at least this share of the whole change, in log ratio (and by compare.paired_min_change)")
     max_range: int = Field(default=2000, ge=2, description="longest first-parent range bisected, in commits")
     period_s: float = Field(default=2.0, gt=0, description="how often the service advances bisections")
 

@@ -257,10 +257,10 @@ def _skipped(bisection: BisectionRecord, levels: dict[int, Level]) -> dict[int, 
 
 
 def _min_jump(bisection: BisectionRecord, settings: Settings, bad: Level | None) -> float:
-    """The smallest move searched for: the case's paired threshold (the floor, or 3 x its measured
-    noise), and `bisect.min_share` of the whole change once the bad commit's is known."""
+    """The smallest move searched for (a log ratio): the case's paired threshold (the floor, or 3 x its
+    measured noise), and `bisect.min_share` of the whole move once the bad commit's is known."""
     floor = float(bisection.result.get("threshold") or settings.compare.paired_min_change)
-    return max(floor, settings.bisect.min_share * abs(bad.change)) if bad is not None else floor
+    return bisect_search.smallest_jump(floor, settings.bisect.min_share, bad)
 
 
 def _plan_next(session: Session, settings: Settings, bisection: BisectionRecord) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-__all__ = ["BASE", "Found", "Level", "Plan", "Unresolved", "combine", "differs", "plan", "verdict"]
+__all__ = ["BASE", "Found", "Level", "Plan", "Unresolved", "combine", "differs", "plan", "smallest_jump", "verdict"]
 
 
 @dataclass(frozen=True)
@@ -73,11 +73,25 @@ def combine(readings: Sequence[Level]) -> Level:
                  max(r.high for r in readings))
 
 
-def differs(a: Level, b: Level, min_jump: float) -> bool:
-    """The levels are apart: by at least `min_jump`, and by more than the half-widths of their
-    intervals combined (as for independent estimates: the square root of the sum of squares)."""
-    gap = abs(b.change - a.change)
-    return gap >= min_jump and gap > math.hypot(a.half_width, b.half_width)
+def _log(change: float) -> float:
+    """A change as the log of its ratio (head / base): slowdowns compose by multiplying."""
+    return math.log1p(max(change, -0.999999))
+
+
+def smallest_jump(floor: float, min_share: float, bad: Level | None) -> float:
+    """The smallest move `differs` counts, as a log ratio: `floor` (a change: the case's paired
+    threshold), and `min_share` of the bad commit's whole move once it is known."""
+    return max(_log(floor), min_share * abs(_log(bad.change))) if bad is not None else _log(floor)
+
+
+def differs(a: Level, b: Level, jump: float) -> bool:
+    """The levels are apart: by at least `jump` (a log ratio: `smallest_jump`), and by more than the
+    half-widths of their intervals combined (as for independent estimates: the square root of the sum
+    of squares), both on the log of each ratio (docs/design.md, "Bisection": a device whose speed ratio
+    drifts between jobs moves a level by a share of it)."""
+    gap = abs(_log(b.change) - _log(a.change))
+    widths = [(_log(level.high) - _log(level.low)) / 2 for level in (a, b)]
+    return gap >= jump and gap > math.hypot(*widths)
 
 
 def plan(n: int, levels: Mapping[int, Level], *, skipped: Collection[int] = (), pending: Collection[int] = (),
