@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,6 +146,24 @@ def test_a_paired_base_times_on_its_heads_buffers_and_reuses_its_reference(devic
     assert base.read().seconds > 0 and head.read().seconds > 0  # type: ignore[union-attr]
 
 
+def _local_sync_kernel(tmp_path: Path, case: GemmCase) -> Any:
+    """One GEMM built for llvm-cpu:x86_64 and prepared on IREE's local-sync driver (calls on this thread)."""
+    import numpy as np
+
+    from pipeline.agents.runners.iree_runner import IreeDevice, prepare_entry
+
+    repo = make_suite_repo(tmp_path, gemm_suite_files([case]))
+    location = locate_suite(repo / "kernels")
+    bundle_dir, manifest = build_bundle(location=location, sha=resolve_commit(location), targets=["llvm-cpu:x86_64"],
+                                        out_dir=tmp_path / "b", cache_dir=tmp_path / "c", workers=1)
+    (entry,) = manifest.entries
+    kernel = prepare_entry(device=IreeDevice("local-sync"), bundle_dir=bundle_dir, entry=entry,
+                           reference_fn=lambda a, b: np.asarray(a, np.float64) @ np.asarray(b, np.float64),
+                           rng=np.random.default_rng(1))
+    assert not isinstance(kernel, CaseResult)
+    return kernel
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
 def test_a_process_on_the_timing_core_takes_time_slices_the_samples_leave_out(device: LocalDevice,
                                                                                tmp_path: Path) -> None:
@@ -156,20 +175,9 @@ def test_a_process_on_the_timing_core_takes_time_slices_the_samples_leave_out(de
     import subprocess
     import sys
 
-    import numpy as np
-
     from pipeline.agents.measure import Reading, preempted
-    from pipeline.agents.runners.iree_runner import IreeDevice, prepare_entry
 
-    repo = make_suite_repo(tmp_path, gemm_suite_files([GemmCase("big", 192, 192, 192, tile=(1, 1))]))
-    location = locate_suite(repo / "kernels")
-    bundle_dir, manifest = build_bundle(location=location, sha=resolve_commit(location), targets=["llvm-cpu:x86_64"],
-                                        out_dir=tmp_path / "b", cache_dir=tmp_path / "c", workers=1)
-    (entry,) = manifest.entries
-    kernel = prepare_entry(device=IreeDevice("local-sync"), bundle_dir=bundle_dir, entry=entry,
-                           reference_fn=lambda a, b: np.asarray(a, np.float64) @ np.asarray(b, np.float64),
-                           rng=np.random.default_rng(1))
-    assert not isinstance(kernel, CaseResult)
+    kernel = _local_sync_kernel(tmp_path, GemmCase("big", 192, 192, 192, tile=(1, 1)))
     core, before = min(os.sched_getaffinity(0)), os.sched_getaffinity(0)
     os.sched_setaffinity(0, {core})
     burner = None
@@ -417,19 +425,7 @@ def test_a_thread_clock_that_did_not_advance_over_a_call_gives_the_wall_time(
     was 0 s and the job failed on it. Such a call is timed by its wall time, and no preemption is claimed."""
     import time
 
-    import numpy as np
-
-    from pipeline.agents.runners.iree_runner import IreeDevice, prepare_entry
-
-    repo = make_suite_repo(tmp_path, gemm_suite_files([GemmCase("small", 64, 64, 64)]))
-    location = locate_suite(repo / "kernels")
-    bundle_dir, manifest = build_bundle(location=location, sha=resolve_commit(location), targets=["llvm-cpu:x86_64"],
-                                        out_dir=tmp_path / "b", cache_dir=tmp_path / "c", workers=1)
-    (entry,) = manifest.entries
-    kernel = prepare_entry(device=IreeDevice("local-sync"), bundle_dir=bundle_dir, entry=entry,
-                           reference_fn=lambda a, b: np.asarray(a, np.float64) @ np.asarray(b, np.float64),
-                           rng=np.random.default_rng(1))
-    assert not isinstance(kernel, CaseResult)
+    kernel = _local_sync_kernel(tmp_path, GemmCase("small", 64, 64, 64))
     try:
         ticking = [kernel.read() for _ in range(5)]
         monkeypatch.setattr(time, "thread_time_ns", lambda: 123_456_789)   # the clock stands still
