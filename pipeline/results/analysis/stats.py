@@ -14,10 +14,9 @@ from functools import partial
 from typing import Literal
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.stats import chi2
-from scipy.stats import f as f_distribution
-from scipy.stats import t as student_t
+# The distributions' own special functions (what scipy.stats calls, bit for bit): importing scipy.stats
+# costs every `benchfarm` command that reads a verdict about half a second of start-up
+from scipy.special import fdtri, stdtr, stdtrit
 
 from pipeline.config import CompareSettings
 from pipeline.contracts.result import summarize as summarize  # re-exported: stats is where callers look
@@ -115,8 +114,8 @@ def _t_interval(mean: np.ndarray, se: np.ndarray, df: np.ndarray, confidence: fl
     df = np.where(df >= 1, df, 1)   # below 1: not tested (`_estimates`); any value keeps the arithmetic quiet
     with np.errstate(invalid="ignore", divide="ignore"):
         statistic = np.where(se > 0, np.abs(mean) / np.where(se > 0, se, 1), np.where(mean == 0, 0.0, np.inf))
-        pvalue = np.asarray(2 * student_t.sf(statistic, df))
-        quantile = np.asarray(student_t.ppf(0.5 + confidence / 2, df))
+        pvalue = np.asarray(2 * stdtr(df, -statistic))   # Student's t survival function
+        quantile = np.asarray(stdtrit(df, 0.5 + confidence / 2))
         whole = (df == np.round(df)) & ~np.isnan(statistic)
         if whole.any():
             pvalue[whole] = t_pvalue(statistic[whole], df[whole].astype(int))
@@ -290,7 +289,7 @@ def run_shift_variance(diffs: np.ndarray, variances: np.ndarray, min_items: int 
         return None
     d2 = np.square(diffs[usable])
     v = variances[usable]
-    m = f_distribution.median(1, np.minimum(df[usable], KNOWN_VARIANCE_DF)) if df is not None else chi2.median(1)
+    m = _f1_median(np.minimum(df[usable], KNOWN_VARIANCE_DF)) if df is not None else CHI2_1_MEDIAN
 
     def excess(s: float) -> float:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -300,6 +299,8 @@ def run_shift_variance(diffs: np.ndarray, variances: np.ndarray, min_items: int 
         return 0.0
     # excess falls continuously and strictly from > 0 to <= 0 over [0, high] (at high every term is <= 1):
     # its one root, to 4 ulp. The 60-step bisection it replaces stopped at high / 2^60: within 2e-11 of it.
+    from scipy.optimize import brentq   # here: scipy.optimize's import is as slow as its root is rare
+
     return float(brentq(excess, 0.0, float(np.max(d2 / m)), xtol=SHIFT_XTOL, rtol=4 * np.finfo(float).eps))
 
 
@@ -311,11 +312,12 @@ def run_dispersion(diffs: np.ndarray, variances: np.ndarray, min_items: int = PO
                    df: np.ndarray | None = None, floor: float = 1.0) -> float | None:
     """`pipeline.contracts.rounds.run_dispersion` for any degrees of freedom (Welch's are fractional):
     the medians of F(1, df) from scipy."""
-    return _run_dispersion(diffs, variances, min_items, df, floor, f1_median=_scipy_f1_median)
+    return _run_dispersion(diffs, variances, min_items, df, floor, f1_median=_f1_median)
 
 
-def _scipy_f1_median(df: np.ndarray) -> np.ndarray:
-    return np.asarray(f_distribution.median(1, df), dtype=float)
+def _f1_median(df: np.ndarray) -> np.ndarray:
+    """The medians of F(1, df) (`scipy.stats.f.median(1, df)`)."""
+    return np.asarray(fdtri(1, df, 0.5), dtype=float)
 
 
 def _group_dispersions(diffs: np.ndarray, variances: np.ndarray, df: np.ndarray, groups: Sequence[str] | None,
