@@ -142,7 +142,8 @@ def cmd_pipeline(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.pr_comments import deliver, flush, report_for_commit
+    from pipeline.pr_comments.outbox import deliver, flush
+    from pipeline.pr_comments.report import report_for_commit
 
     if args.action == "flush":
         results = flush(settings)
