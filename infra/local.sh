@@ -113,6 +113,10 @@ case "$mode" in
     processes="${TEST_PROCESSES:-$(( $(nproc) < 2 ? 1 : 2 ))}"
     parallel=()
     [ "$processes" -gt 1 ] && parallel=(-n "$processes" --dist loadfile)
+    # The tests start hundreds of Python processes (benchfarm commands, servers, agents, the packaging
+    # test's venvs): where the host sets PYTHONDONTWRITEBYTECODE (this project's CI does), each of them
+    # would compile every module it imports from source again (~0.4 s a command). Bytecode is written here.
+    unset PYTHONDONTWRITEBYTECODE
     set +e
     .venv/bin/python -m pytest "${parallel[@]}" "$@"
     status=$?
