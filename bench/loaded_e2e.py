@@ -4,7 +4,7 @@ beside it, each run's outcome recorded, so that "holds under load" is a count, n
     .venv/bin/python bench/loaded_e2e.py --runs 10 --burners 2 --out bench-out/loaded-e2e.json
 
 Each run: `burners` processes that spin on the CPU (started before pytest, stopped after), and the
-tier as the test command runs it (two test processes by file where the machine has two cores). The
+tier as the test command runs it (one test process more than cores, at most 4, by file). The
 JSON keeps every run's exit status, wall time, pass/fail counts, the failing tests' ids and the load
 average; it is rewritten after every run, so an interrupted series keeps what it measured.
 """
@@ -34,6 +34,12 @@ def _summary_counts(output: str) -> dict[str, int]:
     return {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|errors?|skipped)", tail)}
 
 
+def _test_processes() -> int:
+    """What `infra/local.sh test` runs: one process more than cores, at most 4; one on one core."""
+    cores = os.cpu_count() or 1
+    return 1 if cores < 2 else min(cores + 1, 4)
+
+
 def run_once(burners: int, processes: int, extra: list[str]) -> dict[str, object]:
     spinners = [multiprocessing.Process(target=_burn, daemon=True) for _ in range(burners)]
     for spinner in spinners:
@@ -59,7 +65,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--burners", type=int, default=2, help="CPU-spinning processes beside each run")
-    parser.add_argument("--processes", type=int, default=min(2, os.cpu_count() or 1),
+    parser.add_argument("--processes", type=int, default=_test_processes(),
                         help="test processes (pytest-xdist by file), as the test command chooses")
     parser.add_argument("--out", default="loaded-e2e.json")
     args, extra = parser.parse_known_args()

@@ -86,8 +86,10 @@ case "$mode" in
     .venv/bin/lint-imports --no-cache >/dev/null \
       || { .venv/bin/lint-imports --no-cache | tail -20; echo "benchfarm test: an import boundary is broken (above)" >&2; exit 1; }
     # Types (pyproject's [tool.mypy]; docs/design.md, "Types"): 15-40 s cold on 2 cores, ~1 s from its cache.
-    .venv/bin/python -m mypy \
-      || { echo "benchfarm test: mypy found type errors (above)" >&2; exit 1; }
+    # In the background of the tests' start (they leave a core idle a fifth of the time); judged after them.
+    mypy_log="$(mktemp)"
+    .venv/bin/python -m mypy > "$mypy_log" 2>&1 &
+    mypy_pid=$!
     # the system packages (started before the venv's install; the checks above needed none of them)
     wait "$test_packages" || true   # its own messages say what is missing
     # tools from the package index, into the venv:
@@ -107,10 +109,12 @@ case "$mode" in
         echo "benchfarm test: could not install the docker compose plugin; the compose file's check will skip" >&2
       fi
     fi
-    # Two test processes on two cores or more (pytest-xdist): most tests wait on a server, an agent or a
-    # compiler as often as they compute; a file's tests stay in one process (module fixtures are built
-    # once). TEST_PROCESSES=1: one process, as plain `pytest` runs them.
-    processes="${TEST_PROCESSES:-$(( $(nproc) < 2 ? 1 : 2 ))}"
+    # One test process more than cores (pytest-xdist), at most 4: tests wait on a server, an agent or a
+    # compiler often enough that two processes left a core idle a fifth of the time on two cores (each
+    # process starts servers and agents of its own); a file's tests stay in one process (module fixtures
+    # are built once). TEST_PROCESSES=1: one process, as plain `pytest` runs them.
+    cores="$(nproc)"
+    processes="${TEST_PROCESSES:-$(( cores < 2 ? 1 : (cores + 1 > 4 ? 4 : cores + 1) ))}"
     parallel=()
     [ "$processes" -gt 1 ] && parallel=(-n "$processes" --dist loadfile)
     # The tests start hundreds of Python processes (benchfarm commands, servers, agents, the packaging
@@ -121,6 +125,12 @@ case "$mode" in
     .venv/bin/python -m pytest "${parallel[@]}" "$@"
     status=$?
     set -e
+    if ! wait "$mypy_pid"; then
+      cat "$mypy_log"
+      echo "benchfarm test: mypy found type errors (above)" >&2
+      [ "$status" -ne 0 ] || status=1
+    fi
+    rm -f "$mypy_log"
     if [ "$status" -eq 5 ]; then
       echo "benchfarm test: pytest collected no tests; that is a failure here" >&2
       exit 1

@@ -1,5 +1,5 @@
 """The test session's order: the slow tier first (the `e2e` and `slow` markers), its longest files
-first of all, so that with two test processes (`infra/local.sh test`, pytest-xdist by file) the
+first of all, so that with several test processes (`infra/local.sh test`, pytest-xdist by file) the
 longest files start early and the run does not end with one process alone on one of them. Within
 each group, the order pytest collected."""
 
