@@ -45,10 +45,12 @@ def run_once(burners: int, processes: int, extra: list[str]) -> dict[str, object
     for spinner in spinners:
         spinner.start()
     parallel = ["-n", str(processes), "--dist", "loadfile"] if processes > 1 else []
+    # as `infra/local.sh test` runs pytest: bytecode written, where the host sets PYTHONDONTWRITEBYTECODE
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     start = time.monotonic()
     try:
         proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "e2e", "-q", "-p", "no:cacheprovider",
-                               *parallel, *extra, "tests"], cwd=ROOT, capture_output=True, text=True)
+                               *parallel, *extra, "tests"], cwd=ROOT, capture_output=True, text=True, env=env)
         load = os.getloadavg()[1]
     finally:
         for spinner in spinners:
