@@ -118,7 +118,7 @@ case "$mode" in
     parallel=()
     [ "$processes" -gt 1 ] && parallel=(-n "$processes" --dist loadfile)
     # The tests start hundreds of Python processes (benchfarm commands, servers, agents, the packaging
-    # test's venvs): where the host sets PYTHONDONTWRITEBYTECODE (this project's CI does), each of them
+    # test's venvs): where the host sets PYTHONDONTWRITEBYTECODE (our development machines do), each of them
     # would compile every module it imports from source again (~0.4 s a command). Bytecode is written here.
     unset PYTHONDONTWRITEBYTECODE
     set +e
