@@ -132,8 +132,10 @@ def test_a_head_timed_under_a_cpu_burner_is_inconclusive_in_the_comparison_the_c
     levels = [sorted(head_result.samples[sum(head_result.rounds[:i]):sum(head_result.rounds[:i + 1])])
               for i in range(ROUNDS)]
     medians = [level[len(level) // 2] for level in levels]
-    # the burner did its part: the burned rounds are slower than the quiet ones (else this test proves nothing)
-    assert min(medians[1], medians[3]) > 1.5 * max(medians[0], medians[2]), medians
+    # the burner did its part: the burned rounds are slower than the quietest one (else this test proves
+    # nothing). Not than every unburned one: on a loaded machine (the other test processes, two more burners:
+    # bench/loaded_e2e.py) an unburned round was once slowed too, to 1.49x the quietest
+    assert min(medians[1], medians[3]) > 1.5 * min(medians[0], medians[2]), medians
 
     engine = open_store(f"sqlite:///{tmp_path}/store.db")
     for document, (bundle_dir, manifest) in ((quiet, base), (noisy, head)):
