@@ -3,17 +3,21 @@
 iree-compile builds and real paired timings.
 
 The suite's git repository: commits c-4..c0, then the range c1..c16, then c17..c23 (committer
-dates one minute apart). Three 64x64x64 IREE GEMMs, one change point each:
-- alpha: IREE's default tile until c10, a 2x2 register tile from c11: about 3x slower as the
-  agent times it (40 us -> about 125 us here; iree-benchmark-module alone: 0.036 -> 0.17 ms);
-- beta: the slowdown spread over two commits: the default tile, 8x2 from c6, 2x2 from c11 (x2.5 and
-  x2 more, 11 -> 27 -> 53 us as IREE's runtime times them alone on this VM; two steps of about one
-  size in log ratio, which the search compares: a loaded VM drifts a level by a share of it). The
-  issue asked for +5 % steps; on this shared 2-core VM, where unpaired runs of one binary move by 10 %
-  and more, steps that small are not reliably confirmed by the history nor separated by a few paired
-  rounds, so the steps are made larger (the search itself separates +5 % steps on tight intervals:
-  tests/results/analysis/test_bisect_search.py);
-- gamma: like alpha, and at c8 its MLIR is broken (iree-compile rejects it): unbuildable there.
+dates one minute apart). Three 128x128x128 IREE GEMMs, one change point each (levels as `benchfarm
+run --unpaired` times them on this 2-core VM, quiet):
+- alpha: IREE's default tile until c10, an 8x2 register tile from c11: about 3.5x slower (51 -> 177 us);
+- beta: the slowdown spread over two commits: the default tile, 8x2 from c6, 2x2 from c11 (51 -> 177
+  -> 491 us: two steps of about one size in log ratio, which the search compares: a loaded VM drifts a
+  level by a share of it). The issue asked for +5 % steps; on this shared 2-core VM, where unpaired
+  runs of one binary move by 10 % and more, steps that small are not reliably confirmed by the history
+  nor separated by a few paired rounds, so the steps are made larger (the search itself separates +5 %
+  steps on tight intervals: tests/results/analysis/test_bisect_search.py);
+- gamma: the default tile, 2x2 from c11 (about 9.6x), and at c8 its MLIR is broken (iree-compile
+  rejects it): unbuildable there.
+128, not 64: at 64x64x64 the default tile's level (13 us) moved by 1.4 % from run to run and its slow
+tiles' by 0.1-0.3 %, so the outlier rule's noise (pooled over the history, most of it the quiet slow
+level) flagged c1's ordinary run and the point's range became (c0, c16]: the fixture ran its history
+two to four times. At 128 every level moves by 0.3-0.7 %.
 Only c-4..c1 and c16..c23 are benchmarked (`benchfarm run --unpaired`, local runs: the history),
 so the analysis confirms each change point with six commits before and eight after, and range
 (c1, c16]: in the range, only c1 and c16 have results.
@@ -45,7 +49,7 @@ from tests.helpers.suite_repo import (
 pytestmark = pytest.mark.e2e
 
 RANGE = 16
-SHAPE = (64, 64, 64)
+SHAPE = (128, 128, 128)
 # Eight commits at the new level, not four: a level younger than 2 * min_size must hold with any one
 # commit left out, and CI's VM timed the slow tiles with 20 % spread between runs (alpha and gamma,
 # one kernel, came out +185 % and +132 %), where a four-commit level stayed "suspected".
@@ -64,7 +68,7 @@ PAIRED = {"BENCHFARM_MEASUREMENT__ROUNDS": "5", "BENCHFARM_MEASUREMENT__MIN_TIME
 
 def cases_at(i: int) -> list[GemmCase]:
     m, n, k = SHAPE
-    alpha = GemmCase("alpha", m, n, k, tile=(2, 2) if i >= 11 else None)
+    alpha = GemmCase("alpha", m, n, k, tile=(8, 2) if i >= 11 else None)
     beta = GemmCase("beta", m, n, k, tile=(2, 2) if i >= 11 else (8, 2) if i >= 6 else None)
     gamma = GemmCase("gamma", m, n, k, "broken" if i == 8 else "ok", tile=(2, 2) if i >= 11 else None)
     return [alpha, beta, gamma]
@@ -208,7 +212,7 @@ def test_a_3x_slowdown_in_commit_11_seen_only_at_commits_1_and_16_is_bisected_to
     assert b["outcome"] == "culprit" and b["culprit"] == bisected.shas[11], f"{b['summary']}: {steps}"
     assert len(b["steps"]) <= 5, steps
     assert all(s["paired"] and s["ci_low"] <= s["change"] <= s["ci_high"] for s in b["steps"]), steps
-    # the bad commit first: several times its base (3x to 4.5x as the agent times it on this VM)
+    # the bad commit first: several times its base (about 3.5x as the agent times it on this VM)
     assert steps[0][0] == "c16" and 1.5 < steps[0][2] < 6
     # attached to the change point: its newest bisection, and a triage event naming the culprit
     assert history["bisection"]["culprit"] == bisected.shas[11]
