@@ -260,7 +260,7 @@ def _build_and_run(settings: Settings, engine: Engine, *, location: SuiteLocatio
                 counter_cache=CounterCache(settings.agent_dir / "counters"),
             )
             with session_scope(engine) as session:
-                ingest.ingest_result(session, document=document)
+                ingest.ingest_result(session, document=document, analysis=settings.analysis)
                 ingest.set_job_status(session, job_id=job_id, status="done")
         except Exception as exc:  # a failed job is recorded with its reason; the others go on
             log.exception("job %s on %s failed", job_id, device.device_class.name)

@@ -26,6 +26,7 @@ from pipeline.results.analysis.stats import summarize
 from pipeline.contracts import CaseResult, ContractError, DeviceInfo, ResultDocument
 from pipeline.contracts.foreign import google_benchmark, nvbench, pytest_benchmark
 from pipeline.contracts.foreign._common import Benchmark, Parsed
+from pipeline.config import AnalysisSettings
 from pipeline.contracts.result import AgentInfo
 from pipeline.results.store import ingest, queue
 from pipeline.results.store.formats._mapping import CaseRule, FormatMapping
@@ -158,7 +159,7 @@ def _job(session: Session, format: str, data: Any, mapping: FormatMapping) -> tu
 
 
 def import_results(session: Session, *, format: str, data: Any, mapping: FormatMapping,
-                   files: dict[str, bytes] | None = None,
+                   analysis: AnalysisSettings | None, files: dict[str, bytes] | None = None,
                    admit: Callable[[JobHolding, ResultDocument], None] | None = None) -> ImportOutcome:
     """Parse a foreign file, map it, and ingest it as one job's result document (idempotent).
 
@@ -176,7 +177,7 @@ def import_results(session: Session, *, format: str, data: Any, mapping: FormatM
         holding = queue.job_holding(session, job.id)
         assert holding is not None   # found or made above
         admit(holding, document)
-    summary = ingest.ingest_result(session, document=document)
+    summary = ingest.ingest_result(session, document=document, analysis=analysis)
     if made:
         ingest.set_job_status(session, job_id=job.id, status="done", agent=document.agent.name)
     return ImportOutcome(run_id=job.run_id, job_id=job.id, cases=cases, summary=summary)

@@ -10,7 +10,7 @@ from fastapi import APIRouter
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from pipeline.contracts import ContractError, ResultDocument, strict_json
-from pipeline.service.api.deps import BodyDep, SessionDep
+from pipeline.service.api.deps import BodyDep, SessionDep, SettingsDep
 from pipeline.service.api.routes.agents import check_job_holder
 from pipeline.service.api.routes.results import AgentWriter, refuse_new_results
 from pipeline.service.api.schemas import (
@@ -63,7 +63,8 @@ class ImportRequest(BaseModel):
                 "median alone; nvbench, every sample time of a state when its side file is in `files`, else its mean cold GPU time alone.",
     openapi_extra=json_body(ImportRequest, "the mapping and the file; needs the agent scope"),
 )
-def import_file(format: FormatName, body: BodyDep, session: SessionDep, principal: AgentWriter) -> ImportSummary:
+def import_file(format: FormatName, body: BodyDep, session: SessionDep, principal: AgentWriter,
+                settings: SettingsDep) -> ImportSummary:
     request = parse_request(body)
 
     def admit(job: JobHolding, document: ResultDocument) -> None:
@@ -74,6 +75,7 @@ def import_file(format: FormatName, body: BodyDep, session: SessionDep, principa
             refuse_new_results(session, job, document)
 
     outcome = formats.import_results(session, format=format, data=request.data, mapping=request.mapping,
+                                     analysis=settings.analysis,
                                      # SideFile is declared str (the schema's base64 text); its validator made it bytes
                                      files=dict(request.files), admit=admit)  # type: ignore[arg-type]
     s = outcome.summary
