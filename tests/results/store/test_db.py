@@ -156,3 +156,26 @@ def test_commands_started_at_once_on_a_new_sqlite_store_migrate_it_once(tmp_path
             assert c.exec_driver_sql("SELECT count(*) FROM alembic_version").scalar() == 1
     finally:
         engine.dispose()
+
+
+def test_the_head_read_off_the_migration_files_is_alembics() -> None:
+    from pipeline.results.store.db import head_revision
+
+    assert head_revision() == ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def test_a_store_at_head_opens_without_loading_alembic_and_one_behind_is_upgraded(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    migrate(make_engine(url))
+    probe = ("import sys\nfrom pipeline.results.store.db import open_store\nopen_store(sys.argv[1])\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))")
+    opened = subprocess.run([sys.executable, "-c", probe, url], capture_output=True, text=True, timeout=120)
+    assert opened.returncode == 0 and opened.stdout.strip() == "[]", opened.stdout + opened.stderr
+
+    from pipeline.results.store.db import downgrade, head_revision
+
+    downgrade(make_engine(url), "-1")
+    upgraded = subprocess.run([sys.executable, "-c", probe, url], capture_output=True, text=True, timeout=120)
+    assert upgraded.returncode == 0 and "alembic" in upgraded.stdout, upgraded.stdout + upgraded.stderr
+    with make_engine(url).connect() as connection:
+        assert connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalar() == head_revision()
