@@ -54,6 +54,12 @@ SHAPE = (128, 128, 128)
 # commit left out, and CI's VM timed the slow tiles with 20 % spread between runs (alpha and gamma,
 # one kernel, came out +185 % and +132 %), where a four-commit level stayed "suspected".
 BENCHMARKED = (-4, -3, -2, -1, 0, 1, *range(16, 24))
+# The order the history is run in: neighbouring commits two or more runs apart, so that a burst of load
+# of a few seconds (the other test processes' compiles and timings) slows commits that are not
+# neighbours, which the outlier rule leaves out one by one; two slowed neighbours next to the step (c-1
+# and c0 beside two burners: c1's normal run then looked like the outlier) made the range (c0, c16].
+# The store orders the history by ancestry, whatever the order of the runs.
+RUN_ORDER = (1, -2, -4, -1, -3, 0, 16, 20, 17, 21, 18, 22, 19, 23)
 # The store's confirmation rule for this short history: p <= 1e-4, not the default 1e-8 (made for
 # a window of up to 50 commits). Beside two CPU burners a slowed kernel's runs split between two levels
 # (~54 and ~78 us over a ~15 us base: whether a burner shares its core), and over six commits before and
@@ -156,7 +162,7 @@ def bisected(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bisected]:
             wrong = confirmed or [("missing", shas[1], shas[16], 0.0)]
         return wrong + [p for p in points if p[0] != "confirmed" and not (p[1] in later | {shas[16]} and p[2] in later)]
 
-    rerun: list[int] = list(BENCHMARKED)
+    rerun: list[int] = list(RUN_ORDER)
     for attempt in range(8):   # each pass runs the named commits again; a loaded VM took 5 (two burners beside)
         for i in rerun:
             local_run(home, repo, shas[i], root)
@@ -174,12 +180,14 @@ def bisected(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bisected]:
         if not off:
             break
         named = {index[sha] for p in off for sha in p[1:3] if sha in index}
-        rerun = sorted(({0, 1, 16, 17} | named) & set(BENCHMARKED))
-        if sum(p[0] == "confirmed" and p[1:3] == (shas[1], shas[16]) for p in points) < 3:
-            # a series without its point (CI once: a series short of its confirmed point after five passes
-            # running the ends again): a commit's point is the median of its runs' levels, so another run of
-            # every commit outvotes any one slow run wherever it fell
-            rerun = list(BENCHMARKED)
+        # the commits a wrong range names, their neighbours (whose slow runs made it) and the step's ends
+        near = {i + d for i in named | {0, 1, 16, 17} for d in (-1, 0, 1)}
+        rerun = [i for i in RUN_ORDER if i in near]
+        if sum(p[0] == "confirmed" for p in points) < 3:
+            # a series without any confirmed point (CI once: a series short of its confirmed point after
+            # five passes running the ends again): a commit's point is the median of its runs' levels, so
+            # another run of every commit outvotes any one slow run wherever it fell
+            rerun = list(RUN_ORDER)
     with sqlite3.connect(home / "benchfarm.db") as db:
         every = db.execute("SELECT cp.series_id, cp.lifecycle, b.sha, a.sha, cp.magnitude FROM change_points cp "
                            "JOIN commits b ON b.id = cp.before_commit_id JOIN commits a ON a.id = cp.after_commit_id "
