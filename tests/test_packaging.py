@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from dataclasses import dataclass
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
@@ -93,25 +94,43 @@ def _clean_env(**extra: str) -> dict[str, str]:
     return env | extra
 
 
+@dataclass(frozen=True)
+class BuiltWheel:
+    path: Path
+    output: str
+    """pip's verbose output of the build (read for warnings)."""
+
+
 @pytest.fixture(scope="module")
-def role_venv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A virtual environment with only `benchfarm[ROLE]` installed (ROLE: the test's parameter), from
-    a copy of the source (a wheel built and installed, not an editable install: the package's own
-    files, as a host of that role gets them). Its packages come from pip's cache or the configured
-    index."""
-    role = request.param
-    tmp = tmp_path_factory.mktemp(f"{role}-only")
+def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> BuiltWheel:
+    """benchfarm's wheel, built once from a copy of the source (`pip wheel --no-deps`, pip's isolated
+    build): the role venvs install it, as a host of a role gets the package, and its build is checked."""
+    tmp = tmp_path_factory.mktemp("wheel")
     source = tmp / "source"
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     shutil.copytree(ROOT / "pipeline", source / "pipeline", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    venv = tmp / "venv"
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", str(source), "-w",
+                           str(tmp / "dist")], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0 and any(text in proc.stderr for text in UNREACHABLE):
+        pytest.skip(f"the package index is unreachable: {proc.stderr[-300:]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = (tmp / "dist").glob("benchfarm-*.whl")
+    return BuiltWheel(wheel, proc.stdout + proc.stderr)
+
+
+@pytest.fixture(scope="module")
+def role_venv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+              built_wheel: BuiltWheel) -> Path:
+    """A virtual environment with only `benchfarm[ROLE]` installed (ROLE: the test's parameter), from
+    the wheel (not an editable install: the package's own files, as a host of that role gets them).
+    Its packages come from pip's cache or the configured index."""
+    role = request.param
+    venv = tmp_path_factory.mktemp(f"{role}-only") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
-    # --no-compile: the commands below compile what they import; byte-compiling all of triton or scipy
-    # up front was most of the install's time
     proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-compile",
-                           "--disable-pip-version-check", f"{source}[{role}]"],
+                           "--disable-pip-version-check", f"benchfarm[{role}] @ {built_wheel.path.as_uri()}"],
                           capture_output=True, text=True, timeout=1200, env=_clean_env())
     if proc.returncode != 0 and any(text in proc.stderr for text in UNREACHABLE):
         pytest.skip(f"the package index is unreachable: {proc.stderr[-300:]}")
@@ -225,23 +244,12 @@ def test_each_role_extra_brings_what_its_packages_import_and_not_the_others(role
     assert not resolved & set(ROLE_LEAVES_OUT[role]), sorted(resolved & set(ROLE_LEAVES_OUT[role]))
 
 
-def test_the_wheel_builds_without_deprecation_warnings_and_names_its_license(tmp_path: Path) -> None:
+def test_the_wheel_builds_without_deprecation_warnings_and_names_its_license(built_wheel: BuiltWheel) -> None:
     """pip's isolated build with the newest setuptools the index offers: no BuildBackendWarning (the
     `project.license` table form is deprecated), and the metadata carries the SPDX expression."""
-    source = tmp_path / "source"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    shutil.copytree(ROOT / "pipeline", source / "pipeline", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", str(source), "-w",
-                           str(tmp_path / "dist")], capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0 and any(text in proc.stderr for text in UNREACHABLE):
-        pytest.skip(f"the package index is unreachable: {proc.stderr[-300:]}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    output = proc.stdout + proc.stderr
+    output = built_wheel.output
     assert "BuildBackendWarning" not in output and "deprecated" not in output.lower(), \
         [line for line in output.splitlines() if "eprecat" in line or "Warning" in line]
-    (wheel,) = (tmp_path / "dist").glob("benchfarm-*.whl")
-    with zipfile.ZipFile(wheel) as archive:
+    with zipfile.ZipFile(built_wheel.path) as archive:
         metadata = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))).decode()
     assert "License-Expression: Apache-2.0" in metadata.splitlines(), metadata[:1500]
