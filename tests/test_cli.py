@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import requests
 
 from pipeline.build.bundle import ALL_TARGETS
 from pipeline.cli import build_parser
+from tests.helpers.cli_zygote import benchfarm_argv
 from tests.helpers.live_server import free_port
 from tests.helpers.suite_repo import GemmCase, gemm_suite_files, git, make_suite_repo
 
@@ -24,7 +24,7 @@ from tests.helpers.suite_repo import GemmCase, gemm_suite_files, git, make_suite
 def benchfarm(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
     clean.setdefault("BENCHFARM_HOME", str(cwd / ".benchfarm"))
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([*benchfarm_argv(), *args], cwd=cwd, capture_output=True, text=True,
                           timeout=300, env={**clean, **env})
 
 
@@ -39,7 +39,7 @@ def test_serve_listens_where_told_and_keeps_the_access_log_quiet(tmp_path: Path)
     env["BENCHFARM_HOME"] = str(tmp_path / "home")
     log = tmp_path / "serve.log"
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "serve", "--host", "127.0.0.1", "--port",
+        proc = subprocess.Popen([*benchfarm_argv(), "serve", "--host", "127.0.0.1", "--port",
                                  str(port)], cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60

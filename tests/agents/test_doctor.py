@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from pipeline.config import Settings
 from pipeline.service import auth
 from pipeline.service.app import create_app
 from pipeline.results.store.db import session_scope
+from tests.helpers.cli_zygote import benchfarm_argv
 from tests.helpers.live_server import free_port, live_server
 from tests.helpers.stores import open_migrated
 
@@ -36,7 +36,7 @@ def doctor(tmp_path: Path, *args: str, **settings: str) -> subprocess.CompletedP
     empty = tmp_path / "no-tools"
     empty.mkdir(exist_ok=True)   # a PATH with no nvidia-smi and no adb (CI installs adb for the phone tests)
     env.update(BENCHFARM_HOME=str(tmp_path / "host"), PATH=str(empty), COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", "doctor", *args], capture_output=True, text=True,
+    return subprocess.run([*benchfarm_argv(), "doctor", *args], capture_output=True, text=True,
                           env=env, timeout=120, cwd=tmp_path)
 
 

@@ -29,7 +29,6 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from typing import Any
 import pytest
 import requests
 
+from tests.helpers.cli_zygote import benchfarm_argv
 from tests.helpers.farm import Farm, base_env, wait_for
 from tests.helpers.suite_repo import (
     GemmCase,
@@ -103,7 +103,7 @@ def make_repo(root: Path) -> tuple[Path, dict[int, str]]:
 
 def local_run(home: Path, repo: Path, sha: str, cwd: Path) -> None:
     env = {**base_env(home), **HISTORY}
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--unpaired", "--suite", str(repo / "kernels"),
+    proc = subprocess.run([*benchfarm_argv(), "run", "--unpaired", "--suite", str(repo / "kernels"),
                            "--ref", sha],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, f"benchfarm run {sha[:10]} failed:\n{proc.stdout}\n{proc.stderr}"
@@ -111,7 +111,7 @@ def local_run(home: Path, repo: Path, sha: str, cwd: Path) -> None:
 
 def cli(farm: Farm, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**base_env(farm.root / "cli"), "BENCHFARM_API_TOKEN": "bf_test_admin_token"}
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args, "--server", farm.url], cwd=farm.root, env=env,
+    return subprocess.run([*benchfarm_argv(), *args, "--server", farm.url], cwd=farm.root, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
 
 

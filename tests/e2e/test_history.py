@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +21,7 @@ from pipeline.results.analysis import changepoints
 from pipeline.config import Settings
 from pipeline.service.app import create_app
 from pipeline.results.store.db import open_store
+from tests.helpers.cli_zygote import benchfarm_argv
 from tests.helpers.live_server import live_server
 from tests.helpers.stores import database_url  # noqa: F401  (the fixture: SQLite and PostgreSQL)
 from tests.helpers.suite_repo import (
@@ -46,7 +46,7 @@ def benchfarm(tmp_path: Path, url: str, *args: str, cwd: Path | None = None, **e
     """Runs `benchfarm ARGS` on the store at `url`; returns its stdout (a failure fails the test)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
     env.update(BENCHFARM_HOME=str(tmp_path / "home"), BENCHFARM_DATABASE_URL=url, **FAST, **env_extra)
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=cwd or tmp_path, env=env,
+    proc = subprocess.run([*benchfarm_argv(), *args], cwd=cwd or tmp_path, env=env,
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, f"benchfarm {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import pytest
 from pipeline.agents.client import ServiceClient
 from pipeline.agents.upload import DEFAULT_CHUNK_BYTES, chunks, deliver
 from pipeline.config import Settings
+from tests.helpers.cli_zygote import benchfarm_argv
 from tests.helpers.farm import TOKEN, Farm, wait_for
 from tests.helpers.full_suite import SAMPLES_PER_CASE, SUITE_CASES, paired_document, start_paired_job
 from tests.helpers.suite_repo import GemmCase, gemm_suite_files, make_suite_repo
@@ -93,7 +93,7 @@ def test_a_refused_upload_stays_on_the_agent_and_resend_delivers_it(tmp_path: Pa
 
         service.kill(signal.SIGTERM)   # the operator raises the limit back to its default
         farm.service()
-        resend = subprocess.run([sys.executable, "-m", "pipeline.cli", "resend", str(kept), "--server", farm.url,
+        resend = subprocess.run([*benchfarm_argv(), "resend", str(kept), "--server", farm.url,
                                  "--token", TOKEN], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                                 env={**farm_env(tmp_path)})
         assert resend.returncode == 0, resend.stdout + resend.stderr
@@ -104,7 +104,7 @@ def test_a_refused_upload_stays_on_the_agent_and_resend_delivers_it(tmp_path: Pa
                           "ON m.case_result_id = r.id WHERE r.job_id = ?", job_id)
         ns = sorted(r["stats"]["n"] for r in measured)
         assert sorted(n for n, _ in rows) == ns and all(n == count for n, count in rows)
-        again = subprocess.run([sys.executable, "-m", "pipeline.cli", "resend", str(kept), "--server", farm.url,
+        again = subprocess.run([*benchfarm_argv(), "resend", str(kept), "--server", farm.url,
                                 "--token", TOKEN], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                                env={**farm_env(tmp_path)})
         assert again.returncode == 0 and f"0 results stored, {len(CPU_CASES)} already there" in again.stdout, again

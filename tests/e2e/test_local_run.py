@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from pipeline.agents.devices import cpu_device
 from pipeline.config import CompareSettings
 from pipeline.results.store.compare import compare
 from pipeline.results.store.db import open_store, session_scope
+from tests.helpers.cli_zygote import benchfarm_argv
 from tests.helpers.suite_repo import GemmCase, case_id, commit_all, gemm_suite_files, make_suite_repo, write_files
 
 pytestmark = pytest.mark.e2e
@@ -32,7 +32,7 @@ SLOWED = "beta"
 def benchfarm(home: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
     env["BENCHFARM_HOME"] = str(home)
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=cwd, env=env,
+    proc = subprocess.run([*benchfarm_argv(), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"benchfarm {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from pipeline.contracts.ids import buildkite_job_ids
+from tests.helpers.cli_zygote import benchfarm_argv
 from tests.helpers.farm import DEVICE_CLASS, FAST, TOKEN, Farm, base_env
 from tests.helpers.suite_repo import GemmCase, gemm_suite_files, make_suite_repo
 
@@ -27,7 +27,7 @@ def test_run_job_uploads_once_across_retries(tmp_path: Path) -> None:
         env.update(FAST, BENCHFARM_AGENT__SERVER_URL=farm.url, BENCHFARM_AGENT__TOKEN=TOKEN,
                    BENCHFARM_AGENT__DEVICE_CLASSES=json.dumps({"cpu-x86_64": DEVICE_CLASS, "cpu-aarch64": DEVICE_CLASS}),
                    BUILDKITE_BUILD_ID="build-42", BUILDKITE_JOB_ID="job-1", BUILDKITE_RETRY_COUNT="0")
-        cli = [sys.executable, "-m", "pipeline.cli"]
+        cli = benchfarm_argv()
         built = subprocess.run([*cli, "build", "--suite", str(repo / "kernels"), "--out", str(tmp_path / "out"),
                                 "--targets", "llvm-cpu:x86_64"], env=env, cwd=tmp_path, capture_output=True, text=True,
                                timeout=120, check=False)
@@ -76,7 +76,7 @@ def test_run_job_cases_times_only_the_matching_cases(tmp_path: Path) -> None:
         env = base_env(tmp_path / "step")
         env.update(FAST, BENCHFARM_AGENT__SERVER_URL=farm.url, BENCHFARM_AGENT__TOKEN=TOKEN,
                    BENCHFARM_AGENT__DEVICE_CLASSES=json.dumps({"cpu-x86_64": DEVICE_CLASS, "cpu-aarch64": DEVICE_CLASS}))
-        cli = [sys.executable, "-m", "pipeline.cli"]
+        cli = benchfarm_argv()
         built = subprocess.run([*cli, "build", "--suite", str(repo / "kernels"), "--out", str(tmp_path / "out"),
                                 "--targets", "llvm-cpu:x86_64"], env=env, cwd=tmp_path, capture_output=True, text=True,
                                timeout=120, check=False)

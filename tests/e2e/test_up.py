@@ -7,14 +7,15 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
+from tests.helpers.cli_zygote import REAL_BENCHFARM, benchfarm_argv
 from tests.helpers.live_server import free_port
 from tests.helpers.suite_repo import GemmCase, case_id, gemm_suite_files, make_suite_repo
 
@@ -32,7 +33,7 @@ def test_up_serves_a_benchmark_of_head(tmp_path: Path) -> None:
     env.update(BENCHFARM_HOME=str(tmp_path / "home"))
     log_path = tmp_path / "up.log"
     with log_path.open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "up", "--suite", str(repo / "kernels"),
+        proc = subprocess.Popen([*benchfarm_argv(), "up", "--suite", str(repo / "kernels"),
                                  "--host", "127.0.0.2", "--port", str(port)], cwd=tmp_path, env=env, stdout=log,
                                 stderr=subprocess.STDOUT)
     url = f"http://127.0.0.2:{port}"   # --host: not the default 127.0.0.1
@@ -95,7 +96,7 @@ def test_up_names_a_taken_port(tmp_path: Path, command: str) -> None:
         port = taken.getsockname()[1]
         env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
         env.update(BENCHFARM_HOME=str(tmp_path / "home"), BENCHFARM_PORT=str(port))
-        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", command, *(["--no-run"] if command == "up" else [])],
+        proc = subprocess.run([*benchfarm_argv(), command, *(["--no-run"] if command == "up" else [])],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert f"127.0.0.1:{port}" in proc.stderr and "--port" in proc.stderr and "BENCHFARM_PORT" in proc.stderr
@@ -105,16 +106,17 @@ def test_up_names_a_taken_port(tmp_path: Path, command: str) -> None:
 def test_wrong_setting_stops_the_command_with_its_name(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
     env.update(BENCHFARM_PORT="http")
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "run"], cwd=tmp_path, env=env,
+    proc = subprocess.run([*benchfarm_argv(), "run"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "BENCHFARM_PORT" in proc.stderr
 
 
-def _start_up(tmp_path: Path, env: dict[str, str], log_name: str, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+def _start_up(tmp_path: Path, env: dict[str, str], log_name: str, *args: str,
+              command: Sequence[str] = ()) -> tuple[subprocess.Popen[bytes], Path]:
     log_path = tmp_path / log_name
     with log_path.open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "up", *args], cwd=tmp_path, env=env,
+        proc = subprocess.Popen([*(command or benchfarm_argv()), "up", *args], cwd=tmp_path, env=env,
                                 stdout=log, stderr=subprocess.STDOUT)
     return proc, log_path
 
@@ -200,11 +202,12 @@ def test_a_second_up_on_the_same_folder_is_refused_naming_the_first(tmp_path: Pa
         return held and requests.get(f"http://127.0.0.1:{port}/api/v1/runs", timeout=5).status_code == 200
 
     port = free_port()
+    # the lock names the process's pid: the real entry point (a zygote's fork has a pid of its own)
     first, first_log = _start_up(tmp_path, env | {"BENCHFARM_PORT": str(port)}, "up-1.log", "--no-run",
-                                 "--suite", str(repo / "kernels"))
+                                 "--suite", str(repo / "kernels"), command=REAL_BENCHFARM)
     try:
         _wait_for(first, first_log, lambda: serving(first, port), "first up serving", 120)
-        second = subprocess.run([sys.executable, "-m", "pipeline.cli", "up", "--no-run", "--suite",
+        second = subprocess.run([*benchfarm_argv(), "up", "--no-run", "--suite",
                                  str(repo / "kernels")], cwd=tmp_path, env=env | {"BENCHFARM_PORT": str(free_port())},
                                 capture_output=True, text=True, timeout=60)
         assert second.returncode == 1, second.stdout + second.stderr
@@ -220,7 +223,7 @@ def test_a_second_up_on_the_same_folder_is_refused_naming_the_first(tmp_path: Pa
     lock.write_text(f"{dead.pid}\n")   # as a process killed outright leaves it
     port = free_port()
     third, third_log = _start_up(tmp_path, env | {"BENCHFARM_PORT": str(port)}, "up-3.log", "--no-run",
-                                 "--suite", str(repo / "kernels"))
+                                 "--suite", str(repo / "kernels"), command=REAL_BENCHFARM)
     try:
         _wait_for(third, third_log, lambda: serving(third, port), "up serving over a dead process's lock", 120)
     finally:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from pipeline.results.store.db import open_store, session_scope
 from pipeline.results.store.models import Commit, Run
+from tests.helpers.cli_zygote import benchfarm_argv
 from tests.helpers.suite_repo import GemmCase, case_id, gemm_suite_files, git, make_suite_repo, write_files
 
 pytestmark = pytest.mark.e2e
@@ -28,7 +28,7 @@ FAST = {"BENCHFARM_MEASUREMENT__WARMUP_S": "0", "BENCHFARM_MEASUREMENT__MIN_TIME
 def benchfarm(home: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
     env.update(BENCHFARM_HOME=str(home), **FAST)
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([*benchfarm_argv(), *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=600)
 
 

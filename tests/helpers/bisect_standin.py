@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
+from pipeline.config import AnalysisSettings
 from pipeline.config import Settings
 from pipeline.contracts import DeviceClass, DeviceInfo
 from pipeline.orchestration.dispatch import bisect
@@ -66,7 +67,8 @@ class StandInFarm:
                           else f.failed(self.case, "error", target=self.target))
                 ingest.ingest_result(s, document=f.result_document(
                     run_id=claimed.run_id, job_id=claimed.job_id, commit_sha=claimed.commit, results=[result],
-                    device_class=self.device_class, repository=self.repository, uid=self.uid))
+                    device_class=self.device_class, repository=self.repository, uid=self.uid),
+                    analysis=AnalysisSettings())
                 queue.complete_job(s, job_id=claimed.job_id, agent_name=self.agent)
                 ran += 1
                 self.jobs += 1

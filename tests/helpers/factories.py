@@ -10,6 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from pipeline.config import AnalysisSettings
 from pipeline.results.analysis.stats import summarize
 from pipeline.contracts import (
     BundleEntry,
@@ -158,7 +159,8 @@ def run_and_upload(session: Session, label: str | int, results: Sequence[CaseRes
                             device_classes=[device_class])
     job_id = run.jobs[0].id
     ingest.ingest_result(session, document=result_document(
-        run_id=run.id, job_id=job_id, commit_sha=sha(label), results=results, device_class=device_class))
+        run_id=run.id, job_id=job_id, commit_sha=sha(label), results=results, device_class=device_class),
+        analysis=AnalysisSettings())
     return run.id, job_id
 
 
@@ -184,7 +186,7 @@ def upload(session: Session, label: str | int, results: Sequence[CaseResult], *,
     document = result_document(run_id=run.id, job_id=job_id, commit_sha=sha(label), results=results,
                                device_class=device_class)
     if analysis == "default":
-        ingest.ingest_result(session, document=document)
+        ingest.ingest_result(session, document=document, analysis=AnalysisSettings())
     else:
         ingest.ingest_result(session, document=document, analysis=analysis)
     return run.id, job_id

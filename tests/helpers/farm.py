@@ -8,7 +8,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from typing import Any
 
 import requests
 
+from tests.helpers.cli_zygote import REAL_BENCHFARM, benchfarm_argv
 from tests.helpers.live_server import free_port
 
 TOKEN = "bf_test_admin_token"
@@ -60,8 +60,10 @@ class Proc:
 
     def start(self) -> Proc:
         with self.log.open("a") as out:
-            self.proc = subprocess.Popen([*self.prefix, sys.executable, "-m", "pipeline.cli", *self.argv], cwd=self.cwd,
-                                         env=self.env, stdout=out, stderr=subprocess.STDOUT)
+            # another network namespace (a prefix) needs a process started there: the zygote's fork is not
+            command = [*self.prefix, *REAL_BENCHFARM] if self.prefix else benchfarm_argv()
+            self.proc = subprocess.Popen([*command, *self.argv], cwd=self.cwd, env=self.env, stdout=out,
+                                         stderr=subprocess.STDOUT)
         return self
 
     def alive(self) -> bool:

@@ -29,6 +29,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from pipeline.agents.devices import LocalDevice
+from pipeline.config import AnalysisSettings
 from pipeline.contracts import BundleManifest, ResultDocument
 from pipeline.results.store.db import make_engine, migrate, open_store, session_scope
 from tests.helpers import factories as f
@@ -273,4 +274,4 @@ def store_local_run(engine: Engine, suite: Path, document: ResultDocument, devic
         ingest.ingest_manifest(session, manifest=manifest, path=str(bundle_dir), bundle_dir=Path(bundle_dir))
         document = document.model_copy(update={"run_id": run.id, "job_id": run.jobs[0].id})
     with session_scope(engine) as session:
-        ingest.ingest_result(session, document=document)
+        ingest.ingest_result(session, document=document, analysis=AnalysisSettings())

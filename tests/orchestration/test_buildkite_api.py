@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -31,6 +30,7 @@ from pipeline.orchestration.buildkite_api import (
     configured,
     create_build,
 )
+from tests.helpers.cli_zygote import benchfarm_argv
 from tests.helpers.farm import wait_for
 from tests.helpers.github_webhooks import (
     SECRET,
@@ -244,7 +244,7 @@ def test_benchfarm_trigger_creates_a_buildkite_build_of_the_run(buildkite: Build
                         dispatch=DispatchSettings(suite_path=str(repo / "kernels")))
     env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
     with _service(settings) as url:
-        done = subprocess.run([sys.executable, "-m", "pipeline.cli", "trigger", "--ref", "HEAD", "--device-class",
+        done = subprocess.run([*benchfarm_argv(), "trigger", "--ref", "HEAD", "--device-class",
                                "nvidia-h100-sxm,cpu-x86_64", "--cases", "gemm/*", "--server", url, "--token", ADMIN],
                               env={**env, "BENCHFARM_HOME": str(tmp_path / "cli")}, capture_output=True, text=True,
                               timeout=120, check=False)

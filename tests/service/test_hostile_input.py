@@ -24,6 +24,7 @@ import requests
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
+from pipeline.config import AnalysisSettings
 from pipeline.config import GitHubSettings, Settings
 from pipeline.contracts import DeviceClass, DeviceInfo
 from pipeline.service import auth, users
@@ -91,7 +92,7 @@ def farm(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
             with session_scope(engine) as s:
                 done = f.result_document(run_id=s.get(Job, jobs["D"][0]).run_id, job_id=jobs["D"][0],
                                          commit_sha=f.sha(3), results=[f.ok(f.GEMM, f.series_samples(1e-3))])
-                ingest.ingest_result(s, document=done)
+                ingest.ingest_result(s, document=done, analysis=AnalysisSettings())
                 queue.complete_job(s, job_id=jobs["D"][0], agent_name="agent-1")
                 commits = {c.sha: c for c in s.scalars(sa.select(Commit))}
                 s.add(ChangePoint(series_id=s.scalar(sa.select(Series.id)), before_commit_id=commits[f.sha(2)].id,

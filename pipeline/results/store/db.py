@@ -109,10 +109,10 @@ def migration_connection(engine: Engine) -> Iterator[Connection]:
             with connection.begin():
                 if connection.dialect.name == "postgresql":
                     connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
-                before = _sqlite_revision(connection) if sqlite else None
+                before = _stored_revision(connection) if sqlite else None
                 yield connection
                 # the check reads every referencing row: only after a migration ran, not at every start
-                if sqlite and _sqlite_revision(connection) != before:
+                if sqlite and _stored_revision(connection) != before:
                     dangling = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
                     if dangling:
                         tables = sorted({str(row[0]) for row in dangling})
@@ -126,11 +126,11 @@ def migration_connection(engine: Engine) -> Iterator[Connection]:
                     connection.invalidate()  # never back into the pool without its foreign keys
 
 
-def _sqlite_revision(connection: Connection) -> str | None:
-    if not connection.exec_driver_sql(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'").first():
+def _stored_revision(connection: Connection) -> str | None:
+    """The revision the store is at (comma-joined where it holds several heads; None: never migrated)."""
+    if not inspect(connection).has_table("alembic_version"):
         return None
-    return connection.exec_driver_sql("SELECT group_concat(version_num) FROM alembic_version").scalar()
+    return ",".join(connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalars()) or None
 
 
 _REVISION = re.compile(r'^(revision|down_revision)\b[^=\n]*=\s*(?:None|"([^"]*)")', re.MULTILINE)
@@ -156,9 +156,7 @@ def _at_head(engine: Engine) -> bool:
     if head is None:
         return False
     with engine.connect() as connection:
-        if not inspect(connection).has_table("alembic_version"):
-            return False
-        return list(connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalars()) == [head]
+        return _stored_revision(connection) == head
 
 
 def migrate(engine: Engine, revision: str = "head") -> None:

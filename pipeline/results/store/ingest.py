@@ -530,11 +530,8 @@ def _counter_rows(session: Session, ok: Sequence[tuple[int, CaseResult]], case_i
     return rows
 
 
-DEFAULT_ANALYSIS = AnalysisSettings()
-
-
 def ingest_result(
-    session: Session, *, document: ResultDocument, analysis: AnalysisSettings | None = DEFAULT_ANALYSIS
+    session: Session, *, document: ResultDocument, analysis: AnalysisSettings | None
 ) -> IngestSummary:
     """Store what an agent measured for one job; idempotent on (job, case, target).
 

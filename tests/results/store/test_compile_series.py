@@ -10,7 +10,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from pipeline.build.bundle import build_bundle
+from pipeline.config import AnalysisSettings
 from pipeline.build.suite_loader import commit_history, locate_suite, resolve_commit
 from pipeline.config import Settings
 from pipeline.contracts.ids import DeviceClass
@@ -27,6 +27,7 @@ from pipeline.contracts.manifest import BundleManifest
 from pipeline.results.store import compile_stats, ingest
 from pipeline.service.app import create_app
 from pipeline.results.store.db import session_scope
+from tests.helpers.cli_zygote import benchfarm_argv
 from tests.helpers.live_server import live_server
 from tests.helpers.suite_repo import GemmCase, case_id, commit_all, gemm_suite_files, make_suite_repo, write_files
 from tests.helpers.triton_suite import TritonCase, triton_case_id, triton_suite_files
@@ -130,21 +131,21 @@ def test_benchfarm_compare_lists_compile_changes_apart_from_the_verdict(
     engine.dispose()
     env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")}
     env.update(BENCHFARM_HOME=str(home))
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "compare", first.commit, second.commit,
+    proc = subprocess.run([*benchfarm_argv(), "compare", first.commit, second.commit,
                            "--repository", first.repository, "--device-classes", "cpu-x86_64", "--format", "json"],
                           capture_output=True, text=True, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     document = json.loads(proc.stdout)
     assert [(c["target"], c["metric"]) for c in document["compile"]["changes"]] == [("llvm-cpu:x86_64", "binary_size")]
     assert document["verdict"] != "regressed"
-    markdown = subprocess.run([sys.executable, "-m", "pipeline.cli", "compare", first.commit, second.commit,
+    markdown = subprocess.run([*benchfarm_argv(), "compare", first.commit, second.commit,
                                "--repository", first.repository, "--device-classes", "cpu-x86_64",
                                "--format", "markdown"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert markdown.returncode == 0, markdown.stderr
     assert "**Compile:** 1 case changed binary size (not part of the verdict)" in markdown.stdout, markdown.stdout
     assert r"| gemm/alpha/16x32x64/f32/iree | llvm\-cpu\:x86\_64 | binary\_size |" in markdown.stdout, markdown.stdout
     # no device class at all (nothing ran either commit): the compile comparison alone, no error
-    table = subprocess.run([sys.executable, "-m", "pipeline.cli", "compare", first.commit, second.commit,
+    table = subprocess.run([*benchfarm_argv(), "compare", first.commit, second.commit,
                             "--repository", first.repository], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert table.returncode == 0, table.stderr
     assert "compile statistics: 1 case changed binary size" in " ".join(table.stdout.split()), table.stdout
@@ -271,7 +272,8 @@ def test_compile_changes_sit_beside_a_similar_latency_verdict_and_leave_the_chec
             ingest.ingest_result(session, document=f.result_document(
                 run_id=run.id, job_id=run.jobs[0].id, commit_sha=manifest.commit, repository=manifest.repository,
                 device_class=GPU_CLASS.name, uid="GPU-0",
-                results=[f.ok(case, f.series_samples(2e-5, n=40), target="cuda:sm_90", rounds=[10] * 4)]))
+                results=[f.ok(case, f.series_samples(2e-5, n=40), target="cuda:sm_90", rounds=[10] * 4)]),
+                analysis=AnalysisSettings())
     with session_scope(engine) as session:
         report = report_for_commit(session, settings=settings, repository=first.repository, sha=second.commit,
                                    pr=3, base_sha=first.commit)

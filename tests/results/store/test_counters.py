@@ -9,6 +9,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
+from pipeline.config import AnalysisSettings
 from pipeline.config import CompareSettings
 from pipeline.contracts import CaseResult
 from pipeline.contracts.counters import COUNTERS_KEY, HardwareCounters
@@ -95,7 +96,7 @@ def test_an_upload_retried_adds_no_counter(seeded: Engine) -> None:
         run_id, job_id = f.run_and_upload(s, 0, [_with(f.ok(f.GEMM, f.series_samples(1e-3)), BASE_COUNTS)])
         again = f.result_document(run_id=run_id, job_id=job_id, commit_sha=f.sha(0),
                                   results=[_with(f.ok(f.GEMM, f.series_samples(1e-3)), BASE_COUNTS)])
-        assert ingest.ingest_result(s, document=again).duplicates == 1
+        assert ingest.ingest_result(s, document=again, analysis=AnalysisSettings()).duplicates == 1
         assert s.scalar(sa.select(sa.func.count()).select_from(CounterValue)) == len(BASE_COUNTS)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
+from pipeline.config import AnalysisSettings
 from pipeline.contracts import ContractError, parse_manifest, parse_result
 from pipeline.results.store import ingest
 from pipeline.results.store.db import session_scope
@@ -63,7 +64,8 @@ def test_invalid_result_documents_are_refused_with_the_field(seeded: Engine, pat
 
 def test_a_parsed_raw_document_is_stored(seeded: Engine) -> None:
     with session_scope(seeded) as s:
-        assert ingest.ingest_result(s, document=parse_result(_valid_result(seeded))).samples == 5
+        summary = ingest.ingest_result(s, document=parse_result(_valid_result(seeded)), analysis=AnalysisSettings())
+        assert summary.samples == 5
         assert f.sample_count(s) == 5
 
 

@@ -6,6 +6,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
+from pipeline.config import AnalysisSettings
 from pipeline.contracts.arrays import from_blob
 from pipeline.results.store import ingest
 from pipeline.results.store.db import session_scope
@@ -157,7 +158,7 @@ def test_valid_document_is_stored_with_every_sample(seeded: Engine) -> None:
     doc = f.result_document(run_id=run_id, job_id=job_id, commit_sha=f.sha(1), results=[
         f.ok(f.GEMM, samples, clocks=clocks), f.failed(f.CONV, "wrong")])
     with session_scope(seeded) as s:
-        summary = ingest.ingest_result(s, document=doc)
+        summary = ingest.ingest_result(s, document=doc, analysis=AnalysisSettings())
     assert (summary.stored, summary.duplicates, summary.samples) == (2, 0, 7)
     with session_scope(seeded) as s:
         results = {r.status: r for r in s.scalars(sa.select(CaseResultRow))}
@@ -183,12 +184,12 @@ def test_duplicate_upload_is_an_idempotent_success(seeded: Engine) -> None:
     both = f.result_document(run_id=run_id, job_id=job_id, commit_sha=f.sha(1),
                              results=[f.ok(f.GEMM, f.series_samples(2e-3)), f.ok(f.CONV, f.series_samples(1e-3, n=4))])
     with session_scope(seeded) as s:
-        assert ingest.ingest_result(s, document=first).stored == 1
+        assert ingest.ingest_result(s, document=first, analysis=AnalysisSettings()).stored == 1
     with session_scope(seeded) as s:
-        summary = ingest.ingest_result(s, document=first)
+        summary = ingest.ingest_result(s, document=first, analysis=AnalysisSettings())
     assert (summary.stored, summary.duplicates, summary.samples) == (0, 1, 0)
     with session_scope(seeded) as s:
-        summary = ingest.ingest_result(s, document=both)
+        summary = ingest.ingest_result(s, document=both, analysis=AnalysisSettings())
     assert (summary.stored, summary.duplicates, summary.samples) == (1, 1, 4)
     with session_scope(seeded) as s:
         counts = f.row_counts(s)
@@ -203,7 +204,8 @@ def test_a_second_job_of_the_same_commit_adds_a_measurement(seeded: Engine) -> N
         run_id, (job_id,) = _run(seeded)
         with session_scope(seeded) as s:
             ingest.ingest_result(s, document=f.result_document(
-                run_id=run_id, job_id=job_id, commit_sha=f.sha(1), results=[f.ok(f.GEMM, f.series_samples(1e-3))]))
+                run_id=run_id, job_id=job_id, commit_sha=f.sha(1), results=[f.ok(f.GEMM, f.series_samples(1e-3))]),
+                analysis=AnalysisSettings())
     with session_scope(seeded) as s:
         assert f.row_counts(s)["measurements"] == 2 and f.row_counts(s)["series"] == 1
 
@@ -221,7 +223,8 @@ def test_refused_document_leaves_the_store_exactly_as_it_was(seeded: Engine, pro
     # something already stored, so "unchanged" is checked against a non-empty store
     with session_scope(seeded) as s:
         ingest.ingest_result(s, document=f.result_document(
-            run_id=run_id, job_id=job_id, commit_sha=f.sha(1), results=[f.ok(f.CONV, f.series_samples(1e-3))]))
+            run_id=run_id, job_id=job_id, commit_sha=f.sha(1), results=[f.ok(f.CONV, f.series_samples(1e-3))]),
+            analysis=AnalysisSettings())
     results = [f.ok(f.GEMM, f.series_samples(1e-3))]
     kwargs = dict(run_id=run_id, job_id=job_id, commit_sha=f.sha(1))
     if problem == "unknown case":
@@ -238,7 +241,7 @@ def test_refused_document_leaves_the_store_exactly_as_it_was(seeded: Engine, pro
     with session_scope(seeded) as s:
         before, counts_before = f.snapshot(s), f.row_counts(s)
     with pytest.raises(IngestError, match=message), session_scope(seeded) as s:
-        ingest.ingest_result(s, document=document)
+        ingest.ingest_result(s, document=document, analysis=AnalysisSettings())
     with session_scope(seeded) as s:
         assert f.row_counts(s) == counts_before
         assert f.snapshot(s) == before
@@ -251,7 +254,8 @@ def test_failure_after_writes_rolls_everything_back(seeded: Engine) -> None:
         before = f.snapshot(s)
     with pytest.raises(RuntimeError), session_scope(seeded) as s:
         summary = ingest.ingest_result(s, document=f.result_document(
-            run_id=run_id, job_id=job_id, commit_sha=f.sha(1), results=[f.ok(f.GEMM, f.series_samples(1e-3))]))
+            run_id=run_id, job_id=job_id, commit_sha=f.sha(1), results=[f.ok(f.GEMM, f.series_samples(1e-3))]),
+            analysis=AnalysisSettings())
         assert summary.samples == 10 and f.sample_count(s) == 10
         raise RuntimeError("the caller's next step failed")
     with session_scope(seeded) as s:
@@ -268,7 +272,7 @@ def test_the_environment_of_each_result_and_of_the_job_is_kept(seeded: Engine) -
                             results=[paired, f.failed(f.CONV, "wrong")]).model_copy(
         update={"environment": {"host": "bench-1", "checks_run": "2"}})
     with session_scope(seeded) as s:
-        ingest.ingest_result(s, document=doc)
+        ingest.ingest_result(s, document=doc, analysis=AnalysisSettings())
     with session_scope(seeded) as s:
         found = job_results(s, job_id)
         assert found is not None and found.environment == {"host": "bench-1", "checks_run": "2"}

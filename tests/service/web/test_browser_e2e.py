@@ -16,7 +16,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -31,6 +30,7 @@ from sqlalchemy import Engine
 from pipeline.config import Settings
 from pipeline.service.app import create_app
 from pipeline.results.store.db import open_store
+from tests.helpers.cli_zygote import benchfarm_argv
 from tests.helpers.farm import FAST
 from tests.helpers.live_server import free_port, live_server
 from tests.helpers.suite_repo import (
@@ -632,13 +632,13 @@ def embedded(tmp_path: Path) -> Iterator[str]:
     env.update(FAST, BENCHFARM_HOME=str(tmp_path / "home"), BENCHFARM_PORT=str(free_port()),
                BENCHFARM_DISPATCH__CLAIM_WAIT_S="1", BENCHFARM_DISPATCH__CLAIM_POLL_S="0.1",
                BENCHFARM_AGENT__HEARTBEAT_S="1", BENCHFARM_BUILD_WORKERS="2", BENCHFARM_LOG_LEVEL="INFO")
-    made = subprocess.run([sys.executable, "-m", "pipeline.cli", "user", "create", "--name", "ada", "--password-stdin"],
+    made = subprocess.run([*benchfarm_argv(), "user", "create", "--name", "ada", "--password-stdin"],
                           input="correct horse\n", env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
                           check=False)
     assert made.returncode == 0, made.stderr
     log_path = tmp_path / "up.log"
     with log_path.open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "up", "--no-run", "--suite", str(repo / "kernels")],
+        proc = subprocess.Popen([*benchfarm_argv(), "up", "--no-run", "--suite", str(repo / "kernels")],
                                 cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{env['BENCHFARM_PORT']}"
     try:

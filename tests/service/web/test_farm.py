@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import requests
@@ -19,6 +18,8 @@ from pipeline.results.store.db import open_store, session_scope
 from . import demo_store
 from .conftest import Service
 from .test_pages import _csrf, _sign_in
+
+from tests.helpers.cli_zygote import benchfarm_argv
 
 
 def _text(html: str) -> str:
@@ -130,7 +131,7 @@ def test_user_create_cli_makes_a_user_who_signs_in(tmp_path: Path) -> None:
     env["BENCHFARM_HOME"] = str(tmp_path)
 
     def create(name: str, password: str, *flags: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "pipeline.cli", "user", "create", "--name", name,
+        return subprocess.run([*benchfarm_argv(), "user", "create", "--name", name,
                                "--password-stdin", *flags], input=password + "\n", env=env, cwd=tmp_path,
                               capture_output=True, text=True, timeout=60, check=False)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
+from pipeline.config import AnalysisSettings
 from pipeline.config import Settings
 from pipeline.service.web.verdicts import (
     NEWEST_RUNS,
@@ -89,7 +90,8 @@ def test_the_warmer_keeps_the_comparison_of_each_job_that_ends(seeded: Engine, t
                                 device_classes=[f.DEVICE_CLASS])
         job_id = run.jobs[0].id
         ingest.ingest_result(s, document=f.result_document(
-            run_id=run.id, job_id=job_id, commit_sha=f.sha(3), results=[f.ok(f.GEMM, f.series_samples(1.2e-3))]))
+            run_id=run.id, job_id=job_id, commit_sha=f.sha(3), results=[f.ok(f.GEMM, f.series_samples(1.2e-3))]),
+            analysis=AnalysisSettings())
     assert not warmer.step()  # results stored, the job not ended yet
     with session_scope(seeded) as s:
         ingest.set_job_status(s, job_id=job_id, status="done", agent="agent-1")
