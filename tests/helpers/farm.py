@@ -133,7 +133,9 @@ class Farm:
         """`benchfarm builder` beside a service started with BENCHFARM_DISPATCH__BUILDER=false: the same
         store and home (the service serves the bundles it writes), as the compose file runs them."""
         env = base_env(self.root / "service")
-        env.update(BENCHFARM_BUILD_WORKERS="2", **self.host_lock)
+        # the service's lease: a builder renews its build every lease_s / 4 of its own settings, and the service
+        # requeues a build silent for its lease_s (with the default 60 s here, every build was requeued after 3 s)
+        env.update(BENCHFARM_BUILD_WORKERS="2", BENCHFARM_DISPATCH__LEASE_S=str(self.lease_s), **self.host_lock)
         if self.database_url:
             env["BENCHFARM_DATABASE_URL"] = self.database_url
         env.update(extra_env or {})
