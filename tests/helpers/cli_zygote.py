@@ -160,13 +160,11 @@ def _flush() -> None:
 
 def _finish() -> None:
     """What the interpreter does at exit: join non-daemon threads, run atexit handlers, flush."""
-    import atexit as _atexit
-
     try:
         threading._shutdown()  # type: ignore[attr-defined]
     except BaseException:  # noqa: BLE001
         traceback.print_exc()
-    _atexit._run_exitfuncs()
+    atexit._run_exitfuncs()
     _flush()
 
 
