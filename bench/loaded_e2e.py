@@ -44,7 +44,7 @@ def run_once(burners: int, processes: int, extra: list[str]) -> dict[str, object
     spinners = [multiprocessing.Process(target=_burn, daemon=True) for _ in range(burners)]
     for spinner in spinners:
         spinner.start()
-    parallel = ["-n", str(processes), "--dist", "loadfile"] if processes > 1 else []
+    parallel = ["-n", str(processes), "--dist", "loadfile", "--no-loadscope-reorder"] if processes > 1 else []
     # as `infra/local.sh test` runs pytest: bytecode written, where the host sets PYTHONDONTWRITEBYTECODE
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     start = time.monotonic()

@@ -116,7 +116,8 @@ case "$mode" in
     cores="$(nproc)"
     processes="${TEST_PROCESSES:-$(( cores < 2 ? 1 : (cores + 1 > 4 ? 4 : cores + 1) ))}"
     parallel=()
-    [ "$processes" -gt 1 ] && parallel=(-n "$processes" --dist loadfile)
+    # --no-loadscope-reorder: files in the order tests/conftest.py gives (longest first), not by test count
+    [ "$processes" -gt 1 ] && parallel=(-n "$processes" --dist loadfile --no-loadscope-reorder)
     # The tests start hundreds of Python processes (benchfarm commands, servers, agents, the packaging
     # test's venvs): where the host sets PYTHONDONTWRITEBYTECODE (our development machines do), each of them
     # would compile every module it imports from source again (~0.4 s a command). Bytecode is written here.

@@ -7,8 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-LONGEST = ("tests/e2e/test_bisect.py", "tests/test_packaging.py", "tests/e2e/test_faults.py", "tests/e2e/test_history.py")
-"""Files of a minute or more (CI's --durations), longest first."""
+LONGEST = ("tests/test_packaging.py", "tests/service/test_api_schemathesis.py",
+           "tests/results/store/test_incremental_analysis.py", "tests/e2e/test_faults.py",
+           "tests/results/store/test_analysis.py", "tests/e2e/test_history.py", "tests/e2e/test_interrupt.py",
+           "tests/service/web/test_pages.py", "tests/test_bench.py", "tests/e2e/test_bisect.py",
+           "tests/service/web/test_browser_e2e.py")
+"""Files of two minutes or more in one test process of four (2026-11-28, this 2-core VM), longest first.
+pytest-xdist sends them in this order only with `--no-loadscope-reorder` (infra/local.sh passes it);
+by default it sends the files with the most tests first."""
 
 
 def _rank(item: pytest.Item) -> int:
@@ -21,4 +27,9 @@ def _rank(item: pytest.Item) -> int:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # pytest-xdist schedules by test id: tests sharing one id run once for all of them, silently
+    seen: set[str] = set()
+    twice = sorted({item.nodeid for item in items if item.nodeid in seen or seen.add(item.nodeid)})
+    if twice:
+        raise pytest.UsageError(f"{len(twice)} test ids are collected more than once (each must be unique): {twice[:5]}")
     items.sort(key=_rank)

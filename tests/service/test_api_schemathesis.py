@@ -103,12 +103,14 @@ def _served(dialect: str, home: Path) -> Iterator[Api]:
             engine.dispose()
 
 
-@pytest.fixture(scope="module")
-def apis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Api]]:
+# A parameter (one value) gives each operation's test its own id: schemathesis names an unparametrized
+# test after the function alone on pytest 9, and pytest-xdist then runs one test for all 47 operations.
+@pytest.fixture(scope="module", params=[STORES], ids=["+".join(STORES)])
+def apis(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Api]]:
     """One service per store, both answering every generated case (the cases are generated once)."""
     with ExitStack() as stack:
         yield [stack.enter_context(_served(dialect, tmp_path_factory.mktemp(f"schemathesis-{dialect}")))
-               for dialect in STORES]
+               for dialect in request.param]
 
 
 def _schema() -> Any:
