@@ -89,7 +89,7 @@ def _standing(s: Session, series_id: int, ids: list[int]) -> set[int]:
         sa.select(ChangePoint).where(ChangePoint.series_id == series_id, ChangePoint.lifecycle != "retracted"))}
 
 
-def test_uploads_analysed_from_the_tail_store_what_the_batch_analysis_of_the_whole_history_reports(
+def uploads_analysed_from_the_tail_store_what_the_batch_analysis_of_the_whole_history_reports(
         long_history: Engine) -> None:
     with session_scope(long_history) as s:
         series_id, ids, values = _whole_history(s)
@@ -105,7 +105,7 @@ def test_uploads_analysed_from_the_tail_store_what_the_batch_analysis_of_the_who
         assert f.snapshot(s)["change_points"] == before
 
 
-def test_an_older_commit_measured_again_rebuilds_the_tail_and_the_points_follow(long_history: Engine) -> None:
+def an_older_commit_measured_again_rebuilds_the_tail_and_the_points_follow(long_history: Engine) -> None:
     with session_scope(long_history) as s:   # two more runs of main-100, a level of its own: now an outlier
         upload(s, 100, 2e-3)
     with session_scope(long_history) as s:
@@ -124,8 +124,8 @@ def test_an_older_commit_measured_again_rebuilds_the_tail_and_the_points_follow(
         assert _standing(s, series_id, ids) == _batch(values)
 
 
-def test_a_series_analysed_by_another_process_or_none_is_read_whole(long_history: Engine,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def a_series_analysed_by_another_process_or_none_is_read_whole(long_history: Engine,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     with session_scope(long_history) as s:   # another process analysed it since: its state is not ours
         s.execute(sa.update(Series).values(analyzed_at=None))
         upload(s, LENGTH - 1, 1.5e-3)
@@ -137,3 +137,11 @@ def test_a_series_analysed_by_another_process_or_none_is_read_whole(long_history
         assert values[-1] == pytest.approx(1.5e-3, rel=0.01)
         assert list(_tail(s, series_id).history.values) == values[-_tail(s, series_id).history.values.size:]
         assert _standing(s, series_id, ids) == _batch(values)
+
+
+def test_the_tail_analysis_stores_the_batch_analysis_as_reruns_and_other_processes_change_the_history(
+        long_history: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The three stages in this order on one history (built once: ~15 s), each adding runs to it."""
+    uploads_analysed_from_the_tail_store_what_the_batch_analysis_of_the_whole_history_reports(long_history)
+    an_older_commit_measured_again_rebuilds_the_tail_and_the_points_follow(long_history)
+    a_series_analysed_by_another_process_or_none_is_read_whole(long_history, monkeypatch)
