@@ -10,6 +10,7 @@ a fresh migration leaves. The migration tests themselves start from `blank_engin
 from __future__ import annotations
 
 import atexit
+import copy
 import os
 import queue
 import shutil
@@ -17,9 +18,10 @@ import sys
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -34,6 +36,7 @@ from pipeline.contracts import BundleManifest, ResultDocument
 from pipeline.results.store.db import make_engine, migrate, open_store, session_scope
 from tests.helpers import factories as f
 
+T = TypeVar("T")
 POSTGRES_ADMIN_URL = os.environ.get("BENCHFARM_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test")
 
 
@@ -179,6 +182,60 @@ def open_migrated(url: str) -> Engine:
     if Path(parsed.database).exists():
         return open_store(url)
     return make_engine(migrated_sqlite(Path(parsed.database)))
+
+
+class _Built:
+    """Stores that a function fills once per process (a demo store, a long history), on top of the
+    migrated template, then copied per test as the template is; removed when the process exits."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._built: dict[tuple[str, str], tuple[str, Any]] = {}
+
+    def template(self, store: str, key: str, build: Callable[[Engine], T]) -> tuple[str, T]:
+        """(SQLite file or PostgreSQL database name, what `build` returned) of `key`'s store."""
+        with self._lock:
+            if (store, key) not in self._built:
+                if store == "sqlite":
+                    folder = Path(tempfile.mkdtemp(prefix="benchfarm-built-"))
+                    atexit.register(shutil.rmtree, folder, True)
+                    template, url = str(folder / "benchfarm.db"), migrated_sqlite(folder / "benchfarm.db")
+                else:
+                    template = f"benchfarm_built_{uuid.uuid4().hex[:16]}"
+                    with _admin() as admin:
+                        admin.execute(f'CREATE DATABASE "{template}" TEMPLATE "{_TEMPLATES.postgres()}"')
+                    atexit.register(_drop_template, template)
+                    url = _postgres_url(template)
+                engine = make_engine(url)
+                try:
+                    value = build(engine)
+                    if store == "sqlite":
+                        with engine.connect() as connection:   # the WAL folded into the file, as for the template
+                            connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+                finally:
+                    engine.dispose()   # a template database must have no connections when it is copied
+                self._built[(store, key)] = (template, value)
+            return self._built[(store, key)]
+
+
+_BUILT = _Built()
+
+
+@contextmanager
+def built_database(store: str, folder: Path, key: str, build: Callable[[Engine], T]) -> Iterator[tuple[str, T]]:
+    """(URL, what `build` returned) of a copy of the store `build` filled, once per process and `key`,
+    on a migrated one: for fixtures that fill the same store for many tests. The returned value is a
+    deep copy per test. Process-wide caches keyed by a store's URL (the analysis' tails) see a copy
+    as a store no process analysed yet."""
+    template, value = _BUILT.template(store, key, build)
+    if store == "sqlite":
+        path = folder / "nested" / "benchfarm.db"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(template, path)
+        yield f"sqlite:///{path}", copy.deepcopy(value)
+        return
+    with _postgres_database(template) as url:
+        yield url, copy.deepcopy(value)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
