@@ -47,8 +47,7 @@ def upload_main(s: Session, i: int, analysis_settings: object = "default") -> No
              analysis=analysis_settings)
 
 
-@pytest.fixture
-def stepped(seeded: Engine) -> Engine:
+def build_stepped(seeded: Engine) -> Engine:
     """GEMM on cpu-x86-64 along main-0..main-59 (0.4% noise), +20% at main-20 and back at main-40,
     each commit uploaded (and so analysed incrementally) as it arrives."""
     with session_scope(seeded) as s:
@@ -57,6 +56,12 @@ def stepped(seeded: Engine) -> Engine:
         with session_scope(seeded) as s:
             upload_main(s, i)
     return seeded
+
+
+@pytest.fixture
+def stepped(seeded: Engine) -> Engine:
+    """`build_stepped`'s store, built in this process (its analysis' tail in memory, as after uploads)."""
+    return build_stepped(seeded)
 
 
 def _points(s: Session) -> list[tuple[str, str, str, str]]:

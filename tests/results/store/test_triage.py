@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import Engine
 
 from pipeline.results.store import queries, triage
-from pipeline.results.store.db import session_scope
+from pipeline.results.store.db import make_engine, session_scope
 from pipeline.results.store.triage import TriageError
+from tests.helpers.stores import built_database, seed
 
-from .test_analysis import stepped  # noqa: F401  (fixture)
+from .test_analysis import build_stepped
+
+
+def _build(engine: Engine) -> None:
+    build_stepped(seed(engine))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def stepped(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """A copy of `build_stepped`'s store (built once per test process and store): triage adds no results."""
+    with built_database(request.param, tmp_path_factory.mktemp("store"), "stepped", _build) as (url, _):
+        engine = make_engine(url)
+        yield engine
+        engine.dispose()
 
 
 def _first(s):  # type: ignore[no-untyped-def]
