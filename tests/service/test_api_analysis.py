@@ -20,7 +20,14 @@ from tests.helpers.live_server import live_server
 
 from tests.helpers import factories as f
 from tests.helpers.http_client import post, snapshot
-from tests.results.store.test_analysis import main, stepped  # noqa: F401  (fixture)
+from tests.results.store.test_analysis import main, stepped_copy
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def stepped(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """A copy of the stepped store: these tests add no results to its main branch."""
+    with stepped_copy(request.param, tmp_path_factory.mktemp("store")) as engine:
+        yield engine
 
 
 @pytest.fixture

@@ -4,6 +4,9 @@ direction and minimum magnitude per series, intended rebasing, the dashboard and
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 import random
 
 import numpy as np
@@ -15,11 +18,12 @@ from sqlalchemy.orm import Session
 from pipeline.results.analysis import changepoints
 from pipeline.config import AnalysisSettings
 from pipeline.results.store import analysis, ingest, queries, triage
-from pipeline.results.store.db import session_scope
+from pipeline.results.store.db import make_engine, session_scope
 from pipeline.results.store.history import default_branch_chain
 from pipeline.results.store.models import Case, ChangePoint, Repository, Series, TriageEvent
 
 from tests.helpers import factories as f
+from tests.helpers.stores import built_database, seed
 
 SETTINGS = AnalysisSettings()
 STEPS = {0: 1e-3, 20: 1.2e-3, 40: 1e-3}
@@ -62,6 +66,20 @@ def build_stepped(seeded: Engine) -> Engine:
 def stepped(seeded: Engine) -> Engine:
     """`build_stepped`'s store, built in this process (its analysis' tail in memory, as after uploads)."""
     return build_stepped(seeded)
+
+
+def _build_seeded_stepped(engine: Engine) -> None:
+    build_stepped(seed(engine))
+
+
+@contextmanager
+def stepped_copy(store: str, folder: Path) -> Iterator[Engine]:
+    """A copy of `build_stepped`'s store, built once per test process and store: for tests that add no
+    results to the main branch (to this process the copy is a store it has not analysed yet)."""
+    with built_database(store, folder, "stepped", _build_seeded_stepped) as (url, _):
+        engine = make_engine(url)
+        yield engine
+        engine.dispose()
 
 
 def _points(s: Session) -> list[tuple[str, str, str, str]]:

@@ -9,24 +9,17 @@ import pytest
 from sqlalchemy import Engine
 
 from pipeline.results.store import queries, triage
-from pipeline.results.store.db import make_engine, session_scope
+from pipeline.results.store.db import session_scope
 from pipeline.results.store.triage import TriageError
-from tests.helpers.stores import built_database, seed
 
-from .test_analysis import build_stepped
-
-
-def _build(engine: Engine) -> None:
-    build_stepped(seed(engine))
+from .test_analysis import stepped_copy
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def stepped(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    """A copy of `build_stepped`'s store (built once per test process and store): triage adds no results."""
-    with built_database(request.param, tmp_path_factory.mktemp("store"), "stepped", _build) as (url, _):
-        engine = make_engine(url)
+    """A copy of the stepped store: triage adds no results."""
+    with stepped_copy(request.param, tmp_path_factory.mktemp("store")) as engine:
         yield engine
-        engine.dispose()
 
 
 def _first(s):  # type: ignore[no-untyped-def]
