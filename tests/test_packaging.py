@@ -53,8 +53,9 @@ def test_blocking_works() -> None:
     assert proc.returncode != 0 and "import of fastapi halted" in proc.stderr
 
 
-def test_the_agent_extra_resolves_for_an_aarch64_board_without_service_or_compilers(tmp_path: Path) -> None:
-    """pip's resolution of `.[agent]` for a 64-bit ARM single-board computer (CPython 3.11; glibc
+def test_the_agent_extra_resolves_for_an_aarch64_board_without_service_or_compilers(
+        tmp_path: Path, built_wheel: BuiltWheel) -> None:
+    """pip's resolution of the wheel's `[agent]` for a 64-bit ARM single-board computer (CPython 3.11; glibc
     2.28 or newer, which IREE's aarch64 runtime wheel needs: Raspberry Pi OS bookworm has 2.36).
     manylinux2014 alone (glibc 2.17) cannot resolve: iree-base-runtime 3.13.0 ships its aarch64
     wheel tagged manylinux_2_27/2_28 only, so both tags are offered, as pip does on such a board."""
@@ -62,7 +63,7 @@ def test_the_agent_extra_resolves_for_an_aarch64_board_without_service_or_compil
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--only-binary=:all:",
          "--platform", "manylinux_2_28_aarch64", "--platform", "manylinux2014_aarch64", "--python-version", "3.11",
-         "--target", str(tmp_path / "x"), "--report", str(report), ".[agent]"],
+         "--target", str(tmp_path / "x"), "--report", str(report), f"benchfarm[agent] @ {built_wheel.path.as_uri()}"],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0 and any(text in proc.stderr for text in UNREACHABLE):
         pytest.skip(f"the package index is unreachable: {proc.stderr[-300:]}")
@@ -104,7 +105,8 @@ class BuiltWheel:
 @pytest.fixture(scope="module")
 def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> BuiltWheel:
     """benchfarm's wheel, built once from a copy of the source (`pip wheel --no-deps`, pip's isolated
-    build): the role venvs install it, as a host of a role gets the package, and its build is checked."""
+    build): the role venvs install it, as a host of a role gets the package, the extras' resolutions read
+    its metadata (the source's, without an isolated build each), and its build is checked."""
     tmp = tmp_path_factory.mktemp("wheel")
     source = tmp / "source"
     source.mkdir()
@@ -125,12 +127,15 @@ def role_venv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
               built_wheel: BuiltWheel) -> Path:
     """A virtual environment with only `benchfarm[ROLE]` installed (ROLE: the test's parameter), from
     the wheel (not an editable install: the package's own files, as a host of that role gets them).
-    Its packages come from pip's cache or the configured index."""
+    Its packages come from pip's cache or the configured index, installed by this environment's pip
+    (`pip --python`): the venv itself has no pip (ensurepip costs ~7 CPU-s a venv, and no role needs it)."""
     role = request.param
     venv = tmp_path_factory.mktemp(f"{role}-only") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
-    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-compile",
-                           "--disable-pip-version-check", f"benchfarm[{role}] @ {built_wheel.path.as_uri()}"],
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True,
+                   timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet",
+                           "--no-compile", "--disable-pip-version-check",
+                           f"benchfarm[{role}] @ {built_wheel.path.as_uri()}"],
                           capture_output=True, text=True, timeout=1200, env=_clean_env())
     if proc.returncode != 0 and any(text in proc.stderr for text in UNREACHABLE):
         pytest.skip(f"the package index is unreachable: {proc.stderr[-300:]}")
@@ -148,8 +153,8 @@ def _benchfarm(venv: Path, *args: str, cwd: Path, **env: str) -> subprocess.Comp
 def test_each_role_runs_its_commands_in_a_venv_with_only_its_extra(role_venv: Path, tmp_path: Path) -> None:
     role = role_venv.parent.name.split("-only")[0]
     python = role_venv / "bin" / "python"
-    listed = subprocess.run([str(python), "-m", "pip", "list", "--format", "json"], capture_output=True, text=True,
-                            check=True, timeout=120, env=_clean_env())
+    listed = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "list", "--format", "json"],
+                            capture_output=True, text=True, check=True, timeout=120, env=_clean_env())
     names = {_normal(item["name"]) for item in json.loads(listed.stdout)}
     assert "benchfarm" in names, names
     assert not names & set(OTHER_ROLES_PACKAGES[role]), sorted(names & set(OTHER_ROLES_PACKAGES[role]))
@@ -229,11 +234,12 @@ def _imported_distributions(packages: tuple[str, ...]) -> set[str]:
 
 
 @pytest.mark.parametrize("role", sorted(ROLE_PACKAGES))
-def test_each_role_extra_brings_what_its_packages_import_and_not_the_others(role: str, tmp_path: Path) -> None:
+def test_each_role_extra_brings_what_its_packages_import_and_not_the_others(role: str, tmp_path: Path,
+                                                                           built_wheel: BuiltWheel) -> None:
     report = tmp_path / "report.json"
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed", "--only-binary=:all:",
-         "--target", str(tmp_path / "x"), "--report", str(report), f".[{role}]"],
+         "--target", str(tmp_path / "x"), "--report", str(report), f"benchfarm[{role}] @ {built_wheel.path.as_uri()}"],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0 and any(text in proc.stderr for text in UNREACHABLE):
         pytest.skip(f"the package index is unreachable: {proc.stderr[-300:]}")
