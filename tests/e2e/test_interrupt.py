@@ -5,6 +5,7 @@ process group, compile workers included): the run and its jobs end as failed wit
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import sqlalchemy as sa
 
 from pipeline.results.store.db import open_store, session_scope
 from pipeline.results.store.models import Job, Run
+from tests.helpers.cli_zygote import benchfarm_argv
 from tests.helpers.live_server import free_port
 from tests.helpers.suite_repo import GemmCase, gemm_suite_files, make_suite_repo
 from tests.helpers.stores import database_url  # noqa: F401  (the fixture: SQLite and PostgreSQL)
@@ -24,6 +26,26 @@ from tests.helpers.stores import database_url  # noqa: F401  (the fixture: SQLit
 pytestmark = pytest.mark.e2e
 
 CASES = [GemmCase("alpha", 64, 64, 64), GemmCase("beta", 32, 64, 128)]
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A compile cache holding CASES, filled once by `benchfarm build`: each test's `<home>/cache` starts as
+    its copy (`_compiled_cases`), so that their runs compile none of CASES (the interrupt of a build has cases of
+    its own to compile)."""
+    folder = tmp_path_factory.mktemp("compiled")
+    repo = make_suite_repo(folder, gemm_suite_files(CASES), name="suite-repo")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFARM_")} | {
+        "BENCHFARM_HOME": str(folder / "home")}
+    done = subprocess.run([*benchfarm_argv(), "build", "--suite", str(repo / "kernels")], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and ": 2 built, 0 failed" in done.stdout, done.stdout + done.stderr
+    return folder / "home" / "cache"
+
+
+@pytest.fixture(autouse=True)
+def _compiled_cases(compiled: Path, tmp_path: Path) -> None:
+    shutil.copytree(compiled, tmp_path / "home" / "cache")
 
 
 def _env(tmp_path: Path, url: str, **extra: str) -> dict[str, str]:
