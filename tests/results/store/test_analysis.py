@@ -82,6 +82,13 @@ def stepped_copy(store: str, folder: Path) -> Iterator[Engine]:
         engine.dispose()
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def copied_stepped(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """A copy of the stepped store, for the tests that add no results to its main branch."""
+    with stepped_copy(request.param, tmp_path_factory.mktemp("store")) as engine:
+        yield engine
+
+
 def _points(s: Session) -> list[tuple[str, str, str, str]]:
     """(before sha, after sha, direction, state) of every change point, oldest first."""
     rows = queries.series_change_points(s, _series_id(s))
@@ -92,8 +99,8 @@ def _series_id(s: Session) -> int:
     return s.scalar(sa.select(Series.id)) or 0
 
 
-def test_default_branch_chain_follows_first_parents_of_the_head(stepped: Engine) -> None:
-    with session_scope(stepped) as s:
+def test_default_branch_chain_follows_first_parents_of_the_head(copied_stepped: Engine) -> None:
+    with session_scope(copied_stepped) as s:
         ingest.record_commits(s, repository=f.REPO, commits=[
             f.commit("feature", main(59), minutes=100, branch="feature"),
             f.commit("merge", main(59), "feature", minutes=101, branch="main")])
@@ -103,8 +110,8 @@ def test_default_branch_chain_follows_first_parents_of_the_head(stepped: Engine)
     assert chain[:4] == [f.sha(i) for i in range(4)] and chain[4] == f.sha(main(0))
 
 
-def test_a_step_gives_one_change_point_at_the_right_commit_range(stepped: Engine) -> None:
-    with session_scope(stepped) as s:
+def test_a_step_gives_one_change_point_at_the_right_commit_range(copied_stepped: Engine) -> None:
+    with session_scope(copied_stepped) as s:
         assert _points(s) == [
             (f.sha(main(19)), f.sha(main(20)), "regression", "needs triage"),
             (f.sha(main(39)), f.sha(main(40)), "improvement", "needs triage"),
@@ -121,19 +128,19 @@ def test_a_step_gives_one_change_point_at_the_right_commit_range(stepped: Engine
         assert series is not None and series.history_points == N and series.analyzed_at is not None
 
 
-def test_reanalysis_is_idempotent_and_incremental_equals_full(stepped: Engine) -> None:
-    with session_scope(stepped) as s:
+def test_reanalysis_is_idempotent_and_incremental_equals_full(copied_stepped: Engine) -> None:
+    with session_scope(copied_stepped) as s:
         incremental = _points(s)
         before = f.snapshot(s)
         assert analysis.analyze_series(s, _series_id(s), SETTINGS).new_change_points == 0
         assert analysis.reanalyze_all(s, SETTINGS).new_change_points == 0
-    with session_scope(stepped) as s:
+    with session_scope(copied_stepped) as s:
         after = f.snapshot(s)
         assert after["change_points"] == before["change_points"]
         assert after["triage_events"] == before["triage_events"]
         s.execute(sa.delete(TriageEvent))
         s.execute(sa.delete(ChangePoint))
-    with session_scope(stepped) as s:
+    with session_scope(copied_stepped) as s:
         summary = analysis.reanalyze_all(s, SETTINGS)
         assert summary.new_change_points == 2
         assert _points(s) == incremental
@@ -148,8 +155,8 @@ def test_an_upload_again_and_a_pull_request_commit_add_nothing(stepped: Engine) 
         assert s.get(Series, _series_id(s)).history_points == N  # type: ignore[union-attr]
 
 
-def test_direction_and_minimum_magnitude_come_from_the_series(stepped: Engine) -> None:
-    with session_scope(stepped) as s:
+def test_direction_and_minimum_magnitude_come_from_the_series(copied_stepped: Engine) -> None:
+    with session_scope(copied_stepped) as s:
         s.execute(sa.delete(TriageEvent))
         s.execute(sa.delete(ChangePoint))
         series = s.get(Series, _series_id(s))
@@ -164,8 +171,8 @@ def test_direction_and_minimum_magnitude_come_from_the_series(stepped: Engine) -
         assert _points(s) == []
 
 
-def test_intended_rebases_the_series(stepped: Engine) -> None:
-    with session_scope(stepped) as s:
+def test_intended_rebases_the_series(copied_stepped: Engine) -> None:
+    with session_scope(copied_stepped) as s:
         series_id = _series_id(s)
         regression, improvement = queries.series_change_points(s, series_id)
         assert queries.dashboard(s).counts == {"regressed": 1, "suspected": 0, "improved": 0, "stable": 0,
@@ -209,11 +216,11 @@ def test_dashboard_groups_by_family_and_device_class(stepped: Engine) -> None:
 
 # --- noise learned from history (the verdict's threshold) ---------------------------------------
 
-def test_run_to_run_noise_is_learned_from_the_default_branch(stepped: Engine) -> None:
+def test_run_to_run_noise_is_learned_from_the_default_branch(copied_stepped: Engine) -> None:
     from pipeline.results.analysis.stats import run_to_run_noise
     from pipeline.results.store.models import Measurement
 
-    with session_scope(stepped) as s:
+    with session_scope(copied_stepped) as s:
         series = s.get(Series, _series_id(s))
         assert series is not None and series.noise_unpaired is not None and series.noise_paired is None
         medians = [m for m, in s.execute(sa.select(Measurement.median).order_by(Measurement.id))][-analysis.NOISE_HISTORY:]
