@@ -5,7 +5,9 @@ BENCHFARM_TEST_NO_POSTGRES=1 says to skip that backend.
 Migrating a store takes 0.3-3 s (two dozen Alembic revisions), and most tests want one: each test
 process migrates one template per backend, once, and every test gets a copy of it (`migrated_database`:
 the SQLite file copied, or `CREATE DATABASE ... TEMPLATE` on PostgreSQL), the same schema and rows
-a fresh migration leaves. The migration tests themselves start from `blank_engine`, an empty database."""
+a fresh migration leaves. The migration tests themselves start from `blank_engine`, an empty database.
+Fixtures that fill the same store for many tests (the web tests' demo store, the stepped history) fill it
+once per process on a copy of the template and copy that per test the same way (`built_database`)."""
 
 from __future__ import annotations
 
