@@ -7,11 +7,12 @@ process migrates one template per backend, once, and every test gets a copy of i
 the SQLite file copied, or `CREATE DATABASE ... TEMPLATE` on PostgreSQL), the same schema and rows
 a fresh migration leaves. The migration tests themselves start from `blank_engine`, an empty database.
 Fixtures that fill the same store for many tests (the web tests' demo store, the stepped history) fill it
-once per process on a copy of the template and copy that per test the same way (`built_database`)."""
+once per process on a copy of the template and copy that per test the same way (`built_engine`)."""
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import os
 import queue
@@ -224,20 +225,23 @@ _BUILT = _Built()
 
 
 @contextmanager
-def built_database(store: str, folder: Path, key: str, build: Callable[[Engine], T]) -> Iterator[tuple[str, T]]:
-    """(URL, what `build` returned) of a copy of the store `build` filled, once per process and `key`,
+def built_engine(store: str, folder: Path, key: str, build: Callable[[Engine], T]) -> Iterator[tuple[Engine, T]]:
+    """(engine, what `build` returned) of a copy of the store `build` filled, once per process and `key`,
     on a migrated one: for fixtures that fill the same store for many tests. The returned value is a
     deep copy per test. Process-wide caches keyed by a store's URL (the analysis' tails) see a copy
     as a store no process analysed yet."""
     template, value = _BUILT.template(store, key, build)
-    if store == "sqlite":
-        path = folder / "nested" / "benchfarm.db"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(template, path)
-        yield f"sqlite:///{path}", copy.deepcopy(value)
-        return
-    with _postgres_database(template) as url:
-        yield url, copy.deepcopy(value)
+    with contextlib.ExitStack() as stack:
+        if store == "sqlite":
+            path = folder / "nested" / "benchfarm.db"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(template, path)
+            url = f"sqlite:///{path}"
+        else:
+            url = stack.enter_context(_postgres_database(template))
+        engine = make_engine(url)
+        stack.callback(engine.dispose)
+        yield engine, copy.deepcopy(value)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

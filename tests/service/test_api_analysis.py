@@ -20,22 +20,15 @@ from tests.helpers.live_server import live_server
 
 from tests.helpers import factories as f
 from tests.helpers.http_client import post, snapshot
-from tests.results.store.test_analysis import main, stepped_copy
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def stepped(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    """A copy of the stepped store: these tests add no results to its main branch."""
-    with stepped_copy(request.param, tmp_path_factory.mktemp("store")) as engine:
-        yield engine
+from tests.results.store.test_analysis import copied_stepped, main  # noqa: F401  (copied_stepped: the fixture)
 
 
 @pytest.fixture
-def service(stepped: Engine, tmp_path: Any) -> Iterator[tuple[str, Engine, dict[str, str]]]:  # noqa: F811
-    with session_scope(stepped) as s:
+def service(copied_stepped: Engine, tmp_path: Any) -> Iterator[tuple[str, Engine, dict[str, str]]]:  # noqa: F811
+    with session_scope(copied_stepped) as s:
         tokens = {scope: auth.create_token(s, name=f"{scope}-token", scopes=[scope]) for scope in auth.SCOPES}
-    with live_server(create_app(Settings(home=tmp_path, api_token="bootstrap"), stepped)) as url:
-        yield url, stepped, tokens
+    with live_server(create_app(Settings(home=tmp_path, api_token="bootstrap"), copied_stepped)) as url:
+        yield url, copied_stepped, tokens
 
 
 def _get(url: str, path: str, **params: Any) -> Any:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 import random
 
 import numpy as np
@@ -18,12 +16,12 @@ from sqlalchemy.orm import Session
 from pipeline.results.analysis import changepoints
 from pipeline.config import AnalysisSettings
 from pipeline.results.store import analysis, ingest, queries, triage
-from pipeline.results.store.db import make_engine, session_scope
+from pipeline.results.store.db import session_scope
 from pipeline.results.store.history import default_branch_chain
 from pipeline.results.store.models import Case, ChangePoint, Repository, Series, TriageEvent
 
 from tests.helpers import factories as f
-from tests.helpers.stores import built_database, seed
+from tests.helpers.stores import built_engine, seed
 
 SETTINGS = AnalysisSettings()
 STEPS = {0: 1e-3, 20: 1.2e-3, 40: 1e-3}
@@ -72,20 +70,11 @@ def _build_seeded_stepped(engine: Engine) -> None:
     build_stepped(seed(engine))
 
 
-@contextmanager
-def stepped_copy(store: str, folder: Path) -> Iterator[Engine]:
-    """A copy of `build_stepped`'s store, built once per test process and store: for tests that add no
-    results to the main branch (to this process the copy is a store it has not analysed yet)."""
-    with built_database(store, folder, "stepped", _build_seeded_stepped) as (url, _):
-        engine = make_engine(url)
-        yield engine
-        engine.dispose()
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def copied_stepped(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    """A copy of the stepped store, for the tests that add no results to its main branch."""
-    with stepped_copy(request.param, tmp_path_factory.mktemp("store")) as engine:
+    """A copy of `build_stepped`'s store, built once per test process and store, for the tests that add
+    no results to its main branch (to this process the copy is a store it has not analysed yet)."""
+    with built_engine(request.param, tmp_path_factory.mktemp("store"), "stepped", _build_seeded_stepped) as (engine, _):
         yield engine
 
 

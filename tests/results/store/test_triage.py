@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import Engine
@@ -12,22 +11,15 @@ from pipeline.results.store import queries, triage
 from pipeline.results.store.db import session_scope
 from pipeline.results.store.triage import TriageError
 
-from .test_analysis import stepped_copy
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def stepped(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    """A copy of the stepped store: triage adds no results."""
-    with stepped_copy(request.param, tmp_path_factory.mktemp("store")) as engine:
-        yield engine
+from .test_analysis import copied_stepped  # noqa: F401  (the fixture)
 
 
 def _first(s):  # type: ignore[no-untyped-def]
     return queries.list_regressions(s)[0].id
 
 
-def test_moves_are_recorded_with_who_and_the_latest_is_the_state(stepped: Engine) -> None:  # noqa: F811
-    with session_scope(stepped) as s:
+def test_moves_are_recorded_with_who_and_the_latest_is_the_state(copied_stepped: Engine) -> None:  # noqa: F811
+    with session_scope(copied_stepped) as s:
         cp = _first(s)
         triage.triage(s, change_point_id=cp, state="confirmed", who="alice", bug_link="https://bugs.example/1")
         triage.triage(s, change_point_id=cp, state="assigned", who="alice", assignee="bob")
@@ -56,8 +48,8 @@ def test_moves_are_recorded_with_who_and_the_latest_is_the_state(stepped: Engine
         ("bogus", {}, "state"),
     ],
 )
-def test_invalid_moves_are_refused(stepped: Engine, state: str, fields: dict[str, str], named: str) -> None:  # noqa: F811
-    with session_scope(stepped) as s:
+def test_invalid_moves_are_refused(copied_stepped: Engine, state: str, fields: dict[str, str], named: str) -> None:  # noqa: F811
+    with session_scope(copied_stepped) as s:
         cp = _first(s)
         with pytest.raises(TriageError, match=named):
             triage.triage(s, change_point_id=cp, state=state, who="alice", **fields)
@@ -66,8 +58,8 @@ def test_invalid_moves_are_refused(stepped: Engine, state: str, fields: dict[str
             triage.triage(s, change_point_id=99999, state="noisy", who="alice")
 
 
-def test_noisy_can_be_reopened(stepped: Engine) -> None:  # noqa: F811
-    with session_scope(stepped) as s:
+def test_noisy_can_be_reopened(copied_stepped: Engine) -> None:  # noqa: F811
+    with session_scope(copied_stepped) as s:
         cp = _first(s)
         triage.triage(s, change_point_id=cp, state="noisy", who="alice")
         assert queries.list_regressions(s) == []

@@ -13,9 +13,9 @@ from sqlalchemy import Engine
 from pipeline.config import Settings
 from pipeline.service import auth
 from pipeline.service.app import create_app
-from pipeline.results.store.db import make_engine, session_scope
+from pipeline.results.store.db import session_scope
 from tests.helpers.live_server import live_server
-from tests.helpers.stores import blank_engine, built_database, database_url, engine, store_url  # noqa: F401  (fixtures)
+from tests.helpers.stores import blank_engine, built_engine, database_url, engine, store_url  # noqa: F401  (fixtures)
 
 from . import demo_store
 
@@ -39,11 +39,9 @@ class Service:
 def demo(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         tuple[Engine, demo_store.Demo]]:
     """A copy of the demo store of 24 commits (built once per test process and store: ~1 s each)."""
-    with built_database(request.param, tmp_path_factory.mktemp("store"), "demo-24",
-                        lambda built: demo_store.build(built, commits=24)) as (url, demo):
-        engine = make_engine(url)   # noqa: F811 (a local, not the fixture)
-        yield engine, demo
-        engine.dispose()
+    with built_engine(request.param, tmp_path_factory.mktemp("store"), "demo-24",
+                      lambda built: demo_store.build(built, commits=24)) as built_demo:
+        yield built_demo
 
 
 def _serve(demo: tuple[Engine, demo_store.Demo], home: Path, **web: object) -> Iterator[Service]:
