@@ -41,6 +41,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.config import Settings
+from pipeline.contracts.metrics import LATENCY
 from pipeline.service.app import create_app, freeze_startup_heap
 from pipeline.results.store.db import make_engine, open_store, session_scope
 from pipeline.results.store.models import (
@@ -101,7 +102,7 @@ def store_pages(engine: sa.Engine, *, series: int, seed: int) -> dict[str, str]:
         if group:
             pages["dashboard, one group"] = f"/?family={group[0]}&device_class={group[1]}"
         pages["dashboard, text filter"] = "/?q=" + (family or "a")[:3]
-        ids = list(s.scalars(sa.select(Series.id).order_by(Series.id)))
+        ids = list(s.scalars(sa.select(Series.id).where(Series.metric == LATENCY).order_by(Series.id)))
         picked = rng.sample(ids, min(series, len(ids)))
         stepped = list(s.scalars(sa.select(ChangePoint.series_id).distinct().order_by(ChangePoint.series_id)))
         for i, series_id in enumerate(picked):
@@ -180,7 +181,9 @@ def main() -> None:
         sizes = {name: s.scalar(sa.select(sa.func.count()).select_from(model)) for name, model in
                  (("cases", Case), ("series", Series), ("measurements", Measurement), ("change points", ChangePoint))}
         sizes["samples"] = s.scalar(sa.select(sa.func.sum(Measurement.n)))
-        series_id = s.scalar(sa.select(Series.id).join(Case).where(Case.case_id == demo.cases[0]))
+        # the case's latency series (a suite case on a GPU class also has series of hardware counters)
+        series_id = s.scalar(sa.select(Series.id).join(Case).where(Case.case_id == demo.cases[0],
+                                                                   Series.metric == LATENCY).order_by(Series.id))
         regression = s.scalar(sa.select(ChangePoint.series_id).where(ChangePoint.direction == "regression").limit(1))
     print(f"store: {engine.dialect.name}, {args.commits} commits, built in {built:.0f} s; "
           + ", ".join(f"{v} {k}" for k, v in sizes.items()), file=sys.stderr)
