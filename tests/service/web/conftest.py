@@ -15,7 +15,8 @@ from pipeline.service import auth
 from pipeline.service.app import create_app
 from pipeline.results.store.db import session_scope
 from tests.helpers.live_server import live_server
-from tests.helpers.stores import blank_engine, built_engine, database_url, engine, store_url  # noqa: F401  (fixtures)
+from tests.helpers.stores import blank_engine, database_url, engine, store_url  # noqa: F401  (fixtures)
+from tests.helpers.stores import built_engine
 
 from . import demo_store
 
